@@ -1,0 +1,153 @@
+/* The client side of the rampart protocol: one authenticated connection to one
+ * rampartd, with many pipelined requests in flight.
+ *
+ * Threading follows libev's one-loop-per-thread pattern: a connection belongs to the
+ * loop it is attached to, and every rp_conn_* call except rp_conn_open happens on that
+ * loop's thread. The engine runs one I/O thread whose loop owns every server
+ * connection and wakes it with ev_async; rampartctl and the tests use the blocking
+ * helpers at the bottom, which run the loop until their request completes.
+ *
+ * No allocation on the hot path: a request (struct rp_request) is owned by the caller,
+ * lives until its callback runs, and is tracked by the connection through an intrusive
+ * table keyed by request id.
+ */
+#ifndef RAMPART_CLIENT_H
+#define RAMPART_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "auth.h"
+#include "wire.h"
+
+struct ev_loop;
+struct rp_conn;
+
+/* What went wrong, for a person: code is an rp_status (wire or local), message says
+ * what happened and what to do. */
+struct rp_error {
+  uint16_t code;
+  char message[384];
+};
+
+struct rp_conn_options {
+  const char *host;                /* name or address */
+  const char *port;                /* decimal port */
+  const struct rp_key *key;        /* NULL or len 0: no key (server must have none) */
+  const char *client_name;         /* shown in the server's logs; may be NULL */
+  const uint8_t *resume_token;     /* RP_TOKEN_LEN bytes to resume a session, or NULL */
+  uint32_t connect_timeout_ms;     /* 0: 5000; covers connect + handshake */
+  uint32_t request_timeout_ms;     /* 0: 10000; a request not answered by then fails */
+};
+
+/* What the server said in its Welcome. */
+struct rp_session_info {
+  uint8_t token[RP_TOKEN_LEN];
+  bool resumed;                   /* false: a new, empty session */
+  uint32_t page_size;
+  uint64_t capacity_pages;
+  uint64_t free_pages;
+  uint32_t lease_seconds;
+  uint64_t reserved_pages;
+  bool pressure;
+};
+
+/* Connects and runs the handshake (HELLO, challenge, AUTH, mutual MAC check) with a
+ * blocking socket bounded by connect_timeout_ms, then switches the socket to
+ * non-blocking. Returns NULL with err filled on failure: RP_ERR_CONNECT, RP_ERR_AUTH
+ * (either side's MAC is wrong), RP_ERR_VERSION, RP_ERR_TIMEOUT. */
+struct rp_conn *rp_conn_open(const struct rp_conn_options *opts, struct rp_session_info *info,
+                             struct rp_error *err);
+
+/* Fails every request still in flight with RP_ERR_DISCONNECTED (callbacks run), closes
+ * the socket and frees the connection. The session is kept by the server for its
+ * lease; send GOODBYE first (rp_goodbye_sync) to free it at once. */
+void rp_conn_close(struct rp_conn *conn);
+
+/* Binds the connection to a loop. Must be called once before rp_conn_submit. */
+void rp_conn_attach(struct rp_conn *conn, struct ev_loop *loop);
+
+struct rp_request;
+typedef void (*rp_request_done_fn)(struct rp_request *req);
+
+/* A caller-owned request. Fill op/slot/count/page/done/user, submit, and do not touch it
+ * until done runs (on the loop thread). On completion status is RP_OK or an rp_status,
+ * and error_message holds the server's sentence for wire errors ("" otherwise). */
+struct rp_request {
+  /* filled by the caller */
+  uint8_t op;              /* RP_OP_WRITE, RP_OP_READ, RP_OP_FREE, RP_OP_PING */
+  uint64_t slot;
+  uint32_t count;          /* FREE only */
+  uint8_t *page;           /* WRITE: RP_PAGE_SIZE bytes to send; READ: where to put them */
+  rp_request_done_fn done;
+  void *user;
+  /* filled on completion */
+  uint16_t status;
+  char error_message[160];
+  /* owned by the connection */
+  uint64_t id;
+  uint64_t deadline_ns;
+  struct rp_request *next_in_bucket;
+  struct rp_request *next_queued;
+  uint32_t sent_bytes;     /* of header + payload, for partial writes */
+};
+
+/* Queues a hot-path request. Never blocks and never allocates. If the connection is
+ * already closed, done runs before this returns with RP_ERR_DISCONNECTED. */
+void rp_conn_submit(struct rp_conn *conn, struct rp_request *req);
+
+/* Requests submitted and not yet completed. */
+size_t rp_conn_in_flight(const struct rp_conn *conn);
+
+/* The server pushed an ADVISE. */
+typedef void (*rp_advise_fn)(struct rp_conn *conn, bool pressure, const char *reason,
+                             uint64_t free_pages, void *user);
+/* The connection failed (reset, EOF, protocol error, timeout). Runs once, after every
+ * in-flight request has completed with an error. The caller then closes it. */
+typedef void (*rp_disconnect_fn)(struct rp_conn *conn, const struct rp_error *why, void *user);
+
+void rp_conn_set_callbacks(struct rp_conn *conn, rp_advise_fn on_advise,
+                           rp_disconnect_fn on_disconnect, void *user);
+
+bool rp_conn_is_connected(const struct rp_conn *conn);
+const char *rp_conn_peer(const struct rp_conn *conn); /* "host:port" */
+
+/* ---- Blocking helpers (rampartctl, tests, engine start-up). Each runs the attached
+ * loop (or a private one if none is attached) until its request completes. They must
+ * not be called from inside a callback. Return 0, or -1 with err filled. */
+
+int rp_reserve_sync(struct rp_conn *conn, uint64_t pages, uint64_t *reserved_pages,
+                    uint64_t *free_pages, struct rp_error *err);
+int rp_write_sync(struct rp_conn *conn, uint64_t slot, const uint8_t *page, struct rp_error *err);
+int rp_read_sync(struct rp_conn *conn, uint64_t slot, uint8_t *page, struct rp_error *err);
+int rp_free_sync(struct rp_conn *conn, uint64_t slot, uint32_t count, struct rp_error *err);
+int rp_ping_sync(struct rp_conn *conn, struct rp_error *err);
+/* Ends the session: the server frees its pages now instead of after the lease. */
+int rp_goodbye_sync(struct rp_conn *conn, struct rp_error *err);
+
+/* The server's counters, as the Stat message defines them. */
+struct rp_server_stat {
+  char server_name[64];
+  uint32_t version;
+  uint64_t uptime_seconds;
+  uint32_t page_size;
+  uint64_t capacity_pages, reserved_pages, stored_pages, stored_bytes, resident_bytes;
+  uint32_t clients_connected, sessions_attached, sessions_detached;
+  uint64_t sessions_expired;
+  uint64_t ops_write, ops_read, ops_free, bytes_in, bytes_out;
+  uint64_t errors_protocol, errors_auth, errors_refused;
+  bool pressure;
+  double psi_some_avg10;
+  uint64_t mem_available_bytes;
+  uint64_t advises_sent;
+  uint64_t session_stored_pages, session_reserved_pages;
+};
+
+int rp_stat_sync(struct rp_conn *conn, struct rp_server_stat *stat, struct rp_error *err);
+
+/* Runs the loop until `pred(arg)` is true or timeout_ms passes; for tests waiting on an
+ * advise or a disconnect. Returns true if pred became true. */
+bool rp_conn_wait(struct rp_conn *conn, bool (*pred)(void *arg), void *arg, uint32_t timeout_ms);
+
+#endif
