@@ -1,0 +1,43 @@
+/* rampartd's settings: the command line and the --config file.
+ *
+ * The config file holds "key = value" lines with the command line's option names
+ * (without the dashes), so one vocabulary serves the systemd unit and the shell; the
+ * command line wins over the file. Every refusal is a sentence naming the option and
+ * what to write instead.
+ */
+#ifndef RAMPART_SERVER_OPTIONS_H
+#define RAMPART_SERVER_OPTIONS_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct rps_options {
+  char listen_host[256];
+  char listen_port[16];         /* "0": pick an ephemeral port */
+  uint64_t memory;              /* bytes; a multiple of the page size */
+  char key_path[PATH_MAX];      /* "" when none */
+  uint64_t lease_seconds;
+  bool foreground;
+  char name[64];
+  char pressure_file[PATH_MAX];
+  char meminfo_file[PATH_MAX];
+  double psi_threshold;         /* percent */
+  uint64_t min_available;       /* bytes, 0 = off */
+  uint64_t pressure_interval_ms;
+  char pid_file[PATH_MAX];      /* "" when none */
+  bool verbose;
+  uint32_t max_connections;
+};
+
+enum rps_options_result {
+  RPS_OPTIONS_OK,
+  RPS_OPTIONS_EXIT_OK,    /* --help or --version was printed */
+  RPS_OPTIONS_BAD,        /* err says why; exit 2 */
+};
+
+enum rps_options_result rps_options_parse(int argc, char **argv, struct rps_options *opt,
+                                          char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,422 @@
+/* Page pool and per-session slot tables (see page_store.h).
+ *
+ * Pages are named by a 64-bit id, chunk index * RPS_CHUNK_PAGES + page within chunk,
+ * rather than by pointer: freeing a page must find its chunk, and an id finds it with
+ * one shift instead of a search. Slot tables store id + 1 so that zero (what calloc
+ * gives) means "empty".
+ *
+ * Each chunk keeps its free pages on a small stack of 16-bit indexes outside the chunk,
+ * so a free page is never touched (an untouched page of an anonymous mapping costs the
+ * host nothing), and a chunk whose pages are all free is unmapped. One empty chunk is
+ * kept mapped so that a client writing and freeing around a chunk boundary does not
+ * make us map and unmap 2 MiB on every page.
+ */
+#include "page_store.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define LEAF_SLOTS 512u /* slots per slot-table leaf: one leaf is ~4 KiB */
+
+struct chunk {
+  uint8_t *base;
+  uint64_t index;         /* position in store->chunks */
+  uint32_t npages;        /* RPS_CHUNK_PAGES, or fewer for the pool's last chunk */
+  uint32_t nfree;
+  struct chunk *prev, *next; /* on store's list of chunks with free pages */
+  uint16_t free_stack[RPS_CHUNK_PAGES];
+};
+
+struct rps_store {
+  uint64_t capacity;
+  uint64_t reserved;
+  uint64_t stored;
+  uint64_t nchunks;        /* length of chunks[]: enough for capacity pages */
+  struct chunk **chunks;   /* NULL where not mapped */
+  uint64_t first_unmapped; /* no NULL entry in chunks[] below this index */
+  struct chunk *avail_head, *avail_tail; /* chunks with at least one free page */
+  uint64_t chunks_mapped;
+  uint64_t mapped_bytes;
+  uint64_t empty_chunks;   /* mapped chunks with every page free */
+  uint64_t meta_bytes;     /* every byte of metadata we allocated */
+};
+
+struct leaf {
+  uint32_t used;
+  uint64_t ids[LEAF_SLOTS]; /* page id + 1, or 0 for an empty slot */
+};
+
+struct rps_account {
+  uint64_t reserved;
+  uint64_t stored;
+  uint64_t nleaves;   /* ceil(reserved / LEAF_SLOTS) */
+  struct leaf **root;
+};
+
+/* ---- chunks ------------------------------------------------------------------ */
+
+static void avail_remove(struct rps_store *s, struct chunk *c)
+{
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    s->avail_head = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  else
+    s->avail_tail = c->prev;
+  c->prev = c->next = NULL;
+}
+
+static void avail_push_head(struct rps_store *s, struct chunk *c)
+{
+  c->prev = NULL;
+  c->next = s->avail_head;
+  if (s->avail_head)
+    s->avail_head->prev = c;
+  else
+    s->avail_tail = c;
+  s->avail_head = c;
+}
+
+/* Empty chunks go to the tail so that allocation fills partly used chunks first and
+ * empty ones stay empty long enough to be unmapped. */
+static void avail_push_tail(struct rps_store *s, struct chunk *c)
+{
+  c->next = NULL;
+  c->prev = s->avail_tail;
+  if (s->avail_tail)
+    s->avail_tail->next = c;
+  else
+    s->avail_head = c;
+  s->avail_tail = c;
+}
+
+static struct chunk *chunk_map(struct rps_store *s)
+{
+  uint64_t idx = s->first_unmapped;
+  while (idx < s->nchunks && s->chunks[idx])
+    idx++;
+  if (idx >= s->nchunks)
+    return NULL; /* cannot happen while stored <= reserved <= capacity */
+  uint64_t first_page = idx * RPS_CHUNK_PAGES;
+  uint64_t left = s->capacity - first_page;
+  uint32_t npages = left < RPS_CHUNK_PAGES ? (uint32_t)left : RPS_CHUNK_PAGES;
+
+  struct chunk *c = calloc(1, sizeof *c);
+  if (!c)
+    return NULL;
+  void *base = mmap(NULL, (size_t)npages * RP_PAGE_SIZE, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) {
+    free(c);
+    return NULL;
+  }
+  c->base = base;
+  c->index = idx;
+  c->npages = npages;
+  c->nfree = npages;
+  /* Hand pages out in address order: the kernel then sees sequential first touches. */
+  for (uint32_t i = 0; i < npages; i++)
+    c->free_stack[i] = (uint16_t)(npages - 1 - i);
+  s->chunks[idx] = c;
+  s->first_unmapped = idx + 1;
+  s->chunks_mapped++;
+  s->mapped_bytes += (uint64_t)npages * RP_PAGE_SIZE;
+  s->empty_chunks++;
+  s->meta_bytes += sizeof *c;
+  avail_push_tail(s, c);
+  return c;
+}
+
+static void chunk_unmap(struct rps_store *s, struct chunk *c)
+{
+  avail_remove(s, c);
+  munmap(c->base, (size_t)c->npages * RP_PAGE_SIZE);
+  s->chunks[c->index] = NULL;
+  if (c->index < s->first_unmapped)
+    s->first_unmapped = c->index;
+  s->chunks_mapped--;
+  s->mapped_bytes -= (uint64_t)c->npages * RP_PAGE_SIZE;
+  s->empty_chunks--;
+  s->meta_bytes -= sizeof *c;
+  free(c);
+}
+
+/* Returns a page id + 1, or 0 when the system refuses memory. */
+static uint64_t page_alloc(struct rps_store *s)
+{
+  struct chunk *c = s->avail_head;
+  if (!c && !(c = chunk_map(s)))
+    return 0;
+  if (c->nfree == c->npages)
+    s->empty_chunks--;
+  uint16_t pos = c->free_stack[--c->nfree];
+  if (c->nfree == 0)
+    avail_remove(s, c);
+  s->stored++;
+  return c->index * RPS_CHUNK_PAGES + pos + 1;
+}
+
+static void page_release(struct rps_store *s, uint64_t id_plus_one)
+{
+  uint64_t id = id_plus_one - 1;
+  struct chunk *c = s->chunks[id / RPS_CHUNK_PAGES];
+  if (c->nfree == 0)
+    avail_push_head(s, c);
+  c->free_stack[c->nfree++] = (uint16_t)(id % RPS_CHUNK_PAGES);
+  s->stored--;
+  if (c->nfree == c->npages) {
+    s->empty_chunks++;
+    if (s->empty_chunks > 1) {
+      chunk_unmap(s, c);
+    } else {
+      avail_remove(s, c);
+      avail_push_tail(s, c);
+    }
+  }
+}
+
+static uint8_t *page_addr(const struct rps_store *s, uint64_t id_plus_one)
+{
+  uint64_t id = id_plus_one - 1;
+  return s->chunks[id / RPS_CHUNK_PAGES]->base + (id % RPS_CHUNK_PAGES) * RP_PAGE_SIZE;
+}
+
+/* ---- pool ------------------------------------------------------------------- */
+
+struct rps_store *rps_store_create(uint64_t capacity_pages)
+{
+  if (capacity_pages == 0 || capacity_pages > RP_MAX_SLOT + 1)
+    return NULL;
+  struct rps_store *s = calloc(1, sizeof *s);
+  if (!s)
+    return NULL;
+  s->capacity = capacity_pages;
+  s->nchunks = (capacity_pages + RPS_CHUNK_PAGES - 1) / RPS_CHUNK_PAGES;
+  s->chunks = calloc(s->nchunks, sizeof *s->chunks);
+  if (!s->chunks) {
+    free(s);
+    return NULL;
+  }
+  s->meta_bytes = sizeof *s + s->nchunks * sizeof *s->chunks;
+  return s;
+}
+
+void rps_store_destroy(struct rps_store *s)
+{
+  if (!s)
+    return;
+  for (uint64_t i = 0; i < s->nchunks; i++) {
+    struct chunk *c = s->chunks[i];
+    if (c) {
+      munmap(c->base, (size_t)c->npages * RP_PAGE_SIZE);
+      free(c);
+    }
+  }
+  free(s->chunks);
+  free(s);
+}
+
+void rps_store_get_stats(const struct rps_store *s, struct rps_store_stats *out)
+{
+  out->capacity_pages = s->capacity;
+  out->reserved_pages = s->reserved;
+  out->free_pages = s->capacity - s->reserved;
+  out->stored_pages = s->stored;
+  out->chunks_mapped = s->chunks_mapped;
+  out->resident_bytes = s->mapped_bytes + s->meta_bytes;
+}
+
+/* ---- accounts ----------------------------------------------------------------- */
+
+struct rps_account *rps_account_create(struct rps_store *s)
+{
+  struct rps_account *a = calloc(1, sizeof *a);
+  if (a)
+    s->meta_bytes += sizeof *a;
+  return a;
+}
+
+uint64_t rps_account_reserved(const struct rps_account *a) { return a->reserved; }
+uint64_t rps_account_stored(const struct rps_account *a) { return a->stored; }
+
+static void leaf_free(struct rps_store *s, struct rps_account *a, uint64_t li)
+{
+  free(a->root[li]);
+  a->root[li] = NULL;
+  s->meta_bytes -= sizeof(struct leaf);
+}
+
+/* Frees the pages of slots [from, to) of one leaf, and the leaf when it empties. */
+static void leaf_clear_range(struct rps_store *s, struct rps_account *a, uint64_t li,
+                             uint32_t from, uint32_t to)
+{
+  struct leaf *l = a->root[li];
+  if (!l)
+    return;
+  for (uint32_t i = from; i < to && l->used > 0; i++) {
+    if (l->ids[i]) {
+      page_release(s, l->ids[i]);
+      l->ids[i] = 0;
+      l->used--;
+      a->stored--;
+    }
+  }
+  if (l->used == 0)
+    leaf_free(s, a, li);
+}
+
+/* Frees every page in slots [from, to), walking leaf by leaf so that an unwritten
+ * stretch costs one NULL check per 512 slots. */
+static void clear_range(struct rps_store *s, struct rps_account *a, uint64_t from, uint64_t to)
+{
+  while (from < to) {
+    uint64_t li = from / LEAF_SLOTS;
+    uint64_t leaf_end = (li + 1) * LEAF_SLOTS;
+    uint64_t end = to < leaf_end ? to : leaf_end;
+    leaf_clear_range(s, a, li, (uint32_t)(from % LEAF_SLOTS),
+                     (uint32_t)(end - li * LEAF_SLOTS));
+    from = end;
+  }
+}
+
+/* Resizes the root to nleaves entries; the caller has already emptied any leaf that
+ * falls off the end. */
+static int root_resize(struct rps_store *s, struct rps_account *a, uint64_t nleaves)
+{
+  if (nleaves == a->nleaves)
+    return 0;
+  if (nleaves == 0) {
+    free(a->root);
+    a->root = NULL;
+  } else {
+    struct leaf **root = realloc(a->root, nleaves * sizeof *root);
+    if (!root)
+      return -1;
+    if (nleaves > a->nleaves)
+      memset(root + a->nleaves, 0, (nleaves - a->nleaves) * sizeof *root);
+    a->root = root;
+  }
+  s->meta_bytes -= a->nleaves * sizeof *a->root;
+  s->meta_bytes += nleaves * sizeof *a->root;
+  a->nleaves = nleaves;
+  return 0;
+}
+
+void rps_account_destroy(struct rps_store *s, struct rps_account *a)
+{
+  if (!a)
+    return;
+  clear_range(s, a, 0, a->reserved);
+  root_resize(s, a, 0);
+  s->reserved -= a->reserved;
+  s->meta_bytes -= sizeof *a;
+  free(a);
+}
+
+enum rp_status rps_store_reserve(struct rps_store *s, struct rps_account *a, uint64_t pages,
+                                 bool pressure, char *msg, size_t msglen)
+{
+  if (pages > a->reserved) {
+    uint64_t more = pages - a->reserved;
+    uint64_t free_pages = s->capacity - s->reserved;
+    if (pressure) {
+      snprintf(msg, msglen, "asked for %" PRIu64 " more pages, but this server's host is "
+               "under memory pressure and takes no new pages: place them on another "
+               "server", more);
+      return RP_ERR_PRESSURE;
+    }
+    if (more > free_pages) {
+      snprintf(msg, msglen, "asked for %" PRIu64 " pages (%" PRIu64 " more than this "
+               "session holds), server has %" PRIu64 " free of %" PRIu64 ": ask for less, "
+               "add a server, or raise --memory", pages, more, free_pages, s->capacity);
+      return RP_ERR_NO_SPACE;
+    }
+  } else {
+    clear_range(s, a, pages, a->reserved);
+  }
+  uint64_t nleaves = (pages + LEAF_SLOTS - 1) / LEAF_SLOTS;
+  if (root_resize(s, a, nleaves) < 0) {
+    /* Only growth allocates, and nothing has changed yet. */
+    snprintf(msg, msglen, "the server is out of memory for slot tables: ask for less");
+    return RP_ERR_INTERNAL;
+  }
+  s->reserved = s->reserved - a->reserved + pages;
+  a->reserved = pages;
+  return RP_OK;
+}
+
+static enum rp_status out_of_range(const struct rps_account *a, uint64_t slot, uint64_t count,
+                                   char *msg, size_t msglen)
+{
+  if (count == 1)
+    snprintf(msg, msglen, "slot %" PRIu64 " is outside this session's reservation of %"
+             PRIu64 " pages: reserve more first", slot, a->reserved);
+  else
+    snprintf(msg, msglen, "slots %" PRIu64 "..%" PRIu64 " reach outside this session's "
+             "reservation of %" PRIu64 " pages: reserve more first", slot,
+             slot + count - 1, a->reserved);
+  return RP_ERR_OUT_OF_RANGE;
+}
+
+enum rp_status rps_store_write(struct rps_store *s, struct rps_account *a, uint64_t slot,
+                               const uint8_t *page, char *msg, size_t msglen)
+{
+  if (slot >= a->reserved)
+    return out_of_range(a, slot, 1, msg, msglen);
+  uint64_t li = slot / LEAF_SLOTS;
+  struct leaf *l = a->root[li];
+  if (!l) {
+    l = calloc(1, sizeof *l);
+    if (!l)
+      goto nomem;
+    a->root[li] = l;
+    s->meta_bytes += sizeof *l;
+  }
+  uint64_t *id = &l->ids[slot % LEAF_SLOTS];
+  if (!*id) {
+    *id = page_alloc(s);
+    if (!*id) {
+      if (l->used == 0)
+        leaf_free(s, a, li);
+      goto nomem;
+    }
+    l->used++;
+    a->stored++;
+  }
+  memcpy(page_addr(s, *id), page, RP_PAGE_SIZE);
+  return RP_OK;
+nomem:
+  snprintf(msg, msglen, "the server could not map memory for a page (its host is out of "
+           "memory): place pages on another server");
+  return RP_ERR_INTERNAL;
+}
+
+enum rp_status rps_store_read(const struct rps_store *s, const struct rps_account *a,
+                              uint64_t slot, const uint8_t **page, char *msg, size_t msglen)
+{
+  if (slot >= a->reserved)
+    return out_of_range(a, slot, 1, msg, msglen);
+  const struct leaf *l = a->root[slot / LEAF_SLOTS];
+  uint64_t id = l ? l->ids[slot % LEAF_SLOTS] : 0;
+  if (!id) {
+    snprintf(msg, msglen, "slot %" PRIu64 " holds no page: nothing was written there, or "
+             "it was freed", slot);
+    return RP_ERR_NOT_FOUND;
+  }
+  *page = page_addr(s, id);
+  return RP_OK;
+}
+
+enum rp_status rps_store_free(struct rps_store *s, struct rps_account *a, uint64_t slot,
+                              uint64_t count, char *msg, size_t msglen)
+{
+  if (count > a->reserved || slot > a->reserved - count)
+    return out_of_range(a, slot, count, msg, msglen);
+  clear_range(s, a, slot, slot + count);
+  return RP_OK;
+}

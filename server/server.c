@@ -1,0 +1,191 @@
+/* The server process around its connections (see server.h): accepting, the pressure
+ * callback that advises clients, STAT, and a clean shutdown on SIGTERM/SIGINT that
+ * frees everything, so a sanitizer run ends with no leak to hide real ones. */
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "connection.h"
+#include "log.h"
+
+static void peer_name(const struct sockaddr_storage *ss, char *out, size_t outlen)
+{
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    snprintf(out, outlen, "%s:%u", host, ntohs(in->sin_port));
+  } else if (ss->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+    snprintf(out, outlen, "[%s]:%u", host, ntohs(in6->sin6_port));
+  } else {
+    snprintf(out, outlen, "unknown peer");
+  }
+}
+
+static void on_accept_pause_over(struct ev_loop *loop, ev_timer *w, int revents)
+{
+  struct rps_server *srv = w->data;
+  ev_io_start(loop, &srv->listen_io);
+}
+
+static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
+{
+  struct rps_server *srv = w->data;
+  /* Bounded, so a connection storm cannot starve the connections already served. */
+  for (int i = 0; i < 64; i++) {
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    int fd = accept4(srv->listen_fd, (struct sockaddr *)&ss, &len,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        /* The pending connection stays queued; stop the level-triggered watcher from
+         * spinning on it and try again in a second. */
+        rp_log(RP_LOG_WARN, "cannot accept a connection: %s; pausing accepts for 1 s",
+               strerror(errno));
+        ev_io_stop(loop, &srv->listen_io);
+        ev_timer_set(&srv->accept_pause, 1.0, 0.);
+        ev_timer_start(loop, &srv->accept_pause);
+        return;
+      }
+      continue; /* EINTR, ECONNABORTED and friends concern one connection only */
+    }
+    char peer[64];
+    peer_name(&ss, peer, sizeof peer);
+    if (srv->nconns >= srv->opt->max_connections) {
+      char why[200];
+      snprintf(why, sizeof why, "rampartd already serves %u connections, its "
+               "--max-connections: try again later or use another server", srv->nconns);
+      rp_log(RP_LOG_WARN, "refused connection from %s: %u connections open", peer,
+             srv->nconns);
+      rps_conn_refuse(srv, fd, why);
+      continue;
+    }
+    rps_conn_start(srv, fd, peer);
+  }
+}
+
+static void on_pressure_change(void *arg, bool pressure, const char *reason)
+{
+  struct rps_server *srv = arg;
+  struct rps_store_stats ss;
+  rps_store_get_stats(srv->store, &ss);
+  uint64_t n = rps_conn_broadcast_advise(srv, pressure, reason, ss.free_pages);
+  srv->stats.advises_sent += n;
+  rp_log(pressure ? RP_LOG_WARN : RP_LOG_INFO, "memory pressure %s: %s; advised %llu "
+         "client%s", pressure ? "began" : "ended", reason, (unsigned long long)n,
+         n == 1 ? "" : "s");
+}
+
+static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+  rp_log(RP_LOG_INFO, "signal %d: shutting down", w->signum);
+  ev_break(loop, EVBREAK_ALL);
+}
+
+int rps_server_init(struct rps_server *srv, struct ev_loop *loop,
+                    const struct rps_options *opt, const struct rp_key *key, int listen_fd,
+                    char *err, size_t errlen)
+{
+  memset(srv, 0, sizeof *srv);
+  srv->loop = loop;
+  srv->opt = opt;
+  srv->key = *key;
+  srv->listen_fd = listen_fd;
+  srv->started = ev_now(loop);
+  srv->store = rps_store_create(opt->memory / RP_PAGE_SIZE);
+  if (srv->store)
+    srv->sessions = rps_sessions_create(loop, srv->store, (double)opt->lease_seconds);
+  srv->pressure_cfg.psi_path = opt->pressure_file;
+  srv->pressure_cfg.meminfo_path = opt->meminfo_file;
+  srv->pressure_cfg.psi_threshold = opt->psi_threshold;
+  srv->pressure_cfg.min_available = opt->min_available;
+  srv->pressure_cfg.interval = (double)opt->pressure_interval_ms / 1000.0;
+  if (srv->sessions)
+    srv->pressure = rps_pressure_create(loop, &srv->pressure_cfg, on_pressure_change, srv);
+  if (!srv->pressure) {
+    snprintf(err, errlen, "out of memory setting up the page store");
+    rps_server_cleanup(srv);
+    return -1;
+  }
+  ev_io_init(&srv->listen_io, on_accept, listen_fd, EV_READ);
+  srv->listen_io.data = srv;
+  ev_io_start(loop, &srv->listen_io);
+  ev_init(&srv->accept_pause, on_accept_pause_over);
+  srv->accept_pause.data = srv;
+  ev_signal_init(&srv->sig_term, on_stop_signal, SIGTERM);
+  ev_signal_init(&srv->sig_int, on_stop_signal, SIGINT);
+  ev_signal_start(loop, &srv->sig_term);
+  ev_signal_start(loop, &srv->sig_int);
+  return 0;
+}
+
+void rps_server_run(struct rps_server *srv)
+{
+  ev_run(srv->loop, 0);
+}
+
+void rps_server_cleanup(struct rps_server *srv)
+{
+  struct ev_loop *loop = srv->loop;
+  ev_io_stop(loop, &srv->listen_io);
+  ev_timer_stop(loop, &srv->accept_pause);
+  ev_signal_stop(loop, &srv->sig_term);
+  ev_signal_stop(loop, &srv->sig_int);
+  if (srv->listen_fd >= 0)
+    close(srv->listen_fd);
+  srv->listen_fd = -1;
+  rps_conn_close_all(srv);
+  rps_pressure_destroy(srv->pressure);
+  rps_sessions_destroy(srv->sessions);
+  rps_store_destroy(srv->store);
+  srv->pressure = NULL;
+  srv->sessions = NULL;
+  srv->store = NULL;
+}
+
+void rps_server_fill_stat(struct rps_server *srv, const struct rps_session *asking,
+                          Rampart__Stat *st)
+{
+  struct rps_store_stats ss;
+  rps_store_get_stats(srv->store, &ss);
+  const struct rps_pressure_sample *ps = rps_pressure_last(srv->pressure);
+  st->server_name = (char *)srv->opt->name;
+  st->version = RP_PROTOCOL_VERSION;
+  st->uptime_seconds = (uint64_t)(ev_now(srv->loop) - srv->started);
+  st->page_size = RP_PAGE_SIZE;
+  st->capacity_pages = ss.capacity_pages;
+  st->reserved_pages = ss.reserved_pages;
+  st->stored_pages = ss.stored_pages;
+  st->stored_bytes = ss.stored_pages * RP_PAGE_SIZE;
+  st->resident_bytes = ss.resident_bytes;
+  st->clients_connected = srv->nconns;
+  st->sessions_attached = srv->sessions->attached;
+  st->sessions_detached = srv->sessions->detached;
+  st->sessions_expired = srv->sessions->expired;
+  st->ops_write = srv->stats.ops_write;
+  st->ops_read = srv->stats.ops_read;
+  st->ops_free = srv->stats.ops_free;
+  st->bytes_in = srv->stats.bytes_in;
+  st->bytes_out = srv->stats.bytes_out;
+  st->errors_protocol = srv->stats.errors_protocol;
+  st->errors_auth = srv->stats.errors_auth;
+  st->errors_refused = srv->stats.errors_refused;
+  st->pressure = rps_pressure_active(srv->pressure);
+  st->psi_some_avg10 = ps->psi_ok ? ps->psi_some_avg10 : 0.0;
+  st->mem_available_bytes = ps->mem_ok ? ps->mem_available : 0;
+  st->advises_sent = srv->stats.advises_sent;
+  st->session_stored_pages = asking ? rps_account_stored(asking->acct) : 0;
+  st->session_reserved_pages = asking ? rps_account_reserved(asking->acct) : 0;
+}

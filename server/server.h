@@ -1,0 +1,63 @@
+/* The rampartd process as a whole: the page store, the sessions, the pressure monitor,
+ * the listening socket and its connections, the counters behind STAT, and the signals
+ * that stop it. One libev loop, one thread: nothing here is locked.
+ */
+#ifndef RAMPART_SERVER_SERVER_H
+#define RAMPART_SERVER_SERVER_H
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "auth.h"
+#include "options.h"
+#include "page_store.h"
+#include "pressure.h"
+#include "rampart.pb-c.h"
+#include "session.h"
+
+struct rps_stats {
+  uint64_t ops_write, ops_read, ops_free;
+  uint64_t bytes_in, bytes_out;
+  uint64_t errors_protocol, errors_auth, errors_refused;
+  uint64_t advises_sent;
+};
+
+struct rps_conn;
+
+struct rps_server {
+  struct ev_loop *loop;
+  const struct rps_options *opt;
+  struct rp_key key;                 /* len 0: no key (loopback only) */
+  struct rps_store *store;
+  struct rps_sessions *sessions;
+  struct rps_pressure *pressure;
+  struct rps_pressure_config pressure_cfg;
+  struct rps_conn *conns;            /* every open connection; owned by connection.c */
+  uint32_t nconns;
+  int listen_fd;
+  ev_io listen_io;
+  ev_timer accept_pause;             /* out of file descriptors: retry accept later */
+  ev_signal sig_term, sig_int;
+  ev_tstamp started;
+  struct rps_stats stats;
+};
+
+/* Sets up everything around an already bound, listening, non-blocking socket (which the
+ * server then owns). 0, or -1 with err. */
+int rps_server_init(struct rps_server *srv, struct ev_loop *loop,
+                    const struct rps_options *opt, const struct rp_key *key, int listen_fd,
+                    char *err, size_t errlen);
+
+/* Runs until SIGTERM or SIGINT. */
+void rps_server_run(struct rps_server *srv);
+
+/* Closes every connection, frees every session and page. */
+void rps_server_cleanup(struct rps_server *srv);
+
+/* Fills a Stat reply. `asking` (may be NULL) gives the session_* fields. */
+void rps_server_fill_stat(struct rps_server *srv, const struct rps_session *asking,
+                          Rampart__Stat *st);
+
+#endif
