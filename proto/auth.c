@@ -26,7 +26,9 @@ int rp_key_load(const char *path, struct rp_key *key, char *err, size_t errlen)
              "'rampartctl keygen %s')", path, strerror(errno), path);
     return -1;
   }
-  uint8_t buf[RP_KEY_MAX_LEN + 1];
+  /* Room for the longest key, a CR LF after it, and one byte more to tell a longer
+   * file: the length limit applies after trailing whitespace is stripped. */
+  uint8_t buf[RP_KEY_MAX_LEN + 3];
   size_t got = 0;
   for (;;) {
     ssize_t n = read(fd, buf + got, sizeof buf - got);
@@ -35,23 +37,27 @@ int rp_key_load(const char *path, struct rp_key *key, char *err, size_t errlen)
     if (n < 0) {
       snprintf(err, errlen, "cannot read key file %s: %s", path, strerror(errno));
       close(fd);
+      OPENSSL_cleanse(buf, sizeof buf);
       return -1;
     }
     if (n == 0 || (got += (size_t)n) == sizeof buf)
       break;
   }
   close(fd);
-  if (got > RP_KEY_MAX_LEN) {
-    snprintf(err, errlen, "key file %s is longer than %u bytes: is it really a key?",
-             path, RP_KEY_MAX_LEN);
-    return -1;
-  }
+  bool filled = got == sizeof buf;
   while (got > 0 && (buf[got - 1] == '\n' || buf[got - 1] == '\r' ||
                      buf[got - 1] == ' ' || buf[got - 1] == '\t'))
     got--;
+  if (filled || got > RP_KEY_MAX_LEN) {
+    snprintf(err, errlen, "key file %s is longer than %u bytes: is it really a key?",
+             path, RP_KEY_MAX_LEN);
+    OPENSSL_cleanse(buf, sizeof buf);
+    return -1;
+  }
   if (got < RP_KEY_MIN_LEN) {
     snprintf(err, errlen, "key file %s holds %zu bytes; a cluster key needs at least %u "
              "(make one with 'rampartctl keygen FILE')", path, got, RP_KEY_MIN_LEN);
+    OPENSSL_cleanse(buf, sizeof buf);
     return -1;
   }
   memcpy(key->bytes, buf, got);

@@ -68,6 +68,11 @@ void rp_conn_close(struct rp_conn *conn);
 /* Binds the connection to a loop. Must be called once before rp_conn_submit. */
 void rp_conn_attach(struct rp_conn *conn, struct ev_loop *loop);
 
+/* The loop the connection is attached to; if none, a private loop (owned by the
+ * connection, destroyed by rp_conn_close) is made and attached first. NULL only if that
+ * fails. For callers that submit asynchronously and then run the loop themselves. */
+struct ev_loop *rp_conn_loop(struct rp_conn *conn);
+
 struct rp_request;
 typedef void (*rp_request_done_fn)(struct rp_request *req);
 

@@ -1,0 +1,1275 @@
+/* One authenticated connection to one rampartd (see client.h).
+ *
+ * Handshake: a non-blocking socket driven by poll() against one deadline that covers
+ * connect, HELLO/Challenge, AUTH/Welcome and the check of the server's MAC.
+ *
+ * After it, everything runs on a libev loop:
+ *   - submit gives the request the next id, links it into the in-flight table (an
+ *     intrusive hash: power-of-two bucket array chained through next_in_bucket, so no
+ *     allocation per request) and appends it to the send queue (next_queued);
+ *   - the write watcher drains the queue with sendmsg: many requests' headers and pages
+ *     per syscall, partial writes resumed from sent_bytes;
+ *   - the read watcher reads big chunks into one buffer and parses every whole frame
+ *     in it, each validated by rp_header_decode before its length is believed;
+ *   - a timer looks at the oldest request still in flight (ids and deadlines grow
+ *     together, so the oldest id holds the earliest deadline); one past its deadline
+ *     fails the connection, since its reply could still arrive later on the stream.
+ *
+ * A peer that breaks the protocol in any way (unknown id, reply before the request was
+ * fully sent, wrong op, bad header, undecodable push) fails the connection: every
+ * request in flight completes with RP_ERR_DISCONNECTED and on_disconnect runs once.
+ */
+#include "client.h"
+
+#include <errno.h>
+#include <ev.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "message.h"
+#include "rampart.pb-c.h"
+
+#define RBUF_SIZE (256u * 1024u)
+#define NBUCKETS 4096u /* power of two; ids are sequential, so chains stay short */
+#define MAX_BATCH 256u /* requests per sendmsg (two iovecs each at most) */
+#define DEFAULT_CONNECT_TIMEOUT_MS 5000u
+#define DEFAULT_REQUEST_TIMEOUT_MS 10000u
+
+_Static_assert((NBUCKETS & (NBUCKETS - 1)) == 0, "NBUCKETS must be a power of two");
+_Static_assert(RBUF_SIZE >= 2 * RP_MAX_CONTROL_FRAME, "read buffer must hold a frame");
+
+struct rp_conn {
+  int fd;
+  char peer[300];
+  struct ev_loop *loop;
+  struct ev_loop *private_loop; /* made by a blocking helper when none was attached */
+  ev_io rio;
+  ev_io wio;
+  ev_timer tick;
+  bool connected;   /* false once failed or closed */
+  bool close_pending;
+  bool disconnect_reported;
+  int depth; /* > 0 while inside one of our libev callbacks */
+  uint32_t request_timeout_ms;
+  uint64_t next_id;
+  uint64_t oldest_id; /* no request with a smaller id is in flight */
+  size_t in_flight;
+  struct rp_request **buckets;
+  struct rp_request *q_head, *q_tail;
+  uint8_t *rbuf;
+  size_t rstart, rend;
+  rp_advise_fn on_advise;
+  rp_disconnect_fn on_disconnect;
+  void *cb_user;
+  struct rp_error why; /* why the connection failed */
+  uint8_t hdrs[MAX_BATCH][RP_HEADER_SIZE];
+};
+
+/* A request made by the blocking helpers. Control ops (RESERVE, STAT, GOODBYE) are
+ * only ever submitted through this wrapper: their payload lives in `out` (page points
+ * there, count holds its length) and a successful reply's payload is copied to `reply`. */
+struct ctl_request {
+  struct rp_request req;
+  uint8_t out[64];
+  uint8_t *reply;
+  size_t reply_len;
+  bool finished;
+};
+
+static uint64_t now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* snprintf that may truncate on purpose: messages for people, cut to their buffers. */
+static void msgf(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void msgf(char *out, size_t len, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(out, len, fmt, ap);
+  va_end(ap);
+}
+
+static void set_error(struct rp_error *err, uint16_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_error(struct rp_error *err, uint16_t code, const char *fmt, ...)
+{
+  if (!err)
+    return;
+  err->code = code;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err->message, sizeof err->message, fmt, ap);
+  va_end(ap);
+}
+
+/* Our advice for a status, unless the server's sentence already carries it. */
+static const char *advice_text(const char *said, uint16_t status)
+{
+  const char *advice = rp_status_advice(status);
+  return advice[0] && !strstr(said, advice) ? advice : "";
+}
+
+static const char *advice_sep(const char *said, uint16_t status)
+{
+  return advice_text(said, status)[0] ? ": " : "";
+}
+
+static bool is_control_op(uint8_t op)
+{
+  return op == RP_OP_RESERVE || op == RP_OP_STAT || op == RP_OP_GOODBYE;
+}
+
+static uint32_t payload_len(const struct rp_request *r)
+{
+  if (r->op == RP_OP_WRITE)
+    return RP_PAGE_SIZE;
+  if (is_control_op(r->op))
+    return r->count;
+  return 0;
+}
+
+static uint32_t frame_len(const struct rp_request *r)
+{
+  return RP_HEADER_SIZE + payload_len(r);
+}
+
+/* ---- in-flight table ---- */
+
+static struct rp_request *table_find(const struct rp_conn *c, uint64_t id)
+{
+  struct rp_request *r = c->buckets[id & (NBUCKETS - 1)];
+  while (r && r->id != id)
+    r = r->next_in_bucket;
+  return r;
+}
+
+static void table_insert(struct rp_conn *c, struct rp_request *r)
+{
+  struct rp_request **b = &c->buckets[r->id & (NBUCKETS - 1)];
+  r->next_in_bucket = *b;
+  *b = r;
+  c->in_flight++;
+}
+
+static void table_remove(struct rp_conn *c, struct rp_request *r)
+{
+  struct rp_request **p = &c->buckets[r->id & (NBUCKETS - 1)];
+  while (*p && *p != r)
+    p = &(*p)->next_in_bucket;
+  if (*p) {
+    *p = r->next_in_bucket;
+    r->next_in_bucket = NULL;
+    c->in_flight--;
+  }
+}
+
+/* ---- failure and completion ---- */
+
+static void complete(struct rp_request *r, uint16_t status)
+{
+  r->status = status;
+  r->done(r);
+}
+
+static void stop_watchers(struct rp_conn *c)
+{
+  if (!c->loop)
+    return;
+  ev_io_stop(c->loop, &c->rio);
+  ev_io_stop(c->loop, &c->wio);
+  ev_timer_stop(c->loop, &c->tick);
+}
+
+/* Takes every request out of the table and the queue, closes the socket, and completes
+ * them: `timed_out` (if any) with RP_ERR_TIMEOUT, the rest with RP_ERR_DISCONNECTED. */
+static void fail_all(struct rp_conn *c, struct rp_request *timed_out, const char *what)
+{
+  c->connected = false;
+  stop_watchers(c);
+  if (c->fd >= 0) {
+    close(c->fd);
+    c->fd = -1;
+  }
+  struct rp_request *list = NULL;
+  for (size_t i = 0; i < NBUCKETS; i++) {
+    struct rp_request *r = c->buckets[i];
+    while (r) {
+      struct rp_request *next = r->next_in_bucket;
+      r->next_in_bucket = list;
+      list = r;
+      r = next;
+    }
+    c->buckets[i] = NULL;
+  }
+  c->in_flight = 0;
+  c->q_head = c->q_tail = NULL;
+
+  if (timed_out) {
+    msgf(timed_out->error_message, sizeof timed_out->error_message,
+             "%s to %s got no reply within %u ms", rp_op_name(timed_out->op), c->peer,
+             c->request_timeout_ms);
+    complete(timed_out, RP_ERR_TIMEOUT);
+  }
+  while (list) {
+    struct rp_request *r = list;
+    list = r->next_in_bucket;
+    r->next_in_bucket = NULL;
+    r->next_queued = NULL;
+    msgf(r->error_message, sizeof r->error_message, "connection to %s lost: %s",
+             c->peer, what);
+    complete(r, RP_ERR_DISCONNECTED);
+  }
+}
+
+/* The connection is unusable: record why, fail everything, tell the owner once. */
+static void conn_fail(struct rp_conn *c, uint16_t code, struct rp_request *timed_out,
+                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void conn_fail(struct rp_conn *c, uint16_t code, struct rp_request *timed_out,
+                      const char *fmt, ...)
+{
+  if (!c->connected)
+    return;
+  char what[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  set_error(&c->why, code, "connection to %s failed: %s: %s", c->peer, what,
+            rp_status_advice(code));
+  fail_all(c, timed_out, what);
+  if (!c->disconnect_reported && !c->close_pending) {
+    c->disconnect_reported = true;
+    if (c->on_disconnect)
+      c->on_disconnect(c, &c->why, c->cb_user);
+  }
+}
+
+static void conn_destroy(struct rp_conn *c)
+{
+  c->depth++; /* a nested rp_conn_close from a callback must not free twice */
+  if (c->connected)
+    fail_all(c, NULL, "the connection was closed by its owner");
+  stop_watchers(c);
+  if (c->fd >= 0)
+    close(c->fd);
+  if (c->private_loop)
+    ev_loop_destroy(c->private_loop);
+  free(c->buckets);
+  free(c->rbuf);
+  free(c);
+}
+
+/* Every libev callback brackets its work with enter/leave, so that rp_conn_close
+ * called from a request's done callback is deferred until we no longer touch c. */
+static void enter(struct rp_conn *c)
+{
+  c->depth++;
+}
+
+static void leave(struct rp_conn *c)
+{
+  if (--c->depth == 0 && c->close_pending)
+    conn_destroy(c);
+}
+
+/* ---- writing ---- */
+
+static void flush_queue(struct rp_conn *c)
+{
+  while (c->connected && c->q_head) {
+    struct iovec iov[2 * MAX_BATCH];
+    int niov = 0;
+    unsigned k = 0;
+    for (struct rp_request *r = c->q_head; r && k < MAX_BATCH; r = r->next_queued, k++) {
+      uint32_t off = r->sent_bytes;
+      uint32_t plen = payload_len(r);
+      if (off < RP_HEADER_SIZE) {
+        struct rp_header h = rp_request_header((enum rp_op)r->op, r->id);
+        h.length = plen;
+        if (r->op == RP_OP_WRITE || r->op == RP_OP_READ || r->op == RP_OP_FREE)
+          h.slot = r->slot;
+        if (r->op == RP_OP_FREE)
+          h.count = r->count;
+        rp_header_encode(&h, c->hdrs[k]);
+        iov[niov].iov_base = c->hdrs[k] + off;
+        iov[niov].iov_len = RP_HEADER_SIZE - off;
+        niov++;
+        off = 0;
+      } else {
+        off -= RP_HEADER_SIZE;
+      }
+      if (plen > off) {
+        iov[niov].iov_base = r->page + off;
+        iov[niov].iov_len = plen - off;
+        niov++;
+      }
+    }
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = iov;
+    msg.msg_iovlen = (size_t)niov;
+    ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (!ev_is_active(&c->wio))
+          ev_io_start(c->loop, &c->wio);
+        return;
+      }
+      conn_fail(c, RP_ERR_DISCONNECTED, NULL, "cannot send: %s", strerror(errno));
+      return;
+    }
+    size_t left = (size_t)n;
+    while (left > 0 && c->q_head) {
+      struct rp_request *r = c->q_head;
+      size_t rest = frame_len(r) - r->sent_bytes;
+      if (left >= rest) {
+        left -= rest;
+        r->sent_bytes = frame_len(r);
+        c->q_head = r->next_queued;
+        r->next_queued = NULL;
+        if (!c->q_head)
+          c->q_tail = NULL;
+      } else {
+        r->sent_bytes += (uint32_t)left;
+        left = 0;
+      }
+    }
+  }
+  if (c->loop && ev_is_active(&c->wio))
+    ev_io_stop(c->loop, &c->wio);
+}
+
+static void on_writable(struct ev_loop *loop, ev_io *w, int revents)
+{
+  struct rp_conn *c = w->data;
+  enter(c);
+  flush_queue(c);
+  leave(c);
+}
+
+/* ---- reading ---- */
+
+static void copy_server_message(char *out, size_t outlen, const uint8_t *payload,
+                                uint32_t len, uint16_t status)
+{
+  Rampart__Error *e = rampart__error__unpack(NULL, len, payload);
+  if (e && e->message && e->message[0]) {
+    msgf(out, outlen, "%s", e->message);
+  } else {
+    msgf(out, outlen, "%s", rp_status_name(status));
+  }
+  if (e)
+    rampart__error__free_unpacked(e, NULL);
+}
+
+static void handle_push(struct rp_conn *c, const struct rp_header *h, const uint8_t *payload)
+{
+  if (h->op != RP_OP_ADVISE || h->status != RP_OK) {
+    conn_fail(c, RP_ERR_BAD_FRAME, NULL, "server pushed a %s frame (status %u) with id 0",
+              rp_op_name(h->op), h->status);
+    return;
+  }
+  Rampart__Advise *a = rampart__advise__unpack(NULL, h->length, payload);
+  if (!a) {
+    conn_fail(c, RP_ERR_BAD_FRAME, NULL, "server sent an ADVISE that does not decode");
+    return;
+  }
+  if (c->on_advise)
+    c->on_advise(c, a->pressure, a->reason ? a->reason : "", a->free_pages, c->cb_user);
+  rampart__advise__free_unpacked(a, NULL);
+}
+
+static void handle_frame(struct rp_conn *c, const struct rp_header *h, const uint8_t *payload)
+{
+  if (h->id == 0) {
+    handle_push(c, h, payload);
+    return;
+  }
+  struct rp_request *r = table_find(c, h->id);
+  if (!r) {
+    conn_fail(c, RP_ERR_BAD_FRAME, NULL, "server answered request id %" PRIu64
+              " which is not in flight", h->id);
+    return;
+  }
+  if (r->op != h->op) {
+    conn_fail(c, RP_ERR_BAD_FRAME, NULL, "server answered %s request id %" PRIu64
+              " with a %s reply", rp_op_name(r->op), h->id, rp_op_name(h->op));
+    return;
+  }
+  if (r->sent_bytes != frame_len(r)) {
+    conn_fail(c, RP_ERR_BAD_FRAME, NULL, "server answered request id %" PRIu64
+              " before it was sent", h->id);
+    return;
+  }
+  table_remove(c, r);
+  if (h->status != RP_OK) {
+    copy_server_message(r->error_message, sizeof r->error_message, payload, h->length,
+                        h->status);
+    if (is_control_op(r->op))
+      ((struct ctl_request *)r)->reply_len = 0;
+    complete(r, h->status);
+    return;
+  }
+  if (r->op == RP_OP_READ) {
+    /* rp_header_decode guarantees exactly RP_PAGE_SIZE bytes on a successful READ. */
+    memcpy(r->page, payload, RP_PAGE_SIZE);
+  } else if (is_control_op(r->op)) {
+    struct ctl_request *ctl = (struct ctl_request *)r;
+    ctl->reply = malloc(h->length ? h->length : 1);
+    if (!ctl->reply) {
+      msgf(r->error_message, sizeof r->error_message, "out of memory for a reply");
+      complete(r, RP_ERR_INTERNAL);
+      return;
+    }
+    memcpy(ctl->reply, payload, h->length);
+    ctl->reply_len = h->length;
+  }
+  complete(r, RP_OK);
+}
+
+static void parse_frames(struct rp_conn *c)
+{
+  while (c->connected && !c->close_pending && c->rend - c->rstart >= RP_HEADER_SIZE) {
+    struct rp_header h;
+    const char *why = NULL;
+    enum rp_status st = rp_header_decode(c->rbuf + c->rstart, RP_FROM_SERVER, &h, &why);
+    if (st != RP_OK) {
+      conn_fail(c, RP_ERR_BAD_FRAME, NULL, "bad frame from server: %s", why ? why : "?");
+      return;
+    }
+    /* decode bounded length to RP_MAX_CONTROL_PAYLOAD, so this cannot overflow and the
+     * frame fits in the buffer once compacted. */
+    size_t total = (size_t)RP_HEADER_SIZE + h.length;
+    if (c->rend - c->rstart < total)
+      return;
+    const uint8_t *payload = c->rbuf + c->rstart + RP_HEADER_SIZE;
+    c->rstart += total;
+    handle_frame(c, &h, payload);
+  }
+  if (c->rstart == c->rend)
+    c->rstart = c->rend = 0;
+}
+
+static void on_readable(struct ev_loop *loop, ev_io *w, int revents)
+{
+  struct rp_conn *c = w->data;
+  enter(c);
+  for (int round = 0; round < 8 && c->connected && !c->close_pending; round++) {
+    if (c->rstart > 0 && RBUF_SIZE - c->rend < RP_MAX_CONTROL_FRAME) {
+      memmove(c->rbuf, c->rbuf + c->rstart, c->rend - c->rstart);
+      c->rend -= c->rstart;
+      c->rstart = 0;
+    }
+    size_t space = RBUF_SIZE - c->rend;
+    ssize_t n = read(c->fd, c->rbuf + c->rend, space);
+    if (n == 0) {
+      conn_fail(c, RP_ERR_DISCONNECTED, NULL, "the server closed the connection");
+      break;
+    }
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        conn_fail(c, RP_ERR_DISCONNECTED, NULL, "cannot receive: %s", strerror(errno));
+      break;
+    }
+    c->rend += (size_t)n;
+    parse_frames(c);
+    if ((size_t)n < space)
+      break; /* the socket is drained */
+  }
+  /* Completions usually submit the next requests: send them now, in one sendmsg, rather
+   * than after another trip through the loop. */
+  if (c->connected && !c->close_pending && c->q_head)
+    flush_queue(c);
+  leave(c);
+}
+
+/* ---- request timeouts ---- */
+
+static double tick_interval(const struct rp_conn *c)
+{
+  double s = c->request_timeout_ms / 4000.0;
+  if (s < 0.01)
+    s = 0.01;
+  if (s > 0.5)
+    s = 0.5;
+  return s;
+}
+
+static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+  struct rp_conn *c = w->data;
+  enter(c);
+  while (c->oldest_id < c->next_id && !table_find(c, c->oldest_id))
+    c->oldest_id++;
+  if (c->in_flight == 0) {
+    ev_timer_stop(loop, w);
+  } else {
+    struct rp_request *r = table_find(c, c->oldest_id);
+    if (r && r->deadline_ns <= now_ns()) {
+      table_remove(c, r);
+      conn_fail(c, RP_ERR_TIMEOUT, r, "%s request got no reply within %u ms",
+                rp_op_name(r->op), c->request_timeout_ms);
+    }
+  }
+  leave(c);
+}
+
+/* ---- submitting ---- */
+
+static bool attach_private(struct rp_conn *c)
+{
+  if (c->loop)
+    return true;
+  c->private_loop = ev_loop_new(EVFLAG_AUTO);
+  if (!c->private_loop)
+    return false;
+  rp_conn_attach(c, c->private_loop);
+  return true;
+}
+
+static void submit_any(struct rp_conn *c, struct rp_request *r)
+{
+  r->status = RP_OK;
+  r->error_message[0] = '\0';
+  r->next_in_bucket = NULL;
+  r->next_queued = NULL;
+  r->sent_bytes = 0;
+  r->id = 0;
+  if (!c->connected || c->close_pending) {
+    msgf(r->error_message, sizeof r->error_message, "connection to %s is closed",
+             c->peer);
+    complete(r, RP_ERR_DISCONNECTED);
+    return;
+  }
+  if (!c->loop && !attach_private(c)) {
+    msgf(r->error_message, sizeof r->error_message, "cannot create an event loop");
+    complete(r, RP_ERR_INTERNAL);
+    return;
+  }
+  r->id = c->next_id++;
+  r->deadline_ns = now_ns() + (uint64_t)c->request_timeout_ms * 1000000u;
+  table_insert(c, r);
+  if (c->q_tail)
+    c->q_tail->next_queued = r;
+  else
+    c->q_head = r;
+  c->q_tail = r;
+  if (!ev_is_active(&c->wio))
+    ev_io_start(c->loop, &c->wio);
+  if (!ev_is_active(&c->tick)) {
+    ev_timer_set(&c->tick, tick_interval(c), tick_interval(c));
+    ev_timer_start(c->loop, &c->tick);
+  }
+}
+
+void rp_conn_submit(struct rp_conn *conn, struct rp_request *req)
+{
+  const char *bad = NULL;
+  switch (req->op) {
+  case RP_OP_WRITE:
+  case RP_OP_READ:
+    if (!req->page)
+      bad = "no page buffer";
+    else if (req->slot > RP_MAX_SLOT)
+      bad = "slot past 2^48";
+    break;
+  case RP_OP_FREE:
+    if (req->slot > RP_MAX_SLOT)
+      bad = "slot past 2^48";
+    else if (req->count == 0 || req->count > RP_MAX_FREE_COUNT)
+      bad = "FREE count is 0 or past RP_MAX_FREE_COUNT";
+    else if (req->slot + req->count - 1 > RP_MAX_SLOT)
+      bad = "FREE range past 2^48";
+    break;
+  case RP_OP_PING:
+    break;
+  default:
+    bad = "op is not WRITE, READ, FREE or PING";
+  }
+  if (bad) {
+    req->next_in_bucket = req->next_queued = NULL;
+    req->sent_bytes = 0;
+    msgf(req->error_message, sizeof req->error_message, "invalid request: %s", bad);
+    complete(req, RP_ERR_BAD_FRAME);
+    return;
+  }
+  submit_any(conn, req);
+}
+
+struct ev_loop *rp_conn_loop(struct rp_conn *conn)
+{
+  if (!conn->loop && !attach_private(conn))
+    return NULL;
+  return conn->loop;
+}
+
+size_t rp_conn_in_flight(const struct rp_conn *conn)
+{
+  return conn->in_flight;
+}
+
+void rp_conn_attach(struct rp_conn *conn, struct ev_loop *loop)
+{
+  if (conn->loop == loop)
+    return;
+  stop_watchers(conn);
+  conn->loop = loop;
+  if (conn->connected) {
+    ev_io_start(loop, &conn->rio);
+    if (conn->q_head)
+      ev_io_start(loop, &conn->wio);
+    if (conn->in_flight) {
+      ev_timer_set(&conn->tick, tick_interval(conn), tick_interval(conn));
+      ev_timer_start(loop, &conn->tick);
+    }
+  }
+}
+
+void rp_conn_set_callbacks(struct rp_conn *conn, rp_advise_fn on_advise,
+                           rp_disconnect_fn on_disconnect, void *user)
+{
+  conn->on_advise = on_advise;
+  conn->on_disconnect = on_disconnect;
+  conn->cb_user = user;
+}
+
+bool rp_conn_is_connected(const struct rp_conn *conn)
+{
+  return conn->connected;
+}
+
+const char *rp_conn_peer(const struct rp_conn *conn)
+{
+  return conn->peer;
+}
+
+void rp_conn_close(struct rp_conn *conn)
+{
+  if (!conn)
+    return;
+  if (conn->depth > 0) {
+    /* Inside one of our callbacks: fail what is in flight now, free on the way out. */
+    conn->close_pending = true;
+    if (conn->connected)
+      fail_all(conn, NULL, "the connection was closed by its owner");
+    return;
+  }
+  conn_destroy(conn);
+}
+
+/* ---- handshake ---- */
+
+struct handshake {
+  int fd;
+  uint64_t deadline_ns;
+  const char *peer;
+};
+
+static int remaining_ms(uint64_t deadline_ns)
+{
+  uint64_t now = now_ns();
+  if (now >= deadline_ns)
+    return 0;
+  uint64_t ms = (deadline_ns - now + 999999u) / 1000000u;
+  return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+/* Waits for fd to become ready for `events`. 0, or -1 with err (timeout or poll error). */
+static int hs_wait(struct handshake *hs, short events, const char *doing, struct rp_error *err)
+{
+  for (;;) {
+    int ms = remaining_ms(hs->deadline_ns);
+    if (ms == 0) {
+      set_error(err, RP_ERR_TIMEOUT, "timed out %s %s: %s", doing, hs->peer,
+                rp_status_advice(RP_ERR_TIMEOUT));
+      return -1;
+    }
+    struct pollfd p = {.fd = hs->fd, .events = events};
+    int n = poll(&p, 1, ms);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      set_error(err, RP_ERR_CONNECT, "poll failed %s %s: %s", doing, hs->peer,
+                strerror(errno));
+      return -1;
+    }
+    if (n > 0)
+      return 0;
+  }
+}
+
+static int hs_send(struct handshake *hs, const uint8_t *buf, size_t len, struct rp_error *err)
+{
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = send(hs->fd, buf + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (hs_wait(hs, POLLOUT, "sending the handshake to", err) < 0)
+        return -1;
+      continue;
+    }
+    if (n < 0) {
+      set_error(err, RP_ERR_CONNECT, "cannot send the handshake to %s: %s: %s", hs->peer,
+                strerror(errno), rp_status_advice(RP_ERR_CONNECT));
+      return -1;
+    }
+    done += (size_t)n;
+  }
+  return 0;
+}
+
+static int hs_recv(struct handshake *hs, uint8_t *buf, size_t len, struct rp_error *err)
+{
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = recv(hs->fd, buf + done, len - done, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (hs_wait(hs, POLLIN, "waiting for the handshake reply from", err) < 0)
+        return -1;
+      continue;
+    }
+    if (n <= 0) {
+      set_error(err, RP_ERR_CONNECT, "%s closed the connection during the handshake%s%s: "
+                "is it a rampartd of this version? %s", hs->peer, n < 0 ? ": " : "",
+                n < 0 ? strerror(errno) : "", rp_status_advice(RP_ERR_CONNECT));
+      return -1;
+    }
+    done += (size_t)n;
+  }
+  return 0;
+}
+
+/* Sends one control request and receives its reply. On success *payload is a malloc'd
+ * copy of the reply's payload (*len bytes). A server error is turned into err with the
+ * server's own sentence and our advice. */
+static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
+                       const ProtobufCMessage *msg, uint8_t **payload, size_t *len,
+                       struct rp_error *err)
+{
+  uint8_t *frame = malloc(RP_MAX_CONTROL_FRAME);
+  if (!frame) {
+    set_error(err, RP_ERR_INTERNAL, "out of memory");
+    return -1;
+  }
+  struct rp_header h = rp_request_header(op, id);
+  size_t flen = rp_frame_build(frame, RP_MAX_CONTROL_FRAME, &h, msg);
+  if (flen == 0) {
+    free(frame);
+    set_error(err, RP_ERR_INTERNAL, "cannot build the %s frame", rp_op_name(op));
+    return -1;
+  }
+  int rc = hs_send(hs, frame, flen, err);
+  free(frame);
+  if (rc < 0)
+    return -1;
+
+  for (;;) {
+    uint8_t hb[RP_HEADER_SIZE];
+    if (hs_recv(hs, hb, sizeof hb, err) < 0)
+      return -1;
+    struct rp_header rh;
+    const char *why = NULL;
+    if (rp_header_decode(hb, RP_FROM_SERVER, &rh, &why) != RP_OK) {
+      set_error(err, RP_ERR_BAD_FRAME, "%s answered the handshake with a bad frame (%s): %s",
+                hs->peer, why ? why : "?", rp_status_advice(RP_ERR_BAD_FRAME));
+      return -1;
+    }
+    uint8_t *p = malloc(rh.length ? rh.length : 1); /* length <= 64 KiB: decode checked */
+    if (!p) {
+      set_error(err, RP_ERR_INTERNAL, "out of memory");
+      return -1;
+    }
+    if (hs_recv(hs, p, rh.length, err) < 0) {
+      free(p);
+      return -1;
+    }
+    if (rh.id == 0 && rh.op == RP_OP_ADVISE) { /* a push before the session exists */
+      free(p);
+      continue;
+    }
+    if (rh.id != id || rh.op != op) {
+      free(p);
+      set_error(err, RP_ERR_BAD_FRAME, "%s answered %s with an unexpected %s frame: %s",
+                hs->peer, rp_op_name(op), rp_op_name(rh.op),
+                rp_status_advice(RP_ERR_BAD_FRAME));
+      return -1;
+    }
+    if (rh.status != RP_OK) {
+      char said[200];
+      copy_server_message(said, sizeof said, p, rh.length, rh.status);
+      free(p);
+      const char *what = op == RP_OP_AUTH ? "refused authentication" : "refused the handshake";
+      set_error(err, rh.status, "%s %s: %s%s%s", hs->peer, what, said,
+                advice_sep(said, rh.status), advice_text(said, rh.status));
+      return -1;
+    }
+    *payload = p;
+    *len = rh.length;
+    return 0;
+  }
+}
+
+static int connect_one(const struct addrinfo *ai, struct handshake *hs, int *last_errno)
+{
+  int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                  ai->ai_protocol);
+  if (fd < 0) {
+    *last_errno = errno;
+    return -1;
+  }
+  if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+    return fd;
+  if (errno != EINPROGRESS) {
+    *last_errno = errno;
+    close(fd);
+    return -1;
+  }
+  for (;;) {
+    int ms = remaining_ms(hs->deadline_ns);
+    if (ms == 0) {
+      *last_errno = ETIMEDOUT;
+      close(fd);
+      return -1;
+    }
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int n = poll(&p, 1, ms);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      *last_errno = errno;
+      close(fd);
+      return -1;
+    }
+    if (n == 0)
+      continue; /* loop re-checks the deadline */
+    int soerr = 0;
+    socklen_t sl = sizeof soerr;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
+      soerr = errno;
+    if (soerr != 0) {
+      *last_errno = soerr;
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
+}
+
+static int do_connect(const struct rp_conn_options *o, struct handshake *hs,
+                      struct rp_error *err)
+{
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  struct addrinfo *res = NULL;
+  int gai = getaddrinfo(o->host, o->port, &hints, &res);
+  if (gai != 0) {
+    set_error(err, RP_ERR_CONNECT, "cannot resolve %s: %s: %s", hs->peer, gai_strerror(gai),
+              rp_status_advice(RP_ERR_CONNECT));
+    return -1;
+  }
+  int last_errno = ECONNREFUSED;
+  int fd = -1;
+  for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+    fd = connect_one(ai, hs, &last_errno);
+    if (last_errno == ETIMEDOUT && fd < 0)
+      break;
+  }
+  freeaddrinfo(res);
+  if (fd < 0) {
+    uint16_t code = last_errno == ETIMEDOUT ? RP_ERR_TIMEOUT : RP_ERR_CONNECT;
+    set_error(err, code, "cannot connect to %s: %s: %s", hs->peer, strerror(last_errno),
+              rp_status_advice(code));
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  hs->fd = fd;
+  return 0;
+}
+
+static int handshake(const struct rp_conn_options *o, struct handshake *hs,
+                     struct rp_session_info *info, struct rp_error *err)
+{
+  static const struct rp_key no_key = {.len = 0};
+  const struct rp_key *key = o->key ? o->key : &no_key;
+
+  uint8_t client_nonce[RP_NONCE_LEN];
+  if (rp_random_bytes(client_nonce, sizeof client_nonce) < 0) {
+    set_error(err, RP_ERR_INTERNAL, "cannot get random bytes for the handshake nonce");
+    return -1;
+  }
+  Rampart__Hello hello = RAMPART__HELLO__INIT;
+  hello.magic = RP_HELLO_MAGIC;
+  hello.version = RP_PROTOCOL_VERSION;
+  hello.client_nonce.data = client_nonce;
+  hello.client_nonce.len = sizeof client_nonce;
+  hello.client_name = (char *)(o->client_name ? o->client_name : "rampart");
+  if (o->resume_token) {
+    hello.resume_token.data = (uint8_t *)o->resume_token;
+    hello.resume_token.len = RP_TOKEN_LEN;
+  }
+  uint8_t *p = NULL;
+  size_t len = 0;
+  if (hs_exchange(hs, RP_OP_HELLO, 1, &hello.base, &p, &len, err) < 0)
+    return -1;
+  Rampart__Challenge *ch = rampart__challenge__unpack(NULL, len, p);
+  free(p);
+  if (!ch) {
+    set_error(err, RP_ERR_BAD_FRAME, "%s sent a Challenge that does not decode: %s",
+              hs->peer, rp_status_advice(RP_ERR_BAD_FRAME));
+    return -1;
+  }
+  if (ch->version != RP_PROTOCOL_VERSION) {
+    set_error(err, RP_ERR_VERSION, "%s speaks protocol version %u, this client %u: %s",
+              hs->peer, ch->version, RP_PROTOCOL_VERSION, rp_status_advice(RP_ERR_VERSION));
+    rampart__challenge__free_unpacked(ch, NULL);
+    return -1;
+  }
+  if (ch->server_nonce.len != RP_NONCE_LEN) {
+    set_error(err, RP_ERR_BAD_FRAME, "%s sent a %zu-byte nonce instead of %u: %s", hs->peer,
+              ch->server_nonce.len, RP_NONCE_LEN, rp_status_advice(RP_ERR_BAD_FRAME));
+    rampart__challenge__free_unpacked(ch, NULL);
+    return -1;
+  }
+  uint8_t server_nonce[RP_NONCE_LEN];
+  memcpy(server_nonce, ch->server_nonce.data, RP_NONCE_LEN);
+  rampart__challenge__free_unpacked(ch, NULL);
+
+  uint8_t mac[RP_MAC_LEN];
+  rp_auth_client_mac(key, server_nonce, client_nonce, mac);
+  Rampart__Auth auth = RAMPART__AUTH__INIT;
+  auth.client_mac.data = mac;
+  auth.client_mac.len = sizeof mac;
+  if (hs_exchange(hs, RP_OP_AUTH, 2, &auth.base, &p, &len, err) < 0)
+    return -1;
+  Rampart__Welcome *wel = rampart__welcome__unpack(NULL, len, p);
+  free(p);
+  if (!wel) {
+    set_error(err, RP_ERR_BAD_FRAME, "%s sent a Welcome that does not decode: %s", hs->peer,
+              rp_status_advice(RP_ERR_BAD_FRAME));
+    return -1;
+  }
+  uint8_t expect[RP_MAC_LEN];
+  rp_auth_server_mac(key, client_nonce, server_nonce, expect);
+  if (!rp_mac_matches(expect, wel->server_mac.data, wel->server_mac.len)) {
+    set_error(err, RP_ERR_AUTH, "%s accepted us but could not prove it holds the cluster key "
+              "(%s): %s", hs->peer,
+              key->len ? "it was started with another key, or with none"
+                       : "it expects a key and this client has none",
+              rp_status_advice(RP_ERR_AUTH));
+    rampart__welcome__free_unpacked(wel, NULL);
+    return -1;
+  }
+  if (wel->session_token.len != RP_TOKEN_LEN || wel->page_size != RP_PAGE_SIZE) {
+    set_error(err, RP_ERR_VERSION, "%s sent a session token of %zu bytes and a page size "
+              "of %u (expected %u and %u): %s", hs->peer, wel->session_token.len,
+              wel->page_size, RP_TOKEN_LEN, RP_PAGE_SIZE, rp_status_advice(RP_ERR_VERSION));
+    rampart__welcome__free_unpacked(wel, NULL);
+    return -1;
+  }
+  if (info) {
+    memset(info, 0, sizeof *info);
+    memcpy(info->token, wel->session_token.data, RP_TOKEN_LEN);
+    info->resumed = wel->resumed;
+    info->page_size = wel->page_size;
+    info->capacity_pages = wel->capacity_pages;
+    info->free_pages = wel->free_pages;
+    info->lease_seconds = wel->lease_seconds;
+    info->reserved_pages = wel->reserved_pages;
+    info->pressure = wel->pressure;
+  }
+  rampart__welcome__free_unpacked(wel, NULL);
+  return 0;
+}
+
+struct rp_conn *rp_conn_open(const struct rp_conn_options *opts, struct rp_session_info *info,
+                             struct rp_error *err)
+{
+  struct rp_error local;
+  if (!err)
+    err = &local;
+  memset(err, 0, sizeof *err);
+  if (!opts || !opts->host || !opts->port) {
+    set_error(err, RP_ERR_CONNECT, "no server address given: pass HOST:PORT");
+    return NULL;
+  }
+  struct rp_conn *c = calloc(1, sizeof *c);
+  if (!c) {
+    set_error(err, RP_ERR_INTERNAL, "out of memory");
+    return NULL;
+  }
+  c->fd = -1;
+  if (strchr(opts->host, ':'))
+    msgf(c->peer, sizeof c->peer, "[%s]:%s", opts->host, opts->port);
+  else
+    msgf(c->peer, sizeof c->peer, "%s:%s", opts->host, opts->port);
+  c->buckets = calloc(NBUCKETS, sizeof *c->buckets);
+  c->rbuf = malloc(RBUF_SIZE);
+  if (!c->buckets || !c->rbuf) {
+    set_error(err, RP_ERR_INTERNAL, "out of memory");
+    conn_destroy(c);
+    return NULL;
+  }
+  c->request_timeout_ms = opts->request_timeout_ms ? opts->request_timeout_ms
+                                                   : DEFAULT_REQUEST_TIMEOUT_MS;
+  c->next_id = 1;
+  c->oldest_id = 1;
+  if (opts->key && opts->key->len > RP_KEY_MAX_LEN) {
+    set_error(err, RP_ERR_AUTH, "key longer than %u bytes", RP_KEY_MAX_LEN);
+    conn_destroy(c);
+    return NULL;
+  }
+
+  uint32_t cto = opts->connect_timeout_ms ? opts->connect_timeout_ms
+                                          : DEFAULT_CONNECT_TIMEOUT_MS;
+  struct handshake hs = {.fd = -1, .deadline_ns = now_ns() + (uint64_t)cto * 1000000u,
+                         .peer = c->peer};
+  if (do_connect(opts, &hs, err) < 0) {
+    conn_destroy(c);
+    return NULL;
+  }
+  c->fd = hs.fd;
+  if (handshake(opts, &hs, info, err) < 0) {
+    conn_destroy(c);
+    return NULL;
+  }
+  c->connected = true;
+  ev_io_init(&c->rio, on_readable, c->fd, EV_READ);
+  ev_io_init(&c->wio, on_writable, c->fd, EV_WRITE);
+  ev_timer_init(&c->tick, on_tick, 0.1, 0.1);
+  c->rio.data = c->wio.data = c->tick.data = c;
+  return c;
+}
+
+/* ---- blocking helpers ---- */
+
+static void ctl_done(struct rp_request *r)
+{
+  ((struct ctl_request *)r)->finished = true;
+}
+
+/* Submits ctl and runs the loop until it completes. 0, or -1 with err filled. */
+static int run_sync(struct rp_conn *c, struct ctl_request *ctl, const char *what,
+                    struct rp_error *err)
+{
+  /* c may be freed by the time the request completes (an owner's callback closing it),
+   * so everything needed afterwards is copied first. */
+  char peer[sizeof c->peer];
+  memcpy(peer, c->peer, sizeof peer);
+  ctl->req.done = ctl_done;
+  ctl->finished = false;
+  ctl->reply = NULL;
+  ctl->reply_len = 0;
+  submit_any(c, &ctl->req);
+  while (!ctl->finished)
+    ev_run(c->loop, EVRUN_ONCE);
+  if (ctl->req.status == RP_OK)
+    return 0;
+  free(ctl->reply);
+  ctl->reply = NULL;
+  const char *said = ctl->req.error_message[0] ? ctl->req.error_message
+                                                : rp_status_name(ctl->req.status);
+  set_error(err, ctl->req.status, "%s on %s failed: %s%s%s", what, peer, said,
+            advice_sep(said, ctl->req.status), advice_text(said, ctl->req.status));
+  return -1;
+}
+
+static void ctl_init(struct ctl_request *ctl, uint8_t op)
+{
+  memset(ctl, 0, sizeof *ctl);
+  ctl->req.op = op;
+}
+
+static int reply_malformed(struct rp_conn *c, struct ctl_request *ctl, const char *what,
+                           struct rp_error *err)
+{
+  free(ctl->reply);
+  ctl->reply = NULL;
+  set_error(err, RP_ERR_BAD_FRAME, "%s on %s: the reply does not decode: %s", what, c->peer,
+            rp_status_advice(RP_ERR_BAD_FRAME));
+  return -1;
+}
+
+int rp_reserve_sync(struct rp_conn *conn, uint64_t pages, uint64_t *reserved_pages,
+                    uint64_t *free_pages, struct rp_error *err)
+{
+  struct ctl_request ctl;
+  ctl_init(&ctl, RP_OP_RESERVE);
+  Rampart__Reserve msg = RAMPART__RESERVE__INIT;
+  msg.pages = pages;
+  size_t n = protobuf_c_message_get_packed_size(&msg.base);
+  if (n > sizeof ctl.out) {
+    set_error(err, RP_ERR_INTERNAL, "Reserve message too large");
+    return -1;
+  }
+  protobuf_c_message_pack(&msg.base, ctl.out);
+  ctl.req.page = ctl.out;
+  ctl.req.count = (uint32_t)n;
+  char what[64];
+  msgf(what, sizeof what, "RESERVE of %" PRIu64 " pages", pages);
+  if (run_sync(conn, &ctl, what, err) < 0)
+    return -1;
+  Rampart__ReserveReply *r = rampart__reserve_reply__unpack(NULL, ctl.reply_len, ctl.reply);
+  if (!r)
+    return reply_malformed(conn, &ctl, what, err);
+  if (reserved_pages)
+    *reserved_pages = r->reserved_pages;
+  if (free_pages)
+    *free_pages = r->free_pages;
+  rampart__reserve_reply__free_unpacked(r, NULL);
+  free(ctl.reply);
+  return 0;
+}
+
+static int hot_sync(struct rp_conn *conn, uint8_t op, uint64_t slot, uint32_t count,
+                    uint8_t *page, struct rp_error *err)
+{
+  struct ctl_request ctl;
+  ctl_init(&ctl, op);
+  ctl.req.slot = slot;
+  ctl.req.count = count;
+  ctl.req.page = page;
+  char what[64];
+  if (op == RP_OP_PING)
+    msgf(what, sizeof what, "PING");
+  else
+    msgf(what, sizeof what, "%s of slot %" PRIu64, rp_op_name(op), slot);
+  /* Same validation as the public path. */
+  if ((op == RP_OP_WRITE || op == RP_OP_READ) && (!page || slot > RP_MAX_SLOT)) {
+    set_error(err, RP_ERR_BAD_FRAME, "%s: invalid request", what);
+    return -1;
+  }
+  if (op == RP_OP_FREE && (slot > RP_MAX_SLOT || count == 0 || count > RP_MAX_FREE_COUNT ||
+                           slot + count - 1 > RP_MAX_SLOT)) {
+    set_error(err, RP_ERR_BAD_FRAME, "%s: invalid count %u (1..%u)", what, count,
+              RP_MAX_FREE_COUNT);
+    return -1;
+  }
+  return run_sync(conn, &ctl, what, err);
+}
+
+int rp_write_sync(struct rp_conn *conn, uint64_t slot, const uint8_t *page, struct rp_error *err)
+{
+  return hot_sync(conn, RP_OP_WRITE, slot, 0, (uint8_t *)page, err);
+}
+
+int rp_read_sync(struct rp_conn *conn, uint64_t slot, uint8_t *page, struct rp_error *err)
+{
+  return hot_sync(conn, RP_OP_READ, slot, 0, page, err);
+}
+
+int rp_free_sync(struct rp_conn *conn, uint64_t slot, uint32_t count, struct rp_error *err)
+{
+  return hot_sync(conn, RP_OP_FREE, slot, count, NULL, err);
+}
+
+int rp_ping_sync(struct rp_conn *conn, struct rp_error *err)
+{
+  return hot_sync(conn, RP_OP_PING, 0, 0, NULL, err);
+}
+
+int rp_goodbye_sync(struct rp_conn *conn, struct rp_error *err)
+{
+  struct ctl_request ctl;
+  ctl_init(&ctl, RP_OP_GOODBYE);
+  if (run_sync(conn, &ctl, "GOODBYE", err) < 0)
+    return -1;
+  free(ctl.reply);
+  return 0;
+}
+
+int rp_stat_sync(struct rp_conn *conn, struct rp_server_stat *stat, struct rp_error *err)
+{
+  struct ctl_request ctl;
+  ctl_init(&ctl, RP_OP_STAT);
+  if (run_sync(conn, &ctl, "STAT", err) < 0)
+    return -1;
+  Rampart__Stat *s = rampart__stat__unpack(NULL, ctl.reply_len, ctl.reply);
+  if (!s)
+    return reply_malformed(conn, &ctl, "STAT", err);
+  memset(stat, 0, sizeof *stat);
+  msgf(stat->server_name, sizeof stat->server_name, "%s",
+           s->server_name ? s->server_name : "");
+  stat->version = s->version;
+  stat->uptime_seconds = s->uptime_seconds;
+  stat->page_size = s->page_size;
+  stat->capacity_pages = s->capacity_pages;
+  stat->reserved_pages = s->reserved_pages;
+  stat->stored_pages = s->stored_pages;
+  stat->stored_bytes = s->stored_bytes;
+  stat->resident_bytes = s->resident_bytes;
+  stat->clients_connected = s->clients_connected;
+  stat->sessions_attached = s->sessions_attached;
+  stat->sessions_detached = s->sessions_detached;
+  stat->sessions_expired = s->sessions_expired;
+  stat->ops_write = s->ops_write;
+  stat->ops_read = s->ops_read;
+  stat->ops_free = s->ops_free;
+  stat->bytes_in = s->bytes_in;
+  stat->bytes_out = s->bytes_out;
+  stat->errors_protocol = s->errors_protocol;
+  stat->errors_auth = s->errors_auth;
+  stat->errors_refused = s->errors_refused;
+  stat->pressure = s->pressure;
+  stat->psi_some_avg10 = s->psi_some_avg10;
+  stat->mem_available_bytes = s->mem_available_bytes;
+  stat->advises_sent = s->advises_sent;
+  stat->session_stored_pages = s->session_stored_pages;
+  stat->session_reserved_pages = s->session_reserved_pages;
+  rampart__stat__free_unpacked(s, NULL);
+  free(ctl.reply);
+  return 0;
+}
+
+static void wait_expired(struct ev_loop *loop, ev_timer *w, int revents)
+{
+  *(bool *)w->data = true;
+}
+
+bool rp_conn_wait(struct rp_conn *conn, bool (*pred)(void *arg), void *arg, uint32_t timeout_ms)
+{
+  if (pred(arg))
+    return true;
+  if (!conn->loop && !attach_private(conn))
+    return false;
+  bool expired = false;
+  ev_timer t;
+  ev_now_update(conn->loop);
+  ev_timer_init(&t, wait_expired, timeout_ms / 1000.0, 0.0);
+  t.data = &expired;
+  ev_timer_start(conn->loop, &t);
+  while (!pred(arg) && !expired)
+    ev_run(conn->loop, EVRUN_ONCE);
+  ev_timer_stop(conn->loop, &t);
+  return pred(arg);
+}

@@ -1,0 +1,246 @@
+/* librampart's connection against a real rampartd that misbehaves the way machines do:
+ * stops answering (SIGSTOP), crashes (SIGKILL), is not there. Requests must always
+ * complete, exactly once, with the right status; on_disconnect runs exactly once. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <ev.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "client.h"
+#include "server_process.h"
+
+#define NREQ 16
+
+static const char *const MEMORY_ARGS[] = {"--memory", "16M", NULL};
+
+struct fixture {
+  char dir[256];
+};
+
+struct tally {
+  int completed;
+  int by_status[128];
+  int disconnects;
+  uint16_t why_code;
+  struct rp_conn *close_on_first; /* close this connection from the first callback */
+  uint16_t first_status;
+};
+
+static int setup(void **state)
+{
+  static struct fixture f;
+  memset(&f, 0, sizeof f);
+  if (rp_test_tmpdir(f.dir, sizeof f.dir) < 0)
+    return -1;
+  *state = &f;
+  return 0;
+}
+
+static int teardown(void **state)
+{
+  struct fixture *f = *state;
+  if (f)
+    rp_test_tmpdir_remove(f->dir);
+  return 0;
+}
+
+static void on_done(struct rp_request *r)
+{
+  struct tally *t = r->user;
+  if (t->completed++ == 0) {
+    t->first_status = r->status;
+    if (t->close_on_first) {
+      struct rp_conn *c = t->close_on_first;
+      t->close_on_first = NULL;
+      rp_conn_close(c);
+    }
+  }
+  t->by_status[r->status < 128 ? r->status : 127]++;
+}
+
+static void on_disconnect(struct rp_conn *c, const struct rp_error *why, void *user)
+{
+  struct tally *t = user;
+  t->disconnects++;
+  t->why_code = why->code;
+  fprintf(stderr, "on_disconnect: %s\n", why->message);
+}
+
+static bool all_done(void *arg)
+{
+  struct tally *t = arg;
+  return t->completed == NREQ;
+}
+
+static struct rp_conn *connect_with(struct rp_test_server *s, uint32_t request_timeout_ms,
+                                    struct tally *t)
+{
+  struct rp_conn_options o;
+  memset(&o, 0, sizeof o);
+  o.host = s->host;
+  o.port = s->port;
+  o.request_timeout_ms = request_timeout_ms;
+  struct rp_error err;
+  struct rp_conn *c = rp_conn_open(&o, NULL, &err);
+  if (!c)
+    fail_msg("connect: %s", err.message);
+  rp_conn_set_callbacks(c, NULL, on_disconnect, t);
+  if (rp_reserve_sync(c, 100, NULL, NULL, &err) < 0)
+    fail_msg("reserve: %s", err.message);
+  return c;
+}
+
+static void submit_writes(struct rp_conn *c, struct rp_request *reqs, uint8_t (*pages)[RP_PAGE_SIZE],
+                          struct tally *t)
+{
+  for (int i = 0; i < NREQ; i++) {
+    memset(&reqs[i], 0, sizeof reqs[i]);
+    reqs[i].op = RP_OP_WRITE;
+    reqs[i].slot = (uint64_t)i;
+    reqs[i].page = pages[i];
+    reqs[i].done = on_done;
+    reqs[i].user = t;
+    rp_conn_submit(c, &reqs[i]);
+  }
+}
+
+static double now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void test_stopped_server_times_out(void **state)
+{
+  struct fixture *f = *state;
+  struct rp_test_server s;
+  assert_int_equal(rp_test_server_start(&s, f->dir, MEMORY_ARGS), 0);
+  struct tally t;
+  memset(&t, 0, sizeof t);
+  struct rp_conn *c = connect_with(&s, 500, &t);
+  static struct rp_request reqs[NREQ];
+  static uint8_t pages[NREQ][RP_PAGE_SIZE];
+
+  assert_int_equal(rp_test_server_pause(&s), 0);
+  double t0 = now_s();
+  submit_writes(c, reqs, pages, &t);
+  assert_int_equal(rp_conn_in_flight(c), NREQ);
+  assert_true(rp_conn_wait(c, all_done, &t, 5000));
+  double took = now_s() - t0;
+  fprintf(stderr, "timed out after %.3f s\n", took);
+  assert_true(took >= 0.45 && took < 2.0);
+  assert_int_equal(t.by_status[RP_ERR_TIMEOUT], 1);
+  assert_int_equal(t.first_status, RP_ERR_TIMEOUT);
+  assert_int_equal(t.by_status[RP_ERR_DISCONNECTED], NREQ - 1);
+  assert_int_equal(t.disconnects, 1);
+  assert_int_equal(t.why_code, RP_ERR_TIMEOUT);
+  assert_false(rp_conn_is_connected(c));
+  assert_int_equal(rp_conn_in_flight(c), 0);
+
+  /* A request on the failed connection completes at once, before submit returns. */
+  struct rp_request late;
+  memset(&late, 0, sizeof late);
+  late.op = RP_OP_PING;
+  late.done = on_done;
+  late.user = &t;
+  rp_conn_submit(c, &late);
+  assert_int_equal(t.completed, NREQ + 1);
+  assert_int_equal(late.status, RP_ERR_DISCONNECTED);
+  struct rp_error err;
+  assert_int_equal(rp_ping_sync(c, &err), -1);
+  assert_int_equal(err.code, RP_ERR_DISCONNECTED);
+  assert_int_equal(t.disconnects, 1);
+  rp_conn_close(c);
+
+  /* A stopped server also bounds the handshake. */
+  struct rp_conn_options o;
+  memset(&o, 0, sizeof o);
+  o.host = s.host;
+  o.port = s.port;
+  o.connect_timeout_ms = 300;
+  t0 = now_s();
+  assert_null(rp_conn_open(&o, NULL, &err));
+  assert_int_equal(err.code, RP_ERR_TIMEOUT);
+  assert_true(now_s() - t0 < 2.0);
+
+  assert_int_equal(rp_test_server_resume(&s), 0);
+  assert_int_equal(rp_test_server_stop(&s), 0);
+}
+
+static void test_crashed_server_fails_everything_once(void **state)
+{
+  struct fixture *f = *state;
+  struct rp_test_server s;
+  assert_int_equal(rp_test_server_start(&s, f->dir, MEMORY_ARGS), 0);
+  struct tally t;
+  memset(&t, 0, sizeof t);
+  struct rp_conn *c = connect_with(&s, 10000, &t);
+  static struct rp_request reqs[NREQ];
+  static uint8_t pages[NREQ][RP_PAGE_SIZE];
+  assert_int_equal(rp_test_server_pause(&s), 0);
+  submit_writes(c, reqs, pages, &t);
+  /* Let the requests leave, then crash the server. */
+  ev_run(rp_conn_loop(c), EVRUN_NOWAIT);
+  rp_test_server_kill(&s);
+  assert_true(rp_conn_wait(c, all_done, &t, 5000));
+  assert_int_equal(t.by_status[RP_ERR_DISCONNECTED], NREQ);
+  assert_int_equal(t.disconnects, 1);
+  assert_int_equal(t.why_code, RP_ERR_DISCONNECTED);
+  rp_conn_close(c);
+
+  /* Nobody listens there any more. */
+  struct rp_error err;
+  assert_null(rp_test_connect(&s, NULL, NULL, NULL, &err));
+  assert_int_equal(err.code, RP_ERR_CONNECT);
+  assert_non_null(strstr(err.message, s.port));
+}
+
+static void test_close_with_requests_in_flight(void **state)
+{
+  struct fixture *f = *state;
+  struct rp_test_server s;
+  assert_int_equal(rp_test_server_start(&s, f->dir, MEMORY_ARGS), 0);
+  struct tally t;
+  memset(&t, 0, sizeof t);
+  struct rp_conn *c = connect_with(&s, 10000, &t);
+  static struct rp_request reqs[NREQ];
+  static uint8_t pages[NREQ][RP_PAGE_SIZE];
+  assert_int_equal(rp_test_server_pause(&s), 0);
+  submit_writes(c, reqs, pages, &t);
+  rp_conn_close(c); /* every callback runs before close returns; no on_disconnect */
+  assert_int_equal(t.completed, NREQ);
+  assert_int_equal(t.by_status[RP_ERR_DISCONNECTED], NREQ);
+  assert_int_equal(t.disconnects, 0);
+
+  /* Closing from inside a completion callback is safe too. */
+  assert_int_equal(rp_test_server_resume(&s), 0);
+  memset(&t, 0, sizeof t);
+  c = connect_with(&s, 10000, &t);
+  t.close_on_first = c;
+  submit_writes(c, reqs, pages, &t);
+  struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+  rp_conn_attach(c, loop);
+  while (t.completed < NREQ)
+    ev_run(loop, EVRUN_ONCE);
+  assert_int_equal(t.first_status, RP_OK);
+  assert_int_equal(t.by_status[RP_OK] + t.by_status[RP_ERR_DISCONNECTED], NREQ);
+  ev_loop_destroy(loop);
+  assert_int_equal(rp_test_server_stop(&s), 0);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_stopped_server_times_out),
+      cmocka_unit_test(test_crashed_server_fails_everything_once),
+      cmocka_unit_test(test_close_with_requests_in_flight),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,88 @@
+/* Test helpers: real rampartd processes on loopback, temporary directories and key
+ * files, and connections to them through librampart.
+ *
+ * A server is started from the binary named by the RAMPARTD environment variable with
+ * `--listen 127.0.0.1:0 --foreground` plus the test's arguments; its stdout goes to a
+ * file in the test's temporary directory, and the helper waits for the line
+ * `rampartd: listening on HOST:PORT` to learn the ephemeral port. Every process is
+ * stopped by its PID, never by name.
+ */
+#ifndef RAMPART_TEST_SERVER_PROCESS_H
+#define RAMPART_TEST_SERVER_PROCESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "auth.h"
+#include "client.h"
+
+struct rp_test_server {
+  pid_t pid;           /* 0 when not running */
+  char host[64];
+  char port[16];
+  char addr[96];       /* "HOST:PORT" */
+  char stdout_path[512];
+  char stderr_path[512];
+};
+
+/* A fresh directory under $TMPDIR (or /tmp), removed with everything in it by
+ * rp_test_tmpdir_remove. Returns 0 or -1. */
+int rp_test_tmpdir(char *out, size_t outlen);
+void rp_test_tmpdir_remove(const char *dir);
+
+/* Writes a new random key to DIR/NAME (via rp_key_generate) and loads it into *key
+ * (if not NULL). path gets the file name. 0 or -1. */
+int rp_test_write_key(const char *dir, const char *name, char *path, size_t pathlen,
+                      struct rp_key *key);
+
+/* Writes text to path (replacing it atomically via rename). 0 or -1. */
+int rp_test_write_file(const char *path, const char *text);
+
+/* The rampartd binary: $RAMPARTD. NULL (with a message on stderr) when unset. */
+const char *rp_test_rampartd_path(void);
+
+/* Starts rampartd with `--listen 127.0.0.1:0 --foreground` followed by extra_args
+ * (NULL-terminated, may be NULL); its output files live in dir. Waits up to 10 s for
+ * the listening line. 0, or -1 (with the server's stderr echoed) when it did not start. */
+int rp_test_server_start(struct rp_test_server *s, const char *dir,
+                         const char *const *extra_args);
+
+/* Like start, but with the whole argument list given (no --listen added). */
+int rp_test_server_start_argv(struct rp_test_server *s, const char *dir,
+                              const char *const *args);
+
+/* SIGTERM, then waits up to 10 s (SIGKILL after that). Returns the wait status
+ * (use WIFEXITED etc.), or -1 if the server was not running. */
+int rp_test_server_stop(struct rp_test_server *s);
+/* SIGKILL and reap: a crash. Returns the wait status or -1. */
+int rp_test_server_kill(struct rp_test_server *s);
+/* SIGSTOP / SIGCONT: a straggler. 0 or -1. */
+int rp_test_server_pause(struct rp_test_server *s);
+int rp_test_server_resume(struct rp_test_server *s);
+/* True while the process has not exited (reaps it if it has). */
+bool rp_test_server_alive(struct rp_test_server *s);
+
+/* Runs rampartd with exactly args (NULL-terminated) to completion within timeout_ms,
+ * capturing stdout and stderr together into out. Returns the wait status, or -1 (the
+ * process is killed if it outlives the timeout). */
+int rp_test_run_rampartd(const char *const *args, char *out, size_t outlen,
+                         uint32_t timeout_ms);
+
+/* Runs any program (argv[0] is the path) the same way. */
+int rp_test_run_program(const char *const *argv, char *out, size_t outlen, uint32_t timeout_ms);
+
+/* Opens a librampart connection to s (key may be NULL); asserts nothing: returns NULL
+ * with err filled on failure. */
+struct rp_conn *rp_test_connect(const struct rp_test_server *s, const struct rp_key *key,
+                                const uint8_t *resume_token, struct rp_session_info *info,
+                                struct rp_error *err);
+
+/* A TCP socket connected to s (blocking), or -1. */
+int rp_test_raw_connect(const struct rp_test_server *s);
+
+/* Fills a page with bytes derived from (seed, slot); the same inputs give the same page. */
+void rp_test_fill_page(uint8_t *page, uint64_t seed, uint64_t slot);
+
+#endif
