@@ -1,0 +1,85 @@
+/* The local-disk page store: where pages go when no server can hold them, and the
+ * second copy under write-through. A file or a block device addressed in 4 KiB slots,
+ * written with io_uring and O_DIRECT through registered (fixed) bounce buffers that are
+ * allocated and locked at open, so the fallback path allocates no memory while the host
+ * is under memory pressure and never dirties the page cache.
+ *
+ * Threading: one spill store belongs to one I/O thread (the engine's). Completions are
+ * signalled on an eventfd, which the engine's libev loop watches; spill_store_reap()
+ * then runs the callbacks on that thread.
+ */
+#ifndef RAMPART_SPILL_STORE_H
+#define RAMPART_SPILL_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "client.h" /* struct rp_error */
+
+struct spill_store;
+
+struct spill_store_options {
+  const char *path;      /* file or block device; NULL: an unlinked temporary file */
+  const char *temp_dir;  /* where the temporary file goes when path is NULL; NULL: $TMPDIR or /var/tmp */
+  uint64_t pages;        /* capacity in 4 KiB slots; a file is preallocated (fallocate) to this */
+  uint32_t queue_depth;  /* io_uring entries and bounce buffers; 0: 64 */
+};
+
+/* Opens (creating and preallocating a regular file if needed) and sets up the ring and
+ * registered buffers. A block device must be at least pages * 4 KiB. Falls back to
+ * buffered I/O with a warning only where the file system refuses O_DIRECT (tmpfs).
+ * NULL with err on failure, saying what to do (e.g. "spill=PATH: no space left on ...:
+ * free space or choose a smaller size"). */
+struct spill_store *spill_store_open(const struct spill_store_options *opts, struct rp_error *err);
+/* Waits for the I/O in flight and runs its callbacks; requests still queued for a
+ * bounce buffer complete with -ECANCELED, as does anything submitted from those
+ * callbacks. A temporary file disappears with its descriptor. */
+void spill_store_close(struct spill_store *store);
+
+uint64_t spill_store_capacity(const struct spill_store *store);
+uint64_t spill_store_used(const struct spill_store *store);
+/* False when the file system refused O_DIRECT and the store fell back to buffered I/O. */
+bool spill_store_is_direct(const struct spill_store *store);
+
+/* Slot allocation inside the store (O(1), no allocation). -1 when full. */
+int64_t spill_store_alloc_slot(struct spill_store *store);
+void spill_store_free_slot(struct spill_store *store, uint64_t slot);
+/* Marks a specific slot used (write-through keeps logical page N at slot N). */
+void spill_store_claim_slot(struct spill_store *store, uint64_t slot);
+
+struct spill_io;
+typedef void (*spill_io_done_fn)(struct spill_io *io);
+
+/* A caller-owned request, like struct rp_request. result: 0 or -errno (-EINVAL for a
+ * slot past capacity, -EIO for a short transfer, -ECANCELED when the store closes
+ * first). done always runs from spill_store_reap (or close), never from submit. */
+struct spill_io {
+  bool write;
+  uint64_t slot;
+  uint8_t *page;         /* 4096 bytes: copied into a bounce buffer (write) or out of it (read) */
+  spill_io_done_fn done;
+  void *user;
+  int result;
+  /* owned by the store */
+  struct spill_io *next_queued;
+  int bounce_index;
+};
+
+/* Queues the request; it is submitted to the ring as soon as a bounce buffer is free.
+ * Never blocks, never allocates. */
+void spill_store_submit(struct spill_store *store, struct spill_io *io);
+/* Submits queued requests to the kernel (one io_uring_submit for the batch). */
+void spill_store_flush_submissions(struct spill_store *store);
+/* An eventfd readable when completions are waiting. */
+int spill_store_event_fd(const struct spill_store *store);
+/* Runs the callbacks of every completed request; returns how many. */
+unsigned spill_store_reap(struct spill_store *store);
+
+/* Blocking helpers for start-up, tests and tools: submit one request and wait. */
+int spill_store_write_sync(struct spill_store *store, uint64_t slot, const uint8_t *page);
+int spill_store_read_sync(struct spill_store *store, uint64_t slot, uint8_t *page);
+
+/* fdatasync the file (flush/FUA from the frontend when write-through is on). 0 or -errno. */
+int spill_store_sync(struct spill_store *store);
+
+#endif
