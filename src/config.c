@@ -1,0 +1,289 @@
+/* Parsing and checking the engine's configuration (see rampart.h for the keys). Every
+ * rejection says which key, what was wrong and what to write instead, because the
+ * operator reads it from nbdkit's stderr or the journal. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parity_group.h"
+#include "parse.h"
+
+const char rampart_config_help[] =
+  "size=SIZE                 device size, e.g. 4G (required)\n"
+  "servers=HOST:PORT,...     memory servers (rampartd)\n"
+  "cluster=FILE              file listing servers, one HOST:PORT per line\n"
+  "key=FILE                  cluster key shared with the servers\n"
+  "redundancy=none|mirror|parity-log|write-through  (default: parity-log with 3+ servers)\n"
+  "group=S                   data pages per parity group (default: up to 4)\n"
+  "spill=PATH                local disk store, file or partition (default: temp file)\n"
+  "spill-size=SIZE           capacity of the spill store (default: device size)\n"
+  "memory=SIZE               local RAM for pages with no servers (default: all of size)\n"
+  "overflow=PERCENT          extra server memory for old page versions (default 25)\n"
+  "timeout=MS                a server silent this long is failing (default 2000)\n"
+  "lease=SECONDS             how long to wait for a dropped server to return (default 10)\n"
+  "tmpdir=DIR                where the temporary spill file goes";
+
+struct rampart_config *rampart_config_new(void)
+{
+  struct rampart_config *c = calloc(1, sizeof *c);
+  if (!c)
+    return NULL;
+  c->memory = UINT64_MAX;
+  c->overflow_percent = 25;
+  c->timeout_ms = 2000;
+  c->lease_seconds = 10;
+  return c;
+}
+
+void rampart_config_free(struct rampart_config *c)
+{
+  free(c);
+}
+
+static int add_server(struct rampart_config *c, const char *addr, size_t len, char *err,
+                      size_t errlen)
+{
+  char text[RAMPART_ADDRESS_LEN], host[256], port[16];
+  if (len == 0)
+    return 0;
+  if (len >= sizeof text) {
+    snprintf(err, errlen, "server address '%.*s' is too long", (int)len, addr);
+    return -1;
+  }
+  memcpy(text, addr, len);
+  text[len] = '\0';
+  if (rp_parse_hostport(text, host, sizeof host, port, sizeof port, err, errlen) < 0)
+    return -1;
+  for (unsigned i = 0; i < c->nservers; i++)
+    if (strcmp(c->servers[i], text) == 0) {
+      snprintf(err, errlen, "server %s is listed twice: list each server once", text);
+      return -1;
+    }
+  if (c->nservers == RAMPART_MAX_SERVERS) {
+    snprintf(err, errlen, "more than %u servers listed", RAMPART_MAX_SERVERS);
+    return -1;
+  }
+  memcpy(c->servers[c->nservers++], text, len + 1);
+  return 0;
+}
+
+static int parse_server_list(struct rampart_config *c, const char *list, char *err,
+                             size_t errlen)
+{
+  const char *p = list;
+  while (*p) {
+    size_t len = strcspn(p, ", ");
+    if (add_server(c, p, len, err, errlen) < 0)
+      return -1;
+    p += len;
+    p += strspn(p, ", ");
+  }
+  return 0;
+}
+
+static int parse_cluster_file(struct rampart_config *c, const char *path, char *err,
+                              size_t errlen)
+{
+  FILE *f = fopen(path, "re");
+  if (!f) {
+    snprintf(err, errlen, "cluster=%s: cannot open: %s", path, strerror(errno));
+    return -1;
+  }
+  char line[512];
+  unsigned lineno = 0;
+  int rc = 0;
+  while (rc == 0 && fgets(line, sizeof line, f)) {
+    lineno++;
+    line[strcspn(line, "#\r\n")] = '\0';
+    char *s = line + strspn(line, " \t");
+    size_t len = strcspn(s, " \t");
+    if (s[len + strspn(s + len, " \t")] != '\0') {
+      snprintf(err, errlen, "cluster=%s line %u: one HOST:PORT per line", path, lineno);
+      rc = -1;
+    } else if (add_server(c, s, len, err, errlen) < 0) {
+      char inner[256];
+      snprintf(inner, sizeof inner, "%s", err);
+      snprintf(err, errlen, "cluster=%s line %u: %s", path, lineno, inner);
+      rc = -1;
+    }
+  }
+  fclose(f);
+  return rc;
+}
+
+static int parse_redundancy(const char *v, enum rampart_redundancy *out, char *err,
+                            size_t errlen)
+{
+  static const struct { const char *name; enum rampart_redundancy value; } names[] = {
+    { "none", RAMPART_REDUNDANCY_NONE },
+    { "mirror", RAMPART_REDUNDANCY_MIRROR },
+    { "parity-log", RAMPART_REDUNDANCY_PARITY_LOG },
+    { "write-through", RAMPART_REDUNDANCY_WRITE_THROUGH },
+    { "auto", RAMPART_REDUNDANCY_AUTO },
+  };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(v, names[i].name) == 0) {
+      *out = names[i].value;
+      return 0;
+    }
+  snprintf(err, errlen, "redundancy=%s is not known: use none, mirror, parity-log or "
+           "write-through", v);
+  return -1;
+}
+
+static int copy_path(char *dst, size_t dstlen, const char *key, const char *v, char *err,
+                     size_t errlen)
+{
+  if (strlen(v) >= dstlen || v[0] == '\0') {
+    snprintf(err, errlen, "%s= needs a path", key);
+    return -1;
+  }
+  strcpy(dst, v);
+  return 0;
+}
+
+int rampart_config_set(struct rampart_config *c, const char *key, const char *v, char *err,
+                       size_t errlen)
+{
+  uint64_t n;
+  if (strcmp(key, "size") == 0) {
+    if (rp_parse_size("size", v, &c->size, err, errlen) < 0)
+      return -1;
+    c->size_given = true;
+    return 0;
+  }
+  if (strcmp(key, "servers") == 0)
+    return parse_server_list(c, v, err, errlen);
+  if (strcmp(key, "cluster") == 0)
+    return parse_cluster_file(c, v, err, errlen);
+  if (strcmp(key, "key") == 0)
+    return copy_path(c->key_path, sizeof c->key_path, key, v, err, errlen);
+  if (strcmp(key, "redundancy") == 0)
+    return parse_redundancy(v, &c->redundancy, err, errlen);
+  if (strcmp(key, "group") == 0) {
+    if (rp_parse_uint("group", v, GROUP_MAX_DATA, &n, err, errlen) < 0)
+      return -1;
+    if (n == 0) {
+      snprintf(err, errlen, "group=0: a group needs at least 1 data page");
+      return -1;
+    }
+    c->group = (unsigned)n;
+    return 0;
+  }
+  if (strcmp(key, "spill") == 0)
+    return copy_path(c->spill_path, sizeof c->spill_path, key, v, err, errlen);
+  if (strcmp(key, "tmpdir") == 0)
+    return copy_path(c->temp_dir, sizeof c->temp_dir, key, v, err, errlen);
+  if (strcmp(key, "spill-size") == 0)
+    return rp_parse_size("spill-size", v, &c->spill_size, err, errlen);
+  if (strcmp(key, "memory") == 0)
+    return rp_parse_size("memory", v, &c->memory, err, errlen);
+  if (strcmp(key, "overflow") == 0) {
+    if (rp_parse_uint("overflow", v, 400, &n, err, errlen) < 0)
+      return -1;
+    c->overflow_percent = (unsigned)n;
+    return 0;
+  }
+  if (strcmp(key, "timeout") == 0) {
+    if (rp_parse_uint("timeout", v, 600000, &n, err, errlen) < 0)
+      return -1;
+    if (n < 100) {
+      snprintf(err, errlen, "timeout=%s is too short: at least 100 ms", v);
+      return -1;
+    }
+    c->timeout_ms = (unsigned)n;
+    return 0;
+  }
+  if (strcmp(key, "lease") == 0) {
+    if (rp_parse_uint("lease", v, 86400, &n, err, errlen) < 0)
+      return -1;
+    c->lease_seconds = (unsigned)n;
+    return 0;
+  }
+  snprintf(err, errlen, "unknown parameter '%s': see 'nbdkit rampart --help'", key);
+  return -1;
+}
+
+void rampart_config_effective(const struct rampart_config *c, enum rampart_redundancy *policy,
+                              unsigned *group)
+{
+  enum rampart_redundancy r = c->redundancy;
+  if (r == RAMPART_REDUNDANCY_AUTO)
+    r = c->nservers >= 3 ? RAMPART_REDUNDANCY_PARITY_LOG
+        : c->nservers == 2 ? RAMPART_REDUNDANCY_MIRROR : RAMPART_REDUNDANCY_NONE;
+  unsigned s = c->group;
+  switch (r) {
+  case RAMPART_REDUNDANCY_MIRROR:
+    s = 1;
+    break;
+  case RAMPART_REDUNDANCY_PARITY_LOG:
+    if (!s)
+      s = c->nservers > 1 ? c->nservers - 1 : 1;
+    if (s > 4 && !c->group)
+      s = 4;
+    break;
+  default:
+    if (!s)
+      s = c->nservers ? c->nservers : 1;
+    if (s > GROUP_MAX_DATA)
+      s = GROUP_MAX_DATA;
+    break;
+  }
+  *policy = r;
+  *group = s;
+}
+
+const char *rampart_redundancy_name(enum rampart_redundancy r)
+{
+  switch (r) {
+  case RAMPART_REDUNDANCY_NONE: return "none";
+  case RAMPART_REDUNDANCY_MIRROR: return "mirror";
+  case RAMPART_REDUNDANCY_PARITY_LOG: return "parity-log";
+  case RAMPART_REDUNDANCY_WRITE_THROUGH: return "write-through";
+  default: return "auto";
+  }
+}
+
+int rampart_config_check(const struct rampart_config *c, char *err, size_t errlen)
+{
+  if (!c->size_given || c->size == 0) {
+    snprintf(err, errlen, "size= is required: the device size, e.g. size=4G");
+    return -1;
+  }
+  if (c->size % RAMPART_PAGE_SIZE) {
+    snprintf(err, errlen, "size=%llu is not a multiple of 4096 (4K): round it, e.g. size=4G",
+             (unsigned long long)c->size);
+    return -1;
+  }
+  if (c->size / RAMPART_PAGE_SIZE > UINT32_MAX) {
+    snprintf(err, errlen, "size= is larger than 16T, the most one device holds");
+    return -1;
+  }
+  enum rampart_redundancy r;
+  unsigned s;
+  rampart_config_effective(c, &r, &s);
+  unsigned needed = r == RAMPART_REDUNDANCY_PARITY_LOG ? s + 1
+                    : r == RAMPART_REDUNDANCY_MIRROR ? 2 : 1;
+  if (c->redundancy != RAMPART_REDUNDANCY_AUTO && c->redundancy != RAMPART_REDUNDANCY_NONE &&
+      c->redundancy != RAMPART_REDUNDANCY_WRITE_THROUGH && c->nservers < needed) {
+    snprintf(err, errlen, "redundancy=%s with group=%u needs at least %u servers, %u given: "
+             "list more servers or choose a smaller group", rampart_redundancy_name(r), s,
+             needed, c->nservers);
+    return -1;
+  }
+  if (r == RAMPART_REDUNDANCY_PARITY_LOG && c->nservers < needed) {
+    snprintf(err, errlen, "group=%u needs %u servers for parity-log, %u given: lower group=",
+             s, needed, c->nservers);
+    return -1;
+  }
+  if (c->nservers == 0 && c->redundancy != RAMPART_REDUNDANCY_AUTO &&
+      c->redundancy != RAMPART_REDUNDANCY_NONE) {
+    snprintf(err, errlen, "redundancy=%s needs servers: give servers= or cluster=, or drop "
+             "redundancy= for a standalone RAM disk", rampart_redundancy_name(c->redundancy));
+    return -1;
+  }
+  return 0;
+}

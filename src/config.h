@@ -1,0 +1,37 @@
+/* The engine's configuration as parsed from key=value strings (rampart.h lists the
+ * keys). Internal: frontends see only struct rampart_config as an opaque type. */
+#ifndef RAMPART_CONFIG_H
+#define RAMPART_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "rampart.h"
+
+#define RAMPART_ADDRESS_LEN 80
+
+struct rampart_config {
+  uint64_t size;
+  unsigned nservers;
+  char servers[RAMPART_MAX_SERVERS][RAMPART_ADDRESS_LEN]; /* "host:port" */
+  char key_path[4096];
+  enum rampart_redundancy redundancy;
+  unsigned group;             /* 0: default */
+  char spill_path[4096];      /* "": temporary file */
+  char temp_dir[4096];        /* "": $TMPDIR or /var/tmp */
+  uint64_t spill_size;        /* 0: device size */
+  uint64_t memory;            /* standalone RAM before spilling; UINT64_MAX: not given */
+  unsigned overflow_percent;
+  unsigned timeout_ms;
+  unsigned lease_seconds;
+  bool size_given;
+};
+
+/* The policy and group size the engine will use, after applying defaults for the
+ * number of servers. group is 1 for mirror. */
+void rampart_config_effective(const struct rampart_config *c, enum rampart_redundancy *policy,
+                              unsigned *group);
+
+const char *rampart_redundancy_name(enum rampart_redundancy r);
+
+#endif

@@ -1,0 +1,701 @@
+/* The engine's life cycle and its I/O thread (see engine_internal.h for the map).
+ *
+ * Frontend threads never touch engine state: rampart_submit pushes the request on a
+ * lock-free stack and wakes the I/O thread with ev_async; everything else happens on
+ * that thread, so the page map, the groups and the connections need no locks. Each
+ * request is split into per-page operations from a fixed pool; when the pool is empty
+ * the request waits its turn, so a burst of I/O never allocates.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "engine_internal.h"
+#include "log.h"
+
+#define RAMPART_OP_STATS 100 /* internal: snapshot stats on the I/O thread */
+
+uint64_t engine_now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- pools ---------------------------------------------------------------- */
+
+struct page_op *engine_op_get(struct rampart_engine *e)
+{
+  struct page_op *op = e->free_ops;
+  if (!op)
+    return NULL;
+  e->free_ops = op->next;
+  uint8_t *scratch = op->scratch;
+  memset(op, 0, sizeof *op);
+  op->scratch = scratch;
+  op->engine = e;
+  return op;
+}
+
+void engine_op_put(struct rampart_engine *e, struct page_op *op)
+{
+  op->next = e->free_ops;
+  e->free_ops = op;
+}
+
+/* An op that must wait for a parity buffer or a degraded-read context. */
+void engine_op_wait(struct rampart_engine *e, struct page_op *op)
+{
+  op->next = NULL;
+  if (e->wait_tail)
+    e->wait_tail->next = op;
+  else
+    e->wait_head = op;
+  e->wait_tail = op;
+}
+
+static void engine_start_ios(struct rampart_engine *e);
+
+void engine_op_finished(struct page_op *op, int result)
+{
+  struct rampart_engine *e = op->engine;
+  struct rampart_io *io = op->io;
+  if (op->kind == PAGE_OP_MOVE) {
+    page_mover_move_done(op);
+  } else if (io) {
+    if (result < 0 && io->result == 0)
+      io->result = result;
+    if (--io->pages_pending == 0)
+      io->done(io, io->result);
+  }
+  engine_op_put(e, op);
+  engine_start_ios(e);
+}
+
+/* Restarts ops that waited for a resource; called when one is released. */
+void engine_run_waiting(struct rampart_engine *e)
+{
+  struct page_op *head = e->wait_head;
+  e->wait_head = e->wait_tail = NULL;
+  while (head) {
+    struct page_op *op = head;
+    head = op->next;
+    op->next = NULL;
+    if (op->kind == PAGE_OP_READ || (op->kind == PAGE_OP_MOVE && !op->move_writing))
+      page_read_start(op);
+    else
+      page_write_start(op);
+  }
+}
+
+/* ---- requests --------------------------------------------------------------- */
+
+static bool io_is_valid(const struct rampart_engine *e, const struct rampart_io *io)
+{
+  if (io->op == RAMPART_OP_FLUSH)
+    return true;
+  if (io->offset % RAMPART_PAGE_SIZE || io->length % RAMPART_PAGE_SIZE)
+    return false;
+  uint64_t size = e->pages * RAMPART_PAGE_SIZE;
+  return io->offset <= size && io->length <= size - io->offset;
+}
+
+static void io_queue(struct rampart_engine *e, struct rampart_io *io)
+{
+  io->next = NULL;
+  if (e->io_tail)
+    e->io_tail->next = io;
+  else
+    e->io_head = io;
+  e->io_tail = io;
+}
+
+static void engine_start_ios(struct rampart_engine *e)
+{
+  if (e->starting_ios)
+    return; /* an op finished synchronously inside the loop below; it continues */
+  e->starting_ios = true;
+  while (e->io_head) {
+    struct rampart_io *io = e->io_head;
+    uint32_t npages = io->length / RAMPART_PAGE_SIZE;
+    bool last;
+    do {
+      struct page_op *op = engine_op_get(e);
+      if (!op)
+        goto out;
+      uint32_t i = io->pages_started++;
+      last = i + 1 == npages;
+      op->kind = io->op == RAMPART_OP_READ ? PAGE_OP_READ : PAGE_OP_WRITE;
+      op->io = io;
+      op->page = io->offset / RAMPART_PAGE_SIZE + i;
+      op->buf = (uint8_t *)io->buf + (size_t)i * RAMPART_PAGE_SIZE;
+      if (last) {
+        /* Once its last page starts, the request may complete (and its memory go back
+         * to the caller) before the start returns: unlink it now, touch it never again. */
+        e->io_head = io->next;
+        if (!e->io_head)
+          e->io_tail = NULL;
+      }
+      if (op->kind == PAGE_OP_READ)
+        page_read_start(op);
+      else
+        page_write_start(op);
+    } while (!last);
+  }
+out:
+  e->starting_ios = false;
+}
+
+static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats *st);
+
+static void io_begin(struct rampart_engine *e, struct rampart_io *io)
+{
+  io->result = 0;
+  io->pages_started = 0;
+  if ((int)io->op == RAMPART_OP_STATS) {
+    engine_snapshot_stats(e, io->buf);
+    io->done(io, 0);
+    return;
+  }
+  if (!io_is_valid(e, io)) {
+    io->done(io, -EINVAL);
+    return;
+  }
+  uint32_t npages = io->length / RAMPART_PAGE_SIZE;
+  switch (io->op) {
+  case RAMPART_OP_FLUSH:
+    io->done(io, e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH && e->spill
+                     ? spill_store_sync(e->spill) : 0);
+    return;
+  case RAMPART_OP_TRIM:
+  case RAMPART_OP_ZERO:
+    /* Both leave the pages reading as zeros; no I/O, only bookkeeping. */
+    for (uint32_t i = 0; i < npages; i++)
+      page_write_trim(e, io->offset / RAMPART_PAGE_SIZE + i);
+    io->done(io, 0);
+    return;
+  case RAMPART_OP_READ:
+  case RAMPART_OP_WRITE:
+    if (npages == 0) {
+      io->done(io, 0);
+      return;
+    }
+    io->pages_pending = npages;
+    io_queue(e, io);
+    engine_start_ios(e);
+    return;
+  }
+  io->done(io, -EINVAL);
+}
+
+/* ---- the I/O thread ----------------------------------------------------------- */
+
+static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
+{
+  struct rampart_engine *e = w->data;
+  if (atomic_load(&e->stopping)) {
+    ev_break(loop, EVBREAK_ALL);
+    return;
+  }
+  /* The stack holds the newest first; reverse it so requests start in arrival order. */
+  struct rampart_io *list = atomic_exchange(&e->incoming, NULL), *fifo = NULL;
+  while (list) {
+    struct rampart_io *next = list->next;
+    list->next = fifo;
+    fifo = list;
+    list = next;
+  }
+  while (fifo) {
+    struct rampart_io *next = fifo->next;
+    io_begin(e, fifo);
+    fifo = next;
+  }
+  if (e->spill)
+    spill_store_flush_submissions(e->spill);
+}
+
+static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+  struct rampart_engine *e = w->data;
+  server_set_tick(e);
+  page_mover_tick(e);
+  if (e->spill)
+    spill_store_flush_submissions(e->spill);
+}
+
+static void on_spill_ready(struct ev_loop *loop, ev_io *w, int revents)
+{
+  struct rampart_engine *e = w->data;
+  uint64_t count;
+  ssize_t ignored = read(spill_store_event_fd(e->spill), &count, sizeof count);
+  (void)ignored;
+  spill_store_reap(e->spill);
+  spill_store_flush_submissions(e->spill);
+}
+
+static void on_reconnected(struct ev_loop *loop, ev_async *w, int revents)
+{
+  server_set_handle_reconnects(w->data);
+}
+
+static void *io_thread_main(void *arg)
+{
+  struct rampart_engine *e = arg;
+  ev_run(e->loop, 0);
+  return NULL;
+}
+
+void rampart_submit(struct rampart_engine *e, struct rampart_io *io)
+{
+  struct rampart_io *head = atomic_load(&e->incoming);
+  do
+    io->next = head;
+  while (!atomic_compare_exchange_weak(&e->incoming, &head, io));
+  if (!head)
+    ev_async_send(e->loop, &e->wake);
+}
+
+/* ---- blocking forms --------------------------------------------------------------- */
+
+struct sync_wait {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool done;
+  int result;
+};
+
+static void sync_done(struct rampart_io *io, int result)
+{
+  struct sync_wait *w = io->user;
+  pthread_mutex_lock(&w->lock);
+  w->done = true;
+  w->result = result;
+  pthread_cond_signal(&w->cond);
+  pthread_mutex_unlock(&w->lock);
+}
+
+static int run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length,
+                    uint64_t offset, uint32_t flags)
+{
+  struct sync_wait w = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+  struct rampart_io io = { .op = (enum rampart_op)op, .flags = flags, .offset = offset,
+                           .length = length, .buf = buf, .done = sync_done, .user = &w };
+  rampart_submit(e, &io);
+  pthread_mutex_lock(&w.lock);
+  while (!w.done)
+    pthread_cond_wait(&w.cond, &w.lock);
+  pthread_mutex_unlock(&w.lock);
+  pthread_mutex_destroy(&w.lock);
+  pthread_cond_destroy(&w.cond);
+  return w.result;
+}
+
+/* The aligned middle of [offset, offset+length) goes straight through; a partial first
+ * or last page is read, patched and written back through a page on this stack. */
+struct span {
+  uint64_t head_off; uint32_t head_len;   /* partial first page, if any */
+  uint64_t mid_off;  uint32_t mid_len;    /* whole pages */
+  uint64_t tail_off; uint32_t tail_len;   /* partial last page, if any */
+};
+
+static struct span split_span(uint32_t length, uint64_t offset)
+{
+  struct span sp = { 0 };
+  uint64_t end = offset + length;
+  uint64_t first_full = (offset + RAMPART_PAGE_SIZE - 1) & ~(uint64_t)(RAMPART_PAGE_SIZE - 1);
+  uint64_t last_full = end & ~(uint64_t)(RAMPART_PAGE_SIZE - 1);
+  if (first_full >= last_full) {
+    /* Within one page, or straddling one page boundary with no whole page. */
+    sp.head_off = offset;
+    uint64_t page_end = (offset & ~(uint64_t)(RAMPART_PAGE_SIZE - 1)) + RAMPART_PAGE_SIZE;
+    sp.head_len = (uint32_t)((end < page_end ? end : page_end) - offset);
+    if (end > page_end) {
+      sp.tail_off = page_end;
+      sp.tail_len = (uint32_t)(end - page_end);
+    }
+    return sp;
+  }
+  if (offset < first_full) {
+    sp.head_off = offset;
+    sp.head_len = (uint32_t)(first_full - offset);
+  }
+  sp.mid_off = first_full;
+  sp.mid_len = (uint32_t)(last_full - first_full);
+  if (end > last_full) {
+    sp.tail_off = last_full;
+    sp.tail_len = (uint32_t)(end - last_full);
+  }
+  return sp;
+}
+
+static bool in_range(const struct rampart_engine *e, uint32_t length, uint64_t offset)
+{
+  uint64_t size = e->pages * RAMPART_PAGE_SIZE;
+  return offset <= size && length <= size - offset;
+}
+
+static int partial_read(struct rampart_engine *e, uint8_t *dst, uint32_t len, uint64_t off)
+{
+  _Alignas(64) uint8_t page[RAMPART_PAGE_SIZE];
+  uint64_t base = off & ~(uint64_t)(RAMPART_PAGE_SIZE - 1);
+  int r = run_sync(e, RAMPART_OP_READ, page, RAMPART_PAGE_SIZE, base, 0);
+  if (r == 0)
+    memcpy(dst, page + (off - base), len);
+  return r;
+}
+
+/* src NULL: patch with zeros. */
+static int partial_write(struct rampart_engine *e, const uint8_t *src, uint32_t len,
+                         uint64_t off, uint32_t flags)
+{
+  _Alignas(64) uint8_t page[RAMPART_PAGE_SIZE];
+  uint64_t base = off & ~(uint64_t)(RAMPART_PAGE_SIZE - 1);
+  int r = run_sync(e, RAMPART_OP_READ, page, RAMPART_PAGE_SIZE, base, 0);
+  if (r < 0)
+    return r;
+  if (src)
+    memcpy(page + (off - base), src, len);
+  else
+    memset(page + (off - base), 0, len);
+  return run_sync(e, RAMPART_OP_WRITE, page, RAMPART_PAGE_SIZE, base, flags);
+}
+
+int rampart_pread(struct rampart_engine *e, void *buf, uint32_t length, uint64_t offset)
+{
+  if (!in_range(e, length, offset))
+    return -EINVAL;
+  struct span sp = split_span(length, offset);
+  uint8_t *p = buf;
+  int r = 0;
+  if (sp.head_len)
+    r = partial_read(e, p, sp.head_len, sp.head_off);
+  if (r == 0 && sp.mid_len)
+    r = run_sync(e, RAMPART_OP_READ, p + (sp.mid_off - offset), sp.mid_len, sp.mid_off, 0);
+  if (r == 0 && sp.tail_len)
+    r = partial_read(e, p + (sp.tail_off - offset), sp.tail_len, sp.tail_off);
+  return r;
+}
+
+int rampart_pwrite(struct rampart_engine *e, const void *buf, uint32_t length, uint64_t offset,
+                   uint32_t flags)
+{
+  if (!in_range(e, length, offset))
+    return -EINVAL;
+  struct span sp = split_span(length, offset);
+  const uint8_t *p = buf;
+  int r = 0;
+  if (sp.head_len)
+    r = partial_write(e, p, sp.head_len, sp.head_off, flags);
+  /* The engine never writes through io->buf on a write. */
+  if (r == 0 && sp.mid_len)
+    r = run_sync(e, RAMPART_OP_WRITE, (void *)(p + (sp.mid_off - offset)), sp.mid_len,
+                 sp.mid_off, flags);
+  if (r == 0 && sp.tail_len)
+    r = partial_write(e, p + (sp.tail_off - offset), sp.tail_len, sp.tail_off, flags);
+  return r;
+}
+
+int rampart_trim(struct rampart_engine *e, uint32_t length, uint64_t offset)
+{
+  if (!in_range(e, length, offset))
+    return -EINVAL;
+  struct span sp = split_span(length, offset);
+  return sp.mid_len ? run_sync(e, RAMPART_OP_TRIM, NULL, sp.mid_len, sp.mid_off, 0) : 0;
+}
+
+int rampart_zero(struct rampart_engine *e, uint32_t length, uint64_t offset)
+{
+  if (!in_range(e, length, offset))
+    return -EINVAL;
+  struct span sp = split_span(length, offset);
+  int r = 0;
+  if (sp.head_len)
+    r = partial_write(e, NULL, sp.head_len, sp.head_off, 0);
+  if (r == 0 && sp.mid_len)
+    r = run_sync(e, RAMPART_OP_ZERO, NULL, sp.mid_len, sp.mid_off, 0);
+  if (r == 0 && sp.tail_len)
+    r = partial_write(e, NULL, sp.tail_len, sp.tail_off, 0);
+  return r;
+}
+
+int rampart_flush(struct rampart_engine *e)
+{
+  return run_sync(e, RAMPART_OP_FLUSH, NULL, 0, 0, 0);
+}
+
+uint64_t rampart_size(const struct rampart_engine *e)
+{
+  return e->pages * RAMPART_PAGE_SIZE;
+}
+
+/* ---- stats ---------------------------------------------------------------------- */
+
+static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats *st)
+{
+  memset(st, 0, sizeof *st);
+  st->device_pages = e->pages;
+  st->redundancy = e->policy;
+  st->group_size = e->group_size;
+  st->nservers = e->nservers < RAMPART_MAX_SERVERS ? e->nservers : RAMPART_MAX_SERVERS;
+  for (unsigned i = 0; i < st->nservers; i++) {
+    struct server *s = &e->servers[i];
+    struct rampart_server_stats *ss = &st->servers[i];
+    snprintf(ss->address, sizeof ss->address, "%s", s->address);
+    ss->state = s->state;
+    ss->pages_live = s->pages_live;
+    ss->pages_stored = s->slots.in_use;
+    ss->pages_reserved = s->reserved_pages;
+  }
+  st->groups_open = e->groups.in_use;
+  st->groups_sealed = e->groups.sealed;
+  st->groups_reclaimed = e->groups.reclaimed;
+  st->groups_cleaned = e->groups_cleaned;
+  st->live_ratio = group_table_live_ratio(&e->groups);
+  for (uint64_t p = 0; p < e->pages; p++) {
+    switch (page_entry_kind(page_map_get(&e->map, p))) {
+    case PAGE_ZERO: st->pages_zero++; break;
+    case PAGE_REMOTE: st->pages_remote++; break;
+    case PAGE_SPILL: st->pages_spilled++; break;
+    case PAGE_LOCAL: st->pages_local_ram++; break;
+    }
+  }
+  st->pages_degraded_reads = e->degraded_reads;
+  st->pages_lost = e->pages_lost;
+  st->read_errors = e->read_errors;
+  st->rebuild_pages_done = e->rebuild_pages_done;
+  for (unsigned i = 0; i < e->nservers; i++)
+    if (e->servers[i].rebuild_needed)
+      st->rebuild_pages_pending += e->servers[i].pages_live;
+  st->pages_written = e->pages_written;
+  st->wire_bytes_written = e->wire_bytes_written;
+  if (e->spill) {
+    st->spill_capacity_pages = spill_store_capacity(e->spill);
+    st->spill_used_pages = spill_store_used(e->spill);
+  }
+  st->client_memory_bytes = page_map_memory_bytes(&e->map) + group_table_memory_bytes(&e->groups) +
+    (uint64_t)ENGINE_PAGE_OPS * (sizeof(struct page_op) + RAMPART_PAGE_SIZE) +
+    (uint64_t)ENGINE_PARITY_BUFFERS * (sizeof(struct parity_buffer) + RAMPART_PAGE_SIZE) +
+    (uint64_t)ENGINE_DEGRADED_READS * (sizeof(struct degraded_read) +
+                                       (GROUP_MAX_DATA + 1) * RAMPART_PAGE_SIZE);
+  for (unsigned i = 0; i < e->nservers; i++)
+    st->client_memory_bytes += (uint64_t)e->servers[i].slots.capacity * sizeof(uint32_t);
+}
+
+void rampart_get_stats(struct rampart_engine *e, struct rampart_stats *stats)
+{
+  run_sync(e, RAMPART_OP_STATS, stats, 0, 0, 0);
+}
+
+static void (*frontend_log_sink)(int is_error, const char *line);
+
+static void log_to_frontend(enum rp_log_level level, const char *line)
+{
+  frontend_log_sink(level <= RP_LOG_WARN, line);
+}
+
+void rampart_set_log_sink(void (*sink)(int is_error, const char *line))
+{
+  frontend_log_sink = sink;
+  rp_log_set_sink(sink ? log_to_frontend : NULL);
+}
+
+/* ---- open and close -------------------------------------------------------------- */
+
+static void *alloc_pages(size_t bytes)
+{
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static int engine_alloc_pools(struct rampart_engine *e)
+{
+  e->ops = calloc(ENGINE_PAGE_OPS, sizeof *e->ops);
+  e->op_scratch = alloc_pages((size_t)ENGINE_PAGE_OPS * RAMPART_PAGE_SIZE);
+  e->degraded = calloc(ENGINE_DEGRADED_READS, sizeof *e->degraded);
+  e->parity = calloc(ENGINE_PARITY_BUFFERS, sizeof *e->parity);
+  e->frees = calloc(ENGINE_FREE_REQUESTS, sizeof *e->frees);
+  uint8_t *dr_pages = alloc_pages((size_t)ENGINE_DEGRADED_READS * (GROUP_MAX_DATA + 1) *
+                                  RAMPART_PAGE_SIZE);
+  uint8_t *parity_pages = alloc_pages((size_t)ENGINE_PARITY_BUFFERS * RAMPART_PAGE_SIZE);
+  if (!e->ops || !e->op_scratch || !e->degraded || !e->parity || !e->frees || !dr_pages ||
+      !parity_pages)
+    return -1;
+  for (unsigned i = ENGINE_PAGE_OPS; i-- > 0;) {
+    e->ops[i].scratch = e->op_scratch + (size_t)i * RAMPART_PAGE_SIZE;
+    engine_op_put(e, &e->ops[i]);
+  }
+  for (unsigned i = ENGINE_DEGRADED_READS; i-- > 0;) {
+    e->degraded[i].pages = dr_pages + (size_t)i * (GROUP_MAX_DATA + 1) * RAMPART_PAGE_SIZE;
+    e->degraded[i].next = e->free_degraded;
+    e->free_degraded = &e->degraded[i];
+  }
+  for (unsigned i = ENGINE_PARITY_BUFFERS; i-- > 0;) {
+    e->parity[i].engine = e;
+    e->parity[i].page = parity_pages + (size_t)i * RAMPART_PAGE_SIZE;
+    e->parity[i].next = e->free_parity;
+    e->free_parity = &e->parity[i];
+  }
+  for (unsigned i = ENGINE_FREE_REQUESTS; i-- > 0;) {
+    e->frees[i].engine = e;
+    e->frees[i].next = e->free_frees;
+    e->free_frees = &e->frees[i];
+  }
+  return 0;
+}
+
+static void engine_free_pools(struct rampart_engine *e)
+{
+  if (e->degraded && e->degraded[0].pages)
+    munmap(e->degraded[0].pages,
+           (size_t)ENGINE_DEGRADED_READS * (GROUP_MAX_DATA + 1) * RAMPART_PAGE_SIZE);
+  if (e->parity && e->parity[0].page)
+    munmap(e->parity[0].page, (size_t)ENGINE_PARITY_BUFFERS * RAMPART_PAGE_SIZE);
+  if (e->op_scratch)
+    munmap(e->op_scratch, (size_t)ENGINE_PAGE_OPS * RAMPART_PAGE_SIZE);
+  free(e->ops);
+  free(e->degraded);
+  free(e->parity);
+  free(e->frees);
+}
+
+static int engine_open_spill(struct rampart_engine *e, char *err, size_t errlen)
+{
+  uint64_t spill_pages = e->config.spill_size ? e->config.spill_size / RAMPART_PAGE_SIZE
+                                              : e->pages;
+  if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH && spill_pages < e->pages) {
+    snprintf(err, errlen, "write-through keeps a copy of every page on disk: spill-size= "
+             "must be at least size=");
+    return -1;
+  }
+  /* Standalone with all of size in RAM never spills: skip the file. */
+  if (e->nservers == 0 && e->local.slots.capacity >= e->pages)
+    return 0;
+  struct spill_store_options so = {
+    .path = e->config.spill_path[0] ? e->config.spill_path : NULL,
+    .temp_dir = e->config.temp_dir[0] ? e->config.temp_dir : NULL,
+    .pages = spill_pages,
+  };
+  struct rp_error rerr;
+  e->spill = spill_store_open(&so, &rerr);
+  if (!e->spill) {
+    snprintf(err, errlen, "%s", rerr.message);
+    return -1;
+  }
+  if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH)
+    for (uint64_t p = 0; p < e->pages; p++)
+      spill_store_claim_slot(e->spill, p);
+  return 0;
+}
+
+static int engine_start_loop(struct rampart_engine *e, char *err, size_t errlen)
+{
+  e->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
+  if (!e->loop) {
+    snprintf(err, errlen, "cannot create the event loop");
+    return -1;
+  }
+  ev_async_init(&e->wake, on_wake);
+  e->wake.data = e;
+  ev_async_start(e->loop, &e->wake);
+  ev_async_init(&e->reconnected_wake, on_reconnected);
+  e->reconnected_wake.data = e;
+  ev_async_start(e->loop, &e->reconnected_wake);
+  ev_timer_init(&e->tick, on_tick, 0.1, 0.1);
+  e->tick.data = e;
+  ev_timer_start(e->loop, &e->tick);
+  if (e->spill) {
+    ev_io_init(&e->spill_watcher, on_spill_ready, spill_store_event_fd(e->spill), EV_READ);
+    e->spill_watcher.data = e;
+    ev_io_start(e->loop, &e->spill_watcher);
+  }
+  return 0;
+}
+
+struct rampart_engine *rampart_open(const struct rampart_config *config, char *err,
+                                    size_t errlen)
+{
+  if (rampart_config_check(config, err, errlen) < 0)
+    return NULL;
+  struct rampart_engine *e = calloc(1, sizeof *e);
+  if (!e) {
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  e->config = *config;
+  rampart_config_effective(config, &e->policy, &e->group_size);
+  e->pages = config->size / RAMPART_PAGE_SIZE;
+  e->open_group = GROUP_NONE;
+  e->clean_live_max = (uint8_t)(e->group_size / 2);
+  pthread_mutex_init(&e->stats_lock, NULL);
+  pthread_mutex_init(&e->reconnect_lock, NULL);
+  pthread_cond_init(&e->reconnect_cond, NULL);
+
+  if (config->key_path[0] && rp_key_load(config->key_path, &e->key, err, errlen) < 0)
+    goto fail;
+  e->write_pending = calloc((e->pages + 63) / 64, sizeof(uint64_t));
+  if (!e->write_pending || page_map_init(&e->map, e->pages) < 0 ||
+      group_table_init(&e->groups, (uint32_t)(e->pages / e->group_size / 4 + 64)) < 0 ||
+      engine_alloc_pools(e) < 0) {
+    snprintf(err, errlen, "out of memory setting up a %llu-page device",
+             (unsigned long long)e->pages);
+    goto fail;
+  }
+  if (config->nservers == 0) {
+    uint64_t mem = config->memory == UINT64_MAX ? config->size : config->memory;
+    uint64_t local_pages = mem / RAMPART_PAGE_SIZE;
+    if (local_pages > e->pages)
+      local_pages = e->pages;
+    if (local_store_init(&e->local, local_pages) < 0) {
+      snprintf(err, errlen, "cannot map %llu bytes for memory=: lower memory=",
+               (unsigned long long)mem);
+      goto fail;
+    }
+  }
+  if (engine_open_spill(e, err, errlen) < 0)
+    goto fail;
+  if (engine_start_loop(e, err, errlen) < 0)
+    goto fail;
+  if (server_set_open(e, err, errlen) < 0)
+    goto fail;
+  if (pthread_create(&e->thread, NULL, io_thread_main, e) != 0) {
+    snprintf(err, errlen, "cannot start the I/O thread");
+    goto fail;
+  }
+  e->thread_started = true;
+  rp_log(RP_LOG_INFO, "device of %llu pages, %u servers, redundancy %s, group %u",
+         (unsigned long long)e->pages, e->nservers, rampart_redundancy_name(e->policy),
+         e->group_size);
+  return e;
+fail:
+  rampart_close(e);
+  return NULL;
+}
+
+void rampart_close(struct rampart_engine *e)
+{
+  if (!e)
+    return;
+  if (e->thread_started) {
+    atomic_store(&e->stopping, true);
+    ev_async_send(e->loop, &e->wake);
+    pthread_join(e->thread, NULL);
+  }
+  /* The I/O thread is gone: this thread may drive the loop now. */
+  server_set_close(e);
+  if (e->spill)
+    spill_store_close(e->spill);
+  if (e->loop)
+    ev_loop_destroy(e->loop);
+  local_store_destroy(&e->local);
+  engine_free_pools(e);
+  group_table_destroy(&e->groups);
+  page_map_destroy(&e->map);
+  free(e->write_pending);
+  pthread_mutex_destroy(&e->stats_lock);
+  pthread_mutex_destroy(&e->reconnect_lock);
+  pthread_cond_destroy(&e->reconnect_cond);
+  free(e);
+}

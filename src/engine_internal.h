@@ -1,0 +1,241 @@
+/* The engine's internal state, shared by its files (docs/engine.md is the map):
+ *   engine.c        open/close, the I/O thread, hand-over from frontend threads, stats
+ *   server_set.c    connections to servers, reservations, health, reconnects
+ *   page_write.c    placement, the open group, sealing, reclaim
+ *   page_read.c     reads, degraded reads
+ *   page_mover.c    rebuild after a loss, cleaning, migration off advised servers
+ *   local_store.c   standalone RAM pages
+ * Everything here is owned by the I/O thread unless a comment says otherwise.
+ */
+#ifndef RAMPART_ENGINE_INTERNAL_H
+#define RAMPART_ENGINE_INTERNAL_H
+
+#include <ev.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "client.h"
+#include "config.h"
+#include "page_map.h"
+#include "parity_group.h"
+#include "rampart.h"
+#include "slot_allocator.h"
+#include "spill_store.h"
+
+#define ENGINE_PAGE_OPS 512u        /* per-page operations in flight at once */
+#define ENGINE_DEGRADED_READS 16u   /* degraded reads in flight at once */
+#define ENGINE_PARITY_BUFFERS 64u   /* open + sealing groups at once */
+#define ENGINE_FREE_REQUESTS 1024u  /* best-effort FREEs in flight */
+#define ENGINE_MOVES 32u            /* rebuild/clean/migrate pages in flight */
+#define ENGINE_MAX_INCARNATIONS 255u /* server table entries (GROUP_NO_SERVER is 255) */
+
+struct rampart_engine;
+
+struct server {
+  unsigned index;
+  char address[RAMPART_ADDRESS_LEN];
+  char host[256];
+  char port[16];
+  enum rampart_server_state state;
+  struct rp_conn *conn;
+  uint8_t token[RP_TOKEN_LEN];
+  struct slot_allocator slots;
+  uint64_t reserved_pages;
+  uint64_t pages_live;          /* live data members stored here */
+  uint64_t lost_deadline_ns;    /* RECONNECTING: declared lost after this */
+  bool advised;                 /* under memory pressure: place nothing new */
+  bool reconnect_pending;       /* handed to the reconnect thread */
+  bool rebuild_needed;          /* LOST, and its groups not yet all moved */
+  /* set by the reconnect thread under reconnect_lock, taken by the I/O thread */
+  struct rp_conn *reconnected;
+  bool reconnect_resumed;
+  struct rp_session_info reconnect_info;
+  uint64_t token_next_reserved;  /* pages reserved on a fresh session */
+};
+
+enum page_op_kind { PAGE_OP_READ, PAGE_OP_WRITE, PAGE_OP_MOVE };
+
+/* One page of work: a page of a frontend request, or one page being moved by the mover. */
+struct page_op {
+  struct page_op *next;
+  struct rampart_engine *engine;
+  enum page_op_kind kind;
+  struct rampart_io *io;        /* NULL for moves */
+  uint64_t page;                /* logical page */
+  uint8_t *buf;                 /* frontend slice, or the op's own scratch page */
+  uint8_t *scratch;             /* 4 KiB owned by this op (moves) */
+  page_entry placed;            /* writes: the entry this op installed */
+  page_entry expected;          /* moves: only install if the map still holds this */
+  uint8_t pending;              /* sub-requests outstanding */
+  bool failed;
+  bool move_writing;            /* moves: the read is done, now rewriting */
+  bool disk_started;            /* write-through: the disk copy was submitted */
+  uint8_t server;               /* writes: server of the member in flight */
+  uint8_t member;               /* reads: the member being read */
+  uint32_t group;               /* reads: its group */
+  struct rp_request req;
+  struct spill_io sio;
+};
+
+struct degraded_read {
+  struct degraded_read *next;
+  struct page_op *op;
+  uint32_t group;
+  unsigned lost_member;
+  unsigned pending;
+  bool failed;
+  unsigned pieces;
+  uint8_t piece_member[GROUP_MAX_DATA + 1]; /* member index per piece; capacity = parity */
+  struct rp_request reqs[GROUP_MAX_DATA + 1];
+  uint8_t *pages;               /* (GROUP_MAX_DATA + 1) * 4 KiB scratch */
+};
+
+struct parity_buffer {
+  struct parity_buffer *next;
+  struct rampart_engine *engine;
+  uint8_t *page;
+  uint32_t group;
+  struct rp_request req;
+};
+
+struct free_request {
+  struct free_request *next;
+  struct rampart_engine *engine;
+  struct rp_request req;
+};
+
+struct local_store {
+  uint8_t *pages;               /* mmap of capacity pages */
+  struct slot_allocator slots;
+};
+
+struct rampart_engine {
+  struct rampart_config config;
+  enum rampart_redundancy policy;
+  unsigned group_size;
+  uint64_t pages;
+
+  struct rp_key key;
+  struct page_map map;
+  /* One bit per page: its newest write has not completed. The mover leaves such pages
+   * alone: unlike a server connection, the spill store does not order a read after a
+   * write still in flight, so moving the page could copy what was there before. */
+  uint64_t *write_pending;
+  struct group_table groups;
+  struct spill_store *spill;
+  bool spill_is_temporary;
+  struct local_store local;
+
+  /* servers: incarnations; a server that returns empty gets a new entry */
+  struct server servers[ENGINE_MAX_INCARNATIONS];
+  unsigned nservers;
+  unsigned place_cursor;        /* round-robin over servers for members */
+  unsigned parity_cursor;       /* rotation of the parity server */
+
+  /* the open group and its parity server */
+  uint32_t open_group;          /* GROUP_NONE when none */
+  uint8_t open_parity_server;
+
+  /* pools */
+  struct page_op *ops;
+  struct page_op *free_ops;
+  uint8_t *op_scratch;
+  struct degraded_read *degraded;
+  struct degraded_read *free_degraded;
+  struct parity_buffer *parity;
+  struct parity_buffer *free_parity;
+  struct free_request *frees;
+  struct free_request *free_frees;
+  unsigned moves_in_flight;
+
+  /* queues of work waiting for a pool */
+  struct rampart_io *io_head, *io_tail;       /* frontend requests with pages to start */
+  struct page_op *wait_head, *wait_tail;      /* ops waiting for a parity buffer / degraded ctx */
+  bool starting_ios;
+
+  /* thread hand-over: frontend threads push onto `incoming` (lock-free stack) */
+  _Atomic(struct rampart_io *) incoming;
+  struct ev_loop *loop;
+  ev_async wake;
+  ev_async reconnected_wake;
+  ev_timer tick;
+  ev_io spill_watcher;
+  pthread_t thread;
+  atomic_bool stopping;
+  bool thread_started;
+
+  /* reconnect thread */
+  pthread_t reconnect_thread;
+  pthread_mutex_t reconnect_lock;
+  pthread_cond_t reconnect_cond;
+  bool reconnect_thread_started;
+  bool reconnect_stop;
+
+  /* mover state */
+  uint32_t move_cursor;         /* next group to examine */
+  uint64_t spill_cursor;        /* next page to examine for moving back from disk */
+  bool cleaning;
+  uint8_t clean_live_max;       /* clean groups with at most this many live pages */
+  uint32_t pass_cleaned;        /* groups cleaned in the current pass */
+  bool lost_seen[ENGINE_MAX_INCARNATIONS]; /* this pass met a group on that lost server */
+
+  /* counters */
+  uint64_t pages_written, wire_bytes_written;
+  uint64_t degraded_reads, read_errors, pages_lost;
+  uint64_t rebuild_pages_done, groups_cleaned;
+  uint64_t pages_remote, pages_spilled, pages_local;
+  pthread_mutex_t stats_lock;   /* guards the snapshot copied to other threads */
+};
+
+/* engine.c */
+uint64_t engine_now_ns(void);
+struct page_op *engine_op_get(struct rampart_engine *e);
+void engine_op_put(struct rampart_engine *e, struct page_op *op);
+void engine_op_wait(struct rampart_engine *e, struct page_op *op);
+void engine_op_finished(struct page_op *op, int result);
+void engine_run_waiting(struct rampart_engine *e);
+
+/* server_set.c */
+int server_set_open(struct rampart_engine *e, char *err, size_t errlen);
+void server_set_close(struct rampart_engine *e);
+bool server_usable_for_reads(const struct server *s);
+bool server_usable_for_placement(const struct server *s);
+unsigned server_set_placeable(const struct rampart_engine *e);
+void server_set_tick(struct rampart_engine *e);
+void server_set_submit(struct rampart_engine *e, unsigned server, struct rp_request *req);
+void server_set_handle_reconnects(struct rampart_engine *e);
+void server_release_slot(struct rampart_engine *e, unsigned server, uint32_t slot);
+void server_request_failed(struct rampart_engine *e, unsigned server, const struct rp_request *req);
+
+static inline bool page_write_is_pending(const struct rampart_engine *e, uint64_t page)
+{
+  return (e->write_pending[page / 64] >> (page % 64)) & 1u;
+}
+
+/* page_write.c */
+void page_write_start(struct page_op *op);
+void page_write_retire(struct rampart_engine *e, page_entry old);
+void page_write_trim(struct rampart_engine *e, uint64_t page);
+void page_write_reclaim(struct rampart_engine *e, uint32_t group);
+void page_write_close_open_group(struct rampart_engine *e);
+
+/* page_read.c */
+void page_read_start(struct page_op *op);
+
+/* page_mover.c */
+void page_mover_tick(struct rampart_engine *e);
+void page_mover_read_done(struct page_op *op, int result);
+void page_mover_move_done(struct page_op *op);
+
+/* local_store.c */
+int local_store_init(struct local_store *s, uint64_t pages);
+void local_store_destroy(struct local_store *s);
+static inline uint8_t *local_store_page(struct local_store *s, uint64_t slot)
+{
+  return s->pages + slot * RAMPART_PAGE_SIZE;
+}
+
+#endif

@@ -1,0 +1,39 @@
+/* Page map storage (see page_map.h). The map is mmap'd rather than calloc'd so that a
+ * large, mostly unwritten device costs only the pages of the map actually touched. */
+#include "page_map.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/mman.h>
+
+int page_map_init(struct page_map *map, uint64_t pages)
+{
+  map->pages = pages;
+  map->entries = NULL;
+  if (pages == 0)
+    return 0;
+  if (pages > SIZE_MAX / sizeof(page_entry)) {
+    errno = ENOMEM;
+    return -1;
+  }
+  void *p = mmap(NULL, pages * sizeof(page_entry), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED)
+    return -1;
+  map->entries = p;
+  return 0;
+}
+
+void page_map_destroy(struct page_map *map)
+{
+  if (map->entries)
+    munmap(map->entries, map->pages * sizeof(page_entry));
+  map->entries = NULL;
+  map->pages = 0;
+}
+
+uint64_t page_map_memory_bytes(const struct page_map *map)
+{
+  return map->pages * sizeof(page_entry);
+}

@@ -1,0 +1,240 @@
+/* Moving live pages in the background: rebuild, cleaning, migration, move-back.
+ *
+ * All four are the same operation — read a live page (degraded if need be) and write it
+ * again through the normal write path, which puts it in the open group on healthy
+ * servers (or the spill store) and retires the old copy — applied to different groups:
+ *   rebuild     groups with a member or parity on a LOST server
+ *   protection  parity-policy groups that had to seal without parity
+ *   migration   groups with live pages on an ADVISED (pressured) server
+ *   cleaning    sparse groups, when a server's reservation runs short, so old versions
+ *               do not pin server memory forever (the log-structured store's GC)
+ *   move-back   pages in the spill store, once servers have room again
+ * A group being moved is pinned (group->moving) so it is not reclaimed under the reads.
+ * Every move re-checks that the page map still points at the copy it read, so a
+ * frontend write racing the move always wins.
+ */
+#include <string.h>
+
+#include "engine_internal.h"
+#include "log.h"
+
+#define LOST_ENTRY page_entry_slot(PAGE_SPILL, PAGE_ENTRY_MAX_SLOT)
+#define GROUPS_PER_TICK 4096u
+#define SPILL_PAGES_PER_TICK 65536u
+/* Cleaning starts when a server has less than this share of its reservation free, and
+ * stops once every server is back above twice that. */
+#define CLEAN_START_PERCENT 10u
+
+static bool server_is_lost(const struct rampart_engine *e, uint8_t index)
+{
+  return index != GROUP_NO_SERVER && e->servers[index].state == RAMPART_SERVER_LOST;
+}
+
+static bool policy_has_parity(const struct rampart_engine *e)
+{
+  return e->policy == RAMPART_REDUNDANCY_PARITY_LOG || e->policy == RAMPART_REDUNDANCY_MIRROR;
+}
+
+/* Cleaning keeps the slots held on servers near (1 + 1/S) x live pages x (1 + overflow),
+ * the bound the overflow= setting promises, and also starts when any one server is
+ * short of room. Hysteresis keeps it from flapping. */
+static void update_cleaning(struct rampart_engine *e)
+{
+  uint64_t held = 0, live = 0;
+  bool short_of_room = false;
+  for (unsigned i = 0; i < e->nservers; i++) {
+    const struct server *s = &e->servers[i];
+    if (s->state == RAMPART_SERVER_LOST)
+      continue;
+    held += s->slots.in_use;
+    live += s->pages_live;
+    if (s->state == RAMPART_SERVER_UP && s->reserved_pages > 0)
+      short_of_room |= (uint64_t)slot_allocator_available(&s->slots) * 100 <
+                       s->reserved_pages * CLEAN_START_PERCENT;
+  }
+  double per_live = 1.0 + (policy_has_parity(e) ? 1.0 / e->group_size : 0.0);
+  double target = (double)live * per_live * (1.0 + e->config.overflow_percent / 100.0);
+  /* A few groups' worth of slack, so a tiny device does not clean forever. */
+  target += (double)(e->group_size + 1) * 8;
+  bool over = (double)held > target;
+  bool well_under = (double)held < target * 0.95;
+  bool was = e->cleaning;
+  e->cleaning = short_of_room || over || (was && !well_under);
+  if (e->cleaning && !was)
+    rp_log(RP_LOG_DEBUG, "cleaning: %llu slots held for %llu live pages; rewriting sparse "
+           "groups", (unsigned long long)held, (unsigned long long)live);
+}
+
+/* Why group g must be moved, or NULL. Records lost servers met in this pass. */
+static const char *group_move_reason(struct rampart_engine *e, const struct group *g)
+{
+  const char *why = NULL;
+  unsigned slots = g->members + (g->has_parity ? 1u : 0u);
+  for (unsigned k = 0; k < slots; k++) {
+    uint8_t srv = g->server[k < g->members ? k : g->capacity];
+    if (server_is_lost(e, srv)) {
+      e->lost_seen[srv] = true;
+      why = "rebuild";
+    } else if (srv != GROUP_NO_SERVER && e->servers[srv].advised && k < g->members && !why) {
+      why = "migrate";
+    }
+  }
+  if (why)
+    return why;
+  if (policy_has_parity(e) && !g->has_parity && server_set_placeable(e) >= 2)
+    return "protect";
+  if (e->cleaning && g->live <= e->clean_live_max && g->live < g->members)
+    return "clean";
+  return NULL;
+}
+
+static bool start_move(struct rampart_engine *e, uint64_t page, page_entry expected,
+                       uint32_t group)
+{
+  struct page_op *op = engine_op_get(e);
+  if (!op)
+    return false;
+  op->kind = PAGE_OP_MOVE;
+  op->page = page;
+  op->expected = expected;
+  op->group = group;
+  op->buf = op->scratch;
+  e->moves_in_flight++;
+  if (group != GROUP_NONE)
+    group_get(&e->groups, group)->moving++;
+  page_read_start(op);
+  return true;
+}
+
+static void finish_pass(struct rampart_engine *e)
+{
+  for (unsigned i = 0; i < e->nservers; i++) {
+    struct server *s = &e->servers[i];
+    if (s->rebuild_needed && !e->lost_seen[i] && e->moves_in_flight == 0) {
+      s->rebuild_needed = false;
+      s->pages_live = 0;
+      rp_log(RP_LOG_INFO, "rebuild after losing %s finished: %llu pages moved so far",
+             s->address, (unsigned long long)e->rebuild_pages_done);
+    }
+    e->lost_seen[i] = false;
+  }
+  /* Cleaning takes the sparsest groups first; a pass that found none that sparse while
+   * still over the bound lets it take fuller ones. */
+  if (!e->cleaning)
+    e->clean_live_max = (uint8_t)(e->group_size / 2);
+  else if (e->pass_cleaned == 0 && e->clean_live_max + 1u < e->group_size)
+    e->clean_live_max++;
+  e->pass_cleaned = 0;
+}
+
+static void scan_groups(struct rampart_engine *e)
+{
+  for (unsigned n = 0; n < GROUPS_PER_TICK && e->moves_in_flight < ENGINE_MOVES; n++) {
+    if (e->move_cursor >= e->groups.count) {
+      e->move_cursor = 0;
+      finish_pass(e);
+      return;
+    }
+    uint32_t id = e->move_cursor++;
+    struct group *g = group_get(&e->groups, id);
+    if (g->state != GROUP_SEALED || g->moving > 0)
+      continue;
+    const char *why = group_move_reason(e, g);
+    if (!why)
+      continue;
+    if (g->live == 0) {
+      page_write_reclaim(e, id);
+      continue;
+    }
+    if (why[0] == 'c') {
+      e->groups_cleaned++;
+      e->pass_cleaned++;
+    }
+    for (unsigned m = 0; m < g->members; m++) {
+      if (!group_member_is_live(&e->groups, &e->map, id, m) ||
+          page_write_is_pending(e, g->page[m]))
+        continue;
+      if (!start_move(e, g->page[m], page_entry_remote(id, m), id)) {
+        e->move_cursor = id; /* out of ops: come back to this group */
+        return;
+      }
+    }
+  }
+}
+
+/* Pages that had to go to disk move back once servers have room again. */
+static void scan_spill(struct rampart_engine *e)
+{
+  if (!e->spill || e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH || e->nservers == 0)
+    return;
+  unsigned needed = policy_has_parity(e) ? 2 : 1;
+  if (server_set_placeable(e) < needed || e->cleaning || spill_store_used(e->spill) == 0)
+    return;
+  for (unsigned n = 0; n < SPILL_PAGES_PER_TICK && e->moves_in_flight < ENGINE_MOVES; n++) {
+    if (e->spill_cursor >= e->pages)
+      e->spill_cursor = 0;
+    uint64_t page = e->spill_cursor++;
+    page_entry entry = page_map_get(&e->map, page);
+    if (page_entry_kind(entry) == PAGE_SPILL && entry != LOST_ENTRY &&
+        !page_write_is_pending(e, page))
+      if (!start_move(e, page, entry, GROUP_NONE))
+        return;
+  }
+}
+
+void page_mover_tick(struct rampart_engine *e)
+{
+  if (e->nservers == 0)
+    return;
+  update_cleaning(e);
+  scan_groups(e);
+  scan_spill(e);
+}
+
+/* Two of the group's copies are on lost servers (or a lost member and no parity): the
+ * page cannot come back and every read of it must fail. */
+static bool page_is_unrecoverable(struct rampart_engine *e, const struct group *g)
+{
+  unsigned lost = 0;
+  for (unsigned m = 0; m < g->members; m++)
+    lost += server_is_lost(e, g->server[m]);
+  if (!g->has_parity)
+    return lost >= 1;
+  return lost + server_is_lost(e, g->server[g->capacity]) >= 2;
+}
+
+void page_mover_read_done(struct page_op *op, int result)
+{
+  struct rampart_engine *e = op->engine;
+  if (result < 0) {
+    if (op->group != GROUP_NONE && page_map_get(&e->map, op->page) == op->expected &&
+        page_is_unrecoverable(e, group_get(&e->groups, op->group))) {
+      e->pages_lost++;
+      page_write_retire(e, page_map_set(&e->map, op->page, LOST_ENTRY));
+      rp_log(RP_LOG_ERROR, "page %llu is lost: two servers of its parity group are gone; "
+             "reads of it return EIO until it is written again", (unsigned long long)op->page);
+    }
+    engine_op_finished(op, result);
+    return;
+  }
+  if (page_map_get(&e->map, op->page) != op->expected) {
+    engine_op_finished(op, 0);
+    return;
+  }
+  op->move_writing = true;
+  page_write_start(op);
+}
+
+void page_mover_move_done(struct page_op *op)
+{
+  struct rampart_engine *e = op->engine;
+  e->moves_in_flight--;
+  if (op->move_writing)
+    e->rebuild_pages_done++;
+  if (op->group == GROUP_NONE)
+    return;
+  struct group *g = group_get(&e->groups, op->group);
+  g->moving--;
+  if (g->live == 0 && g->moving == 0 && g->state == GROUP_SEALED)
+    page_write_reclaim(e, op->group);
+}

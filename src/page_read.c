@@ -1,0 +1,230 @@
+/* Reading a page, and rebuilding it from its group when its server is gone.
+ *
+ * A degraded read XORs the group's other members with its parity: the parity stored on
+ * its server once the group is sealed, or a snapshot of the client's buffer while the
+ * group is still open or sealing (members added after the snapshot are left out, since
+ * the snapshot does not cover them). If any piece is unavailable too, that is a second
+ * loss in the group: the read fails with EIO and is counted, never answered with wrong
+ * bytes. Under write-through the disk copy answers instead.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "log.h"
+
+#define LOST_ENTRY page_entry_slot(PAGE_SPILL, PAGE_ENTRY_MAX_SLOT)
+
+static void read_finish(struct page_op *op, int result)
+{
+  if (op->kind == PAGE_OP_MOVE) {
+    page_mover_read_done(op, result);
+    return;
+  }
+  engine_op_finished(op, result);
+}
+
+static void read_failed(struct page_op *op, const char *why)
+{
+  struct rampart_engine *e = op->engine;
+  e->read_errors++;
+  rp_log(RP_LOG_ERROR, "page %llu cannot be read: %s; returning EIO",
+         (unsigned long long)op->page, why);
+  read_finish(op, -EIO);
+}
+
+static void on_spill_read(struct spill_io *sio)
+{
+  struct page_op *op = sio->user;
+  if (sio->result < 0) {
+    read_failed(op, "the spill store read failed");
+    return;
+  }
+  read_finish(op, 0);
+}
+
+static void read_from_spill(struct page_op *op, uint64_t slot)
+{
+  op->sio = (struct spill_io){ .write = false, .slot = slot, .page = op->buf,
+                               .done = on_spill_read, .user = op };
+  spill_store_submit(op->engine->spill, &op->sio);
+}
+
+/* ---- degraded reads ------------------------------------------------------------------ */
+
+static void degraded_put(struct rampart_engine *e, struct degraded_read *dr)
+{
+  dr->next = e->free_degraded;
+  e->free_degraded = dr;
+  engine_run_waiting(e);
+}
+
+static void degraded_complete(struct degraded_read *dr)
+{
+  struct page_op *op = dr->op;
+  struct rampart_engine *e = op->engine;
+  struct group *g = group_get(&e->groups, dr->group);
+  g->moving--;
+  bool failed = dr->failed;
+  if (!failed) {
+    memcpy(op->buf, dr->pages, RAMPART_PAGE_SIZE);
+    for (unsigned k = 1; k < dr->pieces; k++)
+      parity_xor_page(op->buf, dr->pages + (size_t)k * RAMPART_PAGE_SIZE);
+    e->degraded_reads++;
+  }
+  if (g->live == 0 && g->moving == 0 && g->state == GROUP_SEALED)
+    page_write_reclaim(e, dr->group);
+  degraded_put(e, dr);
+  if (failed)
+    read_failed(op, "its server and another member of its parity group are both unavailable");
+  else
+    read_finish(op, 0);
+}
+
+static void on_piece_read(struct rp_request *req)
+{
+  struct degraded_read *dr = req->user;
+  struct rampart_engine *e = dr->op->engine;
+  if (req->status != RP_OK) {
+    dr->failed = true;
+    struct group *g = group_get(&e->groups, dr->group);
+    unsigned k = (unsigned)(req - dr->reqs);
+    server_request_failed(e, g->server[dr->piece_member[k]], req);
+  }
+  if (--dr->pending == 0)
+    degraded_complete(dr);
+}
+
+static void degraded_start(struct page_op *op, uint32_t id, unsigned lost)
+{
+  struct rampart_engine *e = op->engine;
+  struct group *g = group_get(&e->groups, id);
+  if (!g->has_parity) {
+    read_failed(op, e->policy == RAMPART_REDUNDANCY_NONE
+                        ? "its server is gone and redundancy=none keeps no second copy"
+                        : "its server is gone and its group's parity was lost too");
+    return;
+  }
+  /* Check every piece before taking a context: two losses fail at once. */
+  bool parity_in_client = g->state != GROUP_SEALED;
+  for (unsigned m = 0; m < g->members; m++)
+    if (m != lost && !server_usable_for_reads(&e->servers[g->server[m]])) {
+      read_failed(op, "two servers of its parity group are unavailable");
+      return;
+    }
+  if (!parity_in_client && !server_usable_for_reads(&e->servers[g->server[g->capacity]])) {
+    read_failed(op, "its server and its group's parity server are both unavailable");
+    return;
+  }
+  struct degraded_read *dr = e->free_degraded;
+  if (!dr) {
+    engine_op_wait(e, op);
+    return;
+  }
+  e->free_degraded = dr->next;
+  dr->op = op;
+  dr->group = id;
+  dr->failed = false;
+  dr->pieces = 0;
+  dr->pending = 0;
+  g->moving++; /* pins the group: its slots must not be reused while we read them */
+
+  /* Piece 0 is the parity; the rest are the surviving members. */
+  unsigned members = g->members;
+  if (parity_in_client) {
+    memcpy(dr->pages, e->parity[g->buffer].page, RAMPART_PAGE_SIZE);
+  } else {
+    dr->piece_member[0] = (uint8_t)g->capacity;
+  }
+  dr->pieces = 1;
+  for (unsigned m = 0; m < members; m++)
+    if (m != lost)
+      dr->piece_member[dr->pieces++] = (uint8_t)m;
+
+  /* Count every request before submitting any: a submit may complete at once. */
+  unsigned first = parity_in_client ? 1 : 0;
+  dr->pending = dr->pieces - first;
+  if (dr->pending == 0) {
+    degraded_complete(dr); /* mirror member lost while its copy is still in the client */
+    return;
+  }
+  for (unsigned k = first; k < dr->pieces; k++) {
+    unsigned m = dr->piece_member[k];
+    struct rp_request *req = &dr->reqs[k];
+    memset(req, 0, sizeof *req);
+    req->op = RP_OP_READ;
+    req->slot = g->slot[m];
+    req->page = dr->pages + (size_t)k * RAMPART_PAGE_SIZE;
+    req->done = on_piece_read;
+    req->user = dr;
+    server_set_submit(e, g->server[m], req);
+  }
+}
+
+/* ---- normal reads ---------------------------------------------------------------------- */
+
+static void on_remote_read(struct rp_request *req)
+{
+  struct page_op *op = req->user;
+  struct rampart_engine *e = op->engine;
+  if (req->status == RP_OK) {
+    read_finish(op, 0);
+    return;
+  }
+  struct group *g = group_get(&e->groups, op->group);
+  server_request_failed(e, g->server[op->member], req);
+  if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH) {
+    read_from_spill(op, op->page);
+    return;
+  }
+  degraded_start(op, op->group, op->member);
+}
+
+void page_read_start(struct page_op *op)
+{
+  struct rampart_engine *e = op->engine;
+  if (op->kind == PAGE_OP_MOVE)
+    op->buf = op->scratch;
+  page_entry entry = page_map_get(&e->map, op->page);
+  if (op->kind == PAGE_OP_MOVE && entry != op->expected) {
+    read_finish(op, 0);
+    return;
+  }
+  switch (page_entry_kind(entry)) {
+  case PAGE_ZERO:
+    memset(op->buf, 0, RAMPART_PAGE_SIZE);
+    read_finish(op, 0);
+    return;
+  case PAGE_LOCAL:
+    memcpy(op->buf, local_store_page(&e->local, page_entry_slot_of(entry)), RAMPART_PAGE_SIZE);
+    read_finish(op, 0);
+    return;
+  case PAGE_SPILL:
+    if (entry == LOST_ENTRY) {
+      read_failed(op, "it was lost with two servers of its parity group");
+      return;
+    }
+    read_from_spill(op, page_entry_slot_of(entry));
+    return;
+  case PAGE_REMOTE:
+    break;
+  }
+  op->group = (uint32_t)page_entry_group(entry);
+  op->member = (uint8_t)page_entry_member(entry);
+  struct group *g = group_get(&e->groups, op->group);
+  struct server *s = &e->servers[g->server[op->member]];
+  if (!server_usable_for_reads(s)) {
+    if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH)
+      read_from_spill(op, op->page);
+    else
+      degraded_start(op, op->group, op->member);
+    return;
+  }
+  memset(&op->req, 0, sizeof op->req);
+  op->req.op = RP_OP_READ;
+  op->req.slot = g->slot[op->member];
+  op->req.page = op->buf;
+  op->req.done = on_remote_read;
+  op->req.user = op;
+  server_set_submit(e, s->index, &op->req);
+}

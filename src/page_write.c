@@ -1,0 +1,435 @@
+/* Writing a page: seed 002's parity logging (docs/engine.md, "Paths").
+ *
+ * A page is never bound to a place. Each write takes the next member of the open group
+ * on the next server round-robin, is XORed into the group's parity buffer, and marks
+ * the page's previous version inactive in whatever group held it. After S members the
+ * parity goes to the group's parity server and the group is sealed. Mirror is the same
+ * with S = 1 (the "parity" of one page is its copy); none and write-through have no
+ * parity. When no server can take a page, it goes to the spill store.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "log.h"
+
+#define LOST_ENTRY page_entry_slot(PAGE_SPILL, PAGE_ENTRY_MAX_SLOT)
+
+static bool policy_has_parity(const struct rampart_engine *e)
+{
+  return e->policy == RAMPART_REDUNDANCY_PARITY_LOG || e->policy == RAMPART_REDUNDANCY_MIRROR;
+}
+
+static void mark_pending(struct rampart_engine *e, uint64_t page)
+{
+  e->write_pending[page / 64] |= UINT64_C(1) << (page % 64);
+}
+
+static void write_finish(struct page_op *op, int result)
+{
+  struct rampart_engine *e = op->engine;
+  /* Only the newest write of the page clears the bit: an older one finishing late says
+   * nothing about whether the newest has landed. */
+  if (op->placed && page_map_get(&e->map, op->page) == op->placed)
+    e->write_pending[op->page / 64] &= ~(UINT64_C(1) << (op->page % 64));
+  engine_op_finished(op, result);
+}
+
+/* ---- reclaim and retire -------------------------------------------------------------- */
+
+void page_write_reclaim(struct rampart_engine *e, uint32_t id)
+{
+  struct group *g = group_get(&e->groups, id);
+  for (unsigned m = 0; m < g->members; m++)
+    if (g->server[m] != GROUP_NO_SERVER)
+      server_release_slot(e, g->server[m], g->slot[m]);
+  if (g->has_parity && g->server[g->capacity] != GROUP_NO_SERVER)
+    server_release_slot(e, g->server[g->capacity], g->slot[g->capacity]);
+  group_release(&e->groups, id);
+}
+
+/* The page's previous version `old` is no longer current. */
+void page_write_retire(struct rampart_engine *e, page_entry old)
+{
+  switch (page_entry_kind(old)) {
+  case PAGE_ZERO:
+    return;
+  case PAGE_REMOTE: {
+    uint32_t id = (uint32_t)page_entry_group(old);
+    unsigned m = page_entry_member(old);
+    struct group *g = group_get(&e->groups, id);
+    if (g->server[m] != GROUP_NO_SERVER && e->servers[g->server[m]].pages_live > 0)
+      e->servers[g->server[m]].pages_live--;
+    if (group_member_dead(&e->groups, id, m) && g->moving == 0)
+      page_write_reclaim(e, id);
+    return;
+  }
+  case PAGE_SPILL:
+    /* Write-through keeps page N at slot N for good; the lost marker has no slot. */
+    if (old != LOST_ENTRY && e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH)
+      spill_store_free_slot(e->spill, page_entry_slot_of(old));
+    return;
+  case PAGE_LOCAL:
+    slot_allocator_release(&e->local.slots, (uint32_t)page_entry_slot_of(old));
+    return;
+  }
+}
+
+void page_write_trim(struct rampart_engine *e, uint64_t page)
+{
+  page_write_retire(e, page_map_set(&e->map, page, 0));
+}
+
+/* ---- parity buffers and sealing ---------------------------------------------------------- */
+
+static void parity_buffer_put(struct rampart_engine *e, struct parity_buffer *pb)
+{
+  pb->next = e->free_parity;
+  e->free_parity = pb;
+  engine_run_waiting(e);
+}
+
+static void on_parity_written(struct rp_request *req)
+{
+  struct parity_buffer *pb = req->user;
+  struct rampart_engine *e = pb->engine;
+  uint32_t id = pb->group;
+  struct group *g = group_get(&e->groups, id);
+  unsigned pserver = g->server[g->capacity];
+  group_finish_seal(&e->groups, id);
+  if (req->status != RP_OK) {
+    /* The group has lost its parity: it is unprotected until the mover rewrites its
+     * live members, which it does for any parity-policy group sealed without parity. */
+    server_request_failed(e, pserver, req);
+    server_release_slot(e, pserver, g->slot[g->capacity]);
+    g->server[g->capacity] = GROUP_NO_SERVER;
+    g->has_parity = 0;
+  }
+  parity_buffer_put(e, pb);
+  if (g->live == 0 && g->moving == 0)
+    page_write_reclaim(e, id);
+}
+
+/* A server for the parity of group g: its planned one if still fit, else any other
+ * placeable server that holds no member of g. */
+static int choose_parity_server(struct rampart_engine *e, const struct group *g)
+{
+  for (unsigned k = 0; k < e->nservers; k++) {
+    unsigned i = k == 0 ? e->open_parity_server : (e->open_parity_server + k) % e->nservers;
+    if (!server_usable_for_placement(&e->servers[i]))
+      continue;
+    bool in_group = false;
+    for (unsigned m = 0; m < g->members; m++)
+      in_group |= g->server[m] == i;
+    if (!in_group)
+      return (int)i;
+  }
+  return -1;
+}
+
+static void seal_open_group(struct rampart_engine *e)
+{
+  uint32_t id = e->open_group;
+  e->open_group = GROUP_NONE;
+  struct group *g = group_get(&e->groups, id);
+  /* A group closed early (a server failed, none left to place on) seals with the
+   * members it has: the parity covers exactly those. */
+  g->capacity = g->members;
+  if (!g->has_parity) {
+    group_seal_without_parity(&e->groups, id);
+    if (g->live == 0)
+      page_write_reclaim(e, id);
+    return;
+  }
+  struct parity_buffer *pb = &e->parity[g->buffer];
+  int p = choose_parity_server(e, g);
+  int64_t slot = p >= 0 ? slot_allocator_alloc(&e->servers[p].slots) : -1;
+  if (slot < 0) {
+    /* Nowhere to put the parity: seal unprotected, the mover will re-place the pages. */
+    g->has_parity = 0;
+    g->buffer = GROUP_NO_BUFFER;
+    group_seal_without_parity(&e->groups, id);
+    parity_buffer_put(e, pb);
+    if (g->live == 0)
+      page_write_reclaim(e, id);
+    return;
+  }
+  group_begin_seal(&e->groups, id, (uint8_t)p, (uint32_t)slot);
+  memset(&pb->req, 0, sizeof pb->req);
+  pb->group = id;
+  pb->req.op = RP_OP_WRITE;
+  pb->req.slot = (uint64_t)slot;
+  pb->req.page = pb->page;
+  pb->req.done = on_parity_written;
+  pb->req.user = pb;
+  e->wire_bytes_written += RP_HEADER_SIZE + RAMPART_PAGE_SIZE;
+  server_set_submit(e, (unsigned)p, &pb->req);
+}
+
+void page_write_close_open_group(struct rampart_engine *e)
+{
+  if (e->open_group == GROUP_NONE)
+    return;
+  struct group *g = group_get(&e->groups, e->open_group);
+  if (g->members == 0) {
+    if (g->has_parity)
+      parity_buffer_put(e, &e->parity[g->buffer]);
+    group_release(&e->groups, e->open_group);
+    e->groups.reclaimed--; /* never held anything: not a reclaim */
+    e->open_group = GROUP_NONE;
+    return;
+  }
+  seal_open_group(e);
+}
+
+/* ---- placement ------------------------------------------------------------------------- */
+
+enum open_result { OPENED, NO_SERVERS, NO_BUFFER };
+
+static enum open_result open_new_group(struct rampart_engine *e)
+{
+  unsigned usable = server_set_placeable(e);
+  bool parity = policy_has_parity(e);
+  if (usable < (parity ? 2u : 1u))
+    return NO_SERVERS;
+  unsigned capacity = e->group_size;
+  if (capacity > usable - (parity ? 1u : 0u))
+    capacity = usable - (parity ? 1u : 0u);
+  uint16_t buffer = GROUP_NO_BUFFER;
+  if (parity) {
+    struct parity_buffer *pb = e->free_parity;
+    if (!pb)
+      return NO_BUFFER;
+    e->free_parity = pb->next;
+    memset(pb->page, 0, RAMPART_PAGE_SIZE);
+    buffer = (uint16_t)(pb - e->parity);
+    /* Rotate the parity server over the placeable servers, as RAID-5 rotates. */
+    for (unsigned k = 0; k < e->nservers; k++) {
+      unsigned i = (e->parity_cursor + k) % e->nservers;
+      if (server_usable_for_placement(&e->servers[i])) {
+        e->open_parity_server = (uint8_t)i;
+        e->parity_cursor = i + 1;
+        break;
+      }
+    }
+  }
+  uint32_t id = group_open(&e->groups, capacity, parity, buffer);
+  if (id == GROUP_NONE) {
+    if (parity)
+      parity_buffer_put(e, &e->parity[buffer]);
+    return NO_SERVERS;
+  }
+  e->open_group = id;
+  return OPENED;
+}
+
+static int choose_member_server(struct rampart_engine *e, const struct group *g)
+{
+  for (unsigned k = 0; k < e->nservers; k++) {
+    unsigned i = (e->place_cursor + k) % e->nservers;
+    if (!server_usable_for_placement(&e->servers[i]))
+      continue;
+    if (g->has_parity && i == e->open_parity_server)
+      continue;
+    bool in_group = false;
+    for (unsigned m = 0; m < g->members; m++)
+      in_group |= g->server[m] == i;
+    if (in_group)
+      continue;
+    e->place_cursor = i + 1;
+    return (int)i;
+  }
+  return -1;
+}
+
+static void on_member_written(struct rp_request *req);
+static void write_to_spill(struct page_op *op);
+
+/* Places the op's page as a member of the open group and sends it. Returns false when
+ * no server can take it (the caller spills), true when sent or queued to wait. */
+static bool place_remote(struct page_op *op)
+{
+  struct rampart_engine *e = op->engine;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    if (e->open_group == GROUP_NONE) {
+      enum open_result r = open_new_group(e);
+      if (r == NO_BUFFER) {
+        engine_op_wait(e, op);
+        return true;
+      }
+      if (r == NO_SERVERS)
+        return false;
+    }
+    struct group *g = group_get(&e->groups, e->open_group);
+    int server = choose_member_server(e, g);
+    if (server < 0) {
+      /* Fewer fit servers than when the group opened: close it and try a new one. */
+      page_write_close_open_group(e);
+      continue;
+    }
+    int64_t slot = slot_allocator_alloc(&e->servers[server].slots);
+    if (g->has_parity)
+      parity_xor_page(e->parity[g->buffer].page, op->buf);
+    uint32_t id = e->open_group;
+    unsigned m = group_add_member(&e->groups, id, (uint8_t)server, (uint32_t)slot,
+                                  (uint32_t)op->page);
+    op->placed = page_entry_remote(id, m);
+    mark_pending(e, op->page);
+    e->servers[server].pages_live++;
+    page_write_retire(e, page_map_set(&e->map, op->page, op->placed));
+
+    memset(&op->req, 0, sizeof op->req);
+    op->req.op = RP_OP_WRITE;
+    op->req.slot = (uint64_t)slot;
+    op->req.page = op->buf;
+    op->req.done = on_member_written;
+    op->req.user = op;
+    op->server = (uint8_t)server; /* for failure handling */
+    if (op->kind == PAGE_OP_MOVE)
+      op->expected = op->placed; /* a retry must find the map still pointing here */
+    op->pending++;
+    e->pages_written++;
+    e->wire_bytes_written += RP_HEADER_SIZE + RAMPART_PAGE_SIZE;
+    if (group_is_full(g))
+      seal_open_group(e);
+    server_set_submit(e, (unsigned)server, &op->req);
+    return true;
+  }
+  return false;
+}
+
+static void sub_done(struct page_op *op, int result)
+{
+  if (result < 0)
+    op->failed = true;
+  if (--op->pending == 0)
+    write_finish(op, op->failed ? -EIO : 0);
+}
+
+static void on_member_written(struct rp_request *req)
+{
+  struct page_op *op = req->user;
+  struct rampart_engine *e = op->engine;
+  if (req->status == RP_OK) {
+    sub_done(op, 0);
+    return;
+  }
+  server_request_failed(e, op->server, req);
+  /* The member's server failed before storing it. If the page has not been rewritten
+   * meanwhile, place it again: the caller's buffer is still ours until we complete. */
+  if (page_map_get(&e->map, op->page) != op->placed) {
+    sub_done(op, 0);
+    return;
+  }
+  op->pending--;
+  if (!place_remote(op)) {
+    if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH) {
+      /* The disk copy written alongside is now the page. */
+      page_write_retire(e, page_map_set(&e->map, op->page,
+                                        page_entry_slot(PAGE_SPILL, op->page)));
+      op->pending++;
+      sub_done(op, 0);
+    } else {
+      write_to_spill(op);
+    }
+  }
+}
+
+/* ---- spill and local ------------------------------------------------------------------- */
+
+static void on_spill_written(struct spill_io *sio)
+{
+  struct page_op *op = sio->user;
+  if (sio->result < 0)
+    rp_log(RP_LOG_ERROR, "spill store write of page %llu failed: %s",
+           (unsigned long long)op->page, strerror(-sio->result));
+  sub_done(op, sio->result);
+}
+
+static void submit_spill_write(struct page_op *op, uint64_t slot)
+{
+  op->sio = (struct spill_io){ .write = true, .slot = slot, .page = op->buf,
+                               .done = on_spill_written, .user = op };
+  op->pending++;
+  spill_store_submit(op->engine->spill, &op->sio);
+}
+
+static void write_to_spill(struct page_op *op)
+{
+  struct rampart_engine *e = op->engine;
+  if (!e->spill) {
+    write_finish(op, -ENOSPC);
+    return;
+  }
+  page_entry old = page_map_get(&e->map, op->page);
+  uint64_t slot;
+  if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH) {
+    slot = op->page;
+  } else {
+    /* A fresh slot for every version, never an overwrite in place: each version then has
+     * its own map entry, which is how a move racing a write tells them apart. */
+    int64_t s = spill_store_alloc_slot(e->spill);
+    if (s < 0) {
+      rp_log(RP_LOG_ERROR, "no server and no spill space left for page %llu: add servers "
+             "or a larger spill-size=", (unsigned long long)op->page);
+      write_finish(op, -ENOSPC);
+      return;
+    }
+    slot = (uint64_t)s;
+  }
+  page_entry now = page_entry_slot(PAGE_SPILL, slot);
+  if (old != now)
+    page_write_retire(e, page_map_set(&e->map, op->page, now));
+  op->placed = now;
+  mark_pending(e, op->page);
+  submit_spill_write(op, slot);
+}
+
+static void write_to_local(struct page_op *op)
+{
+  struct rampart_engine *e = op->engine;
+  page_entry old = page_map_get(&e->map, op->page);
+  uint64_t slot;
+  if (page_entry_kind(old) == PAGE_LOCAL) {
+    slot = page_entry_slot_of(old);
+  } else {
+    int64_t s = slot_allocator_alloc(&e->local.slots);
+    if (s < 0) {
+      write_to_spill(op);
+      return;
+    }
+    slot = (uint64_t)s;
+    page_write_retire(e, page_map_set(&e->map, op->page, page_entry_slot(PAGE_LOCAL, slot)));
+  }
+  memcpy(local_store_page(&e->local, slot), op->buf, RAMPART_PAGE_SIZE);
+  write_finish(op, 0);
+}
+
+/* ---- entry point -------------------------------------------------------------------------- */
+
+void page_write_start(struct page_op *op)
+{
+  struct rampart_engine *e = op->engine;
+  if (op->kind == PAGE_OP_MOVE && page_map_get(&e->map, op->page) != op->expected) {
+    write_finish(op, 0); /* rewritten or trimmed meanwhile: nothing left to move */
+    return;
+  }
+  if (e->nservers == 0) {
+    write_to_local(op);
+    return;
+  }
+  bool wt = e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH;
+  if (wt && !op->disk_started) {
+    /* Count the disk copy before placing, so a synchronous remote failure cannot finish
+     * the op while the disk write is still in flight. */
+    op->disk_started = true;
+    submit_spill_write(op, op->page);
+  }
+  if (!place_remote(op)) {
+    if (wt) {
+      page_write_retire(e, page_map_set(&e->map, op->page, page_entry_slot(PAGE_SPILL, op->page)));
+      return; /* the disk write completes the op */
+    }
+    write_to_spill(op);
+  }
+}

@@ -1,0 +1,109 @@
+/* The parity log: groups (stripe rows) of pages and the XOR that protects them.
+ *
+ * Seed 002's parity logging, generalised so every redundancy policy is a kind of group
+ * (docs/engine.md): a group collects up to `capacity` data members, each a version of
+ * some logical page stored at (server, slot); the client XORs each member into the
+ * group's parity buffer while the group is open, and when it is full the parity is
+ * stored on one more server and the group is sealed. A member stays on its server until
+ * the whole group is reclaimed — deleting it alone would force a parity update — so a
+ * rewritten or trimmed page only lowers its old group's live count.
+ *
+ * This file is pure bookkeeping and arithmetic: no sockets, no threads. The engine's I/O
+ * thread owns the table.
+ */
+#ifndef RAMPART_PARITY_GROUP_H
+#define RAMPART_PARITY_GROUP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "page_map.h"
+
+#define GROUP_MAX_DATA 8u          /* largest group=S */
+#define GROUP_NO_BUFFER 0xffffu
+#define GROUP_NO_SERVER 0xffu
+#define GROUP_NONE UINT32_MAX
+
+enum group_state {
+  GROUP_FREE = 0,   /* on the free list */
+  GROUP_OPEN,       /* taking members; its parity lives in the client's buffer */
+  GROUP_SEALING,    /* full; parity write in flight, buffer still held */
+  GROUP_SEALED,     /* parity stored on its server; buffer released */
+};
+
+struct group {
+  uint8_t state;
+  uint8_t capacity;             /* data members this group takes (S, or 1 for mirror) */
+  uint8_t members;              /* data members placed so far */
+  uint8_t has_parity;           /* 0 under none and write-through */
+  uint8_t live;                 /* members the page map still points at */
+  uint8_t moving;               /* member moves (rebuild, cleaning, migration) in flight */
+  uint16_t buffer;              /* parity buffer index while OPEN/SEALING */
+  uint8_t server[GROUP_MAX_DATA + 1]; /* [i] data member i; [capacity] the parity */
+  uint32_t slot[GROUP_MAX_DATA + 1];
+  uint32_t page[GROUP_MAX_DATA];      /* logical page each member holds a version of */
+  uint32_t next_free;
+};
+
+struct group_table {
+  struct group *groups;
+  uint32_t count;       /* groups allocated in the array */
+  uint32_t in_use;
+  uint32_t free_head;   /* GROUP_NONE when the free list is empty */
+  /* lifetime counters for stats */
+  uint64_t opened, sealed, reclaimed;
+};
+
+int group_table_init(struct group_table *t, uint32_t initial_groups);
+void group_table_destroy(struct group_table *t);
+
+/* A new OPEN group taking `capacity` members (1..GROUP_MAX_DATA), or GROUP_NONE when the
+ * table cannot grow (ENOMEM). The parity server is chosen by the caller, at seal time. */
+uint32_t group_open(struct group_table *t, unsigned capacity, bool has_parity, uint16_t buffer);
+
+static inline struct group *group_get(struct group_table *t, uint32_t id)
+{
+  return &t->groups[id];
+}
+
+/* Appends a member stored at (server, slot) holding a version of logical page `page`;
+ * returns its member index. The group must be OPEN and not full. */
+unsigned group_add_member(struct group_table *t, uint32_t id, uint8_t server, uint32_t slot,
+                          uint32_t page);
+
+static inline bool group_is_full(const struct group *g)
+{
+  return g->members == g->capacity;
+}
+
+/* Records where the parity went and moves the group to SEALING. */
+void group_begin_seal(struct group_table *t, uint32_t id, uint8_t server, uint32_t slot);
+/* Parity stored: SEALED. Returns the parity buffer index to release. */
+uint16_t group_finish_seal(struct group_table *t, uint32_t id);
+/* A group without parity (none, write-through) is sealed as soon as it is full. */
+void group_seal_without_parity(struct group_table *t, uint32_t id);
+
+/* The page map no longer points at this member. Returns true when the group has no live
+ * member left and is sealed: the caller frees its slots and calls group_release. */
+bool group_member_dead(struct group_table *t, uint32_t id, unsigned member);
+
+/* True if the page map still points at this member. */
+bool group_member_is_live(const struct group_table *t, const struct page_map *map,
+                          uint32_t id, unsigned member);
+
+/* Puts a reclaimed group back on the free list. */
+void group_release(struct group_table *t, uint32_t id);
+
+/* Slots the group holds on servers: data members plus the parity once sealing. */
+unsigned group_stored_pages(const struct group *g);
+
+/* Live data pages / data pages held, over sealed groups (1.0 when none). */
+double group_table_live_ratio(const struct group_table *t);
+
+uint64_t group_table_memory_bytes(const struct group_table *t);
+
+/* dst ^= src over one 4 KiB page, written so the compiler vectorises it. */
+void parity_xor_page(uint8_t *restrict dst, const uint8_t *restrict src);
+
+#endif

@@ -1,0 +1,154 @@
+/* librampart: the pager engine's public API, the only header a frontend includes.
+ *
+ * The nbdkit plugin, the ublk target and the tests all drive the same engine through
+ * this API: configure with key=value strings (as nbdkit passes them), open, then submit
+ * page-aligned I/O. The engine owns one I/O thread running a libev loop with every
+ * server connection and the spill store on it; submissions from any thread are handed
+ * over through a lock-free queue and an ev_async wake-up.
+ *
+ * Two ways to do I/O, same semantics:
+ *   - asynchronous: rampart_submit() with a caller-owned struct rampart_io; its
+ *     completion callback runs on the engine's I/O thread (ublk: complete the tag there).
+ *   - blocking: rampart_pread/pwrite/trim/zero/flush, which submit and wait (nbdkit's
+ *     thread model parallel calls these from its worker threads).
+ *
+ * Errors are negative errno values: -EIO for any remote or disk failure (a page that
+ * cannot be read correctly is never returned as wrong data), -EINVAL for misaligned or
+ * out-of-range requests, -ENOSPC when neither servers nor the spill store have room.
+ */
+#ifndef RAMPART_H
+#define RAMPART_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define RAMPART_PAGE_SIZE 4096u
+#define RAMPART_MAX_SERVERS 64u
+
+struct rampart_engine;
+
+enum rampart_redundancy {
+  RAMPART_REDUNDANCY_AUTO = 0,    /* parity-log with 3+ servers, mirror with 2, none with 1 */
+  RAMPART_REDUNDANCY_NONE,        /* striping only: a lost server loses its pages */
+  RAMPART_REDUNDANCY_MIRROR,      /* two servers per page */
+  RAMPART_REDUNDANCY_PARITY_LOG,  /* seed 002's parity logging: 1 + 1/S transfers per page */
+  RAMPART_REDUNDANCY_WRITE_THROUGH, /* remote plus local disk: survives any server losses */
+};
+
+/* Configuration, filled through rampart_config_set() from key=value strings:
+ *   size=SIZE             device size (required), a multiple of 4 KiB
+ *   servers=H:P,H:P,...   memory servers; or
+ *   cluster=FILE          one HOST:PORT a line, '#' comments
+ *   key=FILE              cluster key (required when servers are not on loopback)
+ *   redundancy=none|mirror|parity-log|write-through   (default: auto)
+ *   group=S               data pages per parity group (default: min(4, servers-1))
+ *   spill=PATH            local disk store (default: a temporary file)
+ *   spill-size=SIZE       its capacity (default: the device size)
+ *   memory=SIZE           standalone mode: local RAM for pages before spilling (default 0
+ *                         with servers; with none, the whole device)
+ *   overflow=PERCENT      extra remote memory reserved for old versions (default 25)
+ *   timeout=MS            a server that does not answer in this long is failing (default 2000)
+ *   lease=SECONDS         how long a reconnecting server's session is expected to live
+ *   enckey=FILE           (page encryption, later) key for sealing pages
+ */
+struct rampart_config;
+
+struct rampart_config *rampart_config_new(void);
+void rampart_config_free(struct rampart_config *config);
+/* Sets one key; -1 with a sentence in err (unknown key, size that is not a number...). */
+int rampart_config_set(struct rampart_config *config, const char *key, const char *value,
+                       char *err, size_t errlen);
+/* Checks the whole configuration (size given, servers reachable is NOT checked here). */
+int rampart_config_check(const struct rampart_config *config, char *err, size_t errlen);
+/* One line per key for nbdkit's config_help. */
+extern const char rampart_config_help[];
+
+/* Connects to every server, reserves capacity, opens the spill store, starts the I/O
+ * thread. A server that cannot be reached at open is a start-up error (the operator
+ * named it), unless allow_degraded was set. NULL with err on failure. */
+struct rampart_engine *rampart_open(const struct rampart_config *config, char *err,
+                                    size_t errlen);
+/* Drains in-flight I/O, says GOODBYE to every server (freeing their pages), removes a
+ * temporary spill file, stops the thread. */
+void rampart_close(struct rampart_engine *engine);
+
+uint64_t rampart_size(const struct rampart_engine *engine);
+
+enum rampart_op { RAMPART_OP_READ, RAMPART_OP_WRITE, RAMPART_OP_TRIM, RAMPART_OP_ZERO,
+                  RAMPART_OP_FLUSH };
+
+#define RAMPART_IO_FUA 0x1u /* write: complete only once durable as the policy defines */
+
+struct rampart_io;
+typedef void (*rampart_io_done_fn)(struct rampart_io *io, int result);
+
+/* A caller-owned request. offset and length are multiples of 4 KiB (swap and ublk only
+ * issue such); the engine never allocates per request. */
+struct rampart_io {
+  enum rampart_op op;
+  uint32_t flags;
+  uint64_t offset;
+  uint32_t length;
+  void *buf;                  /* READ: filled; WRITE: read from; others: unused */
+  rampart_io_done_fn done;    /* runs on the engine's I/O thread, result 0 or -errno */
+  void *user;
+  /* owned by the engine */
+  struct rampart_io *next;
+  uint32_t pages_started;
+  uint32_t pages_pending;
+  int result;
+};
+
+void rampart_submit(struct rampart_engine *engine, struct rampart_io *io);
+
+/* Blocking forms, for frontends with their own worker threads. 0 or -errno. Unlike
+ * rampart_submit these accept any byte offset and length: partial pages are read,
+ * modified and written back (trim ignores partial pages, as discard may). */
+int rampart_pread(struct rampart_engine *engine, void *buf, uint32_t length, uint64_t offset);
+int rampart_pwrite(struct rampart_engine *engine, const void *buf, uint32_t length,
+                   uint64_t offset, uint32_t flags);
+int rampart_trim(struct rampart_engine *engine, uint32_t length, uint64_t offset);
+int rampart_zero(struct rampart_engine *engine, uint32_t length, uint64_t offset);
+int rampart_flush(struct rampart_engine *engine);
+
+enum rampart_server_state { RAMPART_SERVER_UP, RAMPART_SERVER_ADVISED,
+                            RAMPART_SERVER_RECONNECTING, RAMPART_SERVER_LOST };
+
+struct rampart_server_stats {
+  char address[80];
+  enum rampart_server_state state;
+  uint64_t pages_live;         /* current versions of logical pages stored there */
+  uint64_t pages_stored;       /* live + inactive + parity */
+  uint64_t pages_reserved;
+};
+
+struct rampart_stats {
+  uint64_t device_pages;
+  enum rampart_redundancy redundancy;
+  uint32_t group_size;
+  uint32_t nservers;
+  struct rampart_server_stats servers[RAMPART_MAX_SERVERS];
+  uint64_t groups_open, groups_sealed, groups_reclaimed, groups_cleaned;
+  double live_ratio;           /* live data pages / data pages held by sealed groups */
+  uint64_t pages_remote, pages_spilled, pages_local_ram, pages_zero;
+  uint64_t pages_degraded_reads, pages_lost, read_errors;
+  uint64_t rebuild_pages_done, rebuild_pages_pending;
+  uint64_t pages_written, wire_bytes_written;   /* wire bytes / page written */
+  uint64_t spill_capacity_pages, spill_used_pages;
+  uint64_t client_memory_bytes;                 /* page map + group table + buffers */
+};
+
+void rampart_get_stats(struct rampart_engine *engine, struct rampart_stats *stats);
+
+/* Prepares the calling process to serve swap: mlockall (if lock_memory), PR_SET_IO_FLUSHER,
+ * a low OOM score. Call after any fork. Best effort: -1 if any step failed (logged). */
+int rampart_process_harden(bool lock_memory);
+
+/* Routes the engine's log lines to a frontend's logger (nbdkit_error/nbdkit_debug). */
+void rampart_set_log_sink(void (*sink)(int is_error, const char *line));
+
+/* Writes a human-readable report of stats (what rampartctl and the plugin print). */
+void rampart_format_stats(const struct rampart_stats *stats, char *buf, size_t buflen);
+
+#endif

@@ -1,0 +1,63 @@
+/* A person's view of the engine's stats: what rampartctl and the plugin's debug output
+ * print. Kept apart from the engine so the wording can change without touching it. */
+#include <stdio.h>
+
+#include "config.h"
+#include "parse.h"
+#include "rampart.h"
+
+static const char *state_name(enum rampart_server_state s)
+{
+  switch (s) {
+  case RAMPART_SERVER_UP: return "up";
+  case RAMPART_SERVER_ADVISED: return "advised";
+  case RAMPART_SERVER_RECONNECTING: return "reconnecting";
+  case RAMPART_SERVER_LOST: return "lost";
+  }
+  return "?";
+}
+
+void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t buflen)
+{
+  size_t n = 0;
+#define OUT(...)                                                              \
+  do {                                                                        \
+    if (n < buflen)                                                           \
+      n += (size_t)snprintf(buf + n, buflen - n, __VA_ARGS__);                \
+  } while (0)
+  char a[32], b[32];
+  OUT("device          %s (%llu pages), redundancy %s, group %u\n",
+      rp_format_bytes(st->device_pages * RAMPART_PAGE_SIZE, a, sizeof a),
+      (unsigned long long)st->device_pages, rampart_redundancy_name(st->redundancy),
+      st->group_size);
+  OUT("pages           remote %llu, spilled %llu, local RAM %llu, zero %llu\n",
+      (unsigned long long)st->pages_remote, (unsigned long long)st->pages_spilled,
+      (unsigned long long)st->pages_local_ram, (unsigned long long)st->pages_zero);
+  OUT("groups          in use %llu, sealed %llu, reclaimed %llu, cleaned %llu, live ratio %.2f\n",
+      (unsigned long long)st->groups_open, (unsigned long long)st->groups_sealed,
+      (unsigned long long)st->groups_reclaimed, (unsigned long long)st->groups_cleaned,
+      st->live_ratio);
+  OUT("failures        degraded reads %llu, lost pages %llu, read errors %llu\n",
+      (unsigned long long)st->pages_degraded_reads, (unsigned long long)st->pages_lost,
+      (unsigned long long)st->read_errors);
+  OUT("moves           done %llu, rebuild pending %llu\n",
+      (unsigned long long)st->rebuild_pages_done, (unsigned long long)st->rebuild_pages_pending);
+  OUT("wire            %.3f pages sent per page written (%llu written)\n",
+      st->pages_written ? (double)st->wire_bytes_written / (double)st->pages_written /
+                              (RAMPART_PAGE_SIZE + 32.0) : 0.0,
+      (unsigned long long)st->pages_written);
+  OUT("spill           %llu of %llu pages used\n", (unsigned long long)st->spill_used_pages,
+      (unsigned long long)st->spill_capacity_pages);
+  OUT("client memory   %s (%s per device GiB)\n",
+      rp_format_bytes(st->client_memory_bytes, a, sizeof a),
+      rp_format_bytes(st->device_pages ? (uint64_t)((double)st->client_memory_bytes /
+                                                    ((double)st->device_pages / 262144.0))
+                                       : 0, b, sizeof b));
+  for (unsigned i = 0; i < st->nservers; i++) {
+    const struct rampart_server_stats *s = &st->servers[i];
+    OUT("server %-22s %-12s live %llu, stored %llu, reserved %llu\n", s->address,
+        state_name(s->state), (unsigned long long)s->pages_live,
+        (unsigned long long)s->pages_stored, (unsigned long long)s->pages_reserved);
+  }
+#undef OUT
+}

@@ -1,0 +1,485 @@
+/* The pager engine against real rampartd processes on loopback, through the public
+ * engine API (src/rampart.h) that the nbdkit plugin and the ublk target use.
+ *
+ * Every test keeps a shadow copy of the device and checks every byte read back against
+ * it. Workloads are batches of non-overlapping asynchronous requests, so many pages are
+ * in flight on every server at once, with writes, overwrites and trims mixed.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "client.h"
+#include "rampart.h"
+#include "server_process.h"
+
+#define PAGE RAMPART_PAGE_SIZE
+#define MAX_SERVERS 6
+#define BATCH 32
+#define MAX_RUN 8 /* pages per request */
+
+struct cluster {
+  char dir[512];
+  char key_path[600];
+  struct rp_key key;
+  unsigned n;
+  struct rp_test_server servers[MAX_SERVERS];
+};
+
+struct device {
+  struct rampart_engine *engine;
+  uint64_t pages;
+  uint8_t *shadow;
+  uint8_t *scratch;
+  uint64_t seed;
+};
+
+/* ---- cluster -------------------------------------------------------------------- */
+
+static void cluster_start(struct cluster *c, unsigned n, const char *memory)
+{
+  memset(c, 0, sizeof *c);
+  assert_int_equal(rp_test_tmpdir(c->dir, sizeof c->dir), 0);
+  assert_int_equal(rp_test_write_key(c->dir, "key", c->key_path, sizeof c->key_path, &c->key), 0);
+  c->n = n;
+  for (unsigned i = 0; i < n; i++) {
+    const char *args[] = { "--memory", memory, "--key", c->key_path, NULL };
+    assert_int_equal(rp_test_server_start(&c->servers[i], c->dir, args), 0);
+  }
+}
+
+static void cluster_stop(struct cluster *c)
+{
+  for (unsigned i = 0; i < c->n; i++)
+    if (c->servers[i].pid)
+      rp_test_server_stop(&c->servers[i]);
+  rp_test_tmpdir_remove(c->dir);
+}
+
+static struct rampart_engine *engine_open(const struct cluster *c, uint64_t pages,
+                                          const char *const *extra)
+{
+  struct rampart_config *cfg = rampart_config_new();
+  char err[512], size[32], servers[MAX_SERVERS * 100] = "";
+  snprintf(size, sizeof size, "%llu", (unsigned long long)(pages * PAGE));
+  assert_int_equal(rampart_config_set(cfg, "size", size, err, sizeof err), 0);
+  for (unsigned i = 0; c && i < c->n; i++) {
+    strcat(servers, c->servers[i].addr);
+    strcat(servers, ",");
+  }
+  if (c && c->n) {
+    assert_int_equal(rampart_config_set(cfg, "servers", servers, err, sizeof err), 0);
+    assert_int_equal(rampart_config_set(cfg, "key", c->key_path, err, sizeof err), 0);
+    assert_int_equal(rampart_config_set(cfg, "tmpdir", c->dir, err, sizeof err), 0);
+  }
+  for (unsigned i = 0; extra && extra[i]; i += 2)
+    if (rampart_config_set(cfg, extra[i], extra[i + 1], err, sizeof err) < 0)
+      fail_msg("config %s=%s: %s", extra[i], extra[i + 1], err);
+  struct rampart_engine *e = rampart_open(cfg, err, sizeof err);
+  rampart_config_free(cfg);
+  if (!e)
+    fail_msg("rampart_open: %s", err);
+  return e;
+}
+
+static void device_init(struct device *d, struct rampart_engine *e, uint64_t pages, uint64_t seed)
+{
+  d->engine = e;
+  d->pages = pages;
+  d->seed = seed;
+  d->shadow = calloc(pages, PAGE);
+  d->scratch = aligned_alloc(PAGE, (size_t)BATCH * MAX_RUN * PAGE);
+  assert_non_null(d->shadow);
+  assert_non_null(d->scratch);
+}
+
+static void device_free(struct device *d)
+{
+  free(d->shadow);
+  free(d->scratch);
+  rampart_close(d->engine);
+}
+
+/* ---- async batches ------------------------------------------------------------------- */
+
+struct batch {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  unsigned pending;
+  int results[BATCH];
+  struct rampart_io io[BATCH];
+};
+
+static void batch_done(struct rampart_io *io, int result)
+{
+  struct batch *b = io->user;
+  pthread_mutex_lock(&b->lock);
+  b->results[io - b->io] = result;
+  if (--b->pending == 0)
+    pthread_cond_signal(&b->cond);
+  pthread_mutex_unlock(&b->lock);
+}
+
+static uint64_t rng(uint64_t *s)
+{
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+/* One batch of BATCH non-overlapping requests: each takes its own stripe of the device
+ * (stripe i = pages [i*pages/BATCH, (i+1)*pages/BATCH)), so the shadow stays exact. */
+static void run_batch(struct device *d, uint64_t *state, unsigned write_pct, unsigned trim_pct)
+{
+  struct batch b = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+  uint64_t stripe = d->pages / BATCH;
+  b.pending = BATCH;
+  for (unsigned i = 0; i < BATCH; i++) {
+    uint64_t len = 1 + rng(state) % MAX_RUN;
+    if (len > stripe)
+      len = stripe;
+    uint64_t first = i * stripe + rng(state) % (stripe - len + 1);
+    unsigned kind = (unsigned)(rng(state) % 100);
+    struct rampart_io *io = &b.io[i];
+    *io = (struct rampart_io){ .offset = first * PAGE, .length = (uint32_t)(len * PAGE),
+                               .buf = d->scratch + (size_t)i * MAX_RUN * PAGE,
+                               .done = batch_done, .user = &b };
+    if (kind < write_pct) {
+      io->op = RAMPART_OP_WRITE;
+      for (uint64_t p = 0; p < len; p++) {
+        uint64_t *w = (uint64_t *)(void *)((uint8_t *)io->buf + p * PAGE);
+        uint64_t v = rng(state);
+        for (size_t k = 0; k < PAGE / 8; k++)
+          w[k] = v + k * 0x9e3779b97f4a7c15ull;
+      }
+      memcpy(d->shadow + first * PAGE, io->buf, len * PAGE);
+    } else if (kind < write_pct + trim_pct) {
+      io->op = RAMPART_OP_TRIM;
+      memset(d->shadow + first * PAGE, 0, len * PAGE);
+    } else {
+      io->op = RAMPART_OP_READ;
+    }
+  }
+  for (unsigned i = 0; i < BATCH; i++)
+    rampart_submit(d->engine, &b.io[i]);
+  pthread_mutex_lock(&b.lock);
+  while (b.pending)
+    pthread_cond_wait(&b.cond, &b.lock);
+  pthread_mutex_unlock(&b.lock);
+  for (unsigned i = 0; i < BATCH; i++) {
+    if (b.results[i] != 0)
+      fail_msg("op %d at page %llu failed: %d", b.io[i].op,
+               (unsigned long long)(b.io[i].offset / PAGE), b.results[i]);
+    if (b.io[i].op == RAMPART_OP_READ &&
+        memcmp(b.io[i].buf, d->shadow + b.io[i].offset, b.io[i].length) != 0)
+      fail_msg("read at page %llu returned wrong bytes",
+               (unsigned long long)(b.io[i].offset / PAGE));
+  }
+  pthread_mutex_destroy(&b.lock);
+  pthread_cond_destroy(&b.cond);
+}
+
+static void run_workload(struct device *d, unsigned batches, unsigned write_pct, unsigned trim_pct)
+{
+  uint64_t state = d->seed;
+  for (unsigned i = 0; i < batches; i++)
+    run_batch(d, &state, write_pct, trim_pct);
+  d->seed = state;
+}
+
+static void report_mismatch(const struct device *d, const uint8_t *buf, uint64_t first,
+                            uint64_t n)
+{
+  for (uint64_t q = 0; q < n; q++) {
+    const uint8_t *want = d->shadow + (first + q) * PAGE, *got = buf + q * PAGE;
+    if (memcmp(want, got, PAGE) == 0)
+      continue;
+    size_t at = 0;
+    while (want[at] == got[at])
+      at++;
+    uint64_t w, g;
+    memcpy(&w, want, 8);
+    memcpy(&g, got, 8);
+    fail_msg("page %llu: wrong bytes from offset %zu (want first word %016llx, got %016llx)",
+             (unsigned long long)(first + q), at, (unsigned long long)w, (unsigned long long)g);
+  }
+}
+
+/* Reads the whole device; every page must equal the shadow. Returns pages that failed
+ * with EIO when allow_eio, and fails the test on any other error or wrong byte. */
+static uint64_t verify_all(struct device *d, bool allow_eio)
+{
+  uint64_t eio = 0;
+  uint8_t *buf = d->scratch;
+  for (uint64_t p = 0; p < d->pages; p += MAX_RUN) {
+    uint64_t n = d->pages - p < MAX_RUN ? d->pages - p : MAX_RUN;
+    int r = rampart_pread(d->engine, buf, (uint32_t)(n * PAGE), p * PAGE);
+    if (r == -EIO && allow_eio) {
+      /* Page by page: the good ones must still be right. */
+      for (uint64_t q = 0; q < n; q++) {
+        int rq = rampart_pread(d->engine, buf, PAGE, (p + q) * PAGE);
+        if (rq == -EIO) {
+          eio++;
+          continue;
+        }
+        assert_int_equal(rq, 0);
+        if (memcmp(buf, d->shadow + (p + q) * PAGE, PAGE) != 0)
+          fail_msg("page %llu: wrong bytes after a double loss", (unsigned long long)(p + q));
+      }
+      continue;
+    }
+    if (r != 0)
+      fail_msg("read of pages %llu..%llu failed: %d", (unsigned long long)p,
+               (unsigned long long)(p + n - 1), r);
+    if (memcmp(buf, d->shadow + p * PAGE, n * PAGE) != 0)
+      report_mismatch(d, buf, p, n);
+  }
+  return eio;
+}
+
+static void stats(struct device *d, struct rampart_stats *st)
+{
+  rampart_get_stats(d->engine, st);
+}
+
+/* Waits until every server of the engine is UP or LOST (no reconnect pending) and the
+ * rebuild has nothing left; fails after timeout_s. */
+static void wait_rebuilt(struct device *d, unsigned timeout_s)
+{
+  struct rampart_stats st;
+  for (unsigned i = 0; i < timeout_s * 10; i++) {
+    stats(d, &st);
+    bool settled = st.rebuild_pages_pending == 0;
+    for (unsigned s = 0; s < st.nservers; s++)
+      settled &= st.servers[s].state != RAMPART_SERVER_RECONNECTING &&
+                 (st.servers[s].state != RAMPART_SERVER_LOST || st.servers[s].pages_live == 0);
+    if (settled)
+      return;
+    usleep(100000);
+  }
+  char report[8192];
+  rampart_format_stats(&st, report, sizeof report);
+  fail_msg("rebuild did not finish in %u s:\n%s", timeout_s, report);
+}
+
+/* ---- tests ------------------------------------------------------------------------------ */
+
+static void test_standalone_ram_disk_spills(void **state)
+{
+  (void)state;
+  char dir[512];
+  assert_int_equal(rp_test_tmpdir(dir, sizeof dir), 0);
+  const char *extra[] = { "memory", "1M", "tmpdir", dir, NULL };
+  struct device d;
+  uint64_t pages = 2048; /* 8 MiB device, 1 MiB of RAM: most pages spill to the file */
+  device_init(&d, engine_open(NULL, pages, extra), pages, 11);
+  run_workload(&d, 300, 70, 10);
+  verify_all(&d, false);
+  struct rampart_stats st;
+  stats(&d, &st);
+  assert_true(st.pages_local_ram > 0);
+  assert_true(st.pages_spilled > 0);
+  assert_true(st.pages_local_ram <= 256);
+  device_free(&d);
+  rp_test_tmpdir_remove(dir);
+}
+
+static void policy_round_trip(const char *policy, unsigned nservers)
+{
+  struct cluster c;
+  cluster_start(&c, nservers, "64M");
+  const char *extra[] = { "redundancy", policy, NULL };
+  struct device d;
+  uint64_t pages = 4096;
+  device_init(&d, engine_open(&c, pages, extra), pages, 7);
+  run_workload(&d, 400, 65, 10);
+  verify_all(&d, false);
+  struct rampart_stats st;
+  stats(&d, &st);
+  assert_true(st.pages_remote > 0);
+  assert_int_equal(st.read_errors, 0);
+  for (unsigned i = 0; i < st.nservers; i++)
+    assert_true(st.servers[i].pages_live > 0); /* striped over every server */
+  double per_page = (double)st.wire_bytes_written / (double)st.pages_written / (PAGE + 32);
+  print_message("%s: %.3f pages on the wire per page written\n", policy, per_page);
+  device_free(&d);
+  cluster_stop(&c);
+}
+
+static void test_policy_none(void **state) { (void)state; policy_round_trip("none", 4); }
+static void test_policy_mirror(void **state) { (void)state; policy_round_trip("mirror", 3); }
+static void test_policy_parity_log(void **state) { (void)state; policy_round_trip("parity-log", 5); }
+static void test_policy_write_through(void **state) { (void)state; policy_round_trip("write-through", 4); }
+
+static void test_parity_log_survives_kills(void **state)
+{
+  (void)state;
+  struct cluster c;
+  cluster_start(&c, 6, "64M");
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
+                          "timeout", "1000", NULL };
+  struct device d;
+  uint64_t pages = 4096;
+  device_init(&d, engine_open(&c, pages, extra), pages, 99);
+  run_workload(&d, 200, 80, 5);
+  /* kill -9 in the middle of the write stream */
+  rp_test_server_kill(&c.servers[1]);
+  run_workload(&d, 200, 80, 5);
+  verify_all(&d, false);
+  wait_rebuilt(&d, 60);
+  verify_all(&d, false);
+  struct rampart_stats st;
+  stats(&d, &st);
+  assert_true(st.rebuild_pages_done > 0);
+  print_message("after one loss: %llu degraded reads, %llu pages moved\n",
+                (unsigned long long)st.pages_degraded_reads,
+                (unsigned long long)st.rebuild_pages_done);
+  /* a second server, after the rebuild: still nothing lost */
+  rp_test_server_kill(&c.servers[3]);
+  run_workload(&d, 100, 80, 5);
+  verify_all(&d, false);
+  wait_rebuilt(&d, 60);
+  verify_all(&d, false);
+  stats(&d, &st);
+  assert_int_equal(st.read_errors, 0);
+  assert_int_equal(st.pages_lost, 0);
+  device_free(&d);
+  cluster_stop(&c);
+}
+
+static void test_two_losses_in_a_group_give_eio_not_garbage(void **state)
+{
+  (void)state;
+  struct cluster c;
+  cluster_start(&c, 5, "64M");
+  /* A long lease: the rebuild cannot start before both servers are gone. */
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "30", NULL };
+  struct device d;
+  uint64_t pages = 2048;
+  device_init(&d, engine_open(&c, pages, extra), pages, 5);
+  run_workload(&d, 200, 90, 0);
+  rp_test_server_kill(&c.servers[0]);
+  rp_test_server_kill(&c.servers[2]);
+  uint64_t eio = verify_all(&d, true);
+  struct rampart_stats st;
+  stats(&d, &st);
+  print_message("two losses: %llu pages EIO, %llu read errors counted\n",
+                (unsigned long long)eio, (unsigned long long)st.read_errors);
+  assert_true(eio > 0);
+  assert_true(st.read_errors >= eio);
+  device_free(&d);
+  cluster_stop(&c);
+}
+
+static void test_write_through_survives_losing_every_server(void **state)
+{
+  (void)state;
+  struct cluster c;
+  cluster_start(&c, 3, "64M");
+  const char *extra[] = { "redundancy", "write-through", "lease", "1", "timeout", "1000", NULL };
+  struct device d;
+  uint64_t pages = 2048;
+  device_init(&d, engine_open(&c, pages, extra), pages, 3);
+  run_workload(&d, 150, 80, 5);
+  for (unsigned i = 0; i < c.n; i++)
+    rp_test_server_kill(&c.servers[i]);
+  verify_all(&d, false);
+  run_workload(&d, 50, 80, 5); /* and it keeps working, on disk alone */
+  verify_all(&d, false);
+  device_free(&d);
+  cluster_stop(&c);
+}
+
+/* Long overwrite run: server memory stays near (1 + 1/S) x live x (1 + overflow). */
+static void test_server_memory_stays_bounded(void **state)
+{
+  (void)state;
+  struct cluster c;
+  cluster_start(&c, 5, "64M");
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", NULL };
+  struct device d;
+  uint64_t pages = 2048;
+  device_init(&d, engine_open(&c, pages, extra), pages, 17);
+  run_workload(&d, 2000, 95, 0); /* ~ 13 overwrites of every page */
+  verify_all(&d, false);
+  uint64_t live = 0;
+  for (uint64_t p = 0; p < pages; p++) {
+    static const uint8_t zero[PAGE];
+    live += memcmp(d.shadow + p * PAGE, zero, PAGE) != 0;
+  }
+  uint64_t stored = 0;
+  for (unsigned i = 0; i < c.n; i++) {
+    struct rp_session_info info;
+    struct rp_error err;
+    struct rp_conn *conn = rp_test_connect(&c.servers[i], &c.key, NULL, &info, &err);
+    assert_non_null(conn);
+    struct rp_server_stat ss;
+    assert_int_equal(rp_stat_sync(conn, &ss, &err), 0);
+    stored += ss.stored_pages;
+    rp_goodbye_sync(conn, &err);
+    rp_conn_close(conn);
+  }
+  double ratio = (double)stored / (double)live;
+  print_message("server pages %llu for %llu live pages: %.3f per live page "
+                "(bound (1 + 1/4) x 1.25 = 1.5625)\n", (unsigned long long)stored,
+                (unsigned long long)live, ratio);
+  assert_true(ratio <= 1.25 * 1.25 + 0.05);
+  device_free(&d);
+  cluster_stop(&c);
+}
+
+static void test_bad_configuration_is_refused_clearly(void **state)
+{
+  (void)state;
+  struct rampart_config *cfg = rampart_config_new();
+  char err[512];
+  assert_int_equal(rampart_config_set(cfg, "size", "lots", err, sizeof err), -1);
+  assert_non_null(strstr(err, "not a size"));
+  assert_int_equal(rampart_config_set(cfg, "redundancy", "raid6", err, sizeof err), -1);
+  assert_non_null(strstr(err, "parity-log"));
+  assert_int_equal(rampart_config_set(cfg, "servers", "nohostport", err, sizeof err), -1);
+  assert_non_null(strstr(err, "HOST:PORT"));
+  assert_int_equal(rampart_config_set(cfg, "size", "4097", err, sizeof err), 0);
+  assert_int_equal(rampart_config_check(cfg, err, sizeof err), -1);
+  assert_non_null(strstr(err, "multiple of 4096"));
+  assert_int_equal(rampart_config_set(cfg, "size", "1M", err, sizeof err), 0);
+  assert_int_equal(rampart_config_set(cfg, "servers", "127.0.0.1:1", err, sizeof err), 0);
+  assert_int_equal(rampart_config_set(cfg, "redundancy", "parity-log", err, sizeof err), 0);
+  assert_int_equal(rampart_config_check(cfg, err, sizeof err), -1);
+  assert_non_null(strstr(err, "servers"));
+  /* A server that is not there: a start-up error naming it. */
+  assert_int_equal(rampart_config_set(cfg, "redundancy", "none", err, sizeof err), 0);
+  assert_null(rampart_open(cfg, err, sizeof err));
+  assert_non_null(strstr(err, "127.0.0.1:1"));
+  rampart_config_free(cfg);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_bad_configuration_is_refused_clearly),
+    cmocka_unit_test(test_standalone_ram_disk_spills),
+    cmocka_unit_test(test_policy_none),
+    cmocka_unit_test(test_policy_mirror),
+    cmocka_unit_test(test_policy_parity_log),
+    cmocka_unit_test(test_policy_write_through),
+    cmocka_unit_test(test_parity_log_survives_kills),
+    cmocka_unit_test(test_two_losses_in_a_group_give_eio_not_garbage),
+    cmocka_unit_test(test_write_through_survives_losing_every_server),
+    cmocka_unit_test(test_server_memory_stays_bounded),
+  };
+  /* RAMPART_TEST_FILTER=test_policy_none runs one test (cmocka's own glob syntax). */
+  if (getenv("RAMPART_TEST_FILTER"))
+    cmocka_set_test_filter(getenv("RAMPART_TEST_FILTER"));
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

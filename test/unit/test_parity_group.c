@@ -1,0 +1,185 @@
+/* Parity log bookkeeping and XOR: any one member of a sealed or still-open group can be
+ * rebuilt from the others and the (partial) parity; groups are reclaimed exactly when
+ * their last live member dies after sealing. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "page_map.h"
+#include "parity_group.h"
+#include "rampart.h"
+
+static _Alignas(64) uint8_t pages[GROUP_MAX_DATA][RAMPART_PAGE_SIZE];
+static _Alignas(64) uint8_t parity[RAMPART_PAGE_SIZE];
+static _Alignas(64) uint8_t rebuilt[RAMPART_PAGE_SIZE];
+
+static void fill_random(uint8_t *p, unsigned seed)
+{
+  srand(seed);
+  for (size_t i = 0; i < RAMPART_PAGE_SIZE; i++)
+    p[i] = (uint8_t)rand();
+}
+
+/* Rebuilds member `lost` of the first `members` pages from the others and parity. */
+static void rebuild_member(unsigned members, unsigned lost)
+{
+  memcpy(rebuilt, parity, sizeof rebuilt);
+  for (unsigned m = 0; m < members; m++)
+    if (m != lost)
+      parity_xor_page(rebuilt, pages[m]);
+}
+
+static void test_xor_rebuilds_any_member_of_sealed_group(void **state)
+{
+  (void)state;
+  for (unsigned s = 1; s <= GROUP_MAX_DATA; s++) {
+    memset(parity, 0, sizeof parity);
+    for (unsigned m = 0; m < s; m++) {
+      fill_random(pages[m], 1000 * s + m);
+      parity_xor_page(parity, pages[m]);
+    }
+    for (unsigned lost = 0; lost < s; lost++) {
+      rebuild_member(s, lost);
+      assert_memory_equal(rebuilt, pages[lost], RAMPART_PAGE_SIZE);
+    }
+  }
+}
+
+static void test_xor_rebuilds_member_of_open_group_from_partial_parity(void **state)
+{
+  (void)state;
+  /* Group of 4 with only 3 members so far: the client's partial parity covers them. */
+  memset(parity, 0, sizeof parity);
+  for (unsigned m = 0; m < 3; m++) {
+    fill_random(pages[m], 77 + m);
+    parity_xor_page(parity, pages[m]);
+  }
+  for (unsigned lost = 0; lost < 3; lost++) {
+    rebuild_member(3, lost);
+    assert_memory_equal(rebuilt, pages[lost], RAMPART_PAGE_SIZE);
+  }
+}
+
+static void test_xor_with_one_member_is_a_mirror(void **state)
+{
+  (void)state;
+  memset(parity, 0, sizeof parity);
+  fill_random(pages[0], 5);
+  parity_xor_page(parity, pages[0]);
+  assert_memory_equal(parity, pages[0], RAMPART_PAGE_SIZE);
+}
+
+static void test_wrong_member_does_not_rebuild(void **state)
+{
+  (void)state;
+  /* A rebuild that leaves out the wrong member must not produce the lost page: the XOR
+   * really depends on every member. */
+  memset(parity, 0, sizeof parity);
+  for (unsigned m = 0; m < 4; m++) {
+    fill_random(pages[m], 300 + m);
+    parity_xor_page(parity, pages[m]);
+  }
+  rebuild_member(4, 1);
+  assert_memory_not_equal(rebuilt, pages[2], RAMPART_PAGE_SIZE);
+}
+
+static void test_group_lifecycle_and_reclaim(void **state)
+{
+  (void)state;
+  struct group_table t;
+  struct page_map map;
+  assert_int_equal(group_table_init(&t, 2), 0);
+  assert_int_equal(page_map_init(&map, 64), 0);
+
+  uint32_t id = group_open(&t, 4, true, 7);
+  assert_int_not_equal(id, GROUP_NONE);
+  for (unsigned i = 0; i < 4; i++) {
+    unsigned m = group_add_member(&t, id, (uint8_t)i, 100 + i, 10 + i);
+    assert_int_equal(m, i);
+    page_map_set(&map, 10 + i, page_entry_remote(id, m));
+  }
+  struct group *g = group_get(&t, id);
+  assert_true(group_is_full(g));
+  assert_int_equal(group_stored_pages(g), 4);
+  group_begin_seal(&t, id, 4, 200);
+  assert_int_equal(group_stored_pages(g), 5);
+  assert_int_equal(group_finish_seal(&t, id), 7);
+  assert_int_equal(g->state, GROUP_SEALED);
+
+  /* Rewriting three pages elsewhere leaves the group alive; the fourth reclaims it. */
+  for (unsigned i = 0; i < 3; i++) {
+    page_map_set(&map, 10 + i, page_entry_slot(PAGE_SPILL, i));
+    assert_false(group_member_is_live(&t, &map, id, i));
+    assert_false(group_member_dead(&t, id, i));
+  }
+  assert_true(group_member_is_live(&t, &map, id, 3));
+  assert_true(group_member_dead(&t, id, 3));
+  group_release(&t, id);
+  assert_int_equal(t.in_use, 0);
+  assert_int_equal(t.reclaimed, 1);
+
+  /* The released record is reused, and the table grows past its initial size. */
+  uint32_t ids[10];
+  for (unsigned i = 0; i < 10; i++) {
+    ids[i] = group_open(&t, 2, false, GROUP_NO_BUFFER);
+    assert_int_not_equal(ids[i], GROUP_NONE);
+    for (unsigned j = 0; j < i; j++)
+      assert_int_not_equal(ids[i], ids[j]);
+  }
+  assert_int_equal(ids[0], id);
+  assert_int_equal(t.in_use, 10);
+  group_table_destroy(&t);
+  page_map_destroy(&map);
+}
+
+static void test_open_group_emptied_is_not_reclaimed_before_seal(void **state)
+{
+  (void)state;
+  struct group_table t;
+  assert_int_equal(group_table_init(&t, 4), 0);
+  uint32_t id = group_open(&t, 2, true, 0);
+  group_add_member(&t, id, 0, 1, 1);
+  /* Its only member dies while the group is still open: the parity buffer still
+   * protects it, so it must not be reclaimed yet. */
+  assert_false(group_member_dead(&t, id, 0));
+  group_add_member(&t, id, 1, 1, 2);
+  assert_false(group_member_dead(&t, id, 1));
+  group_begin_seal(&t, id, 2, 1);
+  group_finish_seal(&t, id);
+  assert_int_equal(group_get(&t, id)->live, 0);
+  group_table_destroy(&t);
+}
+
+static void test_live_ratio(void **state)
+{
+  (void)state;
+  struct group_table t;
+  assert_int_equal(group_table_init(&t, 4), 0);
+  assert_true(group_table_live_ratio(&t) == 1.0);
+  uint32_t id = group_open(&t, 4, false, GROUP_NO_BUFFER);
+  for (unsigned i = 0; i < 4; i++)
+    group_add_member(&t, id, (uint8_t)i, i, i);
+  group_seal_without_parity(&t, id);
+  group_member_dead(&t, id, 0);
+  assert_true(group_table_live_ratio(&t) == 0.75);
+  group_table_destroy(&t);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_xor_rebuilds_any_member_of_sealed_group),
+    cmocka_unit_test(test_xor_rebuilds_member_of_open_group_from_partial_parity),
+    cmocka_unit_test(test_xor_with_one_member_is_a_mirror),
+    cmocka_unit_test(test_wrong_member_does_not_rebuild),
+    cmocka_unit_test(test_group_lifecycle_and_reclaim),
+    cmocka_unit_test(test_open_group_emptied_is_not_reclaimed_before_seal),
+    cmocka_unit_test(test_live_ratio),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
