@@ -37,11 +37,20 @@ struct page_op *engine_op_get(struct rampart_engine *e)
   memset(op, 0, sizeof *op);
   op->scratch = scratch;
   op->engine = e;
+  op->in_use = true;
   return op;
 }
 
 void engine_op_put(struct rampart_engine *e, struct page_op *op)
 {
+  if (!op->in_use) {
+    /* A completion path ran twice: continuing would complete some later request early
+     * with the wrong bytes. Stop loudly instead. */
+    rp_log(RP_LOG_ERROR, "internal error: page operation completed twice (page %llu)",
+           (unsigned long long)op->page);
+    abort();
+  }
+  op->in_use = false;
   op->next = e->free_ops;
   e->free_ops = op;
 }
@@ -234,6 +243,20 @@ static void on_spill_ready(struct ev_loop *loop, ev_io *w, int revents)
   (void)ignored;
   spill_store_reap(e->spill);
   spill_store_flush_submissions(e->spill);
+}
+
+/* Before each loop iteration blocks: keep the mover busy while it has work, and let
+ * writes that waited on cleaning go on once moves have finished. */
+static void on_mover_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+  struct rampart_engine *e = w->data;
+  page_mover_run(e);
+  if (e->mover_wakeup) {
+    e->mover_wakeup = false;
+    engine_run_waiting(e);
+  }
+  if (e->spill)
+    spill_store_flush_submissions(e->spill);
 }
 
 static void on_reconnected(struct ev_loop *loop, ev_async *w, int revents)
@@ -445,7 +468,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
     struct rampart_server_stats *ss = &st->servers[i];
     snprintf(ss->address, sizeof ss->address, "%s", s->address);
     ss->state = s->state;
-    ss->pages_live = s->pages_live;
+    ss->pages_live = page_mover_live_on(e, i);
     ss->pages_stored = s->slots.in_use;
     ss->pages_reserved = s->reserved_pages;
   }
@@ -453,6 +476,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->groups_sealed = e->groups.sealed;
   st->groups_reclaimed = e->groups.reclaimed;
   st->groups_cleaned = e->groups_cleaned;
+  st->cleaning = e->cleaning;
   st->live_ratio = group_table_live_ratio(&e->groups);
   for (uint64_t p = 0; p < e->pages; p++) {
     switch (page_entry_kind(page_map_get(&e->map, p))) {
@@ -466,20 +490,27 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->pages_lost = e->pages_lost;
   st->read_errors = e->read_errors;
   st->rebuild_pages_done = e->rebuild_pages_done;
+  st->moves_in_flight = e->moves_in_flight;
+  for (struct page_op *w = e->wait_head; w; w = w->next)
+    st->ops_waiting++;
   for (unsigned i = 0; i < e->nservers; i++)
     if (e->servers[i].rebuild_needed)
-      st->rebuild_pages_pending += e->servers[i].pages_live;
+      st->rebuild_pages_pending += page_mover_at_risk(e, i);
   st->pages_written = e->pages_written;
   st->wire_bytes_written = e->wire_bytes_written;
   if (e->spill) {
     st->spill_capacity_pages = spill_store_capacity(e->spill);
     st->spill_used_pages = spill_store_used(e->spill);
   }
-  st->client_memory_bytes = page_map_memory_bytes(&e->map) + group_table_memory_bytes(&e->groups) +
+  st->client_memory_fixed_bytes =
     (uint64_t)ENGINE_PAGE_OPS * (sizeof(struct page_op) + RAMPART_PAGE_SIZE) +
     (uint64_t)ENGINE_PARITY_BUFFERS * (sizeof(struct parity_buffer) + RAMPART_PAGE_SIZE) +
     (uint64_t)ENGINE_DEGRADED_READS * (sizeof(struct degraded_read) +
-                                       (GROUP_MAX_DATA + 1) * RAMPART_PAGE_SIZE);
+                                       (GROUP_MAX_DATA + 1) * RAMPART_PAGE_SIZE) +
+    (uint64_t)ENGINE_FREE_REQUESTS * sizeof(struct free_request) + sizeof *e;
+  /* What grows with the device: map, pending bits, groups, per-server slot stacks. */
+  st->client_memory_bytes = st->client_memory_fixed_bytes + page_map_memory_bytes(&e->map) +
+                            (e->pages + 63) / 64 * 8 + group_table_memory_bytes(&e->groups);
   for (unsigned i = 0; i < e->nservers; i++)
     st->client_memory_bytes += (uint64_t)e->servers[i].slots.capacity * sizeof(uint32_t);
 }
@@ -525,7 +556,8 @@ static int engine_alloc_pools(struct rampart_engine *e)
     return -1;
   for (unsigned i = ENGINE_PAGE_OPS; i-- > 0;) {
     e->ops[i].scratch = e->op_scratch + (size_t)i * RAMPART_PAGE_SIZE;
-    engine_op_put(e, &e->ops[i]);
+    e->ops[i].next = e->free_ops;
+    e->free_ops = &e->ops[i];
   }
   for (unsigned i = ENGINE_DEGRADED_READS; i-- > 0;) {
     e->degraded[i].pages = dr_pages + (size_t)i * (GROUP_MAX_DATA + 1) * RAMPART_PAGE_SIZE;
@@ -603,6 +635,9 @@ static int engine_start_loop(struct rampart_engine *e, char *err, size_t errlen)
   ev_async_init(&e->reconnected_wake, on_reconnected);
   e->reconnected_wake.data = e;
   ev_async_start(e->loop, &e->reconnected_wake);
+  ev_prepare_init(&e->mover_watcher, on_mover_prepare);
+  e->mover_watcher.data = e;
+  ev_prepare_start(e->loop, &e->mover_watcher);
   ev_timer_init(&e->tick, on_tick, 0.1, 0.1);
   e->tick.data = e;
   ev_timer_start(e->loop, &e->tick);

@@ -44,7 +44,6 @@ struct server {
   uint8_t token[RP_TOKEN_LEN];
   struct slot_allocator slots;
   uint64_t reserved_pages;
-  uint64_t pages_live;          /* live data members stored here */
   uint64_t lost_deadline_ns;    /* RECONNECTING: declared lost after this */
   bool advised;                 /* under memory pressure: place nothing new */
   bool reconnect_pending;       /* handed to the reconnect thread */
@@ -73,6 +72,8 @@ struct page_op {
   bool failed;
   bool move_writing;            /* moves: the read is done, now rewriting */
   bool disk_started;            /* write-through: the disk copy was submitted */
+  bool parked;                  /* waiting for a parity buffer (holds one pending) */
+  bool in_use;                  /* taken from the pool (catches double completion) */
   uint8_t server;               /* writes: server of the member in flight */
   uint8_t member;               /* reads: the member being read */
   uint32_t group;               /* reads: its group */
@@ -180,6 +181,9 @@ struct rampart_engine {
   bool cleaning;
   uint8_t clean_live_max;       /* clean groups with at most this many live pages */
   uint32_t pass_cleaned;        /* groups cleaned in the current pass */
+  double clean_target;          /* slots the live data should need, overflow included */
+  bool mover_wakeup;            /* a move finished: restart throttled writes */
+  ev_prepare mover_watcher;
   bool lost_seen[ENGINE_MAX_INCARNATIONS]; /* this pass met a group on that lost server */
 
   /* counters */
@@ -227,8 +231,16 @@ void page_read_start(struct page_op *op);
 
 /* page_mover.c */
 void page_mover_tick(struct rampart_engine *e);
+void page_mover_run(struct rampart_engine *e);
+/* Cleaning is far behind: frontend writes should wait for moves to finish. */
+bool page_mover_should_throttle(struct rampart_engine *e);
 void page_mover_read_done(struct page_op *op, int result);
 void page_mover_move_done(struct page_op *op);
+/* Live pages stored on server i, and live pages that depend on it (stored there, or in
+ * groups whose parity is there). Derived by scanning the group table, never counted
+ * incrementally, so they cannot drift; callers are rare (stats, end of a rebuild pass). */
+uint64_t page_mover_live_on(const struct rampart_engine *e, unsigned i);
+uint64_t page_mover_at_risk(const struct rampart_engine *e, unsigned i);
 
 /* local_store.c */
 int local_store_init(struct local_store *s, uint64_t pages);

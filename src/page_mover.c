@@ -40,22 +40,23 @@ static bool policy_has_parity(const struct rampart_engine *e)
  * short of room. Hysteresis keeps it from flapping. */
 static void update_cleaning(struct rampart_engine *e)
 {
-  uint64_t held = 0, live = 0;
+  uint64_t held = 0, live;
   bool short_of_room = false;
   for (unsigned i = 0; i < e->nservers; i++) {
     const struct server *s = &e->servers[i];
     if (s->state == RAMPART_SERVER_LOST)
       continue;
     held += s->slots.in_use;
-    live += s->pages_live;
     if (s->state == RAMPART_SERVER_UP && s->reserved_pages > 0)
       short_of_room |= (uint64_t)slot_allocator_available(&s->slots) * 100 <
                        s->reserved_pages * CLEAN_START_PERCENT;
   }
+  live = e->groups.live_pages;
   double per_live = 1.0 + (policy_has_parity(e) ? 1.0 / e->group_size : 0.0);
   double target = (double)live * per_live * (1.0 + e->config.overflow_percent / 100.0);
   /* A few groups' worth of slack, so a tiny device does not clean forever. */
   target += (double)(e->group_size + 1) * 8;
+  e->clean_target = target;
   bool over = (double)held > target;
   bool well_under = (double)held < target * 0.95;
   bool was = e->cleaning;
@@ -106,13 +107,39 @@ static bool start_move(struct rampart_engine *e, uint64_t page, page_entry expec
   return true;
 }
 
+static uint64_t scan_live(const struct rampart_engine *e, unsigned i, bool with_parity)
+{
+  uint64_t n = 0;
+  for (uint32_t id = 0; id < e->groups.count; id++) {
+    const struct group *g = group_get(&e->groups, id);
+    if (g->state == GROUP_FREE || g->live == 0)
+      continue;
+    bool parity_here = with_parity && g->has_parity && g->state != GROUP_OPEN &&
+                       g->server[g->capacity] == i;
+    for (unsigned m = 0; m < g->members; m++)
+      if ((g->server[m] == i || parity_here) && group_member_is_live(&e->groups, &e->map, id, m))
+        n++;
+  }
+  return n;
+}
+
+uint64_t page_mover_live_on(const struct rampart_engine *e, unsigned i)
+{
+  return scan_live(e, i, false);
+}
+
+uint64_t page_mover_at_risk(const struct rampart_engine *e, unsigned i)
+{
+  return scan_live(e, i, true);
+}
+
 static void finish_pass(struct rampart_engine *e)
 {
   for (unsigned i = 0; i < e->nservers; i++) {
     struct server *s = &e->servers[i];
-    if (s->rebuild_needed && !e->lost_seen[i] && e->moves_in_flight == 0) {
+    if (s->rebuild_needed && !e->lost_seen[i] && e->moves_in_flight == 0 &&
+        page_mover_at_risk(e, i) == 0) {
       s->rebuild_needed = false;
-      s->pages_live = 0;
       rp_log(RP_LOG_INFO, "rebuild after losing %s finished: %llu pages moved so far",
              s->address, (unsigned long long)e->rebuild_pages_done);
     }
@@ -182,13 +209,44 @@ static void scan_spill(struct rampart_engine *e)
   }
 }
 
+/* True while there may be something to move; keeps the per-iteration run cheap when
+ * all is well. */
+static bool mover_has_work(const struct rampart_engine *e)
+{
+  if (e->cleaning)
+    return true;
+  for (unsigned i = 0; i < e->nservers; i++)
+    if (e->servers[i].rebuild_needed || e->servers[i].advised)
+      return true;
+  return e->spill && spill_store_used(e->spill) > 0 &&
+         e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH;
+}
+
 void page_mover_tick(struct rampart_engine *e)
 {
   if (e->nservers == 0)
     return;
   update_cleaning(e);
+  page_mover_run(e);
+}
+
+void page_mover_run(struct rampart_engine *e)
+{
+  if (e->nservers == 0 || e->moves_in_flight >= ENGINE_MOVES || !mover_has_work(e))
+    return;
   scan_groups(e);
   scan_spill(e);
+}
+
+bool page_mover_should_throttle(struct rampart_engine *e)
+{
+  if (!e->cleaning || e->moves_in_flight == 0)
+    return false; /* nothing in flight would wake a waiting write */
+  uint64_t held = 0;
+  for (unsigned i = 0; i < e->nservers; i++)
+    if (e->servers[i].state != RAMPART_SERVER_LOST)
+      held += e->servers[i].slots.in_use;
+  return (double)held > e->clean_target * 1.10;
 }
 
 /* Two of the group's copies are on lost servers (or a lost member and no parity): the
@@ -229,6 +287,7 @@ void page_mover_move_done(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
   e->moves_in_flight--;
+  e->mover_wakeup = true; /* writes held back by cleaning may go on (engine.c) */
   if (op->move_writing)
     e->rebuild_pages_done++;
   if (op->group == GROUP_NONE)

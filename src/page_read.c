@@ -173,11 +173,10 @@ static void on_remote_read(struct rp_request *req)
   }
   struct group *g = group_get(&e->groups, op->group);
   server_request_failed(e, g->server[op->member], req);
-  if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH) {
-    read_from_spill(op, op->page);
-    return;
-  }
-  degraded_start(op, op->group, op->member);
+  /* Start over from the page map: while this read was in flight the page may have been
+   * moved and its old group reclaimed. The server is marked failed now, so the retry
+   * goes to the disk copy or a degraded read of whatever group holds the page now. */
+  page_read_start(op);
 }
 
 void page_read_start(struct page_op *op)

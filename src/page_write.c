@@ -58,8 +58,6 @@ void page_write_retire(struct rampart_engine *e, page_entry old)
     uint32_t id = (uint32_t)page_entry_group(old);
     unsigned m = page_entry_member(old);
     struct group *g = group_get(&e->groups, id);
-    if (g->server[m] != GROUP_NO_SERVER && e->servers[g->server[m]].pages_live > 0)
-      e->servers[g->server[m]].pages_live--;
     if (group_member_dead(&e->groups, id, m) && g->moving == 0)
       page_write_reclaim(e, id);
     return;
@@ -168,15 +166,20 @@ static void seal_open_group(struct rampart_engine *e)
 
 void page_write_close_open_group(struct rampart_engine *e)
 {
-  if (e->open_group == GROUP_NONE)
+  uint32_t id = e->open_group;
+  if (id == GROUP_NONE)
     return;
-  struct group *g = group_get(&e->groups, e->open_group);
+  struct group *g = group_get(&e->groups, id);
   if (g->members == 0) {
-    if (g->has_parity)
-      parity_buffer_put(e, &e->parity[g->buffer]);
-    group_release(&e->groups, e->open_group);
-    e->groups.reclaimed--; /* never held anything: not a reclaim */
+    /* Release before handing back the buffer: that restarts waiting writes, which
+     * open a group of their own. */
     e->open_group = GROUP_NONE;
+    uint16_t buffer = g->buffer;
+    bool parity = g->has_parity;
+    group_release(&e->groups, id);
+    e->groups.reclaimed--; /* never held anything: not a reclaim */
+    if (parity)
+      parity_buffer_put(e, &e->parity[buffer]);
     return;
   }
   seal_open_group(e);
@@ -251,9 +254,22 @@ static bool place_remote(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
   for (int attempt = 0; attempt < 2; attempt++) {
+    if (e->open_group == GROUP_NONE && op->kind == PAGE_OP_WRITE &&
+        page_mover_should_throttle(e)) {
+      /* Cleaning is far behind the overwrite rate: hold new writes until moves free
+       * slots, as a log-structured store blocks writers when clean segments run out. */
+      op->pending++;
+      op->parked = true;
+      engine_op_wait(e, op);
+      return true;
+    }
     if (e->open_group == GROUP_NONE) {
       enum open_result r = open_new_group(e);
       if (r == NO_BUFFER) {
+        /* Holds a pending count while parked, so a write-through disk copy finishing
+         * meanwhile cannot complete the op under the wait queue. */
+        op->pending++;
+        op->parked = true;
         engine_op_wait(e, op);
         return true;
       }
@@ -275,7 +291,6 @@ static bool place_remote(struct page_op *op)
                                   (uint32_t)op->page);
     op->placed = page_entry_remote(id, m);
     mark_pending(e, op->page);
-    e->servers[server].pages_live++;
     page_write_retire(e, page_map_set(&e->map, op->page, op->placed));
 
     memset(&op->req, 0, sizeof op->req);
@@ -354,6 +369,20 @@ static void submit_spill_write(struct page_op *op, uint64_t slot)
   spill_store_submit(op->engine->spill, &op->sio);
 }
 
+/* A move's copy in the spill store becomes the page only once it is on disk: until
+ * then readers keep using the old copy, which the move has pinned. */
+static void on_move_spilled(struct spill_io *sio)
+{
+  struct page_op *op = sio->user;
+  struct rampart_engine *e = op->engine;
+  if (sio->result == 0 && page_map_get(&e->map, op->page) == op->expected) {
+    page_write_retire(e, page_map_set(&e->map, op->page, page_entry_slot(PAGE_SPILL, sio->slot)));
+  } else {
+    spill_store_free_slot(e->spill, sio->slot);
+  }
+  sub_done(op, sio->result);
+}
+
 static void write_to_spill(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
@@ -376,6 +405,13 @@ static void write_to_spill(struct page_op *op)
       return;
     }
     slot = (uint64_t)s;
+  }
+  if (op->kind == PAGE_OP_MOVE && e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH) {
+    op->sio = (struct spill_io){ .write = true, .slot = slot, .page = op->buf,
+                                 .done = on_move_spilled, .user = op };
+    op->pending++;
+    spill_store_submit(e->spill, &op->sio);
+    return;
   }
   page_entry now = page_entry_slot(PAGE_SPILL, slot);
   if (old != now)
@@ -410,6 +446,10 @@ static void write_to_local(struct page_op *op)
 void page_write_start(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
+  if (op->parked) {
+    op->parked = false;
+    op->pending--;
+  }
   if (op->kind == PAGE_OP_MOVE && page_map_get(&e->map, op->page) != op->expected) {
     write_finish(op, 0); /* rewritten or trimmed meanwhile: nothing left to move */
     return;
@@ -419,7 +459,8 @@ void page_write_start(struct page_op *op)
     return;
   }
   bool wt = e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH;
-  if (wt && !op->disk_started) {
+  /* A move under write-through leaves the disk copy alone: it already holds the page. */
+  if (wt && !op->disk_started && op->kind != PAGE_OP_MOVE) {
     /* Count the disk copy before placing, so a synchronous remote failure cannot finish
      * the op while the disk write is still in flight. */
     op->disk_started = true;

@@ -8,21 +8,28 @@
 
 #include "rampart.h"
 
-static int group_table_grow(struct group_table *t, uint32_t new_count)
+/* Adds one chunk; only the array of chunk pointers is reallocated, never a group. */
+static int group_table_add_chunk(struct group_table *t)
 {
-  struct group *g = realloc(t->groups, (size_t)new_count * sizeof *g);
-  if (!g) {
+  if (t->count > GROUP_NONE - GROUP_CHUNK_SIZE) {
     errno = ENOMEM;
     return -1;
   }
+  struct group **chunks = realloc(t->chunks, (t->nchunks + 1) * sizeof *chunks);
+  if (!chunks)
+    return -1;
+  t->chunks = chunks;
+  struct group *g = calloc(GROUP_CHUNK_SIZE, sizeof *g);
+  if (!g)
+    return -1;
+  t->chunks[t->nchunks++] = g;
+  uint32_t base = t->count;
+  t->count += GROUP_CHUNK_SIZE;
   /* Thread the new records onto the free list in ascending order. */
-  for (uint32_t i = new_count; i-- > t->count;) {
-    memset(&g[i], 0, sizeof g[i]);
+  for (uint32_t i = GROUP_CHUNK_SIZE; i-- > 0;) {
     g[i].next_free = t->free_head;
-    t->free_head = i;
+    t->free_head = base + i;
   }
-  t->groups = g;
-  t->count = new_count;
   return 0;
 }
 
@@ -30,27 +37,30 @@ int group_table_init(struct group_table *t, uint32_t initial_groups)
 {
   memset(t, 0, sizeof *t);
   t->free_head = GROUP_NONE;
-  return group_table_grow(t, initial_groups ? initial_groups : 64);
+  do {
+    if (group_table_add_chunk(t) < 0)
+      return -1;
+  } while (t->count < initial_groups);
+  return 0;
 }
 
 void group_table_destroy(struct group_table *t)
 {
-  free(t->groups);
+  for (uint32_t i = 0; i < t->nchunks; i++)
+    free(t->chunks[i]);
+  free(t->chunks);
   memset(t, 0, sizeof *t);
 }
 
 uint32_t group_open(struct group_table *t, unsigned capacity, bool has_parity, uint16_t buffer)
 {
   assert(capacity >= 1 && capacity <= GROUP_MAX_DATA);
-  if (t->free_head == GROUP_NONE) {
-    /* Growing is the only allocation here; the engine sizes the table at open for the
-     * device's worst case, so this happens only when cleaning falls behind. */
-    uint32_t grow = t->count / 2 > 64 ? t->count / 2 : 64;
-    if (t->count > GROUP_NONE - 1 - grow || group_table_grow(t, t->count + grow) < 0)
-      return GROUP_NONE;
-  }
+  /* Growing is the only allocation here; the engine sizes the table at open for the
+   * device's usual needs, so this happens only when cleaning falls behind. */
+  if (t->free_head == GROUP_NONE && group_table_add_chunk(t) < 0)
+    return GROUP_NONE;
   uint32_t id = t->free_head;
-  struct group *g = &t->groups[id];
+  struct group *g = group_get(t, id);
   t->free_head = g->next_free;
   memset(g, 0, sizeof *g);
   memset(g->server, GROUP_NO_SERVER, sizeof g->server);
@@ -67,19 +77,20 @@ uint32_t group_open(struct group_table *t, unsigned capacity, bool has_parity, u
 unsigned group_add_member(struct group_table *t, uint32_t id, uint8_t server, uint32_t slot,
                           uint32_t page)
 {
-  struct group *g = &t->groups[id];
+  struct group *g = group_get(t, id);
   assert(g->state == GROUP_OPEN && g->members < g->capacity);
   unsigned m = g->members++;
   g->server[m] = server;
   g->slot[m] = slot;
   g->page[m] = page;
   g->live++;
+  t->live_pages++;
   return m;
 }
 
 void group_begin_seal(struct group_table *t, uint32_t id, uint8_t server, uint32_t slot)
 {
-  struct group *g = &t->groups[id];
+  struct group *g = group_get(t, id);
   assert(g->state == GROUP_OPEN && g->has_parity);
   g->server[g->capacity] = server;
   g->slot[g->capacity] = slot;
@@ -88,7 +99,7 @@ void group_begin_seal(struct group_table *t, uint32_t id, uint8_t server, uint32
 
 uint16_t group_finish_seal(struct group_table *t, uint32_t id)
 {
-  struct group *g = &t->groups[id];
+  struct group *g = group_get(t, id);
   assert(g->state == GROUP_SEALING);
   uint16_t buffer = g->buffer;
   g->buffer = GROUP_NO_BUFFER;
@@ -99,7 +110,7 @@ uint16_t group_finish_seal(struct group_table *t, uint32_t id)
 
 void group_seal_without_parity(struct group_table *t, uint32_t id)
 {
-  struct group *g = &t->groups[id];
+  struct group *g = group_get(t, id);
   assert(g->state == GROUP_OPEN && !g->has_parity);
   g->state = GROUP_SEALED;
   t->sealed++;
@@ -107,16 +118,17 @@ void group_seal_without_parity(struct group_table *t, uint32_t id)
 
 bool group_member_dead(struct group_table *t, uint32_t id, unsigned member)
 {
-  struct group *g = &t->groups[id];
+  struct group *g = group_get(t, id);
   assert(member < g->members && g->live > 0);
   g->live--;
+  t->live_pages--;
   return g->live == 0 && g->state == GROUP_SEALED;
 }
 
 bool group_member_is_live(const struct group_table *t, const struct page_map *map,
                           uint32_t id, unsigned member)
 {
-  const struct group *g = &t->groups[id];
+  const struct group *g = group_get(t, id);
   if (member >= g->members)
     return false;
   return page_map_get(map, g->page[member]) == page_entry_remote(id, member);
@@ -124,7 +136,7 @@ bool group_member_is_live(const struct group_table *t, const struct page_map *ma
 
 void group_release(struct group_table *t, uint32_t id)
 {
-  struct group *g = &t->groups[id];
+  struct group *g = group_get(t, id);
   assert(g->state != GROUP_FREE);
   g->state = GROUP_FREE;
   g->next_free = t->free_head;
@@ -145,7 +157,7 @@ double group_table_live_ratio(const struct group_table *t)
 {
   uint64_t live = 0, held = 0;
   for (uint32_t i = 0; i < t->count; i++) {
-    const struct group *g = &t->groups[i];
+    const struct group *g = group_get(t, i);
     if (g->state != GROUP_SEALED)
       continue;
     live += g->live;
@@ -156,7 +168,7 @@ double group_table_live_ratio(const struct group_table *t)
 
 uint64_t group_table_memory_bytes(const struct group_table *t)
 {
-  return (uint64_t)t->count * sizeof(struct group);
+  return (uint64_t)t->count * sizeof(struct group) + t->nchunks * sizeof(struct group *);
 }
 
 void parity_xor_page(uint8_t *restrict dst, const uint8_t *restrict src)

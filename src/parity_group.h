@@ -46,11 +46,19 @@ struct group {
   uint32_t next_free;
 };
 
+/* Groups live in fixed-size chunks that never move once allocated: code deep in a
+ * completion callback may grow the table (a write re-entering placement) while a
+ * caller up the stack still holds a struct group pointer. */
+#define GROUP_CHUNK_SHIFT 12u
+#define GROUP_CHUNK_SIZE (1u << GROUP_CHUNK_SHIFT)
+
 struct group_table {
-  struct group *groups;
-  uint32_t count;       /* groups allocated in the array */
+  struct group **chunks;
+  uint32_t nchunks;
+  uint32_t count;       /* groups allocated: nchunks * GROUP_CHUNK_SIZE */
   uint32_t in_use;
   uint32_t free_head;   /* GROUP_NONE when the free list is empty */
+  uint64_t live_pages;  /* sum of every group's live count */
   /* lifetime counters for stats */
   uint64_t opened, sealed, reclaimed;
 };
@@ -62,9 +70,9 @@ void group_table_destroy(struct group_table *t);
  * table cannot grow (ENOMEM). The parity server is chosen by the caller, at seal time. */
 uint32_t group_open(struct group_table *t, unsigned capacity, bool has_parity, uint16_t buffer);
 
-static inline struct group *group_get(struct group_table *t, uint32_t id)
+static inline struct group *group_get(const struct group_table *t, uint32_t id)
 {
-  return &t->groups[id];
+  return &t->chunks[id >> GROUP_CHUNK_SHIFT][id & (GROUP_CHUNK_SIZE - 1)];
 }
 
 /* Appends a member stored at (server, slot) holding a version of logical page `page`;

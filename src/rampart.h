@@ -130,13 +130,16 @@ struct rampart_stats {
   uint32_t nservers;
   struct rampart_server_stats servers[RAMPART_MAX_SERVERS];
   uint64_t groups_open, groups_sealed, groups_reclaimed, groups_cleaned;
+  bool cleaning;               /* cleaning is running now */
   double live_ratio;           /* live data pages / data pages held by sealed groups */
   uint64_t pages_remote, pages_spilled, pages_local_ram, pages_zero;
   uint64_t pages_degraded_reads, pages_lost, read_errors;
   uint64_t rebuild_pages_done, rebuild_pages_pending;
+  uint32_t moves_in_flight, ops_waiting;
   uint64_t pages_written, wire_bytes_written;   /* wire bytes / page written */
   uint64_t spill_capacity_pages, spill_used_pages;
-  uint64_t client_memory_bytes;                 /* page map + group table + buffers */
+  uint64_t client_memory_bytes;                 /* everything below */
+  uint64_t client_memory_fixed_bytes;           /* buffers and pools, whatever the size */
 };
 
 void rampart_get_stats(struct rampart_engine *engine, struct rampart_stats *stats);

@@ -330,7 +330,7 @@ void server_set_tick(struct rampart_engine *e)
       pthread_mutex_unlock(&e->reconnect_lock);
       rp_log(RP_LOG_ERROR, "server %s is lost (no reconnect within %u s): rebuilding its "
              "%llu live pages elsewhere", s->address, e->config.lease_seconds,
-             (unsigned long long)s->pages_live);
+             (unsigned long long)page_mover_at_risk(e, i));
     }
   }
 }

@@ -40,19 +40,24 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
   OUT("failures        degraded reads %llu, lost pages %llu, read errors %llu\n",
       (unsigned long long)st->pages_degraded_reads, (unsigned long long)st->pages_lost,
       (unsigned long long)st->read_errors);
-  OUT("moves           done %llu, rebuild pending %llu\n",
-      (unsigned long long)st->rebuild_pages_done, (unsigned long long)st->rebuild_pages_pending);
+  OUT("moves           done %llu, in flight %u, rebuild pending %llu, ops waiting %u%s\n",
+      (unsigned long long)st->rebuild_pages_done, st->moves_in_flight,
+      (unsigned long long)st->rebuild_pages_pending, st->ops_waiting,
+      st->cleaning ? ", cleaning" : "");
   OUT("wire            %.3f pages sent per page written (%llu written)\n",
       st->pages_written ? (double)st->wire_bytes_written / (double)st->pages_written /
                               (RAMPART_PAGE_SIZE + 32.0) : 0.0,
       (unsigned long long)st->pages_written);
   OUT("spill           %llu of %llu pages used\n", (unsigned long long)st->spill_used_pages,
       (unsigned long long)st->spill_capacity_pages);
-  OUT("client memory   %s (%s per device GiB)\n",
+  char c[32];
+  uint64_t scaling = st->client_memory_bytes - st->client_memory_fixed_bytes;
+  OUT("client memory   %s: %s fixed, plus %s per device GiB\n",
       rp_format_bytes(st->client_memory_bytes, a, sizeof a),
-      rp_format_bytes(st->device_pages ? (uint64_t)((double)st->client_memory_bytes /
+      rp_format_bytes(st->client_memory_fixed_bytes, b, sizeof b),
+      rp_format_bytes(st->device_pages ? (uint64_t)((double)scaling /
                                                     ((double)st->device_pages / 262144.0))
-                                       : 0, b, sizeof b));
+                                       : 0, c, sizeof c));
   for (unsigned i = 0; i < st->nservers; i++) {
     const struct rampart_server_stats *s = &st->servers[i];
     OUT("server %-22s %-12s live %llu, stored %llu, reserved %llu\n", s->address,

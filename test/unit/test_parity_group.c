@@ -123,16 +123,19 @@ static void test_group_lifecycle_and_reclaim(void **state)
   assert_int_equal(t.in_use, 0);
   assert_int_equal(t.reclaimed, 1);
 
-  /* The released record is reused, and the table grows past its initial size. */
-  uint32_t ids[10];
-  for (unsigned i = 0; i < 10; i++) {
-    ids[i] = group_open(&t, 2, false, GROUP_NO_BUFFER);
-    assert_int_not_equal(ids[i], GROUP_NONE);
-    for (unsigned j = 0; j < i; j++)
-      assert_int_not_equal(ids[i], ids[j]);
-  }
-  assert_int_equal(ids[0], id);
-  assert_int_equal(t.in_use, 10);
+  /* The released record is reused first. */
+  uint32_t first = group_open(&t, 2, false, GROUP_NO_BUFFER);
+  assert_int_equal(first, id);
+  /* The table grows past its first chunk, and a group pointer taken before the growth
+   * still points at the same group (callers up the stack rely on it). */
+  struct group *held = group_get(&t, first);
+  group_add_member(&t, first, 3, 33, 333);
+  for (unsigned i = 1; i < GROUP_CHUNK_SIZE + 10; i++)
+    assert_int_not_equal(group_open(&t, 2, false, GROUP_NO_BUFFER), GROUP_NONE);
+  assert_true(t.count > GROUP_CHUNK_SIZE);
+  assert_ptr_equal(held, group_get(&t, first));
+  assert_int_equal(held->slot[0], 33);
+  assert_int_equal(t.in_use, GROUP_CHUNK_SIZE + 10);
   group_table_destroy(&t);
   page_map_destroy(&map);
 }
