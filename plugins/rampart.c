@@ -40,10 +40,14 @@ static void plugin_unload(void)
   rampart_config_free(config);
 }
 
-static void log_line(int is_error, const char *line)
+/* nbdkit has errors and debug messages only; warnings must stay visible without -v,
+ * so they go out as errors that say they are warnings. */
+static void log_line(int level, const char *line)
 {
-  if (is_error)
+  if (level == 0)
     nbdkit_error("%s", line);
+  else if (level == 1)
+    nbdkit_error("warning: %s", line);
   else
     nbdkit_debug("%s", line);
 }

@@ -520,14 +520,14 @@ void rampart_get_stats(struct rampart_engine *e, struct rampart_stats *stats)
   run_sync(e, RAMPART_OP_STATS, stats, 0, 0, 0);
 }
 
-static void (*frontend_log_sink)(int is_error, const char *line);
+static void (*frontend_log_sink)(int level, const char *line);
 
 static void log_to_frontend(enum rp_log_level level, const char *line)
 {
-  frontend_log_sink(level <= RP_LOG_WARN, line);
+  frontend_log_sink((int)level, line);
 }
 
-void rampart_set_log_sink(void (*sink)(int is_error, const char *line))
+void rampart_set_log_sink(void (*sink)(int level, const char *line))
 {
   frontend_log_sink = sink;
   rp_log_set_sink(sink ? log_to_frontend : NULL);

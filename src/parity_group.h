@@ -111,7 +111,7 @@ double group_table_live_ratio(const struct group_table *t);
 
 uint64_t group_table_memory_bytes(const struct group_table *t);
 
-/* dst ^= src over one 4 KiB page, written so the compiler vectorises it. */
+/* dst ^= src over one 4 KiB page, at any alignment, written so the compiler vectorises it. */
 void parity_xor_page(uint8_t *restrict dst, const uint8_t *restrict src);
 
 #endif

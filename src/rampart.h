@@ -148,8 +148,9 @@ void rampart_get_stats(struct rampart_engine *engine, struct rampart_stats *stat
  * a low OOM score. Call after any fork. Best effort: -1 if any step failed (logged). */
 int rampart_process_harden(bool lock_memory);
 
-/* Routes the engine's log lines to a frontend's logger (nbdkit_error/nbdkit_debug). */
-void rampart_set_log_sink(void (*sink)(int is_error, const char *line));
+/* Routes the engine's log lines to a frontend's logger (nbdkit_error/nbdkit_debug).
+ * level: 0 error, 1 warning, 2 info, 3 debug. */
+void rampart_set_log_sink(void (*sink)(int level, const char *line));
 
 /* Writes a human-readable report of stats (what rampartctl and the plugin print). */
 void rampart_format_stats(const struct rampart_stats *stats, char *buf, size_t buflen);

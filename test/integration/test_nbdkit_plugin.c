@@ -1,0 +1,386 @@
+/* The whole device path: real rampartd processes, real nbdkit running our plugin, and
+ * libnbd as the client, as nbd-client or nbdfuse would use it. Every byte read back is
+ * checked against a shadow copy, including after a server is killed with SIGKILL in the
+ * middle of the write stream.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <fcntl.h>
+#include <libnbd.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "server_process.h"
+
+#define PAGE 4096u
+#define MAX_SERVERS 5
+
+struct setup {
+  char dir[512];
+  char key_path[600];
+  char sock[640];
+  char log[640];
+  unsigned n;
+  struct rp_test_server servers[MAX_SERVERS];
+  pid_t nbdkit;
+  struct nbd_handle *nbd;
+  uint64_t size;
+  uint8_t *shadow;
+  uint64_t rng;
+};
+
+/* Waits up to timeout_ms for pid; SIGKILLs it past that. Returns the wait status, or
+ * -1 if it had to be killed. Under the ASan preload, nbdkit can deadlock in a system
+ * library's exit-time destructor (libp11-kit's freelocale), so no wait is unbounded. */
+static int wait_or_kill(pid_t pid, unsigned timeout_ms)
+{
+  int status;
+  for (unsigned waited = 0; waited < timeout_ms; waited += 20) {
+    if (waitpid(pid, &status, WNOHANG) == pid)
+      return status;
+    usleep(20000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+static bool sanitized(void)
+{
+  const char *asan = getenv("RAMPART_ASAN_RUNTIME");
+  return asan && *asan;
+}
+
+static uint64_t rng(struct setup *s)
+{
+  s->rng ^= s->rng << 13;
+  s->rng ^= s->rng >> 7;
+  s->rng ^= s->rng << 17;
+  return s->rng;
+}
+
+static void start_servers(struct setup *s, unsigned n)
+{
+  assert_int_equal(rp_test_tmpdir(s->dir, sizeof s->dir), 0);
+  assert_int_equal(rp_test_write_key(s->dir, "key", s->key_path, sizeof s->key_path, NULL), 0);
+  s->n = n;
+  for (unsigned i = 0; i < n; i++) {
+    char psi[700];
+    snprintf(psi, sizeof psi, "%s/psi-%u", s->dir, i);
+    assert_int_equal(rp_test_write_file(psi, "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"), 0);
+    const char *args[] = { "--memory", "160M", "--key", s->key_path, "--pressure-file", psi, NULL };
+    assert_int_equal(rp_test_server_start(&s->servers[i], s->dir, args), 0);
+  }
+}
+
+/* nbdkit binds its socket before the plugin's after_fork starts the engine, so a socket
+ * can exist on a server that is about to refuse to start: never block on it. */
+static int connect_with_deadline(struct nbd_handle *nbd, const char *sock, unsigned timeout_ms)
+{
+  if (nbd_aio_connect_unix(nbd, sock) < 0)
+    return -1;
+  for (unsigned waited = 0; waited < timeout_ms; waited += 50) {
+    if (nbd_aio_is_ready(nbd) > 0)
+      return 0;
+    if (nbd_aio_is_dead(nbd) > 0 || nbd_aio_is_closed(nbd) > 0)
+      return -1;
+    if (nbd_poll(nbd, 50) < 0)
+      return -1;
+  }
+  return -1;
+}
+
+/* Runs nbdkit with the plugin and `params` (NULL-terminated key=value strings), waits
+ * for its socket, and connects libnbd. Returns 0, or -1 if nbdkit exited (its log is in
+ * s->log). */
+static int start_nbdkit(struct setup *s, const char *const *params)
+{
+  snprintf(s->sock, sizeof s->sock, "%s/nbd.sock", s->dir);
+  snprintf(s->log, sizeof s->log, "%s/nbdkit.log", s->dir);
+  const char *plugin = getenv("RAMPART_PLUGIN");
+  if (!plugin)
+    fail_msg("RAMPART_PLUGIN is not set: run the tests through ctest");
+  const char *argv[32];
+  unsigned a = 0;
+  argv[a++] = "nbdkit";
+  argv[a++] = "--foreground";
+  argv[a++] = "--exit-with-parent";
+  argv[a++] = "--unix";
+  argv[a++] = s->sock;
+  argv[a++] = plugin;
+  for (unsigned i = 0; params[i] && a < 30; i++)
+    argv[a++] = params[i];
+  argv[a++] = "mlock=false"; /* sanitizer shadow memory cannot be locked */
+  argv[a] = NULL;
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    const char *asan = getenv("RAMPART_ASAN_RUNTIME");
+    if (asan && *asan) {
+      setenv("LD_PRELOAD", asan, 1);
+      setenv("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1", 1);
+    }
+    execvp("nbdkit", (char *const *)argv);
+    _exit(127);
+  }
+  s->nbdkit = pid;
+  for (unsigned i = 0; i < 300; i++) {
+    struct stat st;
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      s->nbdkit = 0;
+      return -1;
+    }
+    if (i > 40 && !s->nbd) {
+      /* Refused to start but stuck on its way out (see wait_or_kill): the log has
+       * already said why. */
+      char out[4096] = "";
+      FILE *f = fopen(s->log, "r");
+      size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+      out[n] = '\0';
+      if (f)
+        fclose(f);
+      if (strstr(out, "error")) {
+        wait_or_kill(pid, 2000);
+        s->nbdkit = 0;
+        return -1;
+      }
+    }
+    if (stat(s->sock, &st) == 0) {
+      s->nbd = nbd_create();
+      assert_non_null(s->nbd);
+      if (connect_with_deadline(s->nbd, s->sock, 5000) == 0) {
+        int64_t size = nbd_get_size(s->nbd);
+        assert_true(size > 0);
+        s->size = (uint64_t)size;
+        s->shadow = calloc(1, s->size);
+        assert_non_null(s->shadow);
+        return 0;
+      }
+      nbd_close(s->nbd);
+      s->nbd = NULL;
+    }
+    usleep(50000);
+  }
+  fail_msg("nbdkit did not open %s in 15 s", s->sock);
+  return -1;
+}
+
+static void print_log(const char *path)
+{
+  FILE *f = fopen(path, "r");
+  char line[512];
+  while (f && fgets(line, sizeof line, f))
+    print_message("nbdkit: %s", line);
+  if (f)
+    fclose(f);
+}
+
+static void stop_all(struct setup *s)
+{
+  if (s->nbd) {
+    nbd_shutdown(s->nbd, 0);
+    nbd_close(s->nbd);
+  }
+  if (s->nbdkit) {
+    kill(s->nbdkit, SIGTERM);
+    int status = wait_or_kill(s->nbdkit, 20000);
+    if (!sanitized() && (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+      print_log(s->log);
+      fail_msg("nbdkit did not exit cleanly on SIGTERM (status %d)", status);
+    }
+  }
+  for (unsigned i = 0; i < s->n; i++)
+    if (s->servers[i].pid)
+      rp_test_server_stop(&s->servers[i]);
+  free(s->shadow);
+  rp_test_tmpdir_remove(s->dir);
+}
+
+static void check_nbd(struct setup *s, int r, const char *what)
+{
+  if (r < 0) {
+    print_log(s->log);
+    fail_msg("%s: %s", what, nbd_get_error());
+  }
+}
+
+/* Random writes (aligned and not), overwrites and trims, with reads checked as it goes. */
+static void workload(struct setup *s, uint64_t bytes_to_write, uint8_t *buf, size_t buflen)
+{
+  uint64_t written = 0;
+  while (written < bytes_to_write) {
+    unsigned kind = (unsigned)(rng(s) % 100);
+    uint64_t len, off;
+    if (kind < 10) { /* unaligned: the engine's read-modify-write path */
+      len = 1 + rng(s) % 9000;
+      off = rng(s) % (s->size - len);
+    } else {
+      len = PAGE * (1 + rng(s) % (buflen / PAGE));
+      off = PAGE * (rng(s) % ((s->size - len) / PAGE + 1));
+    }
+    if (kind < 70) {
+      for (size_t i = 0; i < len; i += 8) {
+        uint64_t v = rng(s);
+        memcpy(buf + i, &v, len - i < 8 ? len - i : 8);
+      }
+      check_nbd(s, nbd_pwrite(s->nbd, buf, len, off, 0), "pwrite");
+      memcpy(s->shadow + off, buf, len);
+      written += len;
+    } else if (kind < 80) {
+      check_nbd(s, nbd_trim(s->nbd, len, off, 0), "trim");
+      /* Trim releases whole pages only; partial pages at the ends keep their bytes. */
+      uint64_t first = (off + PAGE - 1) / PAGE * PAGE, last = (off + len) / PAGE * PAGE;
+      if (last > first)
+        memset(s->shadow + first, 0, last - first);
+    } else if (kind < 85) {
+      check_nbd(s, nbd_zero(s->nbd, len, off, 0), "zero");
+      memset(s->shadow + off, 0, len);
+    } else {
+      check_nbd(s, nbd_pread(s->nbd, buf, len, off, 0), "pread");
+      if (memcmp(buf, s->shadow + off, len) != 0)
+        fail_msg("read of %llu bytes at %llu returned wrong bytes", (unsigned long long)len,
+                 (unsigned long long)off);
+    }
+  }
+}
+
+static void verify_device(struct setup *s, uint8_t *buf, size_t buflen)
+{
+  for (uint64_t off = 0; off < s->size; off += buflen) {
+    size_t len = s->size - off < buflen ? s->size - off : buflen;
+    check_nbd(s, nbd_pread(s->nbd, buf, len, off, 0), "pread (verify)");
+    if (memcmp(buf, s->shadow + off, len) != 0) {
+      size_t at = 0;
+      while (buf[at] == s->shadow[off + at])
+        at++;
+      fail_msg("byte %llu of the device is wrong", (unsigned long long)(off + at));
+    }
+  }
+}
+
+static void test_parity_log_through_nbdkit_survives_a_kill(void **state)
+{
+  (void)state;
+  struct setup s = { .rng = 0x1234567 };
+  start_servers(&s, 5);
+  char servers[512] = "servers=", keyp[700];
+  for (unsigned i = 0; i < s.n; i++) {
+    strcat(servers, s.servers[i].addr);
+    strcat(servers, i + 1 < s.n ? "," : "");
+  }
+  snprintf(keyp, sizeof keyp, "key=%s", s.key_path);
+  char tmp[700];
+  snprintf(tmp, sizeof tmp, "tmpdir=%s", s.dir);
+  const char *params[] = { "size=256M", servers, keyp, tmp, "redundancy=parity-log",
+                           "lease=1", "timeout=1000", NULL };
+  if (start_nbdkit(&s, params) < 0) {
+    print_log(s.log);
+    fail_msg("nbdkit exited at start-up");
+  }
+  assert_int_equal(s.size, 256u << 20);
+  size_t buflen = 256 * 1024;
+  uint8_t *buf = malloc(buflen);
+  workload(&s, 150u << 20, buf, buflen);
+  rp_test_server_kill(&s.servers[2]); /* mid-stream: the next writes hit its failure */
+  workload(&s, 150u << 20, buf, buflen);
+  verify_device(&s, buf, buflen);
+  free(buf);
+  stop_all(&s);
+}
+
+static void test_write_through_through_nbdkit_survives_losing_all_servers(void **state)
+{
+  (void)state;
+  struct setup s = { .rng = 0x777 };
+  start_servers(&s, 3);
+  char servers[512] = "servers=", keyp[700], tmp[700];
+  for (unsigned i = 0; i < s.n; i++) {
+    strcat(servers, s.servers[i].addr);
+    strcat(servers, i + 1 < s.n ? "," : "");
+  }
+  snprintf(keyp, sizeof keyp, "key=%s", s.key_path);
+  snprintf(tmp, sizeof tmp, "tmpdir=%s", s.dir);
+  const char *params[] = { "size=32M", servers, keyp, tmp, "redundancy=write-through",
+                           "lease=1", "timeout=1000", NULL };
+  assert_int_equal(start_nbdkit(&s, params), 0);
+  size_t buflen = 128 * 1024;
+  uint8_t *buf = malloc(buflen);
+  workload(&s, 40u << 20, buf, buflen);
+  for (unsigned i = 0; i < s.n; i++)
+    rp_test_server_kill(&s.servers[i]);
+  verify_device(&s, buf, buflen);
+  workload(&s, 8u << 20, buf, buflen);
+  verify_device(&s, buf, buflen);
+  free(buf);
+  stop_all(&s);
+}
+
+static void test_standalone_ram_disk_through_nbdkit(void **state)
+{
+  (void)state;
+  struct setup s = { .rng = 0x99 };
+  assert_int_equal(rp_test_tmpdir(s.dir, sizeof s.dir), 0);
+  char tmp[700];
+  snprintf(tmp, sizeof tmp, "tmpdir=%s", s.dir);
+  const char *params[] = { "size=64M", "memory=8M", tmp, NULL };
+  assert_int_equal(start_nbdkit(&s, params), 0);
+  size_t buflen = 128 * 1024;
+  uint8_t *buf = malloc(buflen);
+  workload(&s, 96u << 20, buf, buflen);
+  verify_device(&s, buf, buflen);
+  free(buf);
+  stop_all(&s);
+}
+
+static void test_bad_parameters_are_refused_with_a_reason(void **state)
+{
+  (void)state;
+  struct setup s = { 0 };
+  assert_int_equal(rp_test_tmpdir(s.dir, sizeof s.dir), 0);
+  const char *bad_size[] = { "size=lots", NULL };
+  assert_int_equal(start_nbdkit(&s, bad_size), -1);
+  char out[4096] = "";
+  FILE *f = fopen(s.log, "r");
+  size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+  out[n] = '\0';
+  if (f)
+    fclose(f);
+  assert_non_null(strstr(out, "not a size"));
+  const char *dead_server[] = { "size=1M", "servers=127.0.0.1:1", "redundancy=none", NULL };
+  assert_int_equal(start_nbdkit(&s, dead_server), -1);
+  f = fopen(s.log, "r");
+  n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+  out[n] = '\0';
+  if (f)
+    fclose(f);
+  assert_non_null(strstr(out, "127.0.0.1:1"));
+  rp_test_tmpdir_remove(s.dir);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_bad_parameters_are_refused_with_a_reason),
+    cmocka_unit_test(test_standalone_ram_disk_through_nbdkit),
+    cmocka_unit_test(test_write_through_through_nbdkit_survives_losing_all_servers),
+    cmocka_unit_test(test_parity_log_through_nbdkit_survives_a_kill),
+  };
+  if (getenv("RAMPART_TEST_FILTER"))
+    cmocka_set_test_filter(getenv("RAMPART_TEST_FILTER"));
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
