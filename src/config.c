@@ -24,7 +24,8 @@ const char rampart_config_help[] =
   "overflow=PERCENT          extra server memory for old page versions (default 25)\n"
   "timeout=MS                a server silent this long is failing (default 2000)\n"
   "lease=SECONDS             how long to wait for a dropped server to return (default 10)\n"
-  "tmpdir=DIR                where the temporary spill file goes";
+  "tmpdir=DIR                where the temporary spill file goes\n"
+  "stats-file=PATH           rewrite engine stats here every second (rampartctl device)";
 
 struct rampart_config *rampart_config_new(void)
 {
@@ -175,6 +176,8 @@ int rampart_config_set(struct rampart_config *c, const char *key, const char *v,
   }
   if (strcmp(key, "spill") == 0)
     return copy_path(c->spill_path, sizeof c->spill_path, key, v, err, errlen);
+  if (strcmp(key, "stats-file") == 0)
+    return copy_path(c->stats_path, sizeof c->stats_path, key, v, err, errlen);
   if (strcmp(key, "tmpdir") == 0)
     return copy_path(c->temp_dir, sizeof c->temp_dir, key, v, err, errlen);
   if (strcmp(key, "spill-size") == 0)

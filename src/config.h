@@ -19,6 +19,7 @@ struct rampart_config {
   unsigned group;             /* 0: default */
   char spill_path[4096];      /* "": temporary file */
   char temp_dir[4096];        /* "": $TMPDIR or /var/tmp */
+  char stats_path[4096];      /* "": no stats file */
   uint64_t spill_size;        /* 0: device size */
   uint64_t memory;            /* standalone RAM before spilling; UINT64_MAX: not given */
   unsigned overflow_percent;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine_internal.h"
 #include "log.h"
@@ -226,9 +227,38 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
     spill_store_flush_submissions(e->spill);
 }
 
+/* Publishes the stats report for rampartctl: whole-file replace via rename, so readers
+ * never see half a report. Best effort; a failure is logged once. */
+static void write_stats_file(struct rampart_engine *e)
+{
+  static char report[16384];
+  struct rampart_stats st;
+  engine_snapshot_stats(e, &st);
+  rampart_format_stats(&st, report, sizeof report);
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp", e->config.stats_path);
+  FILE *f = fopen(tmp, "we");
+  bool ok = f && fputs(report, f) >= 0;
+  if (f)
+    ok &= fclose(f) == 0;
+  ok = ok && rename(tmp, e->config.stats_path) == 0;
+  if (!ok && !e->stats_file_failed)
+    rp_log(RP_LOG_WARN, "cannot write stats-file=%s: %s", e->config.stats_path,
+           strerror(errno));
+  e->stats_file_failed = !ok;
+}
+
 static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 {
   struct rampart_engine *e = w->data;
+  if (++e->ticks % 10 == 0) {
+    if (e->read_errors_logged > 10)
+      rp_log(RP_LOG_ERROR, "%u more pages could not be read in the last second (EIO)",
+             e->read_errors_logged - 10);
+    e->read_errors_logged = 0;
+    if (e->config.stats_path[0])
+      write_stats_file(e);
+  }
   server_set_tick(e);
   page_mover_tick(e);
   if (e->spill)
@@ -718,6 +748,8 @@ void rampart_close(struct rampart_engine *e)
     ev_async_send(e->loop, &e->wake);
     pthread_join(e->thread, NULL);
   }
+  if (e->config.stats_path[0])
+    unlink(e->config.stats_path); /* a stale report would mislead rampartctl */
   /* The I/O thread is gone: this thread may drive the loop now. */
   server_set_close(e);
   if (e->spill)

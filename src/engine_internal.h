@@ -186,6 +186,10 @@ struct rampart_engine {
   ev_prepare mover_watcher;
   bool lost_seen[ENGINE_MAX_INCARNATIONS]; /* this pass met a group on that lost server */
 
+  uint64_t ticks;
+  uint32_t read_errors_logged;  /* this second; see page_read.c */
+  bool stats_file_failed;
+
   /* counters */
   uint64_t pages_written, wire_bytes_written;
   uint64_t degraded_reads, read_errors, pages_lost;

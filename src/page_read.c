@@ -28,8 +28,11 @@ static void read_failed(struct page_op *op, const char *why)
 {
   struct rampart_engine *e = op->engine;
   e->read_errors++;
-  rp_log(RP_LOG_ERROR, "page %llu cannot be read: %s; returning EIO",
-         (unsigned long long)op->page, why);
+  /* A double loss fails thousands of pages at once: name a few, count the rest (the
+   * tick logs the count once a second). */
+  if (e->read_errors_logged++ < 10)
+    rp_log(RP_LOG_ERROR, "page %llu cannot be read: %s; returning EIO",
+           (unsigned long long)op->page, why);
   read_finish(op, -EIO);
 }
 

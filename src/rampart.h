@@ -50,6 +50,7 @@ enum rampart_redundancy {
  *   overflow=PERCENT      extra remote memory reserved for old versions (default 25)
  *   timeout=MS            a server that does not answer in this long is failing (default 2000)
  *   lease=SECONDS         how long a reconnecting server's session is expected to live
+ *   stats-file=PATH       the engine rewrites its stats report here every second
  *   enckey=FILE           (page encryption, later) key for sealing pages
  */
 struct rampart_config;

@@ -97,9 +97,12 @@ static void server_mark_failed(struct rampart_engine *e, struct server *s, const
     return;
   s->state = RAMPART_SERVER_RECONNECTING;
   s->lost_deadline_ns = engine_now_ns() + (uint64_t)e->config.lease_seconds * 1000000000u;
-  rp_log(RP_LOG_WARN, "server %s failed (%s): reconnecting for up to %u s, reads of its "
-         "pages are rebuilt from parity meanwhile", s->address, why,
-         e->config.lease_seconds);
+  const char *meanwhile =
+    e->policy == RAMPART_REDUNDANCY_NONE ? "its pages cannot be read until it is back"
+    : e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH ? "its pages are read from the disk copy"
+    : "its pages are rebuilt from their groups when read";
+  rp_log(RP_LOG_WARN, "server %s failed (%s): reconnecting for up to %u s; meanwhile %s",
+         s->address, why, e->config.lease_seconds, meanwhile);
   page_write_close_open_group(e);
   server_start_reconnect(e, s);
 }

@@ -12,6 +12,8 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -37,6 +39,9 @@ static const char USAGE[] =
     "                              write N pages (default 10000) with D requests in flight\n"
     "                              (default 32), read them back verifying every byte, free\n"
     "                              them; print pages/s, MiB/s and server memory per page\n"
+    "  device STATS-FILE           show a running device's engine stats (pages per server,\n"
+    "                              groups, degraded and lost pages, rebuild, spill), as\n"
+    "                              written by 'nbdkit rampart ... stats-file=STATS-FILE'\n"
     "\n"
     "options:\n"
     "  --key FILE   the cluster key the server was started with (none: keyless server)\n"
@@ -151,6 +156,32 @@ static int cmd_keygen(int argc, char **argv)
   }
   printf("wrote a new cluster key to %s (mode 0600): pass it to every rampartd and client "
          "with --key %s\n", argv[0], argv[0]);
+  return 0;
+}
+
+/* ---- device ---- */
+
+/* The engine rewrites the file every second (write to a temporary name, then rename),
+ * so a read here always sees one whole report. */
+static int cmd_device(int argc, char **argv)
+{
+  if (argc != 1 || argv[0][0] == '-')
+    return usage_error("device takes exactly one argument, the device's STATS-FILE");
+  FILE *f = fopen(argv[0], "re");
+  if (!f) {
+    fprintf(stderr, "rampartctl: cannot read %s: %s (is nbdkit rampart running with "
+            "stats-file=%s?)\n", argv[0], strerror(errno), argv[0]);
+    return 1;
+  }
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && time(NULL) - st.st_mtime > 5)
+    fprintf(stderr, "rampartctl: warning: %s was last updated %lld s ago: the device may "
+            "have stopped\n", argv[0], (long long)(time(NULL) - st.st_mtime));
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+    fwrite(buf, 1, n, stdout);
+  fclose(f);
   return 0;
 }
 
@@ -500,7 +531,9 @@ int main(int argc, char **argv)
     return cmd_keygen(argc - 2, argv + 2);
   if (strcmp(cmd, "stat") == 0)
     return cmd_stat(argc - 2, argv + 2);
+  if (strcmp(cmd, "device") == 0)
+    return cmd_device(argc - 2, argv + 2);
   if (strcmp(cmd, "bench") == 0)
     return cmd_bench(argc - 2, argv + 2);
-  return usage_error("unknown command '%s': use keygen, stat or bench", cmd);
+  return usage_error("unknown command '%s': use keygen, stat, bench or device", cmd);
 }

@@ -368,6 +368,47 @@ static void test_parity_log_survives_kills(void **state)
   cluster_stop(&c);
 }
 
+static void test_mirror_survives_a_kill(void **state)
+{
+  (void)state;
+  struct cluster c;
+  cluster_start(&c, 3, "64M");
+  const char *extra[] = { "redundancy", "mirror", "lease", "1", "timeout", "1000", NULL };
+  struct device d;
+  uint64_t pages = 2048;
+  device_init(&d, engine_open(&c, pages, extra), pages, 31);
+  run_workload(&d, 150, 80, 5);
+  rp_test_server_kill(&c.servers[0]);
+  run_workload(&d, 150, 80, 5);
+  verify_all(&d, false);
+  wait_rebuilt(&d, 60);
+  verify_all(&d, false);
+  device_free(&d);
+  cluster_stop(&c);
+}
+
+/* Striping alone keeps one copy: a crash loses exactly that server's pages, which then
+ * read as EIO — never as another page's bytes or zeros. */
+static void test_none_loses_only_the_dead_servers_pages_as_eio(void **state)
+{
+  (void)state;
+  struct cluster c;
+  cluster_start(&c, 4, "64M");
+  const char *extra[] = { "redundancy", "none", "lease", "1", "timeout", "1000", NULL };
+  struct device d;
+  uint64_t pages = 2048;
+  device_init(&d, engine_open(&c, pages, extra), pages, 37);
+  run_workload(&d, 150, 90, 0);
+  rp_test_server_kill(&c.servers[1]);
+  uint64_t eio = verify_all(&d, true);
+  print_message("none: %llu of %llu pages lost with one server\n", (unsigned long long)eio,
+                (unsigned long long)pages);
+  assert_true(eio > 0);
+  assert_true(eio < pages / 2);
+  device_free(&d);
+  cluster_stop(&c);
+}
+
 static void test_two_losses_in_a_group_give_eio_not_garbage(void **state)
 {
   (void)state;
@@ -544,6 +585,8 @@ int main(void)
     cmocka_unit_test(test_policy_parity_log),
     cmocka_unit_test(test_policy_write_through),
     cmocka_unit_test(test_parity_log_survives_kills),
+    cmocka_unit_test(test_mirror_survives_a_kill),
+    cmocka_unit_test(test_none_loses_only_the_dead_servers_pages_as_eio),
     cmocka_unit_test(test_two_losses_in_a_group_give_eio_not_garbage),
     cmocka_unit_test(test_write_through_survives_losing_every_server),
     cmocka_unit_test(test_server_memory_stays_bounded),

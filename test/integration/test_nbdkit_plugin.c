@@ -84,6 +84,19 @@ static void start_servers(struct setup *s, unsigned n)
   }
 }
 
+/* True once nbdkit's log holds an error (the plugin labels mere warnings). */
+static bool log_has_error(const char *path)
+{
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  bool found = false;
+  while (f && !found && fgets(line, sizeof line, f))
+    found = strstr(line, "error:") && !strstr(line, "error: warning:");
+  if (f)
+    fclose(f);
+  return found;
+}
+
 /* nbdkit binds its socket before the plugin's after_fork starts the engine, so a socket
  * can exist on a server that is about to refuse to start: never block on it. */
 static int connect_with_deadline(struct nbd_handle *nbd, const char *sock, unsigned timeout_ms)
@@ -145,25 +158,17 @@ static int start_nbdkit(struct setup *s, const char *const *params)
       s->nbdkit = 0;
       return -1;
     }
-    if (i > 40 && !s->nbd) {
-      /* Refused to start but stuck on its way out (see wait_or_kill): the log has
-       * already said why. */
-      char out[4096] = "";
-      FILE *f = fopen(s->log, "r");
-      size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
-      out[n] = '\0';
-      if (f)
-        fclose(f);
-      if (strstr(out, "error")) {
-        wait_or_kill(pid, 2000);
-        s->nbdkit = 0;
-        return -1;
-      }
+    if (log_has_error(s->log)) {
+      /* Refused to start; it may be stuck on its way out (see wait_or_kill), but the
+       * log has already said why. */
+      wait_or_kill(pid, 2000);
+      s->nbdkit = 0;
+      return -1;
     }
     if (stat(s->sock, &st) == 0) {
       s->nbd = nbd_create();
       assert_non_null(s->nbd);
-      if (connect_with_deadline(s->nbd, s->sock, 5000) == 0) {
+      if (connect_with_deadline(s->nbd, s->sock, 2000) == 0) {
         int64_t size = nbd_get_size(s->nbd);
         assert_true(size > 0);
         s->size = (uint64_t)size;
