@@ -31,6 +31,10 @@ struct rp_error {
   char message[384];
 };
 
+/* Fills err (if not NULL) with code and a formatted message. */
+void rp_error_set(struct rp_error *err, uint16_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 struct rp_conn_options {
   const char *host;                /* name or address */
   const char *port;                /* decimal port */

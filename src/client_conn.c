@@ -107,10 +107,7 @@ static void msgf(char *out, size_t len, const char *fmt, ...)
   va_end(ap);
 }
 
-static void set_error(struct rp_error *err, uint16_t code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_error(struct rp_error *err, uint16_t code, const char *fmt, ...)
+void rp_error_set(struct rp_error *err, uint16_t code, const char *fmt, ...)
 {
   if (!err)
     return;
@@ -254,7 +251,7 @@ static void conn_fail(struct rp_conn *c, uint16_t code, struct rp_request *timed
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  set_error(&c->why, code, "connection to %s failed: %s: %s", c->peer, what,
+  rp_error_set(&c->why, code, "connection to %s failed: %s: %s", c->peer, what,
             rp_status_advice(code));
   fail_all(c, timed_out, what);
   if (!c->disconnect_reported && !c->close_pending) {
@@ -704,7 +701,7 @@ static int hs_wait(struct handshake *hs, short events, const char *doing, struct
   for (;;) {
     int ms = remaining_ms(hs->deadline_ns);
     if (ms == 0) {
-      set_error(err, RP_ERR_TIMEOUT, "timed out %s %s: %s", doing, hs->peer,
+      rp_error_set(err, RP_ERR_TIMEOUT, "timed out %s %s: %s", doing, hs->peer,
                 rp_status_advice(RP_ERR_TIMEOUT));
       return -1;
     }
@@ -713,7 +710,7 @@ static int hs_wait(struct handshake *hs, short events, const char *doing, struct
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0) {
-      set_error(err, RP_ERR_CONNECT, "poll failed %s %s: %s", doing, hs->peer,
+      rp_error_set(err, RP_ERR_CONNECT, "poll failed %s %s: %s", doing, hs->peer,
                 strerror(errno));
       return -1;
     }
@@ -735,7 +732,7 @@ static int hs_send(struct handshake *hs, const uint8_t *buf, size_t len, struct 
       continue;
     }
     if (n < 0) {
-      set_error(err, RP_ERR_CONNECT, "cannot send the handshake to %s: %s: %s", hs->peer,
+      rp_error_set(err, RP_ERR_CONNECT, "cannot send the handshake to %s: %s: %s", hs->peer,
                 strerror(errno), rp_status_advice(RP_ERR_CONNECT));
       return -1;
     }
@@ -757,7 +754,7 @@ static int hs_recv(struct handshake *hs, uint8_t *buf, size_t len, struct rp_err
       continue;
     }
     if (n <= 0) {
-      set_error(err, RP_ERR_CONNECT, "%s closed the connection during the handshake%s%s: "
+      rp_error_set(err, RP_ERR_CONNECT, "%s closed the connection during the handshake%s%s: "
                 "is it a rampartd of this version? %s", hs->peer, n < 0 ? ": " : "",
                 n < 0 ? strerror(errno) : "", rp_status_advice(RP_ERR_CONNECT));
       return -1;
@@ -776,14 +773,14 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
 {
   uint8_t *frame = malloc(RP_MAX_CONTROL_FRAME);
   if (!frame) {
-    set_error(err, RP_ERR_INTERNAL, "out of memory");
+    rp_error_set(err, RP_ERR_INTERNAL, "out of memory");
     return -1;
   }
   struct rp_header h = rp_request_header(op, id);
   size_t flen = rp_frame_build(frame, RP_MAX_CONTROL_FRAME, &h, msg);
   if (flen == 0) {
     free(frame);
-    set_error(err, RP_ERR_INTERNAL, "cannot build the %s frame", rp_op_name(op));
+    rp_error_set(err, RP_ERR_INTERNAL, "cannot build the %s frame", rp_op_name(op));
     return -1;
   }
   int rc = hs_send(hs, frame, flen, err);
@@ -798,13 +795,13 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
     struct rp_header rh;
     const char *why = NULL;
     if (rp_header_decode(hb, RP_FROM_SERVER, &rh, &why) != RP_OK) {
-      set_error(err, RP_ERR_BAD_FRAME, "%s answered the handshake with a bad frame (%s): %s",
+      rp_error_set(err, RP_ERR_BAD_FRAME, "%s answered the handshake with a bad frame (%s): %s",
                 hs->peer, why ? why : "?", rp_status_advice(RP_ERR_BAD_FRAME));
       return -1;
     }
     uint8_t *p = malloc(rh.length ? rh.length : 1); /* length <= 64 KiB: decode checked */
     if (!p) {
-      set_error(err, RP_ERR_INTERNAL, "out of memory");
+      rp_error_set(err, RP_ERR_INTERNAL, "out of memory");
       return -1;
     }
     if (hs_recv(hs, p, rh.length, err) < 0) {
@@ -817,7 +814,7 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
     }
     if (rh.id != id || rh.op != op) {
       free(p);
-      set_error(err, RP_ERR_BAD_FRAME, "%s answered %s with an unexpected %s frame: %s",
+      rp_error_set(err, RP_ERR_BAD_FRAME, "%s answered %s with an unexpected %s frame: %s",
                 hs->peer, rp_op_name(op), rp_op_name(rh.op),
                 rp_status_advice(RP_ERR_BAD_FRAME));
       return -1;
@@ -827,7 +824,7 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
       copy_server_message(said, sizeof said, p, rh.length, rh.status);
       free(p);
       const char *what = op == RP_OP_AUTH ? "refused authentication" : "refused the handshake";
-      set_error(err, rh.status, "%s %s: %s%s%s", hs->peer, what, said,
+      rp_error_set(err, rh.status, "%s %s: %s%s%s", hs->peer, what, said,
                 advice_sep(said, rh.status), advice_text(said, rh.status));
       return -1;
     }
@@ -893,7 +890,7 @@ static int do_connect(const struct rp_conn_options *o, struct handshake *hs,
   struct addrinfo *res = NULL;
   int gai = getaddrinfo(o->host, o->port, &hints, &res);
   if (gai != 0) {
-    set_error(err, RP_ERR_CONNECT, "cannot resolve %s: %s: %s", hs->peer, gai_strerror(gai),
+    rp_error_set(err, RP_ERR_CONNECT, "cannot resolve %s: %s: %s", hs->peer, gai_strerror(gai),
               rp_status_advice(RP_ERR_CONNECT));
     return -1;
   }
@@ -907,7 +904,7 @@ static int do_connect(const struct rp_conn_options *o, struct handshake *hs,
   freeaddrinfo(res);
   if (fd < 0) {
     uint16_t code = last_errno == ETIMEDOUT ? RP_ERR_TIMEOUT : RP_ERR_CONNECT;
-    set_error(err, code, "cannot connect to %s: %s: %s", hs->peer, strerror(last_errno),
+    rp_error_set(err, code, "cannot connect to %s: %s: %s", hs->peer, strerror(last_errno),
               rp_status_advice(code));
     return -1;
   }
@@ -925,7 +922,7 @@ static int handshake(const struct rp_conn_options *o, struct handshake *hs,
 
   uint8_t client_nonce[RP_NONCE_LEN];
   if (rp_random_bytes(client_nonce, sizeof client_nonce) < 0) {
-    set_error(err, RP_ERR_INTERNAL, "cannot get random bytes for the handshake nonce");
+    rp_error_set(err, RP_ERR_INTERNAL, "cannot get random bytes for the handshake nonce");
     return -1;
   }
   Rampart__Hello hello = RAMPART__HELLO__INIT;
@@ -945,18 +942,18 @@ static int handshake(const struct rp_conn_options *o, struct handshake *hs,
   Rampart__Challenge *ch = rampart__challenge__unpack(NULL, len, p);
   free(p);
   if (!ch) {
-    set_error(err, RP_ERR_BAD_FRAME, "%s sent a Challenge that does not decode: %s",
+    rp_error_set(err, RP_ERR_BAD_FRAME, "%s sent a Challenge that does not decode: %s",
               hs->peer, rp_status_advice(RP_ERR_BAD_FRAME));
     return -1;
   }
   if (ch->version != RP_PROTOCOL_VERSION) {
-    set_error(err, RP_ERR_VERSION, "%s speaks protocol version %u, this client %u: %s",
+    rp_error_set(err, RP_ERR_VERSION, "%s speaks protocol version %u, this client %u: %s",
               hs->peer, ch->version, RP_PROTOCOL_VERSION, rp_status_advice(RP_ERR_VERSION));
     rampart__challenge__free_unpacked(ch, NULL);
     return -1;
   }
   if (ch->server_nonce.len != RP_NONCE_LEN) {
-    set_error(err, RP_ERR_BAD_FRAME, "%s sent a %zu-byte nonce instead of %u: %s", hs->peer,
+    rp_error_set(err, RP_ERR_BAD_FRAME, "%s sent a %zu-byte nonce instead of %u: %s", hs->peer,
               ch->server_nonce.len, RP_NONCE_LEN, rp_status_advice(RP_ERR_BAD_FRAME));
     rampart__challenge__free_unpacked(ch, NULL);
     return -1;
@@ -975,14 +972,14 @@ static int handshake(const struct rp_conn_options *o, struct handshake *hs,
   Rampart__Welcome *wel = rampart__welcome__unpack(NULL, len, p);
   free(p);
   if (!wel) {
-    set_error(err, RP_ERR_BAD_FRAME, "%s sent a Welcome that does not decode: %s", hs->peer,
+    rp_error_set(err, RP_ERR_BAD_FRAME, "%s sent a Welcome that does not decode: %s", hs->peer,
               rp_status_advice(RP_ERR_BAD_FRAME));
     return -1;
   }
   uint8_t expect[RP_MAC_LEN];
   rp_auth_server_mac(key, client_nonce, server_nonce, expect);
   if (!rp_mac_matches(expect, wel->server_mac.data, wel->server_mac.len)) {
-    set_error(err, RP_ERR_AUTH, "%s accepted us but could not prove it holds the cluster key "
+    rp_error_set(err, RP_ERR_AUTH, "%s accepted us but could not prove it holds the cluster key "
               "(%s): %s", hs->peer,
               key->len ? "it was started with another key, or with none"
                        : "it expects a key and this client has none",
@@ -991,7 +988,7 @@ static int handshake(const struct rp_conn_options *o, struct handshake *hs,
     return -1;
   }
   if (wel->session_token.len != RP_TOKEN_LEN || wel->page_size != RP_PAGE_SIZE) {
-    set_error(err, RP_ERR_VERSION, "%s sent a session token of %zu bytes and a page size "
+    rp_error_set(err, RP_ERR_VERSION, "%s sent a session token of %zu bytes and a page size "
               "of %u (expected %u and %u): %s", hs->peer, wel->session_token.len,
               wel->page_size, RP_TOKEN_LEN, RP_PAGE_SIZE, rp_status_advice(RP_ERR_VERSION));
     rampart__welcome__free_unpacked(wel, NULL);
@@ -1020,12 +1017,12 @@ struct rp_conn *rp_conn_open(const struct rp_conn_options *opts, struct rp_sessi
     err = &local;
   memset(err, 0, sizeof *err);
   if (!opts || !opts->host || !opts->port) {
-    set_error(err, RP_ERR_CONNECT, "no server address given: pass HOST:PORT");
+    rp_error_set(err, RP_ERR_CONNECT, "no server address given: pass HOST:PORT");
     return NULL;
   }
   struct rp_conn *c = calloc(1, sizeof *c);
   if (!c) {
-    set_error(err, RP_ERR_INTERNAL, "out of memory");
+    rp_error_set(err, RP_ERR_INTERNAL, "out of memory");
     return NULL;
   }
   c->fd = -1;
@@ -1036,7 +1033,7 @@ struct rp_conn *rp_conn_open(const struct rp_conn_options *opts, struct rp_sessi
   c->buckets = calloc(NBUCKETS, sizeof *c->buckets);
   c->rbuf = malloc(RBUF_SIZE);
   if (!c->buckets || !c->rbuf) {
-    set_error(err, RP_ERR_INTERNAL, "out of memory");
+    rp_error_set(err, RP_ERR_INTERNAL, "out of memory");
     conn_destroy(c);
     return NULL;
   }
@@ -1045,7 +1042,7 @@ struct rp_conn *rp_conn_open(const struct rp_conn_options *opts, struct rp_sessi
   c->next_id = 1;
   c->oldest_id = 1;
   if (opts->key && opts->key->len > RP_KEY_MAX_LEN) {
-    set_error(err, RP_ERR_AUTH, "key longer than %u bytes", RP_KEY_MAX_LEN);
+    rp_error_set(err, RP_ERR_AUTH, "key longer than %u bytes", RP_KEY_MAX_LEN);
     conn_destroy(c);
     return NULL;
   }
@@ -1099,7 +1096,7 @@ static int run_sync(struct rp_conn *c, struct ctl_request *ctl, const char *what
   ctl->reply = NULL;
   const char *said = ctl->req.error_message[0] ? ctl->req.error_message
                                                 : rp_status_name(ctl->req.status);
-  set_error(err, ctl->req.status, "%s on %s failed: %s%s%s", what, peer, said,
+  rp_error_set(err, ctl->req.status, "%s on %s failed: %s%s%s", what, peer, said,
             advice_sep(said, ctl->req.status), advice_text(said, ctl->req.status));
   return -1;
 }
@@ -1115,7 +1112,7 @@ static int reply_malformed(struct rp_conn *c, struct ctl_request *ctl, const cha
 {
   free(ctl->reply);
   ctl->reply = NULL;
-  set_error(err, RP_ERR_BAD_FRAME, "%s on %s: the reply does not decode: %s", what, c->peer,
+  rp_error_set(err, RP_ERR_BAD_FRAME, "%s on %s: the reply does not decode: %s", what, c->peer,
             rp_status_advice(RP_ERR_BAD_FRAME));
   return -1;
 }
@@ -1129,7 +1126,7 @@ int rp_reserve_sync(struct rp_conn *conn, uint64_t pages, uint64_t *reserved_pag
   msg.pages = pages;
   size_t n = protobuf_c_message_get_packed_size(&msg.base);
   if (n > sizeof ctl.out) {
-    set_error(err, RP_ERR_INTERNAL, "Reserve message too large");
+    rp_error_set(err, RP_ERR_INTERNAL, "Reserve message too large");
     return -1;
   }
   protobuf_c_message_pack(&msg.base, ctl.out);
@@ -1166,12 +1163,12 @@ static int hot_sync(struct rp_conn *conn, uint8_t op, uint64_t slot, uint32_t co
     msgf(what, sizeof what, "%s of slot %" PRIu64, rp_op_name(op), slot);
   /* Same validation as the public path. */
   if ((op == RP_OP_WRITE || op == RP_OP_READ) && (!page || slot > RP_MAX_SLOT)) {
-    set_error(err, RP_ERR_BAD_FRAME, "%s: invalid request", what);
+    rp_error_set(err, RP_ERR_BAD_FRAME, "%s: invalid request", what);
     return -1;
   }
   if (op == RP_OP_FREE && (slot > RP_MAX_SLOT || count == 0 || count > RP_MAX_FREE_COUNT ||
                            slot + count - 1 > RP_MAX_SLOT)) {
-    set_error(err, RP_ERR_BAD_FRAME, "%s: invalid count %u (1..%u)", what, count,
+    rp_error_set(err, RP_ERR_BAD_FRAME, "%s: invalid count %u (1..%u)", what, count,
               RP_MAX_FREE_COUNT);
     return -1;
   }

@@ -261,6 +261,11 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
   }
   server_set_tick(e);
   page_mover_tick(e);
+  /* Ops waiting on cleaning are normally woken by a finished move; re-check them each
+   * tick too, so that a move that never finishes slows writes down instead of hanging
+   * them. */
+  if (e->wait_head)
+    engine_run_waiting(e);
   if (e->spill)
     spill_store_flush_submissions(e->spill);
 }

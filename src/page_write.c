@@ -468,8 +468,11 @@ void page_write_start(struct page_op *op)
   }
   if (!place_remote(op)) {
     if (wt) {
+      /* No server can take it: the disk copy is the page now. */
       page_write_retire(e, page_map_set(&e->map, op->page, page_entry_slot(PAGE_SPILL, op->page)));
-      return; /* the disk write completes the op */
+      if (op->kind == PAGE_OP_MOVE)
+        write_finish(op, 0); /* a move wrote no disk copy whose completion would end it */
+      return;               /* a frontend write ends when its disk write does */
     }
     write_to_spill(op);
   }

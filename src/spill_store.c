@@ -84,19 +84,6 @@ struct spill_store {
 
 /* ---- Errors ---------------------------------------------------------------------- */
 
-static void set_error(struct rp_error *err, uint16_t code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_error(struct rp_error *err, uint16_t code, const char *fmt, ...)
-{
-  if (!err)
-    return;
-  err->code = code;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err->message, sizeof err->message, fmt, ap);
-  va_end(ap);
-}
 
 /* ---- Slot allocator -------------------------------------------------------------- */
 
@@ -210,7 +197,7 @@ static int open_temp(const char *dir, struct rp_error *err)
     char tmpl[PATH_MAX];
     int n = snprintf(tmpl, sizeof tmpl, "%s/rampart-spill-XXXXXX", dir);
     if (n < 0 || (size_t)n >= sizeof tmpl) {
-      set_error(err, RP_ERR_INTERNAL, "spill store: temporary directory %s: name too long",
+      rp_error_set(err, RP_ERR_INTERNAL, "spill store: temporary directory %s: name too long",
                 dir);
       return -1;
     }
@@ -221,7 +208,7 @@ static int open_temp(const char *dir, struct rp_error *err)
     }
     e = errno;
   }
-  set_error(err, RP_ERR_INTERNAL,
+  rp_error_set(err, RP_ERR_INTERNAL,
             "spill store: cannot create a temporary file in %s: %s: set temp_dir (or "
             "TMPDIR) to a writable directory on a local disk",
             dir, strerror(e));
@@ -254,7 +241,7 @@ static int open_path(const char *path, bool *created, struct rp_error *err)
                        : e == EISDIR  ? "give a file name, not a directory"
                        : e == EROFS   ? "choose a path on a writable file system"
                                       : "choose another path";
-  set_error(err, RP_ERR_INTERNAL, "spill=%s: cannot open: %s: %s", path, strerror(e), advice);
+  rp_error_set(err, RP_ERR_INTERNAL, "spill=%s: cannot open: %s: %s", path, strerror(e), advice);
   return -1;
 }
 
@@ -285,18 +272,18 @@ static int size_backing(struct spill_store *s, const char *what, struct rp_error
   uint64_t bytes = s->pages * SPILL_PAGE_SIZE;
   struct stat st;
   if (fstat(s->fd, &st) != 0) {
-    set_error(err, RP_ERR_INTERNAL, "%s: fstat: %s", what, strerror(errno));
+    rp_error_set(err, RP_ERR_INTERNAL, "%s: fstat: %s", what, strerror(errno));
     return -1;
   }
   if (S_ISBLK(st.st_mode)) {
     uint64_t dev_bytes = 0;
     if (ioctl(s->fd, BLKGETSIZE64, &dev_bytes) != 0) {
-      set_error(err, RP_ERR_INTERNAL, "%s: cannot read the device size: %s", what,
+      rp_error_set(err, RP_ERR_INTERNAL, "%s: cannot read the device size: %s", what,
                 strerror(errno));
       return -1;
     }
     if (dev_bytes < bytes) {
-      set_error(err, RP_ERR_NO_SPACE,
+      rp_error_set(err, RP_ERR_NO_SPACE,
                 "%s: the device holds %" PRIu64 " MiB but %" PRIu64 " pages need %" PRIu64
                 " MiB: use a bigger device or a smaller size",
                 what, dev_bytes >> 20, s->pages, bytes >> 20);
@@ -305,7 +292,7 @@ static int size_backing(struct spill_store *s, const char *what, struct rp_error
     return 0;
   }
   if (!S_ISREG(st.st_mode)) {
-    set_error(err, RP_ERR_INTERNAL,
+    rp_error_set(err, RP_ERR_INTERNAL,
               "%s: not a regular file or a block device: choose a file path", what);
     return -1;
   }
@@ -313,14 +300,14 @@ static int size_backing(struct spill_store *s, const char *what, struct rp_error
     return 0;
   int e = errno;
   if (e == ENOSPC || e == EFBIG || e == EDQUOT) {
-    set_error(err, RP_ERR_NO_SPACE,
+    rp_error_set(err, RP_ERR_NO_SPACE,
               "%s: %s for %" PRIu64 " pages (%" PRIu64 " MiB): free space or choose a "
               "smaller size",
               what, e == ENOSPC ? "no space left on its file system" : strerror(e), s->pages, bytes >> 20);
     return -1;
   }
   if (e != EOPNOTSUPP) {
-    set_error(err, RP_ERR_INTERNAL, "%s: cannot preallocate %" PRIu64 " MiB: %s", what,
+    rp_error_set(err, RP_ERR_INTERNAL, "%s: cannot preallocate %" PRIu64 " MiB: %s", what,
               bytes >> 20, strerror(e));
     return -1;
   }
@@ -329,7 +316,7 @@ static int size_backing(struct spill_store *s, const char *what, struct rp_error
          "writes may need new blocks under memory pressure",
          what);
   if ((uint64_t)st.st_size < bytes && ftruncate(s->fd, (off_t)bytes) != 0) {
-    set_error(err, RP_ERR_INTERNAL, "%s: cannot extend to %" PRIu64 " MiB: %s", what,
+    rp_error_set(err, RP_ERR_INTERNAL, "%s: cannot extend to %" PRIu64 " MiB: %s", what,
               bytes >> 20, strerror(errno));
     return -1;
   }
@@ -345,7 +332,7 @@ static int setup_buffers(struct spill_store *s, const char *what, struct rp_erro
   void *mem = NULL;
   int rc = posix_memalign(&mem, SPILL_PAGE_SIZE, bytes);
   if (rc != 0) {
-    set_error(err, RP_ERR_INTERNAL, "%s: cannot allocate %zu KiB of buffers: %s", what,
+    rp_error_set(err, RP_ERR_INTERNAL, "%s: cannot allocate %zu KiB of buffers: %s", what,
               bytes >> 10, strerror(rc));
     return -1;
   }
@@ -362,7 +349,7 @@ static int setup_buffers(struct spill_store *s, const char *what, struct rp_erro
   s->owner = calloc(qd, sizeof *s->owner);
   s->retries = calloc(qd, sizeof *s->retries);
   if (!s->free_bounce || !s->owner || !s->retries) {
-    set_error(err, RP_ERR_INTERNAL, "%s: out of memory", what);
+    rp_error_set(err, RP_ERR_INTERNAL, "%s: out of memory", what);
     return -1;
   }
   /* Pushed in reverse so buffer 0 is handed out first. */
@@ -376,7 +363,7 @@ static int setup_ring(struct spill_store *s, const char *what, struct rp_error *
 {
   int rc = io_uring_queue_init(s->queue_depth, &s->ring, 0);
   if (rc < 0) {
-    set_error(err, RP_ERR_INTERNAL,
+    rp_error_set(err, RP_ERR_INTERNAL,
               "%s: cannot set up io_uring with %u entries: %s%s", what, s->queue_depth,
               strerror(-rc),
               rc == -EPERM ? ": io_uring is disabled (sysctl kernel.io_uring_disabled)"
@@ -392,7 +379,7 @@ static int setup_ring(struct spill_store *s, const char *what, struct rp_error *
                        .iov_len = (size_t)s->queue_depth * SPILL_PAGE_SIZE };
   rc = io_uring_register_buffers(&s->ring, &iov, 1);
   if (rc < 0) {
-    set_error(err, RP_ERR_INTERNAL, "%s: cannot register %zu KiB of buffers: %s%s",
+    rp_error_set(err, RP_ERR_INTERNAL, "%s: cannot register %zu KiB of buffers: %s%s",
               what, iov.iov_len >> 10, strerror(-rc),
               rc == -ENOMEM ? ": raise the memlock limit (ulimit -l) or lower queue_depth"
                             : "");
@@ -401,12 +388,12 @@ static int setup_ring(struct spill_store *s, const char *what, struct rp_error *
 
   s->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s->event_fd < 0) {
-    set_error(err, RP_ERR_INTERNAL, "%s: eventfd: %s", what, strerror(errno));
+    rp_error_set(err, RP_ERR_INTERNAL, "%s: eventfd: %s", what, strerror(errno));
     return -1;
   }
   rc = io_uring_register_eventfd(&s->ring, s->event_fd);
   if (rc < 0) {
-    set_error(err, RP_ERR_INTERNAL, "%s: cannot register the eventfd: %s", what,
+    rp_error_set(err, RP_ERR_INTERNAL, "%s: cannot register the eventfd: %s", what,
               strerror(-rc));
     return -1;
   }
@@ -440,12 +427,12 @@ static bool check_options(const struct spill_store_options *opts, uint32_t qd,
   const char *name = opts->path ? opts->path : "(temporary file)";
   /* Offsets must fit off_t. */
   if (opts->pages == 0 || opts->pages > (uint64_t)INT64_MAX / SPILL_PAGE_SIZE) {
-    set_error(err, RP_ERR_INTERNAL, "spill=%s: size of %" PRIu64 " pages is %s", name,
+    rp_error_set(err, RP_ERR_INTERNAL, "spill=%s: size of %" PRIu64 " pages is %s", name,
               opts->pages, opts->pages == 0 ? "zero: give a size" : "too large");
     return false;
   }
   if (qd > SPILL_MAX_QD) {
-    set_error(err, RP_ERR_INTERNAL, "spill=%s: queue depth %u is above the limit of %u", name,
+    rp_error_set(err, RP_ERR_INTERNAL, "spill=%s: queue depth %u is above the limit of %u", name,
               qd, SPILL_MAX_QD);
     return false;
   }
@@ -465,7 +452,7 @@ struct spill_store *spill_store_open(const struct spill_store_options *opts,
 
   struct spill_store *s = calloc(1, sizeof *s);
   if (!s) {
-    set_error(err, RP_ERR_INTERNAL, "spill store: out of memory");
+    rp_error_set(err, RP_ERR_INTERNAL, "spill store: out of memory");
     return NULL;
   }
   s->fd = -1;
@@ -495,7 +482,7 @@ struct spill_store *spill_store_open(const struct spill_store_options *opts,
 
 fail:
   if (err && err->message[0] == '\0')
-    set_error(err, RP_ERR_INTERNAL, "%s: out of memory", what);
+    rp_error_set(err, RP_ERR_INTERNAL, "%s: out of memory", what);
   if (created && opts->path)
     unlink(opts->path);
   destroy(s);
