@@ -207,7 +207,11 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
 {
   struct rampart_engine *e = w->data;
   if (atomic_load(&e->stopping)) {
-    ev_break(loop, EVBREAK_ALL);
+    /* Let moves in flight finish (on_mover_prepare breaks the loop then), so closing
+     * never tears a page move in half. */
+    e->draining = true;
+    if (e->moves_in_flight == 0)
+      ev_break(loop, EVBREAK_ALL);
     return;
   }
   /* The stack holds the newest first; reverse it so requests start in arrival order. */
@@ -251,6 +255,12 @@ static void write_stats_file(struct rampart_engine *e)
 static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 {
   struct rampart_engine *e = w->data;
+  if (e->draining && ++e->drain_ticks > 50) {
+    rp_log(RP_LOG_WARN, "closing with %u page moves still in flight after 5 s",
+           e->moves_in_flight);
+    ev_break(loop, EVBREAK_ALL);
+    return;
+  }
   if (++e->ticks % 10 == 0) {
     if (e->read_errors_logged > 10)
       rp_log(RP_LOG_ERROR, "%u more pages could not be read in the last second (EIO)",
@@ -285,6 +295,10 @@ static void on_spill_ready(struct ev_loop *loop, ev_io *w, int revents)
 static void on_mover_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 {
   struct rampart_engine *e = w->data;
+  if (e->draining && e->moves_in_flight == 0) {
+    ev_break(loop, EVBREAK_ALL);
+    return;
+  }
   page_mover_run(e);
   if (e->mover_wakeup) {
     e->mover_wakeup = false;
@@ -755,7 +769,16 @@ void rampart_close(struct rampart_engine *e)
   }
   if (e->config.stats_path[0])
     unlink(e->config.stats_path); /* a stale report would mislead rampartctl */
-  /* The I/O thread is gone: this thread may drive the loop now. */
+  /* The I/O thread is gone, and saying goodbye below runs the loop on this thread:
+   * only the connections may act now, not the mover, the tick or the wake-ups. */
+  if (e->loop) {
+    ev_prepare_stop(e->loop, &e->mover_watcher);
+    ev_timer_stop(e->loop, &e->tick);
+    ev_async_stop(e->loop, &e->wake);
+    ev_async_stop(e->loop, &e->reconnected_wake);
+    if (e->spill)
+      ev_io_stop(e->loop, &e->spill_watcher);
+  }
   server_set_close(e);
   if (e->spill)
     spill_store_close(e->spill);

@@ -166,6 +166,8 @@ struct rampart_engine {
   ev_io spill_watcher;
   pthread_t thread;
   atomic_bool stopping;
+  bool draining;                /* closing: no new moves, wait for those in flight */
+  unsigned drain_ticks;
   bool thread_started;
 
   /* reconnect thread */

@@ -232,7 +232,8 @@ void page_mover_tick(struct rampart_engine *e)
 
 void page_mover_run(struct rampart_engine *e)
 {
-  if (e->nservers == 0 || e->moves_in_flight >= ENGINE_MOVES || !mover_has_work(e))
+  if (e->nservers == 0 || e->draining || e->moves_in_flight >= ENGINE_MOVES ||
+      !mover_has_work(e))
     return;
   scan_groups(e);
   scan_spill(e);

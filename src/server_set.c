@@ -389,6 +389,10 @@ void server_set_close(struct rampart_engine *e)
     pthread_mutex_unlock(&e->reconnect_lock);
     pthread_join(e->reconnect_thread, NULL);
   }
+  /* Closing: a connection failing now must not call back into the engine. */
+  for (unsigned i = 0; i < e->nservers; i++)
+    if (e->servers[i].conn)
+      rp_conn_set_callbacks(e->servers[i].conn, NULL, NULL, NULL);
   for (unsigned i = 0; i < e->nservers; i++) {
     struct server *s = &e->servers[i];
     if (s->reconnected)
@@ -398,6 +402,7 @@ void server_set_close(struct rampart_engine *e)
       if (rp_conn_is_connected(s->conn))
         rp_goodbye_sync(s->conn, &err); /* frees our pages on the server now */
       rp_conn_close(s->conn);
+      s->conn = NULL;
     }
     slot_allocator_destroy(&s->slots);
   }

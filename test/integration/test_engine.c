@@ -409,6 +409,45 @@ static void test_none_loses_only_the_dead_servers_pages_as_eio(void **state)
   cluster_stop(&c);
 }
 
+/* A crashed server restarted on the same address comes back empty: the engine treats it
+ * as a new server, rebuilds what the old one held, and places new pages on it. */
+static void test_restarted_server_rejoins_empty(void **state)
+{
+  (void)state;
+  struct cluster c;
+  cluster_start(&c, 5, "64M");
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
+                          "timeout", "1000", NULL };
+  struct device d;
+  uint64_t pages = 2048;
+  device_init(&d, engine_open(&c, pages, extra), pages, 41);
+  run_workload(&d, 100, 85, 5);
+  char listen[96];
+  snprintf(listen, sizeof listen, "%s", c.servers[3].addr);
+  rp_test_server_kill(&c.servers[3]);
+  run_workload(&d, 50, 85, 5);
+  usleep(1500000); /* past lease=1: declared lost */
+  const char *args[] = { rp_test_rampartd_path(), "--listen", listen, "--foreground",
+                         "--memory", "64M", "--key", c.key_path, "--pressure-file",
+                         c.psi[3], NULL };
+  assert_int_equal(rp_test_server_start_argv(&c.servers[3], c.dir, args), 0);
+  struct rampart_stats st;
+  bool rejoined = false;
+  for (unsigned i = 0; i < 100 && !rejoined; i++) {
+    run_workload(&d, 2, 85, 5);
+    stats(&d, &st);
+    rejoined = st.nservers == 6 && st.servers[5].state == RAMPART_SERVER_UP &&
+               st.servers[5].pages_live > 0 && st.servers[3].state == RAMPART_SERVER_LOST;
+    usleep(50000);
+  }
+  assert_true(rejoined);
+  wait_rebuilt(&d, 60);
+  verify_all(&d, false);
+  assert_int_equal(st.read_errors, 0);
+  device_free(&d);
+  cluster_stop(&c);
+}
+
 static void test_two_losses_in_a_group_give_eio_not_garbage(void **state)
 {
   (void)state;
@@ -586,6 +625,7 @@ int main(void)
     cmocka_unit_test(test_policy_write_through),
     cmocka_unit_test(test_parity_log_survives_kills),
     cmocka_unit_test(test_mirror_survives_a_kill),
+    cmocka_unit_test(test_restarted_server_rejoins_empty),
     cmocka_unit_test(test_none_loses_only_the_dead_servers_pages_as_eio),
     cmocka_unit_test(test_two_losses_in_a_group_give_eio_not_garbage),
     cmocka_unit_test(test_write_through_survives_losing_every_server),
