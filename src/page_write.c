@@ -470,9 +470,11 @@ void page_write_start(struct page_op *op)
     if (wt) {
       /* No server can take it: the disk copy is the page now. */
       page_write_retire(e, page_map_set(&e->map, op->page, page_entry_slot(PAGE_SPILL, op->page)));
-      if (op->kind == PAGE_OP_MOVE)
-        write_finish(op, 0); /* a move wrote no disk copy whose completion would end it */
-      return;               /* a frontend write ends when its disk write does */
+      /* The op ends when its disk copy does; if that already happened (the op was
+       * parked meanwhile) or there is none (a move), end it here. */
+      if (op->pending == 0)
+        write_finish(op, op->failed ? -EIO : 0);
+      return;
     }
     write_to_spill(op);
   }

@@ -404,6 +404,8 @@ void server_set_close(struct rampart_engine *e)
       rp_conn_close(s->conn);
       s->conn = NULL;
     }
-    slot_allocator_destroy(&s->slots);
   }
+  /* Only now: completions run inside later goodbyes may still release slots. */
+  for (unsigned i = 0; i < e->nservers; i++)
+    slot_allocator_destroy(&e->servers[i].slots);
 }
