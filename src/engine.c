@@ -277,6 +277,8 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
   if (e->wait_head)
     engine_run_waiting(e);
   if (e->spill)
+    spill_quarantine_advance(&e->quarantine, e->spill);
+  if (e->spill)
     spill_store_flush_submissions(e->spill);
 }
 
@@ -287,6 +289,7 @@ static void on_spill_ready(struct ev_loop *loop, ev_io *w, int revents)
   ssize_t ignored = read(spill_store_event_fd(e->spill), &count, sizeof count);
   (void)ignored;
   spill_store_reap(e->spill);
+  spill_quarantine_advance(&e->quarantine, e->spill);
   spill_store_flush_submissions(e->spill);
 }
 
@@ -665,6 +668,10 @@ static int engine_open_spill(struct rampart_engine *e, char *err, size_t errlen)
     snprintf(err, errlen, "%s", rerr.message);
     return -1;
   }
+  if (spill_quarantine_init(&e->quarantine, spill_pages) < 0) {
+    snprintf(err, errlen, "out of memory for the spill store's slot lists");
+    return -1;
+  }
   if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH)
     for (uint64_t p = 0; p < e->pages; p++)
       spill_store_claim_slot(e->spill, p);
@@ -782,6 +789,7 @@ void rampart_close(struct rampart_engine *e)
   server_set_close(e);
   if (e->spill)
     spill_store_close(e->spill);
+  spill_quarantine_destroy(&e->quarantine);
   if (e->loop)
     ev_loop_destroy(e->loop);
   local_store_destroy(&e->local);

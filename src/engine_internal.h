@@ -75,6 +75,7 @@ struct page_op {
   bool parked;                  /* waiting for a parity buffer (holds one pending) */
   bool in_use;                  /* taken from the pool (catches double completion) */
   uint8_t server;               /* writes: server of the member in flight */
+  uint8_t spill_epoch;          /* reads: quarantine epoch of a spill read */
   uint8_t member;               /* reads: the member being read */
   uint32_t group;               /* reads: its group */
   struct rp_request req;
@@ -108,6 +109,22 @@ struct free_request {
   struct rp_request req;
 };
 
+/* spill_quarantine.c: freed spill slots held back from reuse while reads may see them */
+struct spill_quarantine {
+  uint32_t *next;               /* per slot: next slot in its epoch's list */
+  uint32_t head[2];
+  uint64_t reads[2];            /* spill reads in flight, by the epoch they started in */
+  unsigned current;
+};
+
+int spill_quarantine_init(struct spill_quarantine *q, uint64_t capacity);
+void spill_quarantine_destroy(struct spill_quarantine *q);
+unsigned spill_quarantine_read_started(struct spill_quarantine *q);
+void spill_quarantine_read_done(struct spill_quarantine *q, unsigned epoch);
+void spill_quarantine_free(struct spill_quarantine *q, uint32_t slot);
+/* Returns the previous epoch's slots to the store once its reads are done. */
+void spill_quarantine_advance(struct spill_quarantine *q, struct spill_store *store);
+
 struct local_store {
   uint8_t *pages;               /* mmap of capacity pages */
   struct slot_allocator slots;
@@ -127,6 +144,7 @@ struct rampart_engine {
   uint64_t *write_pending;
   struct group_table groups;
   struct spill_store *spill;
+  struct spill_quarantine quarantine;
   bool spill_is_temporary;
   struct local_store local;
 

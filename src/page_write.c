@@ -65,7 +65,7 @@ void page_write_retire(struct rampart_engine *e, page_entry old)
   case PAGE_SPILL:
     /* Write-through keeps page N at slot N for good; the lost marker has no slot. */
     if (old != LOST_ENTRY && e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH)
-      spill_store_free_slot(e->spill, page_entry_slot_of(old));
+      spill_quarantine_free(&e->quarantine, (uint32_t)page_entry_slot_of(old));
     return;
   case PAGE_LOCAL:
     slot_allocator_release(&e->local.slots, (uint32_t)page_entry_slot_of(old));
