@@ -515,12 +515,14 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->redundancy = e->policy;
   st->group_size = e->group_size;
   st->nservers = e->nservers < RAMPART_MAX_SERVERS ? e->nservers : RAMPART_MAX_SERVERS;
+  uint64_t live[ENGINE_MAX_INCARNATIONS], at_risk[ENGINE_MAX_INCARNATIONS];
+  page_mover_live_by_server(e, live, at_risk);
   for (unsigned i = 0; i < st->nservers; i++) {
     struct server *s = &e->servers[i];
     struct rampart_server_stats *ss = &st->servers[i];
     snprintf(ss->address, sizeof ss->address, "%s", s->address);
     ss->state = s->state;
-    ss->pages_live = page_mover_live_on(e, i);
+    ss->pages_live = live[i];
     ss->pages_stored = s->slots.in_use;
     ss->pages_reserved = s->reserved_pages;
   }
@@ -530,14 +532,10 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->groups_cleaned = e->groups_cleaned;
   st->cleaning = e->cleaning;
   st->live_ratio = group_table_live_ratio(&e->groups);
-  for (uint64_t p = 0; p < e->pages; p++) {
-    switch (page_entry_kind(page_map_get(&e->map, p))) {
-    case PAGE_ZERO: st->pages_zero++; break;
-    case PAGE_REMOTE: st->pages_remote++; break;
-    case PAGE_SPILL: st->pages_spilled++; break;
-    case PAGE_LOCAL: st->pages_local_ram++; break;
-    }
-  }
+  st->pages_zero = e->map.count[PAGE_ZERO];
+  st->pages_remote = e->map.count[PAGE_REMOTE];
+  st->pages_spilled = e->map.count[PAGE_SPILL];
+  st->pages_local_ram = e->map.count[PAGE_LOCAL];
   st->pages_degraded_reads = e->degraded_reads;
   st->pages_lost = e->pages_lost;
   st->read_errors = e->read_errors;
@@ -547,7 +545,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
     st->ops_waiting++;
   for (unsigned i = 0; i < e->nservers; i++)
     if (e->servers[i].rebuild_needed)
-      st->rebuild_pages_pending += page_mover_at_risk(e, i);
+      st->rebuild_pages_pending += at_risk[i];
   st->pages_written = e->pages_written;
   st->wire_bytes_written = e->wire_bytes_written;
   if (e->spill) {

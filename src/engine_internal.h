@@ -260,10 +260,12 @@ void page_mover_run(struct rampart_engine *e);
 bool page_mover_should_throttle(struct rampart_engine *e);
 void page_mover_read_done(struct page_op *op, int result);
 void page_mover_move_done(struct page_op *op);
-/* Live pages stored on server i, and live pages that depend on it (stored there, or in
- * groups whose parity is there). Derived by scanning the group table, never counted
- * incrementally, so they cannot drift; callers are rare (stats, end of a rebuild pass). */
-uint64_t page_mover_live_on(const struct rampart_engine *e, unsigned i);
+/* Per server: live pages stored there, and live pages that depend on it (stored there,
+ * or in groups whose parity is there). Derived in one scan of the group table, never
+ * counted incrementally, so they cannot drift; callers are rare (stats once a second,
+ * the end of a rebuild pass, the log line when a server is lost). */
+void page_mover_live_by_server(const struct rampart_engine *e, uint64_t *live,
+                               uint64_t *at_risk);
 uint64_t page_mover_at_risk(const struct rampart_engine *e, unsigned i);
 
 /* local_store.c */

@@ -11,6 +11,8 @@ int page_map_init(struct page_map *map, uint64_t pages)
 {
   map->pages = pages;
   map->entries = NULL;
+  map->count[PAGE_ZERO] = pages;
+  map->count[PAGE_REMOTE] = map->count[PAGE_SPILL] = map->count[PAGE_LOCAL] = 0;
   if (pages == 0)
     return 0;
   if (pages > SIZE_MAX / sizeof(page_entry)) {

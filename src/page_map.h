@@ -57,6 +57,7 @@ static inline uint64_t page_entry_slot_of(page_entry e)
 struct page_map {
   uint64_t pages;
   page_entry *entries;
+  uint64_t count[4];  /* entries of each page_location_kind, kept by page_map_set */
 };
 
 /* Allocates a map of `pages` zero entries (anonymous mmap: untouched parts cost no
@@ -75,6 +76,8 @@ static inline page_entry page_map_set(struct page_map *map, uint64_t page, page_
 {
   page_entry old = map->entries[page];
   map->entries[page] = entry;
+  map->count[page_entry_kind(old)]--;
+  map->count[page_entry_kind(entry)]++;
   return old;
 }
 

@@ -107,30 +107,35 @@ static bool start_move(struct rampart_engine *e, uint64_t page, page_entry expec
   return true;
 }
 
-static uint64_t scan_live(const struct rampart_engine *e, unsigned i, bool with_parity)
+/* One pass over the groups: per server, the live pages stored there, and the live pages
+ * that depend on it (stored there, or in a group whose parity is there). */
+void page_mover_live_by_server(const struct rampart_engine *e, uint64_t *live,
+                               uint64_t *at_risk)
 {
-  uint64_t n = 0;
+  for (unsigned i = 0; i < e->nservers; i++)
+    live[i] = at_risk[i] = 0;
   for (uint32_t id = 0; id < e->groups.count; id++) {
     const struct group *g = group_get(&e->groups, id);
     if (g->state == GROUP_FREE || g->live == 0)
       continue;
-    bool parity_here = with_parity && g->has_parity && g->state != GROUP_OPEN &&
-                       g->server[g->capacity] == i;
-    for (unsigned m = 0; m < g->members; m++)
-      if ((g->server[m] == i || parity_here) && group_member_is_live(&e->groups, &e->map, id, m))
-        n++;
+    uint8_t parity = g->has_parity && g->state != GROUP_OPEN ? g->server[g->capacity]
+                                                            : GROUP_NO_SERVER;
+    for (unsigned m = 0; m < g->members; m++) {
+      if (!group_member_is_live(&e->groups, &e->map, id, m))
+        continue;
+      live[g->server[m]]++;
+      at_risk[g->server[m]]++;
+      if (parity != GROUP_NO_SERVER)
+        at_risk[parity]++;
+    }
   }
-  return n;
-}
-
-uint64_t page_mover_live_on(const struct rampart_engine *e, unsigned i)
-{
-  return scan_live(e, i, false);
 }
 
 uint64_t page_mover_at_risk(const struct rampart_engine *e, unsigned i)
 {
-  return scan_live(e, i, true);
+  uint64_t live[ENGINE_MAX_INCARNATIONS], at_risk[ENGINE_MAX_INCARNATIONS];
+  page_mover_live_by_server(e, live, at_risk);
+  return at_risk[i];
 }
 
 static void finish_pass(struct rampart_engine *e)

@@ -38,7 +38,9 @@ static void test_map_set_returns_previous(void **state)
   assert_true(page_map_memory_bytes(&map) == 8u << 20);
   assert_true(page_map_get(&map, 999999) == 0);
   assert_true(page_map_set(&map, 999999, page_entry_remote(4, 2)) == 0);
+  assert_true(map.count[PAGE_REMOTE] == 1 && map.count[PAGE_ZERO] == (1u << 20) - 1);
   assert_true(page_map_set(&map, 999999, 0) == page_entry_remote(4, 2));
+  assert_true(map.count[PAGE_REMOTE] == 0 && map.count[PAGE_ZERO] == 1u << 20);
   page_map_destroy(&map);
 }
 
