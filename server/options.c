@@ -63,7 +63,10 @@ static const char usage[] =
   "  --verbose                  log every connection and refusal\n"
   "  --config FILE              read 'name = value' lines with the names above;\n"
   "                             the command line wins\n"
-  "  --help, --version\n";
+  "  --help, --version\n"
+  "\n"
+  "Signals: SIGTERM stops (clients rebuild what it held); SIGUSR1 drains: clients are\n"
+  "asked to move their pages to other servers, and no new pages are taken.\n";
 
 static void set_defaults(struct rps_options *o)
 {

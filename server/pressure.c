@@ -28,6 +28,7 @@ struct rps_pressure {
   ev_timer timer;
   struct rps_pressure_sample sample;
   bool active;
+  bool draining; /* operator's request; sticky until restart, since a drained server is empty */
   char reason[256];
   bool warned_psi_missing, warned_psi_bad, warned_mem_missing, warned_mem_bad;
 };
@@ -226,6 +227,11 @@ static bool sample_now(struct rps_pressure *p)
   sample_psi(p);
   sample_meminfo(p);
   bool now = rps_pressure_evaluate(&p->cfg, &p->sample, p->reason, sizeof p->reason);
+  if (p->draining) {
+    now = true;
+    snprintf(p->reason, sizeof p->reason, "draining on the operator's request (SIGUSR1): "
+             "clients move their pages to other servers");
+  }
   bool changed = now != p->active;
   p->active = now;
   return changed;
@@ -266,6 +272,16 @@ void rps_pressure_destroy(struct rps_pressure *p)
   free(p);
 }
 
+void rps_pressure_drain(struct rps_pressure *p)
+{
+  if (p->draining)
+    return;
+  p->draining = true;
+  if (sample_now(p) && p->changed)
+    p->changed(p->arg, p->active, p->reason);
+}
+
+bool rps_pressure_draining(const struct rps_pressure *p) { return p->draining; }
 bool rps_pressure_active(const struct rps_pressure *p) { return p->active; }
 const struct rps_pressure_sample *rps_pressure_last(const struct rps_pressure *p)
 {

@@ -57,6 +57,10 @@ struct rps_pressure *rps_pressure_create(struct ev_loop *loop,
 void rps_pressure_destroy(struct rps_pressure *p);
 
 bool rps_pressure_active(const struct rps_pressure *p);
+/* From now on, report pressure whatever the readings say: clients are advised to move
+ * their pages elsewhere and growth is refused, until the server restarts. */
+void rps_pressure_drain(struct rps_pressure *p);
+bool rps_pressure_draining(const struct rps_pressure *p);
 const struct rps_pressure_sample *rps_pressure_last(const struct rps_pressure *p);
 const char *rps_pressure_reason(const struct rps_pressure *p);
 

@@ -88,6 +88,21 @@ static void on_pressure_change(void *arg, bool pressure, const char *reason)
          n == 1 ? "" : "s");
 }
 
+/* Draining is how an operator removes a server without any client running degraded:
+ * every client is advised to move its pages elsewhere, no new pages are taken, and once
+ * 'rampartctl stat' shows nothing stored the server can stop. */
+static void on_drain_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+  struct rps_server *srv = w->data;
+  if (rps_pressure_draining(srv->pressure)) {
+    rp_log(RP_LOG_INFO, "SIGUSR1: already draining");
+    return;
+  }
+  rp_log(RP_LOG_WARN, "SIGUSR1: draining: clients are asked to move their pages away and "
+         "no new pages are taken; stop this server once 'rampartctl stat' shows 0 stored");
+  rps_pressure_drain(srv->pressure);
+}
+
 static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
 {
   rp_log(RP_LOG_INFO, "signal %d: shutting down", w->signum);
@@ -128,6 +143,9 @@ int rps_server_init(struct rps_server *srv, struct ev_loop *loop,
   ev_signal_init(&srv->sig_int, on_stop_signal, SIGINT);
   ev_signal_start(loop, &srv->sig_term);
   ev_signal_start(loop, &srv->sig_int);
+  ev_signal_init(&srv->sig_drain, on_drain_signal, SIGUSR1);
+  srv->sig_drain.data = srv;
+  ev_signal_start(loop, &srv->sig_drain);
   return 0;
 }
 
@@ -143,6 +161,7 @@ void rps_server_cleanup(struct rps_server *srv)
   ev_timer_stop(loop, &srv->accept_pause);
   ev_signal_stop(loop, &srv->sig_term);
   ev_signal_stop(loop, &srv->sig_int);
+  ev_signal_stop(loop, &srv->sig_drain);
   if (srv->listen_fd >= 0)
     close(srv->listen_fd);
   srv->listen_fd = -1;
@@ -183,6 +202,7 @@ void rps_server_fill_stat(struct rps_server *srv, const struct rps_session *aski
   st->errors_auth = srv->stats.errors_auth;
   st->errors_refused = srv->stats.errors_refused;
   st->pressure = rps_pressure_active(srv->pressure);
+  st->draining = rps_pressure_draining(srv->pressure);
   st->psi_some_avg10 = ps->psi_ok ? ps->psi_some_avg10 : 0.0;
   st->mem_available_bytes = ps->mem_ok ? ps->mem_available : 0;
   st->advises_sent = srv->stats.advises_sent;

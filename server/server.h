@@ -39,7 +39,7 @@ struct rps_server {
   int listen_fd;
   ev_io listen_io;
   ev_timer accept_pause;             /* out of file descriptors: retry accept later */
-  ev_signal sig_term, sig_int;
+  ev_signal sig_term, sig_int, sig_drain; /* SIGTERM/SIGINT stop, SIGUSR1 drains */
   ev_tstamp started;
   struct rps_stats stats;
 };

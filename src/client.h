@@ -147,6 +147,7 @@ struct rp_server_stat {
   uint64_t ops_write, ops_read, ops_free, bytes_in, bytes_out;
   uint64_t errors_protocol, errors_auth, errors_refused;
   bool pressure;
+  bool draining;
   double psi_some_avg10;
   uint64_t mem_available_bytes;
   uint64_t advises_sent;

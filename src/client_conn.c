@@ -1238,6 +1238,7 @@ int rp_stat_sync(struct rp_conn *conn, struct rp_server_stat *stat, struct rp_er
   stat->errors_auth = s->errors_auth;
   stat->errors_refused = s->errors_refused;
   stat->pressure = s->pressure;
+  stat->draining = s->draining;
   stat->psi_some_avg10 = s->psi_some_avg10;
   stat->mem_available_bytes = s->mem_available_bytes;
   stat->advises_sent = s->advises_sent;

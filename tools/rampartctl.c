@@ -3,6 +3,8 @@
  *   rampartctl keygen FILE                      make a cluster key
  *   rampartctl stat HOST:PORT [--key FILE] [--json]
  *   rampartctl bench HOST:PORT [--key FILE] [--pages N] [--depth D]
+ *   rampartctl device STATS-FILE
+ *   rampartctl swap on|off|status ...         (runs rampart-swap)
  *
  * Exit status: 0 success, 1 the operation failed (connection, authentication, server
  * refusal, data mismatch), 2 the command line was wrong.
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "auth.h"
 #include "client.h"
@@ -42,6 +45,8 @@ static const char USAGE[] =
     "  device STATS-FILE           show a running device's engine stats (pages per server,\n"
     "                              groups, degraded and lost pages, rebuild, spill), as\n"
     "                              written by 'nbdkit rampart ... stats-file=STATS-FILE'\n"
+    "  swap on|off|status ...      attach a rampart device as swap, or take it away\n"
+    "                              (runs rampart-swap; 'rampartctl swap --help' for more)\n"
     "\n"
     "options:\n"
     "  --key FILE   the cluster key the server was started with (none: keyless server)\n"
@@ -212,6 +217,7 @@ static void print_stat_json(const struct rp_server_stat *s)
   U(ops_read); U(ops_free); U(bytes_in); U(bytes_out); U(errors_protocol);
   U(errors_auth); U(errors_refused);
   printf(", \"pressure\": %s", s->pressure ? "true" : "false");
+  printf(", \"draining\": %s", s->draining ? "true" : "false");
   printf(", \"psi_some_avg10\": %.2f", s->psi_some_avg10);
   U(mem_available_bytes); U(advises_sent); U(session_stored_pages);
   U(session_reserved_pages);
@@ -278,6 +284,7 @@ static void print_stat_table(const char *addr, const struct rp_server_stat *s)
   row("errors auth", "%" PRIu64, s->errors_auth);
   row("errors refused", "%" PRIu64, s->errors_refused);
   row("pressure", "%s", s->pressure ? "YES (refusing new capacity)" : "no");
+  row("draining", "%s", s->draining ? "YES (clients are moving their pages away)" : "no");
   row("psi some avg10", "%.2f %%", s->psi_some_avg10);
   row("memory available", "%s", rp_format_bytes(s->mem_available_bytes, a, sizeof a));
   row("advises sent", "%" PRIu64, s->advises_sent);
@@ -512,11 +519,50 @@ out:
   return status;
 }
 
+/* The swap path is a sequence of other programs (nbdkit, nbdfuse or nbd-client, losetup,
+ * mkswap, swapon) with rollback; that is a shell script's job, so 'swap' hands over to
+ * rampart-swap, installed beside us, in sbin/, or found on PATH ($RAMPART_SWAP wins). */
+static int cmd_swap(char **argv)
+{
+  const char *env = getenv("RAMPART_SWAP");
+  char self[4096], path[4200];
+  if (env && *env) {
+    argv[0] = (char *)env;
+    execv(env, argv);
+    fprintf(stderr, "rampartctl: cannot run RAMPART_SWAP=%s: %s\n", env, strerror(errno));
+    return 1;
+  }
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = 0;
+    char *slash = strrchr(self, '/');
+    if (slash) {
+      *slash = 0;
+      static const char *const rel[] = {"/rampart-swap", "/../sbin/rampart-swap",
+                                        "/../../scripts/rampart-swap"};
+      for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        snprintf(path, sizeof path, "%s%s", self, rel[i]);
+        if (access(path, X_OK) == 0) {
+          argv[0] = path;
+          execv(path, argv);
+        }
+      }
+    }
+  }
+  argv[0] = "rampart-swap";
+  execvp("rampart-swap", argv);
+  fprintf(stderr, "rampartctl: cannot find rampart-swap (%s): run 'sudo ./scripts/setup', "
+          "which installs it to /usr/local/sbin, or set RAMPART_SWAP\n", strerror(errno));
+  return 1;
+}
+
 int main(int argc, char **argv)
 {
   if (argc < 2)
     return usage_error("no command given");
   const char *cmd = argv[1];
+  if (strcmp(cmd, "swap") == 0)
+    return cmd_swap(argv + 1);
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
     fputs(USAGE, stdout);
     return 0;
@@ -535,5 +581,5 @@ int main(int argc, char **argv)
     return cmd_device(argc - 2, argv + 2);
   if (strcmp(cmd, "bench") == 0)
     return cmd_bench(argc - 2, argv + 2);
-  return usage_error("unknown command '%s': use keygen, stat, bench or device", cmd);
+  return usage_error("unknown command '%s': use keygen, stat, bench, device or swap", cmd);
 }

@@ -10,6 +10,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -588,6 +589,46 @@ static void test_advise_moves_pages_off_a_server(void **state)
   cluster_stop(&c);
 }
 
+/* An operator drains a server (SIGUSR1) to remove it: every page it holds, data and
+ * parity, moves elsewhere while the device stays in use, so it can then be stopped
+ * without any client running degraded. */
+static void test_drained_server_empties_and_can_stop(void **state)
+{
+  (void)state;
+  struct cluster c;
+  cluster_start(&c, 5, "64M");
+  const char *extra[] = { "redundancy", "parity-log", "group", "3", NULL };
+  struct device d;
+  uint64_t pages = 2048;
+  device_init(&d, engine_open(&c, pages, extra), pages, 29);
+  run_workload(&d, 150, 90, 0);
+  struct rampart_stats st;
+  stats(&d, &st);
+  uint64_t before = st.servers[1].pages_stored;
+  assert_true(before > 0);
+  assert_int_equal(kill(c.servers[1].pid, SIGUSR1), 0);
+  bool empty = false;
+  for (unsigned i = 0; i < 400 && !empty; i++) {
+    run_workload(&d, 2, 50, 0);
+    stats(&d, &st);
+    empty = st.servers[1].state == RAMPART_SERVER_ADVISED && st.servers[1].pages_stored == 0;
+    usleep(50000);
+  }
+  print_message("drain: %llu pages moved off the drained server; now %llu stored there\n",
+                (unsigned long long)before, (unsigned long long)st.servers[1].pages_stored);
+  assert_true(empty);
+  verify_all(&d, false);
+  /* Stopping it now costs nothing: no read degrades, nothing is lost. */
+  uint64_t degraded = st.pages_degraded_reads;
+  assert_int_equal(rp_test_server_stop(&c.servers[1]), 0);
+  verify_all(&d, false);
+  stats(&d, &st);
+  assert_int_equal(st.pages_lost, 0);
+  assert_int_equal(st.pages_degraded_reads, degraded);
+  device_free(&d);
+  cluster_stop(&c);
+}
+
 static void test_bad_configuration_is_refused_clearly(void **state)
 {
   (void)state;
@@ -631,6 +672,7 @@ int main(void)
     cmocka_unit_test(test_write_through_survives_losing_every_server),
     cmocka_unit_test(test_server_memory_stays_bounded),
     cmocka_unit_test(test_advise_moves_pages_off_a_server),
+    cmocka_unit_test(test_drained_server_empties_and_can_stop),
   };
   /* RAMPART_TEST_FILTER=test_policy_none runs one test (cmocka's own glob syntax). */
   if (getenv("RAMPART_TEST_FILTER"))

@@ -1,0 +1,70 @@
+# Sourced by scripts/demo, scripts/quickstart and the swap tests: a cluster of rampartd
+# processes on 127.0.0.1, on ports the kernel picks, stopped by PID.
+#
+#   cluster_start DIR N MEMORY KEY [NAME-PREFIX]   fills CLUSTER_PIDS and CLUSTER_ADDRS
+#   cluster_servers                                prints "H:P,H:P,..."
+#   cluster_kill9 I                                SIGKILL server I (0-based), as a crash
+#   cluster_stop                                   SIGTERM every live server, SIGKILL after 5 s
+# Needs $RAMPARTD (path to rampartd). Logs go to DIR/rampartd-I.log.
+
+CLUSTER_PIDS=()
+CLUSTER_ADDRS=()
+
+cluster_start() { # dir n memory key [prefix]
+  local dir=$1 n=$2 memory=$3 key=$4 prefix=${5:-rampartd} i pid addr out
+  for ((i = 1; i <= n; i++)); do
+    out=$dir/rampartd-$i.out
+    # --psi-threshold 100: on one host, the memory pressure PSI reports is the very
+    # workload we make page (a cgroup's stalls count host-wide), and a server that
+    # answered it would refuse the pages. Servers on other hosts keep the default.
+    "$RAMPARTD" --listen 127.0.0.1:0 --memory "$memory" --key "$key" --name "$prefix-$i" \
+      --lease 10 --psi-threshold 100 --foreground >"$out" 2>"$dir/rampartd-$i.log" </dev/null &
+    pid=$!
+    CLUSTER_PIDS+=("$pid")
+    addr=
+    for _ in $(seq 100); do # 10 s
+      addr=$(sed -n 's/^rampartd: listening on \([^ ]*:[0-9][0-9]*\).*$/\1/p' "$out" | head -n1)
+      [[ -n $addr ]] && break
+      if ! kill -0 "$pid" 2>/dev/null; then
+        echo "rampartd $prefix-$i exited before listening:" >&2
+        tail -n 5 "$dir/rampartd-$i.log" >&2
+        return 1
+      fi
+      sleep 0.1
+    done
+    if [[ -z $addr ]]; then
+      echo "rampartd $prefix-$i did not say where it listens within 10 s" >&2
+      return 1
+    fi
+    CLUSTER_ADDRS+=("$addr")
+  done
+}
+
+cluster_servers() {
+  local IFS=,
+  echo "${CLUSTER_ADDRS[*]}"
+}
+
+cluster_kill9() { # index
+  kill -KILL "${CLUSTER_PIDS[$1]}"
+  wait "${CLUSTER_PIDS[$1]}" 2>/dev/null || true
+}
+
+cluster_stop() {
+  local pid
+  for pid in "${CLUSTER_PIDS[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in "${CLUSTER_PIDS[@]}"; do
+    for _ in $(seq 50); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "rampartd pid $pid ignored SIGTERM for 5 s; killing it" >&2
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+  done
+  CLUSTER_PIDS=()
+}

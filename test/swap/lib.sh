@@ -1,0 +1,122 @@
+# Sourced by the swap tests (test/swap/test_*.sh): the real kernel swap path on this host,
+# with a local cluster, a device attached by rampart-swap, and cleanup by PID on any exit.
+# ctest passes RAMPARTD, RAMPARTCTL, RAMPART_PLUGIN, RAMPART_WORKLOAD, RAMPART_SWAP and,
+# in sanitizer builds, RAMPART_ASAN_RUNTIME.
+set -euo pipefail
+
+SKIP=77
+test_name=$(basename "$0" .sh)
+src_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=../../scripts/lib/local-cluster.sh
+. "$src_root/scripts/lib/local-cluster.sh"
+# shellcheck source=../../scripts/lib/memcg.sh
+. "$src_root/scripts/lib/memcg.sh"
+
+log() { printf '[%s %3ds] %s\n' "$test_name" "$SECONDS" "$*"; }
+fail() { echo "[$test_name] FAIL: $*" >&2; exit 1; }
+skip() { echo "[$test_name] SKIP: $*"; exit $SKIP; }
+
+for v in RAMPARTD RAMPARTCTL RAMPART_PLUGIN RAMPART_WORKLOAD RAMPART_SWAP; do
+  [[ -n ${!v:-} ]] || fail "$v is not set (run this through ctest)"
+done
+export RAMPARTD
+
+# What this host must have; a missing one skips with the reason, never passes.
+require_swap_host() {
+  [[ $(id -u) == 0 ]] || skip "needs root for swapon, loop devices and cgroups"
+  [[ -e /dev/fuse ]] || modprobe fuse 2>/dev/null || true
+  [[ -e /dev/fuse ]] || skip "no /dev/fuse, so nbdfuse cannot expose the export"
+  command -v nbdfuse >/dev/null || skip "nbdfuse is missing (package libnbd-bin)"
+  losetup -f >/dev/null 2>&1 || skip "no free loop device (losetup -f failed)"
+  memcg_path x >/dev/null || skip "no memory cgroup controller under /sys/fs/cgroup"
+}
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/rampart-$test_name.XXXXXX")
+export RAMPART_RUN_DIR=$work/run
+swap_names=()
+cgroups=()
+bg_pids=()
+
+# Sanitizer builds: nbdkit is not instrumented, so it gets the ASan runtime preloaded,
+# and must not mlockall (that would fault in ASan's terabytes of shadow mappings).
+plugin_extra=()
+if [[ -n ${RAMPART_ASAN_RUNTIME:-} ]]; then
+  export RAMPART_NBDKIT_PRELOAD=$RAMPART_ASAN_RUNTIME
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+  plugin_extra+=(mlock=false)
+fi
+
+swap_test_cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  local pid name cg
+  for pid in "${bg_pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  for name in "${swap_names[@]}"; do
+    [[ -e $RAMPART_RUN_DIR/$name/state ]] || continue
+    # 'off' removes the instance's directory, logs included: keep them for the report.
+    for f in "$RAMPART_RUN_DIR/$name"/*.log; do [[ -e $f ]] && cp "$f" "$work/$name-$(basename "$f")"; done
+    "$RAMPART_SWAP" off --name "$name" --force || rc=1
+  done
+  for cg in "${cgroups[@]}"; do memcg_destroy "$cg" || rc=1; done
+  cluster_stop
+  if ((rc != 0 && rc != SKIP)); then
+    for f in "$work"/rampartd-*.log "$work"/*-nbdkit.log "$work"/*-nbdfuse.log "$work"/*.out; do
+      [[ -s $f ]] || continue
+      echo "---- $f (last lines) ----" >&2
+      tail -n 20 "$f" >&2
+    done
+  fi
+  rm -rf --one-file-system "$work"
+  exit "$rc"
+}
+trap swap_test_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# swap_on NAME ARGS...: rampart-swap on, remembered for cleanup.
+swap_on() {
+  local name=$1
+  shift
+  swap_names+=("$name")
+  "$RAMPART_SWAP" on --name "$name" --config /dev/null "$@" "${plugin_extra[@]}" \
+    || fail "rampart-swap on --name $name failed"
+}
+
+swap_device() { sed -n 's/^device=//p' "$RAMPART_RUN_DIR/$1/state"; }
+swap_used_kib() { awk -v d="$1" '$1 == d { print $4 }' /proc/swaps; }
+vmstat_swaps() { awk '/^pswpin /{i=$2} /^pswpout /{o=$2} END {print i, o}' /proc/vmstat; }
+
+# start_workload CGROUP LIMIT NAME SIZE OUT: runs rampart-workload in a new memory cgroup
+# in the background; sets workload_pid and workload_cg.
+start_workload() {
+  local cg=$1 limit=$2 wl=$3 size=$4 out=$5
+  memcg_create "$cg" "$limit" || fail "cannot create memory cgroup $cg"
+  cgroups+=("$cg")
+  workload_cg=$cg
+  dmesg_mark=$(memcg_kernel_log_mark)
+  memcg_run "$cg" "$RAMPART_WORKLOAD" "$wl" --size "$size" >"$out" 2>&1 &
+  workload_pid=$!
+  bg_pids+=("$workload_pid")
+}
+
+# finish_workload OUT DEVICE: waits for the workload. Returns 0 when it verified its
+# result, and 2 when the kernel's memory-cgroup OOM killer ended it while the swap device
+# reported no I/O error (memcg_oom_verdict in scripts/lib/memcg.sh says why that happens
+# and why it is no fault of the device). Anything else (a wrong result, an I/O error on
+# the device, another exit) fails the test.
+finish_workload() {
+  local out=$1 dev=$2 rc=0 verdict=0 why
+  wait "$workload_pid" || rc=$?
+  if ((rc != 0)); then
+    why=$(memcg_oom_verdict "$workload_cg" "$dev" "$dmesg_mark") || verdict=$?
+    ((verdict != 1)) || fail "swap I/O to $dev failed; the workload exited with status $rc: $why"
+    if ((rc == 137 && verdict == 0)); then
+      log "the kernel's memory-cgroup OOM killer ended the workload; no swap I/O failed:"
+      sed 's/^/    /' <<<"$why"
+      return 2
+    fi
+    fail "the workload exited with status $rc: $(tail -n 3 "$out")"
+  fi
+  grep -q 'verified=yes' "$out" || fail "the workload did not verify: $(tail -n 3 "$out")"
+  log "$(cat "$out")"
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# A workload three times its memory cgroup's limit pages through a rampart swap device
+# (nbdfuse + loop + swapon on this host, 5 servers, parity-log 4+1) and verifies its result.
+. "$(dirname "$0")/lib.sh"
+require_swap_host
+
+key=$work/key
+"$RAMPARTCTL" keygen "$key" >/dev/null
+cluster_start "$work" 5 160M "$key" swaptest || fail "could not start the servers"
+swap_on wl size=512M servers="$(cluster_servers)" key="$key" redundancy=parity-log group=4 \
+  spill="$work/spill" lease=3 stats-file="$work/stats"
+dev=$(swap_device wl)
+log "swap on $dev"
+
+for attempt in 1 2; do
+  read -r in0 out0 < <(vmstat_swaps)
+  start_workload rampart-test-wl-$$-$attempt 96M quicksort 288M "$work/workload.out"
+  rc=0
+  finish_workload "$work/workload.out" "$dev" || rc=$?
+  ((rc == 0)) && break
+  ((attempt == 1)) || fail "the kernel OOM-killed the workload twice in a row"
+  log "running the workload once more"
+done
+read -r in1 out1 < <(vmstat_swaps)
+log "pages swapped out $((out1 - out0)), in $((in1 - in0))"
+# 288 MiB in 96 MiB: at least the 192 MiB that cannot fit must have gone out and come back.
+((out1 - out0 >= 49152)) || fail "only $((out1 - out0)) pages were swapped out; expected >= 49152"
+((in1 - in0 >= 49152)) || fail "only $((in1 - in0)) pages were swapped in; expected >= 49152"
+# ...and through rampart: the engine saw those writes.
+written=$(sed -n 's/^wire .*(\([0-9]*\) written).*/\1/p' "$work/stats")
+log "engine: $(grep '^wire' "$work/stats")"
+((${written:-0} >= 49152)) || fail "the engine saw ${written:-0} page writes; the swap did not go through rampart"
+grep -q 'lost pages 0' "$work/stats" || fail "pages were lost: $(grep '^failures' "$work/stats")"
+
+"$RAMPART_SWAP" off --name wl || fail "rampart-swap off failed"
+[[ -z $(swap_used_kib "$dev") ]] || fail "$dev is still in /proc/swaps after off"
+log "PASS"

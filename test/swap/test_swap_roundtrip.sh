@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# 'rampartctl swap on' then 'off', twice in a row, each leaving nothing behind: no swap
+# entry, loop device, FUSE mount, nbdkit or nbdfuse process, state directory. Bad input
+# to 'on' fails with a message that names the problem, and also leaves nothing behind.
+. "$(dirname "$0")/lib.sh"
+require_swap_host
+
+key=$work/key
+"$RAMPARTCTL" keygen "$key" >/dev/null
+cluster_start "$work" 3 96M "$key" roundtrip || fail "could not start the servers"
+export RAMPART_SWAP
+
+nothing_left() { # name what-just-happened
+  local name=$1 when=$2
+  [[ ! -e $RAMPART_RUN_DIR/$name ]] || fail "$when: $RAMPART_RUN_DIR/$name is still there"
+  ! grep -q "$RAMPART_RUN_DIR" /proc/mounts || fail "$when: a mount under $RAMPART_RUN_DIR remains"
+  ! losetup -a | grep -q "$RAMPART_RUN_DIR" || fail "$when: a loop device still points into $RAMPART_RUN_DIR"
+  ! grep -q "^/dev/loop" /proc/swaps || [[ -z ${dev:-} ]] || [[ -z $(swap_used_kib "$dev") ]] \
+    || fail "$when: $dev is still swap"
+  local p
+  for p in ${pids_seen:-}; do
+    ! kill -0 "$p" 2>/dev/null || fail "$when: process $p ($(cat /proc/$p/comm 2>/dev/null)) is still running"
+  done
+}
+
+for round in 1 2; do
+  swap_names+=(rt)
+  "$RAMPARTCTL" swap on --name rt --config /dev/null size=128M servers="$(cluster_servers)" \
+    key="$key" redundancy=parity-log group=2 spill="$work/spill" "${plugin_extra[@]}" \
+    >"$work/on.out" 2>&1 || { cat "$work/on.out"; fail "round $round: rampartctl swap on failed"; }
+  dev=$(swap_device rt)
+  pids_seen="$(sed -n 's/^\(nbdkit\|nbdfuse\)_pid=//p' "$RAMPART_RUN_DIR/rt/state" | tr '\n' ' ')"
+  [[ -n $(swap_used_kib "$dev") ]] || fail "round $round: $dev is not in /proc/swaps after on"
+  # The priority and discard that 'on' promises.
+  awk -v d="$dev" '$1 == d && $5 == 100 { found = 1 } END { exit !found }' /proc/swaps \
+    || fail "round $round: $dev is not at priority 100: $(grep "$dev" /proc/swaps)"
+  "$RAMPARTCTL" swap status --name rt >"$work/status.out" || fail "round $round: status failed"
+  grep -q "is on" "$work/status.out" || fail "round $round: status does not say it is on"
+  "$RAMPARTCTL" swap off --name rt >"$work/off.out" 2>&1 \
+    || { cat "$work/off.out"; fail "round $round: rampartctl swap off failed"; }
+  nothing_left rt "round $round, after off"
+  log "round $round: on ($dev, pids $pids_seen) and off, nothing left"
+done
+"$RAMPARTCTL" swap off --name rt | grep -q "already off" || fail "a second off does not say it is already off"
+
+# Bad input: the error names the problem, and nothing is left behind.
+expect_refusal() { # what grep-pattern args...
+  local what=$1 pattern=$2
+  shift 2
+  dev=
+  if "$RAMPARTCTL" swap on --name bad --config /dev/null "$@" "${plugin_extra[@]}" >"$work/bad.out" 2>&1; then
+    "$RAMPART_SWAP" off --name bad --force >/dev/null 2>&1 || true
+    fail "$what was accepted"
+  fi
+  grep -qi -- "$pattern" "$work/bad.out" || { cat "$work/bad.out"; fail "$what: the error does not mention '$pattern'"; }
+  pids_seen=
+  nothing_left bad "$what"
+  log "$what refused: $(grep -i -m1 -- "$pattern" "$work/bad.out")"
+}
+expect_refusal "a size that is not a number" "is not a size" size=lots servers="$(cluster_servers)" key="$key"
+expect_refusal "a missing size" "no size= given" servers="$(cluster_servers)" key="$key"
+"$RAMPARTCTL" keygen "$work/wrong.key" >/dev/null
+expect_refusal "the wrong cluster key" "wrong cluster key" size=64M servers="$(cluster_servers)" key="$work/wrong.key" spill="$work/spill2"
+expect_refusal "a bad priority" "--priority .high. is not a number" size=64M servers="$(cluster_servers)" key="$key" --priority high
+log "PASS"

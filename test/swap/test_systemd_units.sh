@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The systemd units are clean under 'systemd-analyze verify' (with their program paths
+# pointed at this build), and the example configurations are ones the programs accept.
+. "$(dirname "$0")/lib.sh"
+command -v systemd-analyze >/dev/null || skip "systemd-analyze is missing (package systemd)"
+
+units=$work/units
+mkdir -p "$units"
+bindir=$(dirname "$RAMPARTD")
+sbindir=$(dirname "$RAMPART_SWAP")
+for u in rampartd.service rampart-swap.service; do
+  sed -e "s|@BINDIR@|$bindir|g" -e "s|@SBINDIR@|$sbindir|g" "$src_root/systemd/$u" >"$units/$u"
+done
+if ! systemd-analyze verify "$units"/*.service >"$work/verify.out" 2>&1 || [[ -s $work/verify.out ]]; then
+  cat "$work/verify.out"
+  fail "systemd-analyze verify is not clean"
+fi
+log "systemd-analyze verify: clean"
+
+# rampartd.conf.example parses (rampartd --config ... --help-free dry run: start it on
+# loopback with the example's settings and stop it).
+conf=$work/rampartd.conf
+sed -e "s|^listen = .*|listen = 127.0.0.1:0|" -e "s|^memory = .*|memory = 16M|" \
+  -e "s|^key = .*|key = $work/key|" -e "s|^min-available = .*|min-available = 1M|" \
+  "$src_root/systemd/rampartd.conf.example" >"$conf"
+"$RAMPARTCTL" keygen "$work/key" >/dev/null
+"$RAMPARTD" --config "$conf" --foreground >"$work/rampartd.out" 2>&1 &
+pid=$!
+bg_pids+=("$pid")
+for _ in $(seq 50); do grep -q 'listening on' "$work/rampartd.out" && break; sleep 0.1; done
+grep -q 'listening on' "$work/rampartd.out" || fail "rampartd rejected the example config: $(cat "$work/rampartd.out")"
+log "rampartd.conf.example: accepted"
+
+# swap.conf.example: every key is one rampart-swap or the plugin knows.
+while IFS= read -r line; do
+  line=${line%%#*}
+  [[ $line == *=* ]] || continue
+  k=${line%%=*}
+  case "$k" in name|priority|attach|connections|threads) continue ;; esac
+  # The engine's key table (src/config.c) is what the plugin accepts.
+  grep -q "^ *\"$k=" "$src_root/src/config.c" || fail "swap.conf.example: the plugin does not know '$k'"
+done <"$src_root/systemd/swap.conf.example"
+log "swap.conf.example: every key is known"
+log "PASS"
