@@ -83,6 +83,18 @@ swap_on() {
 }
 
 swap_device() { sed -n 's/^device=//p' "$RAMPART_RUN_DIR/$1/state"; }
+
+# swap_on_cluster NAME SERVER-MEMORY PLUGIN-ARGS...: five rampartd on loopback under a
+# fresh key, and a 512 MiB parity-log 4+1 swap device NAME over them; sets dev.
+swap_on_cluster() {
+  local name=$1 memory=$2
+  shift 2
+  "$RAMPARTCTL" keygen "$work/key" >/dev/null
+  cluster_start "$work" 5 "$memory" "$work/key" swaptest || fail "could not start the servers"
+  swap_on "$name" size=512M servers="$(cluster_servers)" key="$work/key" \
+    redundancy=parity-log group=4 spill="$work/spill" stats-file="$work/stats" "$@"
+  dev=$(swap_device "$name")
+}
 swap_used_kib() { awk -v d="$1" '$1 == d { print $4 }' /proc/swaps; }
 vmstat_swaps() { awk '/^pswpin /{i=$2} /^pswpout /{o=$2} END {print i, o}' /proc/vmstat; }
 

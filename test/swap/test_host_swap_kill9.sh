@@ -4,12 +4,7 @@
 . "$(dirname "$0")/lib.sh"
 require_swap_host
 
-key=$work/key
-"$RAMPARTCTL" keygen "$key" >/dev/null
-cluster_start "$work" 5 192M "$key" swaptest || fail "could not start the servers"
-swap_on k9 size=512M servers="$(cluster_servers)" key="$key" redundancy=parity-log group=4 \
-  spill="$work/spill" lease=2 timeout=1000 stats-file="$work/stats"
-dev=$(swap_device k9)
+swap_on_cluster k9 192M lease=2 timeout=1000
 
 # Each attempt kills one more server once a good part of the workload lives on the servers.
 # A second attempt (after a memory-cgroup OOM kill, see finish_workload) runs on a device

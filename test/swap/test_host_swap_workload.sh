@@ -4,12 +4,7 @@
 . "$(dirname "$0")/lib.sh"
 require_swap_host
 
-key=$work/key
-"$RAMPARTCTL" keygen "$key" >/dev/null
-cluster_start "$work" 5 160M "$key" swaptest || fail "could not start the servers"
-swap_on wl size=512M servers="$(cluster_servers)" key="$key" redundancy=parity-log group=4 \
-  spill="$work/spill" lease=3 stats-file="$work/stats"
-dev=$(swap_device wl)
+swap_on_cluster wl 160M lease=3
 log "swap on $dev"
 
 for attempt in 1 2; do
