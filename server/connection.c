@@ -24,6 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fault_injection.h"
 #include "log.h"
 #include "message.h"
 #include "server.h"
@@ -464,10 +465,12 @@ static void handle_write(struct rps_conn *c, const struct rp_header *h, const ui
   c->srv->stats.ops_write++;
   enum rp_status st = rps_store_write(c->srv->store, c->session->acct, h->slot, payload, msg,
                                       sizeof msg);
-  if (st == RP_OK)
+  if (st == RP_OK) {
+    rps_fault_on_write(c->srv, h->slot, payload);
     send_msg(c, h, NULL);
-  else
+  } else {
     refused(c, h, st, msg);
+  }
 }
 
 static void handle_read(struct rps_conn *c, const struct rp_header *h)
@@ -488,6 +491,7 @@ static void handle_read(struct rps_conn *c, const struct rp_header *h)
   rp_header_reply(&r, h, RP_OK, RP_PAGE_SIZE);
   rp_header_encode(&r, p);
   memcpy(p + RP_HEADER_SIZE, page, RP_PAGE_SIZE);
+  rps_fault_read_reply(c->srv, c->session->acct, h->slot, p + RP_HEADER_SIZE);
   c->out_end += RP_HEADER_SIZE + RP_PAGE_SIZE;
 }
 

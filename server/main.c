@@ -138,6 +138,7 @@ static int run(const struct rps_options *opt)
          rp_format_bytes(opt->memory, mem, sizeof mem), opt->name, bound,
          key.len ? "cluster key required" : "no key, loopback only",
          (unsigned long long)opt->lease_seconds);
+  rps_fault_announce(opt->test_fault);
   if (ready_fd >= 0) {
     ssize_t ignored = write(ready_fd, "k", 1);
     (void)ignored;
@@ -150,6 +151,7 @@ static int run(const struct rps_options *opt)
   rps_server_run(&srv);
 
   rps_server_cleanup(&srv);
+  rps_fault_release();
   ev_loop_destroy(loop);
   if (opt->pid_file[0])
     unlink(opt->pid_file);

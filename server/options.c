@@ -16,7 +16,7 @@
 
 #define RAMPARTD_VERSION "0.1.0"
 
-enum kind { K_LISTEN, K_SIZE, K_PATH, K_UINT, K_DOUBLE, K_FLAG, K_NAME };
+enum kind { K_LISTEN, K_SIZE, K_PATH, K_UINT, K_DOUBLE, K_FLAG, K_NAME, K_FAULT };
 
 struct option_def {
   const char *name;
@@ -39,6 +39,7 @@ static const struct option_def defs[] = {
   { "pid-file", K_PATH, 0, 0 },
   { "verbose", K_FLAG, 0, 0 },
   { "max-connections", K_UINT, 1, 65536 },
+  { "test-fault", K_FAULT, 0, 0 },
 };
 
 static const char usage[] =
@@ -64,6 +65,11 @@ static const char usage[] =
   "  --config FILE              read 'name = value' lines with the names above;\n"
   "                             the command line wins\n"
   "  --help, --version\n"
+  "\n"
+  "For tests only, never in production (also 'test-fault' in --config):\n"
+  "  --test-fault MODE          make this server corrupt the pages it returns, to test\n"
+  "                             the clients' page verification: flip (one bit), swap\n"
+  "                             (the page of slot s^1) or replay (an older write)\n"
   "\n"
   "Signals: SIGTERM stops (clients rebuild what it held); SIGUSR1 drains: clients are\n"
   "asked to move their pages to other servers, and no new pages are taken.\n";
@@ -200,6 +206,13 @@ static int apply(struct rps_options *o, const struct option_def *d, const char *
     return 0;
   case K_DOUBLE:
     return parse_percent(what, value, &o->psi_threshold, err, errlen);
+  case K_FAULT:
+    if (rps_fault_parse(value, &o->test_fault) < 0) {
+      snprintf(err, errlen, "%s '%s': use flip, swap or replay (test-only: makes this "
+               "server corrupt what it returns)", what, value);
+      return -1;
+    }
+    return 0;
   case K_FLAG:
     return parse_flag(what, value, strcmp(d->name, "verbose") == 0 ? &o->verbose
                                                                     : &o->foreground,

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fault_injection.h"
+
 struct rps_options {
   char listen_host[256];
   char listen_port[16];         /* "0": pick an ephemeral port */
@@ -29,6 +31,7 @@ struct rps_options {
   char pid_file[PATH_MAX];      /* "" when none */
   bool verbose;
   uint32_t max_connections;
+  enum rps_fault_mode test_fault; /* RPS_FAULT_NONE unless a test asks for a liar */
 };
 
 enum rps_options_result {

@@ -1,0 +1,50 @@
+/* The test-only "hostile server" switch: --test-fault MODE.
+ *
+ * rampart treats memory servers as untrusted: a client must notice when a server hands
+ * back a page that is not the one it stored. Testing that needs a server that lies, and
+ * a real rampartd process is the most honest liar there is. This switch makes one
+ * behave like a malicious or broken server: it changes only what READ replies carry
+ * (the store itself keeps the true pages), it is off unless the option is given, and
+ * rampartd logs a loud warning at start when it is on.
+ *
+ * The replay mode keeps its state server-wide, one table indexed by slot, not per
+ * account: accounts are opaque outside page_store.c and their lifetime is managed in
+ * session.c, so this file cannot learn when one goes away. Tests of replay should use
+ * one session per server. Like every rampartd module it runs on the one loop thread.
+ */
+#ifndef RAMPART_SERVER_FAULT_INJECTION_H
+#define RAMPART_SERVER_FAULT_INJECTION_H
+
+#include <stdint.h>
+
+struct rps_server;
+struct rps_account;
+
+enum rps_fault_mode {
+  RPS_FAULT_NONE,    /* an honest server (the default) */
+  RPS_FAULT_FLIP,    /* byte slot % 4096 of every READ reply is XORed with 0x01 */
+  RPS_FAULT_SWAP,    /* a READ of slot s returns slot s^1's page when that slot has one */
+  RPS_FAULT_REPLAY,  /* a READ of slot s returns the write received just before s's
+                        last write, when there was one */
+};
+
+/* "flip", "swap" or "replay": 0 with *mode set; -1 for anything else. */
+int rps_fault_parse(const char *name, enum rps_fault_mode *mode);
+const char *rps_fault_name(enum rps_fault_mode mode);
+
+/* Logs the start-up warning when mode is not RPS_FAULT_NONE. */
+void rps_fault_announce(enum rps_fault_mode mode);
+
+/* A WRITE of `page` to `slot` was stored (call only on success: then slot is inside
+ * the reservation, hence below the capacity). Only replay mode records anything. */
+void rps_fault_on_write(const struct rps_server *srv, uint64_t slot, const uint8_t *page);
+
+/* `payload` is the READ reply being built, already holding slot's real page: rewrites
+ * it as the server's --test-fault says. Does nothing for RPS_FAULT_NONE. */
+void rps_fault_read_reply(const struct rps_server *srv, const struct rps_account *acct,
+                          uint64_t slot, uint8_t *payload);
+
+/* Unmaps replay state (server shutdown, so sanitizer runs end clean). */
+void rps_fault_release(void);
+
+#endif
