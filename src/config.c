@@ -25,7 +25,10 @@ const char rampart_config_help[] =
   "timeout=MS                a server silent this long is failing (default 2000)\n"
   "lease=SECONDS             how long to wait for a dropped server to return (default 10)\n"
   "tmpdir=DIR                where the temporary spill file goes\n"
-  "stats-file=PATH           rewrite engine stats here every second (rampartctl device)";
+  "stats-file=PATH           rewrite engine stats here every second (rampartctl device)\n"
+  "encrypt=on|off            seal pages with AES-256-GCM before they leave (default on;\n"
+  "                          off: checksummed plaintext, for benchmarks)\n"
+  "enckey=FILE               key material for the page key (default: random per attach)";
 
 struct rampart_config *rampart_config_new(void)
 {
@@ -178,6 +181,16 @@ int rampart_config_set(struct rampart_config *c, const char *key, const char *v,
     return copy_path(c->spill_path, sizeof c->spill_path, key, v, err, errlen);
   if (strcmp(key, "stats-file") == 0)
     return copy_path(c->stats_path, sizeof c->stats_path, key, v, err, errlen);
+  if (strcmp(key, "encrypt") == 0) {
+    if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
+      snprintf(err, errlen, "encrypt=%s: use encrypt=on (the default) or encrypt=off", v);
+      return -1;
+    }
+    c->encrypt_off = strcmp(v, "off") == 0;
+    return 0;
+  }
+  if (strcmp(key, "enckey") == 0)
+    return copy_path(c->enckey_path, sizeof c->enckey_path, key, v, err, errlen);
   if (strcmp(key, "tmpdir") == 0)
     return copy_path(c->temp_dir, sizeof c->temp_dir, key, v, err, errlen);
   if (strcmp(key, "spill-size") == 0)
@@ -263,6 +276,10 @@ int rampart_config_check(const struct rampart_config *c, char *err, size_t errle
   }
   if (c->size / RAMPART_PAGE_SIZE > UINT32_MAX) {
     snprintf(err, errlen, "size= is larger than 16T, the most one device holds");
+    return -1;
+  }
+  if (c->encrypt_off && c->enckey_path[0]) {
+    snprintf(err, errlen, "enckey= is given but encrypt=off: drop one of them");
     return -1;
   }
   enum rampart_redundancy r;

@@ -7,6 +7,7 @@
  * the request waits its turn, so a burst of I/O never allocates.
  */
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +143,10 @@ static void engine_start_ios(struct rampart_engine *e)
       op->io = io;
       op->page = io->offset / RAMPART_PAGE_SIZE + i;
       op->buf = (uint8_t *)io->buf + (size_t)i * RAMPART_PAGE_SIZE;
+      /* Sealed once, here: whatever path the write then takes (parity, spill, local RAM,
+       * retries), it stores the ciphertext in the op's own page, never the caller's. */
+      if (op->kind == PAGE_OP_WRITE)
+        op->buf = (uint8_t *)page_seal(&e->sealer, op->page, op->buf, op->scratch, &op->seal);
       if (last) {
         /* Once its last page starts, the request may complete (and its memory go back
          * to the caller) before the start returns: unlink it now, touch it never again. */
@@ -539,6 +544,8 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->pages_degraded_reads = e->degraded_reads;
   st->pages_lost = e->pages_lost;
   st->read_errors = e->read_errors;
+  st->integrity_failures = e->integrity_failures;
+  st->encrypted = e->sealer.encrypt;
   st->rebuild_pages_done = e->rebuild_pages_done;
   st->moves_in_flight = e->moves_in_flight;
   for (struct page_op *w = e->wait_head; w; w = w->next)
@@ -560,6 +567,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
     (uint64_t)ENGINE_FREE_REQUESTS * sizeof(struct free_request) + sizeof *e;
   /* What grows with the device: map, pending bits, groups, per-server slot stacks. */
   st->client_memory_bytes = st->client_memory_fixed_bytes + page_map_memory_bytes(&e->map) +
+                            page_sealer_memory_bytes(&e->sealer) +
                             (e->pages + 63) / 64 * 8 + group_table_memory_bytes(&e->groups);
   for (unsigned i = 0; i < e->nservers; i++)
     st->client_memory_bytes += (uint64_t)e->servers[i].slots.capacity * sizeof(uint32_t);
@@ -703,6 +711,35 @@ static int engine_start_loop(struct rampart_engine *e, char *err, size_t errlen)
   return 0;
 }
 
+static int engine_open_sealer(struct rampart_engine *e, char *err, size_t errlen)
+{
+  const struct rampart_config *c = &e->config;
+  struct rp_key *master = NULL;
+  if (c->enckey_path[0]) {
+    master = malloc(sizeof *master);
+    if (!master) {
+      snprintf(err, errlen, "out of memory");
+      return -1;
+    }
+    char why[512];
+    if (rp_key_load(c->enckey_path, master, why, sizeof why) < 0) {
+      snprintf(err, errlen, "enckey=%s: %s", c->enckey_path, why);
+      free(master);
+      return -1;
+    }
+  }
+  int r = page_sealer_init(&e->sealer, e->pages, !c->encrypt_off, master ? master->bytes : NULL,
+                           master ? master->len : 0, err, errlen);
+  if (master) {
+    OPENSSL_cleanse(master, sizeof *master);
+    free(master);
+  }
+  if (r == 0 && c->encrypt_off)
+    rp_log(RP_LOG_WARN, "encrypt=off: servers and the spill file see page contents in the "
+           "clear (pages are still checksummed)");
+  return r;
+}
+
 struct rampart_engine *rampart_open(const struct rampart_config *config, char *err,
                                     size_t errlen)
 {
@@ -723,6 +760,8 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
   pthread_cond_init(&e->reconnect_cond, NULL);
 
   if (config->key_path[0] && rp_key_load(config->key_path, &e->key, err, errlen) < 0)
+    goto fail;
+  if (engine_open_sealer(e, err, errlen) < 0)
     goto fail;
   e->write_pending = calloc((e->pages + 63) / 64, sizeof(uint64_t));
   if (!e->write_pending || page_map_init(&e->map, e->pages) < 0 ||
@@ -794,6 +833,7 @@ void rampart_close(struct rampart_engine *e)
   engine_free_pools(e);
   group_table_destroy(&e->groups);
   page_map_destroy(&e->map);
+  page_sealer_destroy(&e->sealer);
   free(e->write_pending);
   pthread_mutex_destroy(&e->stats_lock);
   pthread_mutex_destroy(&e->reconnect_lock);

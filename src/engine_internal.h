@@ -5,6 +5,7 @@
  *   page_read.c     reads, degraded reads
  *   page_mover.c    rebuild after a loss, cleaning, migration off advised servers
  *   local_store.c   standalone RAM pages
+ *   page_seal.c     encryption and verification of every page (its own header)
  * Everything here is owned by the I/O thread unless a comment says otherwise.
  */
 #ifndef RAMPART_ENGINE_INTERNAL_H
@@ -20,6 +21,7 @@
 #include "client.h"
 #include "config.h"
 #include "page_map.h"
+#include "page_seal.h"
 #include "parity_group.h"
 #include "rampart.h"
 #include "slot_allocator.h"
@@ -78,6 +80,10 @@ struct page_op {
   uint8_t spill_epoch;          /* reads: quarantine epoch of a spill read */
   uint8_t member;               /* reads: the member being read */
   uint32_t group;               /* reads: its group */
+  uint8_t read_source;          /* reads: page_location_kind read, or READ_DEGRADED */
+  uint8_t verify_retries;       /* reads: restarts after a page failed verification */
+  page_entry read_entry;        /* reads: the map entry being read */
+  struct page_seal seal;        /* writes: the new version's seal; reads: the expected one */
   struct rp_request req;
   struct spill_io sio;
 };
@@ -138,6 +144,7 @@ struct rampart_engine {
 
   struct rp_key key;
   struct page_map map;
+  struct page_sealer sealer;
   /* One bit per page: its newest write has not completed. The mover leaves such pages
    * alone: unlike a server connection, the spill store does not order a read after a
    * write still in flight, so moving the page could copy what was there before. */
@@ -213,6 +220,7 @@ struct rampart_engine {
   /* counters */
   uint64_t pages_written, wire_bytes_written;
   uint64_t degraded_reads, read_errors, pages_lost;
+  uint64_t integrity_failures;  /* stored pages that failed verification */
   uint64_t rebuild_pages_done, groups_cleaned;
   uint64_t pages_remote, pages_spilled, pages_local;
   pthread_mutex_t stats_lock;   /* guards the snapshot copied to other threads */

@@ -8,21 +8,15 @@
  * bytes. Under write-through the disk copy answers instead.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "engine_internal.h"
 #include "log.h"
 
 #define LOST_ENTRY page_entry_slot(PAGE_SPILL, PAGE_ENTRY_MAX_SLOT)
-
-static void read_finish(struct page_op *op, int result)
-{
-  if (op->kind == PAGE_OP_MOVE) {
-    page_mover_read_done(op, result);
-    return;
-  }
-  engine_op_finished(op, result);
-}
+#define READ_DEGRADED 4u       /* op->read_source beyond the page_location_kinds */
+#define VERIFY_RESTARTS 8u     /* re-reads after a page changed under a failed check */
 
 static void read_failed(struct page_op *op, const char *why)
 {
@@ -33,7 +27,73 @@ static void read_failed(struct page_op *op, const char *why)
   if (e->read_errors_logged++ < 10)
     rp_log(RP_LOG_ERROR, "page %llu cannot be read: %s; returning EIO",
            (unsigned long long)op->page, why);
-  read_finish(op, -EIO);
+  if (op->kind == PAGE_OP_MOVE)
+    page_mover_read_done(op, -EIO);
+  else
+    engine_op_finished(op, -EIO);
+}
+
+static void degraded_start(struct page_op *op, uint32_t id, unsigned lost);
+static void read_finish(struct page_op *op, int result);
+
+/* The bytes read are not what this client sealed for the page: altered, stale or
+ * another page's. Unless the page was rewritten meanwhile (then read it again), that is
+ * the store's fault: count it, name the server, and rebuild the page from its group if
+ * it came from one server; a rebuilt page that fails too is EIO, never wrong bytes. */
+static void read_unverified(struct page_op *op)
+{
+  struct rampart_engine *e = op->engine;
+  bool rewritten = page_map_get(&e->map, op->page) != op->read_entry ||
+                   page_seal_get(&e->sealer, op->page)->version != op->seal.version ||
+                   page_write_is_pending(e, op->page);
+  if (rewritten && op->verify_retries < VERIFY_RESTARTS) {
+    op->verify_retries++;
+    page_read_start(op);
+    return;
+  }
+  e->integrity_failures++;
+  if (op->read_source == PAGE_REMOTE) {
+    struct group *g = group_get(&e->groups, op->group);
+    op->server = g->server[op->member];
+    const char *addr = e->servers[op->server].address;
+    if (!g->has_parity) {
+      char why[200];
+      snprintf(why, sizeof why, "server %s returned it altered, stale or misplaced (failed "
+               "verification) and redundancy=%s keeps no second copy", addr,
+               rampart_redundancy_name(e->policy));
+      read_failed(op, why);
+      return;
+    }
+    if (e->read_errors_logged++ < 10)
+      rp_log(RP_LOG_ERROR, "page %llu from server %s failed verification (altered, stale or "
+             "misplaced); rebuilding it from its parity group", (unsigned long long)op->page,
+             addr);
+    degraded_start(op, op->group, op->member);
+    return;
+  }
+  char why[200];
+  if (op->read_source == READ_DEGRADED)
+    snprintf(why, sizeof why, "it failed verification from server %s and again when rebuilt "
+             "from its parity group", e->servers[op->server].address);
+  else
+    snprintf(why, sizeof why, "the copy in the %s failed verification (altered or stale)",
+             op->read_source == PAGE_SPILL ? "spill store" : "local RAM store");
+  read_failed(op, why);
+}
+
+static void read_finish(struct page_op *op, int result)
+{
+  if (op->kind == PAGE_OP_MOVE) {
+    /* Moves copy sealed bytes as they are; every later read verifies them. */
+    page_mover_read_done(op, result);
+    return;
+  }
+  if (result == 0 && op->read_source != PAGE_ZERO &&
+      !page_unseal(&op->engine->sealer, op->page, &op->seal, op->buf)) {
+    read_unverified(op);
+    return;
+  }
+  engine_op_finished(op, result);
 }
 
 static void on_spill_read(struct spill_io *sio)
@@ -49,6 +109,7 @@ static void on_spill_read(struct spill_io *sio)
 
 static void read_from_spill(struct page_op *op, uint64_t slot)
 {
+  op->read_source = PAGE_SPILL; /* write-through may read the disk copy of a remote page */
   op->spill_epoch = (uint8_t)spill_quarantine_read_started(&op->engine->quarantine);
   op->sio = (struct spill_io){ .write = false, .slot = slot, .page = op->buf,
                                .done = on_spill_read, .user = op };
@@ -127,6 +188,9 @@ static void degraded_start(struct page_op *op, uint32_t id, unsigned lost)
     return;
   }
   e->free_degraded = dr->next;
+  if (op->read_source == PAGE_REMOTE)
+    op->server = g->server[lost]; /* named if the rebuilt page fails verification too */
+  op->read_source = READ_DEGRADED;
   dr->op = op;
   dr->group = id;
   dr->failed = false;
@@ -194,6 +258,11 @@ void page_read_start(struct page_op *op)
     read_finish(op, 0);
     return;
   }
+  /* The seal is taken with the entry: a write that replaces both while this read is in
+   * flight must not make the old bytes look forged. */
+  op->read_entry = entry;
+  op->read_source = (uint8_t)page_entry_kind(entry);
+  op->seal = *page_seal_get(&e->sealer, op->page);
   switch (page_entry_kind(entry)) {
   case PAGE_ZERO:
     memset(op->buf, 0, RAMPART_PAGE_SIZE);

@@ -35,6 +35,19 @@ static void write_finish(struct page_op *op, int result)
   engine_op_finished(op, result);
 }
 
+/* This write's version becomes the page's current one. The map entry and the seal
+ * change together, so a read that starts later pairs the right seal with the right
+ * bytes. Moves keep the seal: they copy the same sealed bytes elsewhere. */
+static void install_version(struct page_op *op, page_entry entry)
+{
+  struct rampart_engine *e = op->engine;
+  if (op->kind == PAGE_OP_WRITE)
+    page_seal_set(&e->sealer, op->page, &op->seal);
+  page_entry old = page_map_set(&e->map, op->page, entry);
+  if (old != entry)
+    page_write_retire(e, old);
+}
+
 /* ---- reclaim and retire -------------------------------------------------------------- */
 
 void page_write_reclaim(struct rampart_engine *e, uint32_t id)
@@ -291,7 +304,7 @@ static bool place_remote(struct page_op *op)
                                   (uint32_t)op->page);
     op->placed = page_entry_remote(id, m);
     mark_pending(e, op->page);
-    page_write_retire(e, page_map_set(&e->map, op->page, op->placed));
+    install_version(op, op->placed);
 
     memset(&op->req, 0, sizeof op->req);
     op->req.op = RP_OP_WRITE;
@@ -340,8 +353,7 @@ static void on_member_written(struct rp_request *req)
   if (!place_remote(op)) {
     if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH) {
       /* The disk copy written alongside is now the page. */
-      page_write_retire(e, page_map_set(&e->map, op->page,
-                                        page_entry_slot(PAGE_SPILL, op->page)));
+      install_version(op, page_entry_slot(PAGE_SPILL, op->page));
       op->pending++;
       sub_done(op, 0);
     } else {
@@ -390,7 +402,6 @@ static void write_to_spill(struct page_op *op)
     write_finish(op, -ENOSPC);
     return;
   }
-  page_entry old = page_map_get(&e->map, op->page);
   uint64_t slot;
   if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH) {
     slot = op->page;
@@ -414,8 +425,7 @@ static void write_to_spill(struct page_op *op)
     return;
   }
   page_entry now = page_entry_slot(PAGE_SPILL, slot);
-  if (old != now)
-    page_write_retire(e, page_map_set(&e->map, op->page, now));
+  install_version(op, now);
   op->placed = now;
   mark_pending(e, op->page);
   submit_spill_write(op, slot);
@@ -435,8 +445,8 @@ static void write_to_local(struct page_op *op)
       return;
     }
     slot = (uint64_t)s;
-    page_write_retire(e, page_map_set(&e->map, op->page, page_entry_slot(PAGE_LOCAL, slot)));
   }
+  install_version(op, page_entry_slot(PAGE_LOCAL, slot));
   memcpy(local_store_page(&e->local, slot), op->buf, RAMPART_PAGE_SIZE);
   write_finish(op, 0);
 }
@@ -469,7 +479,7 @@ void page_write_start(struct page_op *op)
   if (!place_remote(op)) {
     if (wt) {
       /* No server can take it: the disk copy is the page now. */
-      page_write_retire(e, page_map_set(&e->map, op->page, page_entry_slot(PAGE_SPILL, op->page)));
+      install_version(op, page_entry_slot(PAGE_SPILL, op->page));
       /* The op ends when its disk copy does; if that already happened (the op was
        * parked meanwhile) or there is none (a move), end it here. */
       if (op->pending == 0)

@@ -135,6 +135,8 @@ struct rampart_stats {
   double live_ratio;           /* live data pages / data pages held by sealed groups */
   uint64_t pages_remote, pages_spilled, pages_local_ram, pages_zero;
   uint64_t pages_degraded_reads, pages_lost, read_errors;
+  uint64_t integrity_failures; /* stored pages that failed verification (bad server?) */
+  bool encrypted;              /* encrypt=on */
   uint64_t rebuild_pages_done, rebuild_pages_pending;
   uint32_t moves_in_flight, ops_waiting;
   uint64_t pages_written, wire_bytes_written;   /* wire bytes / page written */

@@ -37,9 +37,12 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
       (unsigned long long)st->groups_open, (unsigned long long)st->groups_sealed,
       (unsigned long long)st->groups_reclaimed, (unsigned long long)st->groups_cleaned,
       st->live_ratio);
-  OUT("failures        degraded reads %llu, lost pages %llu, read errors %llu\n",
+  OUT("failures        degraded reads %llu, lost pages %llu, read errors %llu, "
+      "failed verification %llu\n",
       (unsigned long long)st->pages_degraded_reads, (unsigned long long)st->pages_lost,
-      (unsigned long long)st->read_errors);
+      (unsigned long long)st->read_errors, (unsigned long long)st->integrity_failures);
+  OUT("pages sealed    %s\n", st->encrypted ? "AES-256-GCM (encrypted and authenticated)"
+                                            : "checksum only (encrypt=off: servers see plaintext)");
   OUT("moves           done %llu, in flight %u, rebuild pending %llu, ops waiting %u%s\n",
       (unsigned long long)st->rebuild_pages_done, st->moves_in_flight,
       (unsigned long long)st->rebuild_pages_pending, st->ops_waiting,
