@@ -21,26 +21,11 @@
 
 #include "client.h"
 #include "rampart.h"
-#include "server_process.h"
+#include "engine_cluster.h"
 
 #define PAGE RAMPART_PAGE_SIZE
-#define MAX_SERVERS 6
 #define BATCH 32
 #define MAX_RUN 8 /* pages per request */
-
-#define PSI_CALM "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n" \
-                 "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-#define PSI_HIGH "some avg10=80.00 avg60=50.00 avg300=20.00 total=99999\n" \
-                 "full avg10=40.00 avg60=20.00 avg300=10.00 total=9999\n"
-
-struct cluster {
-  char dir[512];
-  char psi[MAX_SERVERS][640];
-  char key_path[600];
-  struct rp_key key;
-  unsigned n;
-  struct rp_test_server servers[MAX_SERVERS];
-};
 
 struct device {
   struct rampart_engine *engine;
@@ -52,56 +37,9 @@ struct device {
 
 /* ---- cluster -------------------------------------------------------------------- */
 
-static void cluster_start(struct cluster *c, unsigned n, const char *memory)
+static void cluster_start(struct rp_test_cluster *c, unsigned n, const char *memory)
 {
-  memset(c, 0, sizeof *c);
-  assert_int_equal(rp_test_tmpdir(c->dir, sizeof c->dir), 0);
-  assert_int_equal(rp_test_write_key(c->dir, "key", c->key_path, sizeof c->key_path, &c->key), 0);
-  c->n = n;
-  for (unsigned i = 0; i < n; i++) {
-    /* Each server watches its own pressure file, so the host's real pressure cannot
-     * move pages around under a test, and a test can raise one server's pressure. */
-    snprintf(c->psi[i], sizeof c->psi[i], "%s/psi-%u", c->dir, i);
-    assert_int_equal(rp_test_write_file(c->psi[i], PSI_CALM), 0);
-    const char *args[] = { "--memory", memory, "--key", c->key_path, "--pressure-file",
-                           c->psi[i], "--psi-threshold", "10", "--pressure-interval-ms",
-                           "100", NULL };
-    assert_int_equal(rp_test_server_start(&c->servers[i], c->dir, args), 0);
-  }
-}
-
-static void cluster_stop(struct cluster *c)
-{
-  for (unsigned i = 0; i < c->n; i++)
-    if (c->servers[i].pid)
-      rp_test_server_stop(&c->servers[i]);
-  rp_test_tmpdir_remove(c->dir);
-}
-
-static struct rampart_engine *engine_open(const struct cluster *c, uint64_t pages,
-                                          const char *const *extra)
-{
-  struct rampart_config *cfg = rampart_config_new();
-  char err[512], size[32], servers[MAX_SERVERS * 100] = "";
-  snprintf(size, sizeof size, "%llu", (unsigned long long)(pages * PAGE));
-  assert_int_equal(rampart_config_set(cfg, "size", size, err, sizeof err), 0);
-  for (unsigned i = 0; c && i < c->n; i++) {
-    strcat(servers, c->servers[i].addr);
-    strcat(servers, ",");
-  }
-  if (c && c->n) {
-    assert_int_equal(rampart_config_set(cfg, "servers", servers, err, sizeof err), 0);
-    assert_int_equal(rampart_config_set(cfg, "key", c->key_path, err, sizeof err), 0);
-    assert_int_equal(rampart_config_set(cfg, "tmpdir", c->dir, err, sizeof err), 0);
-  }
-  for (unsigned i = 0; extra && extra[i]; i += 2)
-    if (rampart_config_set(cfg, extra[i], extra[i + 1], err, sizeof err) < 0)
-      fail_msg("config %s=%s: %s", extra[i], extra[i + 1], err);
-  struct rampart_engine *e = rampart_open(cfg, err, sizeof err);
-  rampart_config_free(cfg);
-  if (!e)
-    fail_msg("rampart_open: %s", err);
-  return e;
+  assert_int_equal(rp_test_cluster_start(c, n, memory, NULL), 0);
 }
 
 static void device_init(struct device *d, struct rampart_engine *e, uint64_t pages, uint64_t seed)
@@ -294,7 +232,7 @@ static void test_standalone_ram_disk_spills(void **state)
   const char *extra[] = { "memory", "1M", "tmpdir", dir, NULL };
   struct device d;
   uint64_t pages = 2048; /* 8 MiB device, 1 MiB of RAM: most pages spill to the file */
-  device_init(&d, engine_open(NULL, pages, extra), pages, 11);
+  device_init(&d, rp_test_engine_open(NULL, pages, extra), pages, 11);
   run_workload(&d, 300, 70, 10);
   verify_all(&d, false);
   struct rampart_stats st;
@@ -308,12 +246,12 @@ static void test_standalone_ram_disk_spills(void **state)
 
 static void policy_round_trip(const char *policy, unsigned nservers)
 {
-  struct cluster c;
+  struct rp_test_cluster c;
   cluster_start(&c, nservers, "64M");
   const char *extra[] = { "redundancy", policy, NULL };
   struct device d;
   uint64_t pages = 4096;
-  device_init(&d, engine_open(&c, pages, extra), pages, 7);
+  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 7);
   run_workload(&d, 400, 65, 10);
   verify_all(&d, false);
   struct rampart_stats st;
@@ -325,7 +263,7 @@ static void policy_round_trip(const char *policy, unsigned nservers)
   double per_page = (double)st.wire_bytes_written / (double)st.pages_written / (PAGE + 32);
   print_message("%s: %.3f pages on the wire per page written\n", policy, per_page);
   device_free(&d);
-  cluster_stop(&c);
+  rp_test_cluster_stop(&c);
 }
 
 static void test_policy_none(void **state) { (void)state; policy_round_trip("none", 4); }
@@ -336,13 +274,13 @@ static void test_policy_write_through(void **state) { (void)state; policy_round_
 static void test_parity_log_survives_kills(void **state)
 {
   (void)state;
-  struct cluster c;
+  struct rp_test_cluster c;
   cluster_start(&c, 6, "64M");
   const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
                           "timeout", "1000", NULL };
   struct device d;
   uint64_t pages = 4096;
-  device_init(&d, engine_open(&c, pages, extra), pages, 99);
+  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 99);
   run_workload(&d, 200, 80, 5);
   /* kill -9 in the middle of the write stream */
   rp_test_server_kill(&c.servers[1]);
@@ -367,18 +305,18 @@ static void test_parity_log_survives_kills(void **state)
   assert_int_equal(st.pages_lost, 0);
   assert_int_equal(st.integrity_failures, 0); /* rebuilt pages verify like the rest */
   device_free(&d);
-  cluster_stop(&c);
+  rp_test_cluster_stop(&c);
 }
 
 static void test_mirror_survives_a_kill(void **state)
 {
   (void)state;
-  struct cluster c;
+  struct rp_test_cluster c;
   cluster_start(&c, 3, "64M");
   const char *extra[] = { "redundancy", "mirror", "lease", "1", "timeout", "1000", NULL };
   struct device d;
   uint64_t pages = 2048;
-  device_init(&d, engine_open(&c, pages, extra), pages, 31);
+  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 31);
   run_workload(&d, 150, 80, 5);
   rp_test_server_kill(&c.servers[0]);
   run_workload(&d, 150, 80, 5);
@@ -386,7 +324,7 @@ static void test_mirror_survives_a_kill(void **state)
   wait_rebuilt(&d, 60);
   verify_all(&d, false);
   device_free(&d);
-  cluster_stop(&c);
+  rp_test_cluster_stop(&c);
 }
 
 /* Striping alone keeps one copy: a crash loses exactly that server's pages, which then
@@ -394,12 +332,12 @@ static void test_mirror_survives_a_kill(void **state)
 static void test_none_loses_only_the_dead_servers_pages_as_eio(void **state)
 {
   (void)state;
-  struct cluster c;
+  struct rp_test_cluster c;
   cluster_start(&c, 4, "64M");
   const char *extra[] = { "redundancy", "none", "lease", "1", "timeout", "1000", NULL };
   struct device d;
   uint64_t pages = 2048;
-  device_init(&d, engine_open(&c, pages, extra), pages, 37);
+  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 37);
   run_workload(&d, 150, 90, 0);
   rp_test_server_kill(&c.servers[1]);
   uint64_t eio = verify_all(&d, true);
@@ -408,7 +346,7 @@ static void test_none_loses_only_the_dead_servers_pages_as_eio(void **state)
   assert_true(eio > 0);
   assert_true(eio < pages / 2);
   device_free(&d);
-  cluster_stop(&c);
+  rp_test_cluster_stop(&c);
 }
 
 /* A crashed server restarted on the same address comes back empty: the engine treats it
@@ -416,13 +354,13 @@ static void test_none_loses_only_the_dead_servers_pages_as_eio(void **state)
 static void test_restarted_server_rejoins_empty(void **state)
 {
   (void)state;
-  struct cluster c;
+  struct rp_test_cluster c;
   cluster_start(&c, 5, "64M");
   const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
                           "timeout", "1000", NULL };
   struct device d;
   uint64_t pages = 2048;
-  device_init(&d, engine_open(&c, pages, extra), pages, 41);
+  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 41);
   run_workload(&d, 100, 85, 5);
   char listen[96];
   snprintf(listen, sizeof listen, "%s", c.servers[3].addr);
@@ -447,19 +385,19 @@ static void test_restarted_server_rejoins_empty(void **state)
   verify_all(&d, false);
   assert_int_equal(st.read_errors, 0);
   device_free(&d);
-  cluster_stop(&c);
+  rp_test_cluster_stop(&c);
 }
 
 static void test_two_losses_in_a_group_give_eio_not_garbage(void **state)
 {
   (void)state;
-  struct cluster c;
+  struct rp_test_cluster c;
   cluster_start(&c, 5, "64M");
   /* A long lease: the rebuild cannot start before both servers are gone. */
   const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "30", NULL };
   struct device d;
   uint64_t pages = 2048;
-  device_init(&d, engine_open(&c, pages, extra), pages, 5);
+  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 5);
   run_workload(&d, 200, 90, 0);
   rp_test_server_kill(&c.servers[0]);
   rp_test_server_kill(&c.servers[2]);
@@ -471,18 +409,18 @@ static void test_two_losses_in_a_group_give_eio_not_garbage(void **state)
   assert_true(eio > 0);
   assert_true(st.read_errors >= eio);
   device_free(&d);
-  cluster_stop(&c);
+  rp_test_cluster_stop(&c);
 }
 
 static void test_write_through_survives_losing_every_server(void **state)
 {
   (void)state;
-  struct cluster c;
+  struct rp_test_cluster c;
   cluster_start(&c, 3, "64M");
   const char *extra[] = { "redundancy", "write-through", "lease", "1", "timeout", "1000", NULL };
   struct device d;
   uint64_t pages = 2048;
-  device_init(&d, engine_open(&c, pages, extra), pages, 3);
+  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 3);
   run_workload(&d, 150, 80, 5);
   for (unsigned i = 0; i < c.n; i++)
     rp_test_server_kill(&c.servers[i]);
@@ -490,19 +428,19 @@ static void test_write_through_survives_losing_every_server(void **state)
   run_workload(&d, 50, 80, 5); /* and it keeps working, on disk alone */
   verify_all(&d, false);
   device_free(&d);
-  cluster_stop(&c);
+  rp_test_cluster_stop(&c);
 }
 
 /* Long overwrite run: server memory stays near (1 + 1/S) x live x (1 + overflow). */
 static void test_server_memory_stays_bounded(void **state)
 {
   (void)state;
-  struct cluster c;
+  struct rp_test_cluster c;
   cluster_start(&c, 5, "64M");
   const char *extra[] = { "redundancy", "parity-log", "group", "4", NULL };
   struct device d;
   uint64_t pages = 2048;
-  device_init(&d, engine_open(&c, pages, extra), pages, 17);
+  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 17);
   run_workload(&d, 2000, 95, 0); /* ~ 13 overwrites of every page */
   verify_all(&d, false);
   uint64_t live = 0;
@@ -544,7 +482,38 @@ static void test_server_memory_stays_bounded(void **state)
   assert_true(ratio <= bound);
   verify_all(&d, false);
   device_free(&d);
-  cluster_stop(&c);
+  rp_test_cluster_stop(&c);
+}
+
+/* Five servers, parity-log with groups of 3, a 2048-page device mostly written. */
+static void start_busy_device(struct rp_test_cluster *c, struct device *d, uint64_t seed)
+{
+  cluster_start(c, 5, "64M");
+  const char *extra[] = { "redundancy", "parity-log", "group", "3", NULL };
+  device_init(d, rp_test_engine_open(c, 2048, extra), 2048, seed);
+  run_workload(d, 150, 90, 0);
+}
+
+enum server_goal { SERVER_HOLDS_NO_LIVE_PAGE, SERVER_HOLDS_NOTHING, SERVER_TAKES_PAGES };
+
+/* Keeps the device in use (small batches, write_percent writes) until server i reaches
+ * goal; false after tries rounds of 50 ms. */
+static bool busy_until(struct device *d, unsigned i, enum server_goal goal, unsigned tries,
+                       unsigned write_percent, struct rampart_stats *st)
+{
+  for (unsigned t = 0; t < tries; t++) {
+    run_workload(d, 2, write_percent, 0);
+    stats(d, st);
+    const struct rampart_server_stats *s = &st->servers[i];
+    bool reached = goal == SERVER_TAKES_PAGES
+                     ? s->state == RAMPART_SERVER_UP && s->pages_live > 0
+                     : s->state == RAMPART_SERVER_ADVISED &&
+                         (goal == SERVER_HOLDS_NO_LIVE_PAGE ? s->pages_live : s->pages_stored) == 0;
+    if (reached)
+      return true;
+    usleep(50000);
+  }
+  return false;
 }
 
 /* A server whose host comes under memory pressure advises its clients: the engine
@@ -552,42 +521,25 @@ static void test_server_memory_stays_bounded(void **state)
 static void test_advise_moves_pages_off_a_server(void **state)
 {
   (void)state;
-  struct cluster c;
-  cluster_start(&c, 5, "64M");
-  const char *extra[] = { "redundancy", "parity-log", "group", "3", NULL };
+  struct rp_test_cluster c;
   struct device d;
-  uint64_t pages = 2048;
-  device_init(&d, engine_open(&c, pages, extra), pages, 23);
-  run_workload(&d, 150, 90, 0);
+  start_busy_device(&c, &d, 23);
   struct rampart_stats st;
   stats(&d, &st);
   uint64_t before = st.servers[2].pages_live;
   assert_true(before > 0);
-  assert_int_equal(rp_test_write_file(c.psi[2], PSI_HIGH), 0);
-  bool moved = false;
-  for (unsigned i = 0; i < 200 && !moved; i++) {
-    run_workload(&d, 2, 50, 0); /* the device stays in use while pages move */
-    stats(&d, &st);
-    moved = st.servers[2].state == RAMPART_SERVER_ADVISED && st.servers[2].pages_live == 0;
-    usleep(50000);
-  }
+  assert_int_equal(rp_test_write_file(c.psi[2], RP_TEST_PSI_HIGH), 0);
+  bool moved = busy_until(&d, 2, SERVER_HOLDS_NO_LIVE_PAGE, 200, 50, &st);
   print_message("advise: %llu live pages moved off the pressured server\n",
                 (unsigned long long)before);
   assert_true(moved);
   verify_all(&d, false);
   /* Pressure over: the server takes new pages again. */
-  assert_int_equal(rp_test_write_file(c.psi[2], PSI_CALM), 0);
-  bool back = false;
-  for (unsigned i = 0; i < 100 && !back; i++) {
-    run_workload(&d, 2, 90, 0);
-    stats(&d, &st);
-    back = st.servers[2].state == RAMPART_SERVER_UP && st.servers[2].pages_live > 0;
-    usleep(50000);
-  }
-  assert_true(back);
+  assert_int_equal(rp_test_write_file(c.psi[2], RP_TEST_PSI_CALM), 0);
+  assert_true(busy_until(&d, 2, SERVER_TAKES_PAGES, 100, 90, &st));
   verify_all(&d, false);
   device_free(&d);
-  cluster_stop(&c);
+  rp_test_cluster_stop(&c);
 }
 
 /* An operator drains a server (SIGUSR1) to remove it: every page it holds, data and
@@ -596,25 +548,15 @@ static void test_advise_moves_pages_off_a_server(void **state)
 static void test_drained_server_empties_and_can_stop(void **state)
 {
   (void)state;
-  struct cluster c;
-  cluster_start(&c, 5, "64M");
-  const char *extra[] = { "redundancy", "parity-log", "group", "3", NULL };
+  struct rp_test_cluster c;
   struct device d;
-  uint64_t pages = 2048;
-  device_init(&d, engine_open(&c, pages, extra), pages, 29);
-  run_workload(&d, 150, 90, 0);
+  start_busy_device(&c, &d, 29);
   struct rampart_stats st;
   stats(&d, &st);
   uint64_t before = st.servers[1].pages_stored;
   assert_true(before > 0);
   assert_int_equal(kill(c.servers[1].pid, SIGUSR1), 0);
-  bool empty = false;
-  for (unsigned i = 0; i < 400 && !empty; i++) {
-    run_workload(&d, 2, 50, 0);
-    stats(&d, &st);
-    empty = st.servers[1].state == RAMPART_SERVER_ADVISED && st.servers[1].pages_stored == 0;
-    usleep(50000);
-  }
+  bool empty = busy_until(&d, 1, SERVER_HOLDS_NOTHING, 400, 50, &st);
   print_message("drain: %llu pages moved off the drained server; now %llu stored there\n",
                 (unsigned long long)before, (unsigned long long)st.servers[1].pages_stored);
   assert_true(empty);
@@ -627,7 +569,7 @@ static void test_drained_server_empties_and_can_stop(void **state)
   assert_int_equal(st.pages_lost, 0);
   assert_int_equal(st.pages_degraded_reads, degraded);
   device_free(&d);
-  cluster_stop(&c);
+  rp_test_cluster_stop(&c);
 }
 
 static void test_bad_configuration_is_refused_clearly(void **state)
@@ -653,6 +595,16 @@ static void test_bad_configuration_is_refused_clearly(void **state)
   assert_int_equal(rampart_config_set(cfg, "redundancy", "none", err, sizeof err), 0);
   assert_null(rampart_open(cfg, err, sizeof err));
   assert_non_null(strstr(err, "127.0.0.1:1"));
+  /* Encryption settings (docs/encryption.md). */
+  assert_int_equal(rampart_config_set(cfg, "encrypt", "maybe", err, sizeof err), -1);
+  assert_non_null(strstr(err, "encrypt=on"));
+  assert_int_equal(rampart_config_set(cfg, "encrypt", "off", err, sizeof err), 0);
+  assert_int_equal(rampart_config_set(cfg, "enckey", "/nonexistent", err, sizeof err), 0);
+  assert_int_equal(rampart_config_check(cfg, err, sizeof err), -1);
+  assert_non_null(strstr(err, "encrypt=off"));
+  assert_int_equal(rampart_config_set(cfg, "encrypt", "on", err, sizeof err), 0);
+  assert_null(rampart_open(cfg, err, sizeof err));
+  assert_non_null(strstr(err, "enckey=/nonexistent"));
   rampart_config_free(cfg);
 }
 

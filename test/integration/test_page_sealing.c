@@ -22,65 +22,15 @@
 #include <cmocka.h>
 
 #include "rampart.h"
-#include "server_process.h"
+#include "engine_cluster.h"
 
 #define PAGE RAMPART_PAGE_SIZE
-#define MAX_SERVERS 5
 #define CANARY "RAMPART-PLAINTEXT-CANARY"
 
-struct hostile_cluster {
-  char dir[512];
-  char key_path[600];
-  unsigned n;
-  struct rp_test_server servers[MAX_SERVERS];
-};
-
 /* faults[i]: the --test-fault mode of server i, or NULL for an honest one. */
-static void hostile_cluster_start(struct hostile_cluster *c, unsigned n, const char *const *faults)
+static void hostile_cluster_start(struct rp_test_cluster *c, unsigned n, const char *const *faults)
 {
-  memset(c, 0, sizeof *c);
-  assert_int_equal(rp_test_tmpdir(c->dir, sizeof c->dir), 0);
-  assert_int_equal(rp_test_write_key(c->dir, "key", c->key_path, sizeof c->key_path, NULL), 0);
-  c->n = n;
-  for (unsigned i = 0; i < n; i++) {
-    const char *args[] = { "--memory", "32M", "--key", c->key_path, "--psi-threshold", "100",
-                           faults && faults[i] ? "--test-fault" : NULL,
-                           faults ? faults[i] : NULL, NULL };
-    assert_int_equal(rp_test_server_start(&c->servers[i], c->dir, args), 0);
-  }
-}
-
-static void hostile_cluster_stop(struct hostile_cluster *c)
-{
-  for (unsigned i = 0; i < c->n; i++)
-    if (c->servers[i].pid)
-      rp_test_server_stop(&c->servers[i]);
-  rp_test_tmpdir_remove(c->dir);
-}
-
-/* extra: key, value pairs, NULL-terminated. */
-static struct rampart_engine *open_device(const struct hostile_cluster *c, uint64_t pages,
-                                          const char *const *extra)
-{
-  struct rampart_config *cfg = rampart_config_new();
-  char err[512], size[32], servers[MAX_SERVERS * 100] = "";
-  snprintf(size, sizeof size, "%llu", (unsigned long long)(pages * PAGE));
-  for (unsigned i = 0; i < c->n; i++) {
-    strcat(servers, c->servers[i].addr);
-    strcat(servers, i + 1 < c->n ? "," : "");
-  }
-  const char *base[] = { "size", size, "servers", servers, "key", c->key_path,
-                         "tmpdir", c->dir, NULL };
-  for (unsigned i = 0; base[i]; i += 2)
-    assert_int_equal(rampart_config_set(cfg, base[i], base[i + 1], err, sizeof err), 0);
-  for (unsigned i = 0; extra && extra[i]; i += 2)
-    if (rampart_config_set(cfg, extra[i], extra[i + 1], err, sizeof err) < 0)
-      fail_msg("config %s=%s: %s", extra[i], extra[i + 1], err);
-  struct rampart_engine *e = rampart_open(cfg, err, sizeof err);
-  rampart_config_free(cfg);
-  if (!e)
-    fail_msg("rampart_open: %s", err);
-  return e;
+  assert_int_equal(rp_test_cluster_start(c, n, "32M", faults), 0);
 }
 
 /* Page `page`, version `version`: distinct for every page and version, with the canary
@@ -144,13 +94,13 @@ static bool log_has_line_with(const char *a, const char *b)
  * page 0's under replay, with a log line naming the server. */
 static void lone_hostile_server(const char *fault, const char *encrypt)
 {
-  struct hostile_cluster c;
+  struct rp_test_cluster c;
   const char *faults[] = { fault };
   hostile_cluster_start(&c, 1, faults);
   log_text[0] = '\0';
   rampart_set_log_sink(capture_log);
   const char *extra[] = { "redundancy", "none", "encrypt", encrypt, NULL };
-  struct rampart_engine *e = open_device(&c, 64, extra);
+  struct rampart_engine *e = rp_test_engine_open(&c, 64, extra);
   for (uint64_t p = 1; p < LONE_PAGES; p++)
     write_page(e, p, 1);
   write_page(e, 0, 1);
@@ -186,7 +136,7 @@ static void lone_hostile_server(const char *fault, const char *encrypt)
   }
   rampart_close(e);
   rampart_set_log_sink(NULL);
-  hostile_cluster_stop(&c);
+  rp_test_cluster_stop(&c);
 }
 
 static void test_honest_server_reads_back(void **state)
@@ -254,11 +204,11 @@ static void test_parity_log_rebuilds_what_a_hostile_server_alters(void **state)
   (void)state;
   const char *modes[] = { "flip", "swap", "replay" };
   for (unsigned m = 0; m < 3; m++) {
-    struct hostile_cluster c;
+    struct rp_test_cluster c;
     const char *faults[] = { NULL, NULL, modes[m], NULL, NULL };
     hostile_cluster_start(&c, 5, faults);
     const char *extra[] = { "redundancy", "parity-log", "group", "4", NULL };
-    struct rampart_engine *e = open_device(&c, GROUP_PAGES, extra);
+    struct rampart_engine *e = rp_test_engine_open(&c, GROUP_PAGES, extra);
     write_all(e, GROUP_PAGES, 1);
     write_all(e, GROUP_PAGES, 2); /* old versions stay on the servers until cleaned */
     check_all(e, GROUP_PAGES, 2, false);
@@ -269,7 +219,7 @@ static void test_parity_log_rebuilds_what_a_hostile_server_alters(void **state)
     assert_true(st.integrity_failures > 0);
     assert_int_equal(st.read_errors, 0);
     rampart_close(e);
-    hostile_cluster_stop(&c);
+    rp_test_cluster_stop(&c);
   }
 }
 
@@ -277,17 +227,17 @@ static void test_parity_log_rebuilds_what_a_hostile_server_alters(void **state)
 static void test_two_hostile_servers_in_a_group_give_eio(void **state)
 {
   (void)state;
-  struct hostile_cluster c;
+  struct rp_test_cluster c;
   const char *faults[] = { "flip", "flip", NULL };
   hostile_cluster_start(&c, 3, faults);
   const char *extra[] = { "redundancy", "parity-log", "group", "2", NULL };
-  struct rampart_engine *e = open_device(&c, 256, extra);
+  struct rampart_engine *e = rp_test_engine_open(&c, 256, extra);
   write_all(e, 256, 1);
   uint64_t eio = check_all(e, 256, 1, true);
   print_message("%llu of 256 pages EIO, the rest right\n", (unsigned long long)eio);
   assert_true(eio > 0);
   rampart_close(e);
-  hostile_cluster_stop(&c);
+  rp_test_cluster_stop(&c);
 }
 
 /* ---- no plaintext on the servers ------------------------------------------------------------ */
@@ -329,17 +279,17 @@ static bool process_memory_contains(pid_t pid, const char *needle)
 
 static void servers_hold_plaintext(const char *encrypt, bool *any_found)
 {
-  struct hostile_cluster c;
+  struct rp_test_cluster c;
   hostile_cluster_start(&c, 3, NULL);
   const char *extra[] = { "redundancy", "parity-log", "group", "2", "encrypt", encrypt, NULL };
-  struct rampart_engine *e = open_device(&c, 256, extra);
+  struct rampart_engine *e = rp_test_engine_open(&c, 256, extra);
   write_all(e, 256, 1);
   check_all(e, 256, 1, false);
   *any_found = false;
   for (unsigned i = 0; i < c.n; i++)
     *any_found |= process_memory_contains(c.servers[i].pid, CANARY);
   rampart_close(e);
-  hostile_cluster_stop(&c);
+  rp_test_cluster_stop(&c);
 }
 
 static void test_servers_hold_no_plaintext(void **state)
@@ -356,30 +306,11 @@ static void test_servers_hold_no_plaintext(void **state)
   print_message("memory of 3 servers: pattern found with encrypt=off, absent with encrypt=on\n");
 }
 
-static void test_bad_encryption_settings_are_refused(void **state)
-{
-  (void)state;
-  char err[512];
-  struct rampart_config *cfg = rampart_config_new();
-  assert_int_equal(rampart_config_set(cfg, "encrypt", "maybe", err, sizeof err), -1);
-  assert_non_null(strstr(err, "encrypt=on"));
-  assert_int_equal(rampart_config_set(cfg, "size", "1M", err, sizeof err), 0);
-  assert_int_equal(rampart_config_set(cfg, "encrypt", "off", err, sizeof err), 0);
-  assert_int_equal(rampart_config_set(cfg, "enckey", "/nonexistent", err, sizeof err), 0);
-  assert_int_equal(rampart_config_check(cfg, err, sizeof err), -1);
-  assert_non_null(strstr(err, "encrypt=off"));
-  assert_int_equal(rampart_config_set(cfg, "encrypt", "on", err, sizeof err), 0);
-  assert_null(rampart_open(cfg, err, sizeof err));
-  assert_non_null(strstr(err, "enckey=/nonexistent"));
-  rampart_config_free(cfg);
-}
-
 int main(void)
 {
   if (!rp_test_rampartd_path())
     return 1;
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_bad_encryption_settings_are_refused),
     cmocka_unit_test(test_honest_server_reads_back),
     cmocka_unit_test(test_flipped_byte_is_eio),
     cmocka_unit_test(test_swapped_page_is_eio),

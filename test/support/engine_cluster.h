@@ -1,0 +1,47 @@
+/* Test helper: a cluster of real rampartd processes and a pager engine over it.
+ *
+ * Each server watches its own pressure file, written calm at start, so the host's real
+ * memory pressure cannot move pages around under a test and a test can raise one
+ * server's pressure by rewriting its file. Servers may be started hostile
+ * (`rampartd --test-fault MODE`) to test page verification.
+ */
+#ifndef RAMPART_TEST_ENGINE_CLUSTER_H
+#define RAMPART_TEST_ENGINE_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "auth.h"
+#include "rampart.h"
+#include "server_process.h"
+
+#define RP_TEST_MAX_SERVERS 6
+
+#define RP_TEST_PSI_CALM "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n" \
+                         "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+#define RP_TEST_PSI_HIGH "some avg10=80.00 avg60=50.00 avg300=20.00 total=99999\n" \
+                         "full avg10=40.00 avg60=20.00 avg300=10.00 total=9999\n"
+
+struct rp_test_cluster {
+  char dir[512];                 /* temporary directory: key, pressure files, logs */
+  char psi[RP_TEST_MAX_SERVERS][640];
+  char key_path[600];
+  struct rp_key key;
+  unsigned n;
+  struct rp_test_server servers[RP_TEST_MAX_SERVERS];
+};
+
+/* Starts n servers lending `memory` each. faults (may be NULL) names, per server, a
+ * --test-fault mode or NULL for an honest server. 0, or -1 with a message on stderr. */
+int rp_test_cluster_start(struct rp_test_cluster *c, unsigned n, const char *memory,
+                          const char *const *faults);
+/* Stops every server still running, by PID, and removes the directory. */
+void rp_test_cluster_stop(struct rp_test_cluster *c);
+
+/* Opens an engine of `pages` pages over the cluster (c NULL: standalone), with extra
+ * key, value pairs (NULL-terminated, may be NULL) applied last. For cmocka tests: a
+ * refused setting or a failed open fails the running test with the engine's message. */
+struct rampart_engine *rp_test_engine_open(const struct rp_test_cluster *c, uint64_t pages,
+                                           const char *const *extra);
+
+#endif
