@@ -72,7 +72,7 @@ static inline void page_seal_set(struct page_sealer *s, uint64_t page,
   s->seals[page] = *seal;
 }
 
-/* Client memory the seal table can occupy (it is touched only as pages are written). */
+/* Client memory the seal table occupies once touched: all of it under mlockall. */
 uint64_t page_sealer_memory_bytes(const struct page_sealer *s);
 
 #endif
