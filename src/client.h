@@ -105,6 +105,10 @@ struct rp_request {
 /* Queues a hot-path request. Never blocks and never allocates. If the connection is
  * already closed, done runs before this returns with RP_ERR_DISCONNECTED. */
 void rp_conn_submit(struct rp_conn *conn, struct rp_request *req);
+/* Sends what is queued now rather than when the loop next finds the socket writable:
+ * for a caller that has just submitted a burst outside a completion callback (where
+ * the connection already flushes on its own), saving one loop iteration per burst. */
+void rp_conn_flush(struct rp_conn *conn);
 
 /* Requests submitted and not yet completed. */
 size_t rp_conn_in_flight(const struct rp_conn *conn);

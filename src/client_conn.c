@@ -366,6 +366,15 @@ static void on_writable(struct ev_loop *loop, ev_io *w, int revents)
   leave(c);
 }
 
+void rp_conn_flush(struct rp_conn *c)
+{
+  if (!c->connected || c->close_pending || !c->q_head)
+    return;
+  enter(c);
+  flush_queue(c);
+  leave(c);
+}
+
 /* ---- reading ---- */
 
 static void copy_server_message(char *out, size_t outlen, const uint8_t *payload,

@@ -234,6 +234,7 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
     io_begin(e, fifo);
     fifo = next;
   }
+  server_set_flush(e);
   if (e->spill)
     spill_store_flush_submissions(e->spill);
 }

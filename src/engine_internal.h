@@ -242,6 +242,8 @@ bool server_usable_for_placement(const struct server *s);
 unsigned server_set_placeable(const struct rampart_engine *e);
 void server_set_tick(struct rampart_engine *e);
 void server_set_submit(struct rampart_engine *e, unsigned server, struct rp_request *req);
+/* Sends every connection's queued requests now (after a burst from the frontends). */
+void server_set_flush(struct rampart_engine *e);
 void server_set_handle_reconnects(struct rampart_engine *e);
 void server_release_slot(struct rampart_engine *e, unsigned server, uint32_t slot);
 void server_request_failed(struct rampart_engine *e, unsigned server, const struct rp_request *req);

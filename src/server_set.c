@@ -119,6 +119,15 @@ void server_set_submit(struct rampart_engine *e, unsigned index, struct rp_reque
   rp_conn_submit(s->conn, req);
 }
 
+void server_set_flush(struct rampart_engine *e)
+{
+  /* A flush that finds a connection broken fails its requests, and their callbacks may
+   * close it: read each server's connection afresh. */
+  for (unsigned i = 0; i < e->nservers; i++)
+    if (e->servers[i].conn)
+      rp_conn_flush(e->servers[i].conn);
+}
+
 /* A failed request tells us about its server before the connection callback does. */
 void server_request_failed(struct rampart_engine *e, unsigned index, const struct rp_request *req)
 {
