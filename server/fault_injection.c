@@ -19,9 +19,9 @@ static const char *const mode_names[] = {
 /* Replay state, mapped on the first WRITE in replay mode. The copies are one anonymous
  * mapping of capacity pages: only slots that get a copy cost memory. */
 static struct {
-  bool mapped, map_failed;
+  bool map_failed;
   uint64_t capacity;               /* pages */
-  uint8_t *copies;                 /* capacity * RP_PAGE_SIZE bytes */
+  uint8_t *copies;                 /* capacity * RP_PAGE_SIZE bytes; NULL until mapped */
   uint8_t *has_copy;               /* bitmap: capacity bits */
   uint8_t last_write[RP_PAGE_SIZE];
   bool have_last_write;
@@ -59,22 +59,21 @@ static void *map_zeroed(size_t bytes)
 
 static bool map_replay(const struct rps_server *srv)
 {
-  if (replay.mapped || replay.map_failed)
-    return replay.mapped;
+  if (replay.copies || replay.map_failed)
+    return replay.copies != NULL;
   struct rps_store_stats ss;
   rps_store_get_stats(srv->store, &ss);
   replay.capacity = ss.capacity_pages;
   replay.copies = map_zeroed(replay.capacity * RP_PAGE_SIZE);
   replay.has_copy = map_zeroed((replay.capacity + 7) / 8);
-  replay.mapped = replay.copies && replay.has_copy;
-  if (!replay.mapped) {
+  if (!replay.copies || !replay.has_copy) {
     /* Logged once; reads then return the real pages, which a test will notice. */
     rp_log(RP_LOG_ERROR, "test-fault=replay: cannot map %llu pages of replay copies: %s",
            (unsigned long long)replay.capacity, strerror(errno));
     rps_fault_release();
     replay.map_failed = true;
   }
-  return replay.mapped;
+  return replay.copies != NULL;
 }
 
 void rps_fault_on_write(const struct rps_server *srv, uint64_t slot, const uint8_t *page)
@@ -109,7 +108,7 @@ void rps_fault_read_reply(const struct rps_server *srv, const struct rps_account
     return;
   }
   case RPS_FAULT_REPLAY:
-    if (replay.mapped && slot < replay.capacity &&
+    if (replay.copies && slot < replay.capacity &&
         (replay.has_copy[slot / 8] & (1u << (slot % 8))))
       memcpy(payload, replay.copies + slot * RP_PAGE_SIZE, RP_PAGE_SIZE);
     return;
@@ -123,5 +122,5 @@ void rps_fault_release(void)
   if (replay.has_copy)
     munmap(replay.has_copy, (replay.capacity + 7) / 8);
   replay.copies = replay.has_copy = NULL;
-  replay.mapped = replay.have_last_write = false;
+  replay.have_last_write = false;
 }

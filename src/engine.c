@@ -715,26 +715,17 @@ static int engine_start_loop(struct rampart_engine *e, char *err, size_t errlen)
 static int engine_open_sealer(struct rampart_engine *e, char *err, size_t errlen)
 {
   const struct rampart_config *c = &e->config;
-  struct rp_key *master = NULL;
+  struct rp_key master = { .len = 0 };
   if (c->enckey_path[0]) {
-    master = malloc(sizeof *master);
-    if (!master) {
-      snprintf(err, errlen, "out of memory");
-      return -1;
-    }
     char why[512];
-    if (rp_key_load(c->enckey_path, master, why, sizeof why) < 0) {
+    if (rp_key_load(c->enckey_path, &master, why, sizeof why) < 0) {
       snprintf(err, errlen, "enckey=%s: %s", c->enckey_path, why);
-      free(master);
       return -1;
     }
   }
-  int r = page_sealer_init(&e->sealer, e->pages, !c->encrypt_off, master ? master->bytes : NULL,
-                           master ? master->len : 0, err, errlen);
-  if (master) {
-    OPENSSL_cleanse(master, sizeof *master);
-    free(master);
-  }
+  int r = page_sealer_init(&e->sealer, e->pages, !c->encrypt_off,
+                           master.len ? master.bytes : NULL, master.len, err, errlen);
+  OPENSSL_cleanse(&master, sizeof master);
   if (r == 0 && c->encrypt_off)
     rp_log(RP_LOG_WARN, "encrypt=off: servers and the spill file see page contents in the "
            "clear (pages are still checksummed)");

@@ -18,6 +18,9 @@
 #define READ_DEGRADED 4u       /* op->read_source beyond the page_location_kinds */
 #define VERIFY_RESTARTS 8u     /* re-reads after a page changed under a failed check */
 
+static void degraded_start(struct page_op *op, uint32_t id, unsigned lost);
+static void read_finish(struct page_op *op, int result);
+
 static void read_failed(struct page_op *op, const char *why)
 {
   struct rampart_engine *e = op->engine;
@@ -27,14 +30,8 @@ static void read_failed(struct page_op *op, const char *why)
   if (e->read_errors_logged++ < 10)
     rp_log(RP_LOG_ERROR, "page %llu cannot be read: %s; returning EIO",
            (unsigned long long)op->page, why);
-  if (op->kind == PAGE_OP_MOVE)
-    page_mover_read_done(op, -EIO);
-  else
-    engine_op_finished(op, -EIO);
+  read_finish(op, -EIO);
 }
-
-static void degraded_start(struct page_op *op, uint32_t id, unsigned lost);
-static void read_finish(struct page_op *op, int result);
 
 /* The bytes read are not what this client sealed for the page: altered, stale or
  * another page's. Unless the page was rewritten meanwhile (then read it again), that is
@@ -54,8 +51,7 @@ static void read_unverified(struct page_op *op)
   e->integrity_failures++;
   if (op->read_source == PAGE_REMOTE) {
     struct group *g = group_get(&e->groups, op->group);
-    op->server = g->server[op->member];
-    const char *addr = e->servers[op->server].address;
+    const char *addr = e->servers[g->server[op->member]].address;
     if (!g->has_parity) {
       char why[200];
       snprintf(why, sizeof why, "server %s returned it altered, stale or misplaced (failed "
