@@ -61,6 +61,14 @@ echo 16384 >/proc/sys/vm/min_free_kbytes
 say "memory \$(awk '/MemTotal/ {print \$2}' /proc/meminfo) KiB"
 nbd-client 10.0.2.100 10809 /dev/nbd0 -N rampart -nonetlink -swap -block-size 4096 \
   || finish "nbd-client failed"
+# nbd-client (ioctl mode) returns before its daemon child enters NBD_DO_IT, and only
+# there does the kernel give /dev/nbd0 its size: mkswap run at once can see 0 bytes.
+i=0
+while [ ! -e /sys/block/nbd0/pid ] || [ "\$(cat /sys/block/nbd0/size)" = 0 ]; do
+  i=\$((i + 1))
+  [ \$i -le 60 ] || finish "nbd-client did not bring /dev/nbd0 up within 60 s"
+  sleep 1
+done
 mkswap /dev/nbd0 >/dev/null && swapon /dev/nbd0 || finish "swapon failed"
 say "swap on: \$(grep nbd0 /proc/swaps)"
 rampart-workload pages --size ${program_mb}M
@@ -116,7 +124,7 @@ wait "$qemu_pid" || true
 guest_seconds=$((SECONDS - t0))
 
 grep -a '^rampart-guest: end 0' "$console" >/dev/null \
-  || fail "the guest did not finish cleanly: $(grep -a -E 'rampart-guest|workload|Kernel panic|Out of memory' "$console" | tail -n 6)"
+  || fail "the guest did not finish cleanly: $(grep -a -E 'rampart-guest|workload|Kernel panic|Out of memory|nbd|mkswap|swapon|I/O error' "$console" | tail -n 12)"
 result=$(grep -a '^workload pages' "$console" || true)
 [[ $result == *verified=yes* ]] || fail "the guest's workload did not verify: ${result:-no result line}"
 read -r pswpout pswpin < <(sed -n 's/^rampart-guest: pswpout \([0-9]*\) pswpin \([0-9]*\).*/\1 \2/p' "$console")
