@@ -4,6 +4,7 @@
 #
 #   memcg_create NAME LIMIT     LIMIT in bytes or with K/M/G; swap use is left unlimited
 #   memcg_run NAME CMD...       runs CMD inside it (in the foreground; exit status is CMD's)
+#   memcg_kill NAME             SIGKILLs every process in it and waits until it is empty
 #   memcg_destroy NAME          moves nothing, just removes it (it must be empty)
 #   memcg_path NAME             prints the directory
 
@@ -37,6 +38,22 @@ memcg_run() { # name cmd...
   dir=$(memcg_path "$1") || return 1
   shift
   (echo "$BASHPID" >"$dir/cgroup.procs" && exec "$@")
+}
+
+# A teardown must kill the workload itself, not the PID that started it: 'memcg_run ... &'
+# is a subshell whose child is the workload, and a workload left running keeps its pages
+# on the swap device, so swapoff cannot bring them home and the cgroup cannot go.
+memcg_kill() { # name
+  local dir pid
+  dir=$(memcg_path "$1") || return 0
+  [[ -d $dir ]] || return 0
+  for _ in $(seq 50); do
+    [[ -s $dir/cgroup.procs ]] || return 0
+    while read -r pid; do kill -KILL "$pid" 2>/dev/null || true; done <"$dir/cgroup.procs"
+    sleep 0.1
+  done
+  echo "cgroup $dir: $(wc -l <"$dir/cgroup.procs") processes survived SIGKILL for 5 s" >&2
+  return 1
 }
 
 memcg_destroy() { # name

@@ -51,6 +51,7 @@ swap_test_cleanup() {
   trap - EXIT INT TERM
   local pid name cg
   for pid in "${bg_pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  for cg in "${cgroups[@]}"; do memcg_kill "$cg" || rc=1; done
   for name in "${swap_names[@]}"; do
     [[ -e $RAMPART_RUN_DIR/$name/state ]] || continue
     # 'off' removes the instance's directory, logs included: keep them for the report.
