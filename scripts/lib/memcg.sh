@@ -3,8 +3,8 @@
 # (/sys/fs/cgroup/NAME, Debian's default).
 #
 #   memcg_create NAME LIMIT     LIMIT in bytes or with K/M/G; swap use is left unlimited
-#   memcg_run NAME CMD...       runs CMD inside it (in the foreground; exit status is CMD's)
-#   memcg_kill NAME             SIGKILLs every process in it and waits until it is empty
+#   memcg_spawn NAME CMD...     starts CMD inside it in the background; MEMCG_PID is CMD's
+#                               own PID (to kill and to wait for: the status is CMD's)
 #   memcg_destroy NAME          moves nothing, just removes it (it must be empty)
 #   memcg_path NAME             prints the directory
 
@@ -33,27 +33,15 @@ memcg_create() { # name limit
   fi
 }
 
-memcg_run() { # name cmd...
+# The subshell joins the cgroup and then becomes CMD (exec), so the PID the caller holds
+# is the workload's own: killing it kills the workload, not a shell above it that would
+# leave the workload swapping (its pages then pin the swap device and the cgroup).
+memcg_spawn() { # name cmd...
   local dir
   dir=$(memcg_path "$1") || return 1
   shift
-  (echo "$BASHPID" >"$dir/cgroup.procs" && exec "$@")
-}
-
-# A teardown must kill the workload itself, not the PID that started it: 'memcg_run ... &'
-# is a subshell whose child is the workload, and a workload left running keeps its pages
-# on the swap device, so swapoff cannot bring them home and the cgroup cannot go.
-memcg_kill() { # name
-  local dir pid
-  dir=$(memcg_path "$1") || return 0
-  [[ -d $dir ]] || return 0
-  for _ in $(seq 50); do
-    [[ -s $dir/cgroup.procs ]] || return 0
-    while read -r pid; do kill -KILL "$pid" 2>/dev/null || true; done <"$dir/cgroup.procs"
-    sleep 0.1
-  done
-  echo "cgroup $dir: $(wc -l <"$dir/cgroup.procs") processes survived SIGKILL for 5 s" >&2
-  return 1
+  (echo "$BASHPID" >"$dir/cgroup.procs" && exec "$@") &
+  MEMCG_PID=$!
 }
 
 memcg_destroy() { # name

@@ -51,7 +51,6 @@ swap_test_cleanup() {
   trap - EXIT INT TERM
   local pid name cg
   for pid in "${bg_pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
-  for cg in "${cgroups[@]}"; do memcg_kill "$cg" || rc=1; done
   for name in "${swap_names[@]}"; do
     [[ -e $RAMPART_RUN_DIR/$name/state ]] || continue
     # 'off' removes the instance's directory, logs included: keep them for the report.
@@ -107,8 +106,8 @@ start_workload() {
   cgroups+=("$cg")
   workload_cg=$cg
   dmesg_mark=$(memcg_kernel_log_mark)
-  memcg_run "$cg" "$RAMPART_WORKLOAD" "$wl" --size "$size" >"$out" 2>&1 &
-  workload_pid=$!
+  memcg_spawn "$cg" "$RAMPART_WORKLOAD" "$wl" --size "$size" >"$out" 2>&1
+  workload_pid=$MEMCG_PID
   bg_pids+=("$workload_pid")
 }
 
