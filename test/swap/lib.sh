@@ -111,14 +111,14 @@ start_workload() {
   bg_pids+=("$workload_pid")
 }
 
-# finish_workload OUT DEVICE: waits for the workload. Returns 0 when it verified its
-# result, and 2 when the kernel's memory-cgroup OOM killer ended it while the swap device
-# reported no I/O error (memcg_oom_verdict in scripts/lib/memcg.sh says why that happens
-# and why it is no fault of the device). Anything else (a wrong result, an I/O error on
-# the device, another exit) fails the test.
+# finish_workload OUT DEVICE: waits for the workload, handling its cgroup's OOMs
+# (memcg_wait in scripts/lib/memcg.sh says why they happen and why they are no fault of
+# the device). Returns 0 when it verified its result, and 2 when the kernel's OOM killer
+# ended it anyway while the swap device reported no I/O error. Anything else (a wrong
+# result, an I/O error on the device, another exit) fails the test.
 finish_workload() {
   local out=$1 dev=$2 rc=0 verdict=0 why
-  wait "$workload_pid" || rc=$?
+  memcg_wait "$workload_cg" "$workload_pid" || rc=$?
   if ((rc != 0)); then
     why=$(memcg_oom_verdict "$workload_cg" "$dev" "$dmesg_mark") || verdict=$?
     ((verdict != 1)) || fail "swap I/O to $dev failed; the workload exited with status $rc: $why"
