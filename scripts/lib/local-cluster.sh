@@ -1,6 +1,7 @@
-# Sourced by scripts/demo, scripts/quickstart and the swap tests: a cluster of rampartd
-# processes on 127.0.0.1, on ports the kernel picks, stopped by PID.
+# Sourced by scripts/demo, scripts/quickstart, bench/device and the swap tests: a cluster
+# of rampartd processes on 127.0.0.1, on ports the kernel picks, stopped by PID.
 #
+#   rampartd_listen_addr OUT                       the H:P a rampartd printed to OUT, if yet
 #   cluster_start DIR N MEMORY KEY [NAME-PREFIX]   fills CLUSTER_PIDS and CLUSTER_ADDRS
 #   cluster_servers                                prints "H:P,H:P,..."
 #   cluster_kill9 I                                SIGKILL server I (0-based), as a crash
@@ -9,6 +10,14 @@
 
 CLUSTER_PIDS=()
 CLUSTER_ADDRS=()
+
+# rampartd_listen_addr OUT: prints the address from rampartd's "listening on H:P" line in
+# file OUT, or nothing yet. OUT is the started process's stdout, which that process (not
+# the caller) creates, so a first look can find no file at all; that is "not yet" too.
+rampartd_listen_addr() { # out
+  [[ -f $1 ]] || return 0
+  sed -n 's/^rampartd: listening on \([^ ]*:[0-9][0-9]*\).*$/\1/p' "$1" | head -n1
+}
 
 cluster_start() { # dir n memory key [prefix]
   local dir=$1 n=$2 memory=$3 key=$4 prefix=${5:-rampartd} i pid addr out
@@ -23,7 +32,7 @@ cluster_start() { # dir n memory key [prefix]
     CLUSTER_PIDS+=("$pid")
     addr=
     for _ in $(seq 100); do # 10 s
-      addr=$(sed -n 's/^rampartd: listening on \([^ ]*:[0-9][0-9]*\).*$/\1/p' "$out" | head -n1)
+      addr=$(rampartd_listen_addr "$out")
       [[ -n $addr ]] && break
       if ! kill -0 "$pid" 2>/dev/null; then
         echo "rampartd $prefix-$i exited before listening:" >&2
