@@ -64,7 +64,7 @@ struct rps_store_stats {
   uint64_t free_pages;     /* capacity_pages - reserved_pages */
   uint64_t stored_pages;   /* pages holding data */
   uint64_t chunks_mapped;
-  uint64_t resident_bytes; /* chunks mapped + chunk and slot-table metadata */
+  uint64_t resident_bytes; /* stored pages + chunk and slot-table metadata */
 };
 
 void rps_store_get_stats(const struct rps_store *store, struct rps_store_stats *out);

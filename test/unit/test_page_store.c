@@ -305,6 +305,49 @@ static void test_resident_bytes_per_page(void **state)
   rps_store_destroy(s);
 }
 
+/* The process's resident set, from /proc/self/statm (pages). */
+static uint64_t process_resident_bytes(void)
+{
+  unsigned long size = 0, resident = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  assert_non_null(f);
+  assert_int_equal(fscanf(f, "%lu %lu", &size, &resident), 2);
+  fclose(f);
+  return (uint64_t)resident * 4096u;
+}
+
+static void test_freed_pages_go_back_to_the_host(void **state)
+{
+  /* Parity-log cleaning frees pages all over the pool, so chunks rarely empty: freeing
+   * every other page of 16 chunks must still hand half their memory back. */
+  const uint64_t n = 16 * RPS_CHUNK_PAGES;
+  struct rps_store *s = rps_store_create(n);
+  struct rps_account *a = rps_account_create(s);
+  char msg[256];
+  assert_int_equal(rps_store_reserve(s, a, n, false, msg, sizeof msg), RP_OK);
+  for (uint64_t i = 0; i < n; i++)
+    write_tag(s, a, i, (uint32_t)i);
+  uint64_t rss_full = process_resident_bytes();
+  for (uint64_t i = 0; i < n; i += 2)
+    assert_int_equal(rps_store_free(s, a, i, 1, msg, sizeof msg), RP_OK);
+  uint64_t rss_half = process_resident_bytes();
+  struct rps_store_stats st;
+  rps_store_get_stats(s, &st);
+  assert_int_equal(st.chunks_mapped, 16); /* no chunk emptied */
+  assert_int_equal(st.stored_pages, n / 2);
+  assert_true(st.resident_bytes >= n / 2 * RP_PAGE_SIZE);
+  assert_true(st.resident_bytes <= n / 2 * RP_PAGE_SIZE + n * 16);
+  /* The kernel agrees: 16 MiB of pages were released (allow a little for the test). */
+  assert_true(rss_half + n / 2 * RP_PAGE_SIZE * 9 / 10 <= rss_full);
+  /* Reused slots come back zeroed by the kernel and then hold what was written. */
+  for (uint64_t i = 0; i < n; i += 2)
+    write_tag(s, a, i, (uint32_t)(i + 7));
+  for (uint64_t i = 0; i < n; i++)
+    assert_page(s, a, i, (uint32_t)(i % 2 ? i : i + 7));
+  rps_account_destroy(s, a);
+  rps_store_destroy(s);
+}
+
 static void test_last_chunk_is_short(void **state)
 {
   /* Capacity not a multiple of a chunk: the last chunk must not map past it. */
@@ -382,6 +425,7 @@ int main(void)
     cmocka_unit_test(test_shrink_frees),
     cmocka_unit_test(test_capacity_returned_after_session_free),
     cmocka_unit_test(test_resident_bytes_per_page),
+    cmocka_unit_test(test_freed_pages_go_back_to_the_host),
     cmocka_unit_test(test_last_chunk_is_short),
     cmocka_unit_test(test_churn_keeps_counts),
   };
