@@ -56,9 +56,9 @@ memcg_spawn() { # name cmd...
 # at 64-128 MiB limits on rampart (2 of 10 more with swap discard off), none of 6 on a
 # local-disk swap file, none of 18 with vm.page-cluster=2 (but 1.7x the time: fewer pages
 # per swap-in read), none of 8 with 0 (3x the time). The OOM killer would end a workload
-# that a moment later could go on. With the killer
-# off (memcg_create) the kernel instead parks the faulting task and sets under_oom; the
-# handler raises the limit by 1 MiB, which wakes the task to retry its fault. At most an
+# that a moment later could go on. With the killer off (memcg_create) the kernel instead
+# parks the faulting task and sets under_oom; the handler raises the limit by 1 MiB,
+# which wakes the task to retry its fault. At most an
 # eighth of the starting limit in all: past that it turns the OOM killer back on, so a
 # cgroup that really cannot fit (a swap device that takes nothing) ends with an OOM kill,
 # not with a workload that quietly ran in RAM. On v2 there is no such switch, and the
@@ -70,11 +70,10 @@ MEMCG_RELIEF_STEP=$((1 << 20))
 # the killer back on past the cap) and prints a line saying so; otherwise prints nothing.
 # It keeps no count (the limit itself says how far it has gone), so it may run in a pipe.
 memcg_relieve_oom() { # name
-  local dir limit start
+  local dir control limit start
   dir=$(memcg_path "$1") || return 0
-  [[ -f $dir/memory.oom_control ]] || return 0
-  grep -q '^under_oom 1' "$dir/memory.oom_control" 2>/dev/null || return 0
-  grep -q '^oom_kill_disable 1' "$dir/memory.oom_control" || return 0
+  control=$(cat "$dir/memory.oom_control" 2>/dev/null) || return 0
+  [[ $control == *"under_oom 1"* && $control == *"oom_kill_disable 1"* ]] || return 0
   start=${MEMCG_START_LIMIT[$1]:-0}
   limit=$(cat "$dir/memory.limit_in_bytes")
   # Past the cap, or if the limit will not move, the task must not stay parked.
@@ -127,20 +126,20 @@ memcg_oom_kills() { # name
   awk '$1 == "oom_kill" { n = $2 } END { print n + 0 }' "$file" 2>/dev/null || echo 0
 }
 
+# The kernel log as "STAMP<tab>LINE", STAMP being the seconds in the line's [ ... ].
+kernel_log_stamped() {
+  dmesg 2>/dev/null | awk 'match($0, /^\[ *[0-9]+\.[0-9]+\]/) {
+    stamp = substr($0, RSTART + 1, RLENGTH - 2); sub(/^ +/, "", stamp); print stamp "\t" $0 }'
+}
+
 # memcg_kernel_log_mark: the stamp of the kernel log's last line, for memcg_oom_verdict.
 # A stamp, not a line count: once the ring buffer is full (hours of uptime, a few OOM
 # reports) old lines drop off as new ones arrive, and a count stops moving.
-memcg_kernel_log_mark() {
-  dmesg 2>/dev/null | awk 'match($0, /^\[ *[0-9]+\.[0-9]+\]/) { t = substr($0, RSTART + 1, RLENGTH - 2) }
-    END { print (t == "" ? 0 : t) }'
-}
+memcg_kernel_log_mark() { kernel_log_stamped | awk -F '\t' '{ t = $1 } END { print (t == "" ? 0 : t) }'; }
 
 # memcg_kernel_log_since MARK: the kernel log's lines stamped after MARK.
 memcg_kernel_log_since() { # mark
-  dmesg 2>/dev/null | awk -v mark="$1" '
-    match($0, /^\[ *[0-9]+\.[0-9]+\]/) {
-      if (substr($0, RSTART + 1, RLENGTH - 2) + 0 > mark + 0) print
-    }'
+  kernel_log_stamped | awk -F '\t' -v mark="$1" '$1 + 0 > mark + 0 { print substr($0, length($1) + 2) }'
 }
 
 # memcg_oom_verdict NAME DEVICE MARK: after a workload in cgroup NAME died, tells whether
