@@ -21,7 +21,7 @@ const char rampart_config_help[] =
   "spill=PATH                local disk store, file or partition (default: temp file)\n"
   "spill-size=SIZE           capacity of the spill store (default: device size)\n"
   "memory=SIZE               local RAM for pages with no servers (default: all of size)\n"
-  "overflow=PERCENT          extra server memory for old page versions (default 25)\n"
+  "overflow=PERCENT          extra server memory for old page versions (default 10)\n"
   "timeout=MS                a server silent this long is failing (default 2000)\n"
   "lease=SECONDS             how long to wait for a dropped server to return (default 10)\n"
   "tmpdir=DIR                where the temporary spill file goes\n"
@@ -36,7 +36,7 @@ struct rampart_config *rampart_config_new(void)
   if (!c)
     return NULL;
   c->memory = UINT64_MAX;
-  c->overflow_percent = 25;
+  c->overflow_percent = 10;
   c->timeout_ms = 2000;
   c->lease_seconds = 10;
   return c;

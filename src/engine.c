@@ -548,6 +548,12 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->integrity_failures = e->integrity_failures;
   st->encrypted = e->sealer.encrypt;
   st->rebuild_pages_done = e->rebuild_pages_done;
+  st->rebuild_running = e->rebuilding;
+  st->rebuilds_finished = e->rebuilds_finished;
+  st->rebuild_pages_moved = e->rebuild_pages_moved;
+  if (e->rebuilding || e->rebuilds_finished > 0)
+    st->rebuild_seconds = (double)((e->rebuilding ? engine_now_ns() : e->rebuild_finished_ns) -
+                                   e->rebuild_started_ns) / 1e9;
   st->moves_in_flight = e->moves_in_flight;
   for (struct page_op *w = e->wait_head; w; w = w->next)
     st->ops_waiting++;

@@ -73,6 +73,7 @@ struct page_op {
   uint8_t pending;              /* sub-requests outstanding */
   bool failed;
   bool move_writing;            /* moves: the read is done, now rewriting */
+  bool move_rebuilds;           /* moves: its group had a copy on a lost server */
   bool disk_started;            /* write-through: the disk copy was submitted */
   bool parked;                  /* waiting for a parity buffer (holds one pending) */
   bool in_use;                  /* taken from the pool (catches double completion) */
@@ -208,7 +209,9 @@ struct rampart_engine {
   bool cleaning;
   uint8_t clean_live_max;       /* clean groups with at most this many live pages */
   uint32_t pass_cleaned;        /* groups cleaned in the current pass */
-  double clean_target;          /* slots the live data should need, overflow included */
+  double clean_target;          /* slots the live data may hold: overflow= is spent */
+  double clean_start;           /* slots held past which cleaning starts */
+  bool clean_resting;           /* the last pass found nothing to clean */
   bool mover_wakeup;            /* a move finished: restart throttled writes */
   ev_prepare mover_watcher;
   bool lost_seen[ENGINE_MAX_INCARNATIONS]; /* this pass met a group on that lost server */
@@ -222,9 +225,23 @@ struct rampart_engine {
   uint64_t degraded_reads, read_errors, pages_lost;
   uint64_t integrity_failures;  /* stored pages that failed verification */
   uint64_t rebuild_pages_done, groups_cleaned;
+  /* the rebuild now running, or the last one: from the first loss to the end of the
+   * pass that found nothing left at risk (times from engine_now_ns) */
+  bool rebuilding;
+  uint32_t rebuilds_finished;
+  uint64_t rebuild_started_ns, rebuild_finished_ns;
+  uint64_t rebuild_pages_moved;  /* pages of groups on a lost server, written again */
   uint64_t pages_remote, pages_spilled, pages_local;
   pthread_mutex_t stats_lock;   /* guards the snapshot copied to other threads */
 };
+
+/* Server slots one live page needs: the page, and its share of a parity page. */
+static inline double engine_slots_per_page(const struct rampart_engine *e)
+{
+  bool parity = e->policy == RAMPART_REDUNDANCY_PARITY_LOG ||
+                e->policy == RAMPART_REDUNDANCY_MIRROR;
+  return 1.0 + (parity ? 1.0 / e->group_size : 0.0);
+}
 
 /* engine.c */
 uint64_t engine_now_ns(void);
@@ -265,6 +282,8 @@ void page_read_start(struct page_op *op);
 
 /* page_mover.c */
 void page_mover_tick(struct rampart_engine *e);
+/* A server was just declared lost: starts the rebuild clock, unless one is running. */
+void page_mover_rebuild_begin(struct rampart_engine *e);
 void page_mover_run(struct rampart_engine *e);
 /* Cleaning is far behind: frontend writes should wait for moves to finish. */
 bool page_mover_should_throttle(struct rampart_engine *e);

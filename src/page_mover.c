@@ -21,9 +21,9 @@
 #define LOST_ENTRY page_entry_slot(PAGE_SPILL, PAGE_ENTRY_MAX_SLOT)
 #define GROUPS_PER_TICK 4096u
 #define SPILL_PAGES_PER_TICK 65536u
-/* Cleaning starts when a server has less than this share of its reservation free, and
- * stops once every server is back above twice that. */
-#define CLEAN_START_PERCENT 10u
+/* Cleaning also starts when any one server has less than this share of its reservation
+ * free (placement was uneven), whatever the total. */
+#define CLEAN_SHORT_PERCENT 5u
 
 static bool server_is_lost(const struct rampart_engine *e, uint8_t index)
 {
@@ -35,35 +35,58 @@ static bool policy_has_parity(const struct rampart_engine *e)
   return e->policy == RAMPART_REDUNDANCY_PARITY_LOG || e->policy == RAMPART_REDUNDANCY_MIRROR;
 }
 
-/* Cleaning keeps the slots held on servers near (1 + 1/S) x live pages x (1 + overflow),
- * the bound the overflow= setting promises, and also starts when any one server is
- * short of room. Hysteresis keeps it from flapping. */
+/* Slots held on servers, on every server not lost. */
+static uint64_t slots_held(const struct rampart_engine *e)
+{
+  uint64_t held = 0;
+  for (unsigned i = 0; i < e->nservers; i++)
+    if (e->servers[i].state != RAMPART_SERVER_LOST)
+      held += e->servers[i].slots.in_use;
+  return held;
+}
+
+/* overflow= bounds the slots held on servers to what the live pages need (their data and
+ * parity) times (1 + overflow). Cleaning runs between 70% and 80% of that overflow, so
+ * old versions get time to pile up in the same groups (cleaning a group with fewer live
+ * pages costs fewer rewrites) and a burst of overwrites has room before writers wait; at
+ * the full bound writers wait for cleaning (page_mover_should_throttle). When nothing is
+ * left to clean (finish_pass), cleaning rests until the next tick. */
 static void update_cleaning(struct rampart_engine *e)
 {
-  uint64_t held = 0, live;
   bool short_of_room = false;
   for (unsigned i = 0; i < e->nservers; i++) {
     const struct server *s = &e->servers[i];
-    if (s->state == RAMPART_SERVER_LOST)
-      continue;
-    held += s->slots.in_use;
     if (s->state == RAMPART_SERVER_UP && s->reserved_pages > 0)
       short_of_room |= (uint64_t)slot_allocator_available(&s->slots) * 100 <
-                       s->reserved_pages * CLEAN_START_PERCENT;
+                       s->reserved_pages * CLEAN_SHORT_PERCENT;
   }
-  live = e->groups.live_pages;
-  double per_live = 1.0 + (policy_has_parity(e) ? 1.0 / e->group_size : 0.0);
-  double target = (double)live * per_live * (1.0 + e->config.overflow_percent / 100.0);
-  /* A few groups' worth of slack, so a tiny device does not clean forever. */
-  target += (double)(e->group_size + 1) * 8;
-  e->clean_target = target;
-  bool over = (double)held > target;
-  bool well_under = (double)held < target * 0.95;
+  uint64_t held = slots_held(e);
+  /* After a loss, new groups are narrower (one data page fewer per server gone, once
+   * fewer than S + 1 servers are left), so the live pages need more parity. */
+  double per_page = engine_slots_per_page(e);
+  unsigned up = 0;
+  for (unsigned i = 0; i < e->nservers; i++)
+    up += e->servers[i].state == RAMPART_SERVER_UP && !e->servers[i].advised;
+  if (policy_has_parity(e) && up >= 2 && up - 1 < e->group_size)
+    per_page = 1.0 + 1.0 / (up - 1);
+  double need = (double)e->groups.live_pages * per_page;
+  double overflow = e->config.overflow_percent / 100.0;
+  /* A few groups' worth of slack for the groups open and sealing, so a tiny device does
+   * not clean forever. */
+  double slack = (double)(e->group_size + 1) * 8;
+  e->clean_target = need * (1.0 + overflow) + slack;
+  double start = need * (1.0 + overflow * 0.8) + slack;
+  double stop = need * (1.0 + overflow * 0.7) + slack;
+  e->clean_start = start;
   bool was = e->cleaning;
-  e->cleaning = short_of_room || over || (was && !well_under);
+  if (e->clean_resting) {
+    e->clean_resting = false;
+    was = false;
+  }
+  e->cleaning = short_of_room || (double)held > start || (was && (double)held > stop);
   if (e->cleaning && !was)
     rp_log(RP_LOG_DEBUG, "cleaning: %llu slots held for %llu live pages; rewriting sparse "
-           "groups", (unsigned long long)held, (unsigned long long)live);
+           "groups", (unsigned long long)held, (unsigned long long)e->groups.live_pages);
 }
 
 /* Why group g must be moved, or NULL. Records lost servers met in this pass. */
@@ -90,12 +113,13 @@ static const char *group_move_reason(struct rampart_engine *e, const struct grou
 }
 
 static bool start_move(struct rampart_engine *e, uint64_t page, page_entry expected,
-                       uint32_t group)
+                       uint32_t group, bool rebuilds)
 {
   struct page_op *op = engine_op_get(e);
   if (!op)
     return false;
   op->kind = PAGE_OP_MOVE;
+  op->move_rebuilds = rebuilds;
   op->page = page;
   op->expected = expected;
   op->group = group;
@@ -138,24 +162,62 @@ uint64_t page_mover_at_risk(const struct rampart_engine *e, unsigned i)
   return at_risk[i];
 }
 
+void page_mover_rebuild_begin(struct rampart_engine *e)
+{
+  if (e->rebuilding)
+    return; /* a second loss during a rebuild extends it */
+  e->rebuilding = true;
+  e->rebuild_started_ns = engine_now_ns();
+  e->rebuild_finished_ns = 0;
+  e->rebuild_pages_moved = 0;
+}
+
+static void rebuild_finish(struct rampart_engine *e)
+{
+  e->rebuilding = false;
+  e->rebuilds_finished++;
+  e->rebuild_finished_ns = engine_now_ns();
+  double seconds = (double)(e->rebuild_finished_ns - e->rebuild_started_ns) / 1e9;
+  rp_log(RP_LOG_INFO, "rebuild finished: %llu pages (%.1f MiB) written again in %.3f s "
+         "(%.1f MiB/s); every live page has its redundancy back",
+         (unsigned long long)e->rebuild_pages_moved,
+         (double)e->rebuild_pages_moved * RAMPART_PAGE_SIZE / 1048576.0, seconds,
+         seconds > 0 ? (double)e->rebuild_pages_moved * RAMPART_PAGE_SIZE / 1048576.0 / seconds
+                     : 0.0);
+}
+
 static void finish_pass(struct rampart_engine *e)
 {
+  bool still_rebuilding = false;
   for (unsigned i = 0; i < e->nservers; i++) {
     struct server *s = &e->servers[i];
     if (s->rebuild_needed && !e->lost_seen[i] && e->moves_in_flight == 0 &&
         page_mover_at_risk(e, i) == 0) {
       s->rebuild_needed = false;
-      rp_log(RP_LOG_INFO, "rebuild after losing %s finished: %llu pages moved so far",
-             s->address, (unsigned long long)e->rebuild_pages_done);
+      rp_log(RP_LOG_INFO, "rebuild after losing %s finished", s->address);
     }
+    still_rebuilding |= s->rebuild_needed;
     e->lost_seen[i] = false;
   }
-  /* Cleaning takes the sparsest groups first; a pass that found none that sparse while
-   * still over the bound lets it take fuller ones. */
-  if (!e->cleaning)
+  if (e->rebuilding && !still_rebuilding)
+    rebuild_finish(e);
+  /* Cleaning takes the sparsest groups first (a group with fewer live pages frees its
+   * slots for fewer rewrites). A pass that ends still above the point where cleaning
+   * starts means the sparse groups are not enough to keep up with the writes: the next
+   * pass takes fuller ones too, or writers would reach the bound while moves run dry. A
+   * pass that found nothing at all to clean rests the cleaner until the next tick, rather
+   * than rescanning every group on every loop iteration (and holding back the move of
+   * spilled pages) for nothing. */
+  if (!e->cleaning) {
     e->clean_live_max = (uint8_t)(e->group_size / 2);
-  else if (e->pass_cleaned == 0 && e->clean_live_max + 1u < e->group_size)
-    e->clean_live_max++;
+  } else if (e->pass_cleaned == 0 || (double)slots_held(e) > e->clean_start) {
+    if (e->clean_live_max + 1u < e->group_size) {
+      e->clean_live_max++;
+    } else if (e->pass_cleaned == 0) {
+      e->cleaning = false;
+      e->clean_resting = true;
+    }
+  }
   e->pass_cleaned = 0;
 }
 
@@ -186,7 +248,7 @@ static void scan_groups(struct rampart_engine *e)
       if (!group_member_is_live(&e->groups, &e->map, id, m) ||
           page_write_is_pending(e, g->page[m]))
         continue;
-      if (!start_move(e, g->page[m], page_entry_remote(id, m), id)) {
+      if (!start_move(e, g->page[m], page_entry_remote(id, m), id, why[0] == 'r')) {
         e->move_cursor = id; /* out of ops: come back to this group */
         return;
       }
@@ -209,7 +271,7 @@ static void scan_spill(struct rampart_engine *e)
     page_entry entry = page_map_get(&e->map, page);
     if (page_entry_kind(entry) == PAGE_SPILL && entry != LOST_ENTRY &&
         !page_write_is_pending(e, page))
-      if (!start_move(e, page, entry, GROUP_NONE))
+      if (!start_move(e, page, entry, GROUP_NONE, false))
         return;
   }
 }
@@ -248,11 +310,7 @@ bool page_mover_should_throttle(struct rampart_engine *e)
 {
   if (!e->cleaning || e->moves_in_flight == 0)
     return false; /* nothing in flight would wake a waiting write */
-  uint64_t held = 0;
-  for (unsigned i = 0; i < e->nservers; i++)
-    if (e->servers[i].state != RAMPART_SERVER_LOST)
-      held += e->servers[i].slots.in_use;
-  return (double)held > e->clean_target * 1.10;
+  return (double)slots_held(e) > e->clean_target;
 }
 
 /* Two of the group's copies are on lost servers (or a lost member and no parity): the
@@ -294,8 +352,11 @@ void page_mover_move_done(struct page_op *op)
   struct rampart_engine *e = op->engine;
   e->moves_in_flight--;
   e->mover_wakeup = true; /* writes held back by cleaning may go on (engine.c) */
-  if (op->move_writing)
+  if (op->move_writing) {
     e->rebuild_pages_done++;
+    if (op->move_rebuilds)
+      e->rebuild_pages_moved++;
+  }
   if (op->group == GROUP_NONE)
     return;
   struct group *g = group_get(&e->groups, op->group);

@@ -138,6 +138,12 @@ struct rampart_stats {
   uint64_t integrity_failures; /* stored pages that failed verification (bad server?) */
   bool encrypted;              /* encrypt=on */
   uint64_t rebuild_pages_done, rebuild_pages_pending;
+  /* The rebuild running now, or else the last one: pages of groups on a lost server
+   * written again, and the time since the first loss (to the end, once finished). */
+  bool rebuild_running;
+  uint32_t rebuilds_finished;
+  uint64_t rebuild_pages_moved;
+  double rebuild_seconds;
   uint32_t moves_in_flight, ops_waiting;
   uint64_t pages_written, wire_bytes_written;   /* wire bytes / page written */
   uint64_t spill_capacity_pages, spill_used_pages;

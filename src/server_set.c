@@ -41,14 +41,14 @@ unsigned server_set_placeable(const struct rampart_engine *e)
 }
 
 /* Pages to reserve on each server: its share of the device, plus parity, plus the
- * overflow kept for old versions still held by live groups. */
+ * overflow kept for old versions still held by live groups, plus a tenth on top. The
+ * tenth is room for uneven placement and in-flight writes, so that writers wait for
+ * cleaning at the overflow bound (page_mover.c) before any server runs out and pages
+ * spill to disk. A reserved page the client never writes costs the server nothing. */
 static uint64_t reservation_wanted(const struct rampart_engine *e, unsigned nservers)
 {
-  double per_page = 1.0;
-  if (e->policy == RAMPART_REDUNDANCY_PARITY_LOG || e->policy == RAMPART_REDUNDANCY_MIRROR)
-    per_page += 1.0 / e->group_size;
-  per_page *= 1.0 + e->config.overflow_percent / 100.0;
-  double total = (double)e->pages * per_page;
+  double per_page = engine_slots_per_page(e) * (1.0 + e->config.overflow_percent / 100.0);
+  double total = (double)e->pages * per_page * 1.10;
   return (uint64_t)(total / nservers) + 256;
 }
 
@@ -306,6 +306,7 @@ void server_set_handle_reconnects(struct rampart_engine *e)
     if (s->state != RAMPART_SERVER_LOST) {
       s->state = RAMPART_SERVER_LOST;
       s->rebuild_needed = true;
+      page_mover_rebuild_begin(e);
     }
     struct server *fresh = server_new(e, s->address);
     if (!fresh) {
@@ -340,6 +341,7 @@ void server_set_tick(struct rampart_engine *e)
       s->state = RAMPART_SERVER_LOST;
       s->rebuild_needed = true;
       pthread_mutex_unlock(&e->reconnect_lock);
+      page_mover_rebuild_begin(e);
       rp_log(RP_LOG_ERROR, "server %s is lost (no reconnect within %u s): rebuilding its "
              "%llu live pages elsewhere", s->address, e->config.lease_seconds,
              (unsigned long long)page_mover_at_risk(e, i));

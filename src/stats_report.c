@@ -47,6 +47,12 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
       (unsigned long long)st->rebuild_pages_done, st->moves_in_flight,
       (unsigned long long)st->rebuild_pages_pending, st->ops_waiting,
       st->cleaning ? ", cleaning" : "");
+  if (st->rebuild_running || st->rebuilds_finished > 0) {
+    double mib = (double)st->rebuild_pages_moved * RAMPART_PAGE_SIZE / 1048576.0;
+    OUT("rebuild         %s: %llu pages (%.1f MiB) in %.3f s, %.1f MiB/s\n",
+        st->rebuild_running ? "running" : "last", (unsigned long long)st->rebuild_pages_moved,
+        mib, st->rebuild_seconds, st->rebuild_seconds > 0 ? mib / st->rebuild_seconds : 0.0);
+  }
   OUT("wire            %.3f pages sent per page written (%llu written)\n",
       st->pages_written ? (double)st->wire_bytes_written / (double)st->pages_written /
                               (RAMPART_PAGE_SIZE + 32.0) : 0.0,

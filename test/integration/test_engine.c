@@ -431,7 +431,48 @@ static void test_write_through_survives_losing_every_server(void **state)
   rp_test_cluster_stop(&c);
 }
 
-/* Long overwrite run: server memory stays near (1 + 1/S) x live x (1 + overflow). */
+/* The rebuild clock: after a kill with no reads or writes meanwhile (a read of a page on
+ * the dead server would rewrite it at once), the rebuild moves at least every live page
+ * that server held, finishes, and says how long it took. */
+static void test_rebuild_is_counted_and_timed(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  cluster_start(&c, 5, "64M");
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
+                          "timeout", "1000", NULL };
+  struct device d;
+  uint64_t pages = 2048;
+  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 23);
+  run_workload(&d, 100, 100, 0);
+  struct rampart_stats st;
+  stats(&d, &st);
+  assert_int_equal(st.rebuilds_finished, 0);
+  assert_false(st.rebuild_running);
+  uint64_t held = st.servers[2].pages_live;
+  assert_true(held > 0);
+  rp_test_server_kill(&c.servers[2]);
+  for (unsigned i = 0; i < 300 && st.rebuilds_finished == 0; i++) {
+    usleep(100000);
+    stats(&d, &st);
+  }
+  char report[8192];
+  rampart_format_stats(&st, report, sizeof report);
+  print_message("%s", report);
+  assert_int_equal(st.rebuilds_finished, 1);
+  assert_false(st.rebuild_running);
+  assert_true(st.rebuild_pages_moved >= held);
+  assert_true(st.rebuild_pages_moved <= st.rebuild_pages_done);
+  assert_true(st.rebuild_seconds > 0 && st.rebuild_seconds < 30);
+  assert_non_null(strstr(report, "\nrebuild         last: "));
+  verify_all(&d, false);
+  device_free(&d);
+  rp_test_cluster_stop(&c);
+}
+
+/* Long overwrite run: server memory stays within (1 + 1/S) x live x (1 + overflow) at the
+ * default overflow (10%), and no page spills to disk on the way: writers wait for
+ * cleaning instead. */
 static void test_server_memory_stays_bounded(void **state)
 {
   (void)state;
@@ -449,8 +490,10 @@ static void test_server_memory_stays_bounded(void **state)
     live += memcmp(d.shadow + p * PAGE, zero, PAGE) != 0;
   }
   /* Cleaning may still be finishing the last groups: the servers' memory must settle
-   * within the bound in a few seconds, as the real servers count it. */
-  const double bound = (1.0 + 1.0 / 4) * 1.25;
+   * within the bound in a few seconds, as the real servers count it. The engine allows
+   * itself a few groups' worth of slack (5 slots x 8) on top, which tells on a device
+   * this small. */
+  const double bound = (1.0 + 1.0 / 4) * 1.10 + 40.0 / (double)live;
   double ratio = 0;
   uint64_t stored = 0;
   for (unsigned attempt = 0; attempt < 100; attempt++) {
@@ -477,9 +520,10 @@ static void test_server_memory_stays_bounded(void **state)
   rampart_format_stats(&st, report, sizeof report);
   print_message("%s", report);
   print_message("server pages %llu for %llu live pages: %.3f per live page "
-                "(bound (1 + 1/4) x 1.25 = %.4f)\n", (unsigned long long)stored,
+                "(bound (1 + 1/4) x 1.10 + slack = %.4f)\n", (unsigned long long)stored,
                 (unsigned long long)live, ratio, bound);
   assert_true(ratio <= bound);
+  assert_int_equal(st.pages_spilled, 0);
   verify_all(&d, false);
   device_free(&d);
   rp_test_cluster_stop(&c);
@@ -618,6 +662,7 @@ int main(void)
     cmocka_unit_test(test_policy_parity_log),
     cmocka_unit_test(test_policy_write_through),
     cmocka_unit_test(test_parity_log_survives_kills),
+    cmocka_unit_test(test_rebuild_is_counted_and_timed),
     cmocka_unit_test(test_mirror_survives_a_kill),
     cmocka_unit_test(test_restarted_server_rejoins_empty),
     cmocka_unit_test(test_none_loses_only_the_dead_servers_pages_as_eio),
