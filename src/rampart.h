@@ -47,7 +47,7 @@ enum rampart_redundancy {
  *   spill-size=SIZE       its capacity (default: the device size)
  *   memory=SIZE           standalone mode: local RAM for pages before spilling (default 0
  *                         with servers; with none, the whole device)
- *   overflow=PERCENT      extra remote memory reserved for old versions (default 25)
+ *   overflow=PERCENT      extra remote memory for old versions, kept by cleaning (default 10)
  *   timeout=MS            a server that does not answer in this long is failing (default 2000)
  *   lease=SECONDS         how long a reconnecting server's session is expected to live
  *   stats-file=PATH       the engine rewrites its stats report here every second
