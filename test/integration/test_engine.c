@@ -271,16 +271,22 @@ static void test_policy_mirror(void **state) { (void)state; policy_round_trip("m
 static void test_policy_parity_log(void **state) { (void)state; policy_round_trip("parity-log", 5); }
 static void test_policy_write_through(void **state) { (void)state; policy_round_trip("write-through", 4); }
 
+/* Parity-log 4+1 on n fresh servers, declaring a dead server lost after a second. */
+static void start_quick_to_rebuild_device(struct rp_test_cluster *c, struct device *d,
+                                          unsigned nservers, uint64_t pages, uint64_t seed)
+{
+  cluster_start(c, nservers, "64M");
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
+                          "timeout", "1000", NULL };
+  device_init(d, rp_test_engine_open(c, pages, extra), pages, seed);
+}
+
 static void test_parity_log_survives_kills(void **state)
 {
   (void)state;
   struct rp_test_cluster c;
-  cluster_start(&c, 6, "64M");
-  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
-                          "timeout", "1000", NULL };
   struct device d;
-  uint64_t pages = 4096;
-  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 99);
+  start_quick_to_rebuild_device(&c, &d, 6, 4096, 99);
   run_workload(&d, 200, 80, 5);
   /* kill -9 in the middle of the write stream */
   rp_test_server_kill(&c.servers[1]);
@@ -438,12 +444,8 @@ static void test_rebuild_is_counted_and_timed(void **state)
 {
   (void)state;
   struct rp_test_cluster c;
-  cluster_start(&c, 5, "64M");
-  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
-                          "timeout", "1000", NULL };
   struct device d;
-  uint64_t pages = 2048;
-  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 23);
+  start_quick_to_rebuild_device(&c, &d, 5, 2048, 23);
   run_workload(&d, 100, 100, 0);
   struct rampart_stats st;
   stats(&d, &st);
