@@ -255,8 +255,13 @@ int rp_test_server_stop(struct rp_test_server *s)
   if (s->pid <= 0)
     return -1;
   int status = -1;
+  /* A paused server must wake up to handle SIGTERM. SIGCONT goes first: sent after,
+   * it can land while the server is already exiting, and under the sanitizers exit is
+   * when LeakSanitizer stops the process's threads with ptrace to scan them. One CI run
+   * saw a server log "stopped" and then never exit; a signal arriving in that window is
+   * the one thing this harness could have done to it. */
+  kill(s->pid, SIGCONT);
   kill(s->pid, SIGTERM);
-  kill(s->pid, SIGCONT); /* a paused server must wake up to handle SIGTERM */
   int r = wait_exit(s->pid, STOP_TIMEOUT_MS, &status);
   if (r == 1) {
     fprintf(stderr, "test: rampartd %d ignored SIGTERM for %d ms: killing it\n", (int)s->pid,
