@@ -235,12 +235,17 @@ struct rampart_engine {
   pthread_mutex_t stats_lock;   /* guards the snapshot copied to other threads */
 };
 
-/* Server slots one live page needs: the page, and its share of a parity page. */
-static inline double engine_slots_per_page(const struct rampart_engine *e)
+/* Parity-log and mirror keep a parity page (a copy, for mirror) per group. */
+static inline bool engine_policy_has_parity(const struct rampart_engine *e)
 {
-  bool parity = e->policy == RAMPART_REDUNDANCY_PARITY_LOG ||
-                e->policy == RAMPART_REDUNDANCY_MIRROR;
-  return 1.0 + (parity ? 1.0 / e->group_size : 0.0);
+  return e->policy == RAMPART_REDUNDANCY_PARITY_LOG || e->policy == RAMPART_REDUNDANCY_MIRROR;
+}
+
+/* Server slots one live page needs in groups of `width` data pages: the page, and its
+ * share of the parity page. */
+static inline double engine_slots_per_page(const struct rampart_engine *e, unsigned width)
+{
+  return 1.0 + (engine_policy_has_parity(e) ? 1.0 / width : 0.0);
 }
 
 /* engine.c */

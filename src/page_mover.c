@@ -30,11 +30,6 @@ static bool server_is_lost(const struct rampart_engine *e, uint8_t index)
   return index != GROUP_NO_SERVER && e->servers[index].state == RAMPART_SERVER_LOST;
 }
 
-static bool policy_has_parity(const struct rampart_engine *e)
-{
-  return e->policy == RAMPART_REDUNDANCY_PARITY_LOG || e->policy == RAMPART_REDUNDANCY_MIRROR;
-}
-
 /* Slots held on servers, on every server not lost. */
 static uint64_t slots_held(const struct rampart_engine *e)
 {
@@ -54,22 +49,23 @@ static uint64_t slots_held(const struct rampart_engine *e)
 static void update_cleaning(struct rampart_engine *e)
 {
   bool short_of_room = false;
+  unsigned up = 0;
   for (unsigned i = 0; i < e->nservers; i++) {
     const struct server *s = &e->servers[i];
-    if (s->state == RAMPART_SERVER_UP && s->reserved_pages > 0)
+    if (s->state != RAMPART_SERVER_UP)
+      continue;
+    up += !s->advised;
+    if (s->reserved_pages > 0)
       short_of_room |= (uint64_t)slot_allocator_available(&s->slots) * 100 <
                        s->reserved_pages * CLEAN_SHORT_PERCENT;
   }
   uint64_t held = slots_held(e);
   /* After a loss, new groups are narrower (one data page fewer per server gone, once
    * fewer than S + 1 servers are left), so the live pages need more parity. */
-  double per_page = engine_slots_per_page(e);
-  unsigned up = 0;
-  for (unsigned i = 0; i < e->nservers; i++)
-    up += e->servers[i].state == RAMPART_SERVER_UP && !e->servers[i].advised;
-  if (policy_has_parity(e) && up >= 2 && up - 1 < e->group_size)
-    per_page = 1.0 + 1.0 / (up - 1);
-  double need = (double)e->groups.live_pages * per_page;
+  unsigned width = e->group_size;
+  if (engine_policy_has_parity(e) && up >= 2 && up - 1 < width)
+    width = up - 1;
+  double need = (double)e->groups.live_pages * engine_slots_per_page(e, width);
   double overflow = e->config.overflow_percent / 100.0;
   /* A few groups' worth of slack for the groups open and sealing, so a tiny device does
    * not clean forever. */
@@ -105,7 +101,7 @@ static const char *group_move_reason(struct rampart_engine *e, const struct grou
   }
   if (why)
     return why;
-  if (policy_has_parity(e) && !g->has_parity && server_set_placeable(e) >= 2)
+  if (engine_policy_has_parity(e) && !g->has_parity && server_set_placeable(e) >= 2)
     return "protect";
   if (e->cleaning && g->live <= e->clean_live_max && g->live < g->members)
     return "clean";
@@ -178,12 +174,11 @@ static void rebuild_finish(struct rampart_engine *e)
   e->rebuilds_finished++;
   e->rebuild_finished_ns = engine_now_ns();
   double seconds = (double)(e->rebuild_finished_ns - e->rebuild_started_ns) / 1e9;
+  double mib = (double)e->rebuild_pages_moved * RAMPART_PAGE_SIZE / 1048576.0;
   rp_log(RP_LOG_INFO, "rebuild finished: %llu pages (%.1f MiB) written again in %.3f s "
          "(%.1f MiB/s); every live page has its redundancy back",
-         (unsigned long long)e->rebuild_pages_moved,
-         (double)e->rebuild_pages_moved * RAMPART_PAGE_SIZE / 1048576.0, seconds,
-         seconds > 0 ? (double)e->rebuild_pages_moved * RAMPART_PAGE_SIZE / 1048576.0 / seconds
-                     : 0.0);
+         (unsigned long long)e->rebuild_pages_moved, mib, seconds,
+         seconds > 0 ? mib / seconds : 0.0);
 }
 
 static void finish_pass(struct rampart_engine *e)
@@ -261,7 +256,7 @@ static void scan_spill(struct rampart_engine *e)
 {
   if (!e->spill || e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH || e->nservers == 0)
     return;
-  unsigned needed = policy_has_parity(e) ? 2 : 1;
+  unsigned needed = engine_policy_has_parity(e) ? 2 : 1;
   if (server_set_placeable(e) < needed || e->cleaning || spill_store_used(e->spill) == 0)
     return;
   for (unsigned n = 0; n < SPILL_PAGES_PER_TICK && e->moves_in_flight < ENGINE_MOVES; n++) {

@@ -15,11 +15,6 @@
 
 #define LOST_ENTRY page_entry_slot(PAGE_SPILL, PAGE_ENTRY_MAX_SLOT)
 
-static bool policy_has_parity(const struct rampart_engine *e)
-{
-  return e->policy == RAMPART_REDUNDANCY_PARITY_LOG || e->policy == RAMPART_REDUNDANCY_MIRROR;
-}
-
 static void mark_pending(struct rampart_engine *e, uint64_t page)
 {
   e->write_pending[page / 64] |= UINT64_C(1) << (page % 64);
@@ -205,7 +200,7 @@ enum open_result { OPENED, NO_SERVERS, NO_BUFFER };
 static enum open_result open_new_group(struct rampart_engine *e)
 {
   unsigned usable = server_set_placeable(e);
-  bool parity = policy_has_parity(e);
+  bool parity = engine_policy_has_parity(e);
   if (usable < (parity ? 2u : 1u))
     return NO_SERVERS;
   unsigned capacity = e->group_size;

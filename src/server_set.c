@@ -47,7 +47,8 @@ unsigned server_set_placeable(const struct rampart_engine *e)
  * spill to disk. A reserved page the client never writes costs the server nothing. */
 static uint64_t reservation_wanted(const struct rampart_engine *e, unsigned nservers)
 {
-  double per_page = engine_slots_per_page(e) * (1.0 + e->config.overflow_percent / 100.0);
+  double per_page = engine_slots_per_page(e, e->group_size) *
+                    (1.0 + e->config.overflow_percent / 100.0);
   double total = (double)e->pages * per_page * 1.10;
   return (uint64_t)(total / nservers) + 256;
 }
