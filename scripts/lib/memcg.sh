@@ -145,13 +145,19 @@ memcg_kernel_log_since() { # mark
 # memcg_oom_verdict NAME DEVICE MARK: after a workload in cgroup NAME died, tells whether
 # the kernel's memory-cgroup OOM killer ended it while swap DEVICE reported no I/O error
 # since MARK (memcg_kernel_log_mark). Returns 0 and prints the kernel's numbers then;
-# returns 1 when DEVICE had I/O errors (printed), 2 when it was something else.
+# returns 1 when DEVICE had I/O errors (printed), 2 when it was something else, 3 (with
+# the reason) when the kernel log cannot be read: then an I/O error cannot be ruled out,
+# and an OOM kill is no reason to try again.
 # The cgroup's own oom_kill counter decides, so a full or unreadable kernel log cannot
 # hide an OOM kill; the log only supplies I/O errors and the numbers.
 # Callers rerun such a workload: why such OOMs happen is at memcg_relieve_oom, which
 # heads most of them off on cgroup v1.
 memcg_oom_verdict() { # name device mark
   local klog
+  if ! dmesg >/dev/null 2>&1; then
+    echo "the kernel log is unreadable (dmesg: $(dmesg 2>&1 >/dev/null | head -n 1)), so a swap I/O error cannot be ruled out; run as root or set kernel.dmesg_restrict=0"
+    return 3
+  fi
   klog=$(memcg_kernel_log_since "$3")
   if grep -q "I/O error, dev ${2#/dev/}" <<<"$klog"; then
     grep "I/O error, dev ${2#/dev/}" <<<"$klog" | tail -n 3

@@ -135,7 +135,10 @@ static void test_stopped_server_times_out(void **state)
   assert_true(rp_conn_wait(c, all_done, &t, 5000));
   double took = now_s() - t0;
   fprintf(stderr, "timed out after %.3f s\n", took);
-  assert_true(took >= 0.45 && took < 2.0);
+  /* Not before the 500 ms timeout (less a little clock slop). No upper bound here: the
+   * 5 s wait above already fails a timeout that never fires, and a tighter bound only
+   * measures how loaded the machine is (it flaked under ASan with two test jobs). */
+  assert_true(took >= 0.45);
   assert_int_equal(t.by_status[RP_ERR_TIMEOUT], 1);
   assert_int_equal(t.first_status, RP_ERR_TIMEOUT);
   assert_int_equal(t.by_status[RP_ERR_DISCONNECTED], NREQ - 1);
@@ -168,7 +171,11 @@ static void test_stopped_server_times_out(void **state)
   t0 = now_s();
   assert_null(rp_conn_open(&o, NULL, &err));
   assert_int_equal(err.code, RP_ERR_TIMEOUT);
-  assert_true(now_s() - t0 < 2.0);
+  /* Bounded, not punctual: a handshake that ignored its 300 ms would hang here for as
+   * long as the server is stopped, far past this. */
+  double handshake = now_s() - t0;
+  fprintf(stderr, "handshake gave up after %.3f s\n", handshake);
+  assert_true(handshake >= 0.25 && handshake < 8.0);
 
   assert_int_equal(rp_test_server_resume(&s), 0);
   assert_int_equal(rp_test_server_stop(&s), 0);

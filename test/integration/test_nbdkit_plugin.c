@@ -197,6 +197,8 @@ static void print_log(const char *path)
 
 static void stop_all(struct setup *s)
 {
+  char how[96];
+  const char *nbdkit_bad = NULL;
   if (s->nbd) {
     nbd_shutdown(s->nbd, 0);
     nbd_close(s->nbd);
@@ -204,16 +206,27 @@ static void stop_all(struct setup *s)
   if (s->nbdkit) {
     kill(s->nbdkit, SIGTERM);
     int status = wait_or_kill(s->nbdkit, 20000);
-    if (!sanitized() && (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+    /* Under the ASan preload only a hang at exit is forgiven (the libp11-kit destructor
+     * above, after our plugin has unloaded); a crash, an abort or a bad exit status
+     * still fails the test. */
+    if (status == -1 && sanitized()) {
+      print_message("nbdkit hung at exit under the ASan preload and was killed (known: "
+                    "libp11-kit's exit-time destructor)\n");
+    } else if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       print_log(s->log);
-      fail_msg("nbdkit did not exit cleanly on SIGTERM (status %d)", status);
+      nbdkit_bad = rp_test_describe_status(status, how, sizeof how);
     }
   }
+  unsigned bad = 0;
   for (unsigned i = 0; i < s->n; i++)
-    if (s->servers[i].pid)
-      rp_test_server_stop(&s->servers[i]);
+    if (rp_test_server_stop_clean(&s->servers[i]) < 0)
+      bad++;
   free(s->shadow);
   rp_test_tmpdir_remove(s->dir);
+  if (nbdkit_bad)
+    fail_msg("nbdkit did not exit cleanly on SIGTERM (%s); its log is above", nbdkit_bad);
+  if (bad)
+    fail_msg("%u rampartd did not live and exit cleanly (above: how and their stderr)", bad);
 }
 
 static void check_nbd(struct setup *s, int r, const char *what)

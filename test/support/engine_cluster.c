@@ -34,10 +34,15 @@ int rp_test_cluster_start(struct rp_test_cluster *c, unsigned n, const char *mem
 
 void rp_test_cluster_stop(struct rp_test_cluster *c)
 {
+  unsigned bad = 0;
   for (unsigned i = 0; i < c->n; i++)
-    if (c->servers[i].pid)
-      rp_test_server_stop(&c->servers[i]);
+    if (rp_test_server_stop_clean(&c->servers[i]) < 0)
+      bad++;
   rp_test_tmpdir_remove(c->dir);
+  if (bad)
+    fail_msg("%u of %u rampartd did not live and exit cleanly (above: how each ended and "
+             "its stderr); parity may have hidden it from the reads, but a crash is a crash",
+             bad, c->n);
 }
 
 static void set(struct rampart_config *cfg, const char *key, const char *value)

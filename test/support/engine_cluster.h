@@ -35,7 +35,9 @@ struct rp_test_cluster {
  * --test-fault mode or NULL for an honest server. 0, or -1 with a message on stderr. */
 int rp_test_cluster_start(struct rp_test_cluster *c, unsigned n, const char *memory,
                           const char *const *faults);
-/* Stops every server still running, by PID, and removes the directory. */
+/* Stops every server still running, by PID, and removes the directory. Fails the
+ * running cmocka test when a server the test did not kill had died on its own, or did
+ * not exit 0 on SIGTERM (rp_test_server_stop_clean). */
 void rp_test_cluster_stop(struct rp_test_cluster *c);
 
 /* Opens an engine of `pages` pages over the cluster (c NULL: standalone), with extra

@@ -278,6 +278,43 @@ int rp_test_server_stop(struct rp_test_server *s)
   return r == 0 ? status : -1;
 }
 
+const char *rp_test_describe_status(int status, char *buf, size_t len)
+{
+  if (status == -1)
+    snprintf(buf, len, "no status (not reaped)");
+  else if (WIFEXITED(status))
+    snprintf(buf, len, "exit %d", WEXITSTATUS(status));
+  else if (WIFSIGNALED(status))
+    snprintf(buf, len, "signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  else
+    snprintf(buf, len, "wait status 0x%x", status);
+  return buf;
+}
+
+static int report_death(struct rp_test_server *s, int status)
+{
+  char how[96];
+  fprintf(stderr, "test: rampartd %s died during the test (%s) before it was asked to stop; "
+                  "its stderr:\n", s->addr, rp_test_describe_status(status, how, sizeof how));
+  echo_file("  rampartd stderr: ", s->stderr_path);
+  return -1;
+}
+
+int rp_test_server_stop_clean(struct rp_test_server *s)
+{
+  if (s->pid <= 0)
+    return s->died ? report_death(s, s->died_status) : 0;
+  int status;
+  if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
+    s->pid = 0;
+    s->died = true;
+    s->died_status = status;
+    return report_death(s, status);
+  }
+  status = rp_test_server_stop(s); /* echoes stderr itself on a bad exit */
+  return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
 int rp_test_server_kill(struct rp_test_server *s)
 {
   if (s->pid <= 0)
@@ -306,6 +343,8 @@ bool rp_test_server_alive(struct rp_test_server *s)
   int status;
   if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
     s->pid = 0;
+    s->died = true;
+    s->died_status = status;
     return false;
   }
   return true;

@@ -25,6 +25,10 @@ struct rp_test_server {
   char addr[96];       /* "HOST:PORT" */
   char stdout_path[512];
   char stderr_path[512];
+  /* Set when the process was found dead without the test having stopped or killed it
+   * (rp_test_server_alive reaped it): a crash that rp_test_server_stop_clean reports. */
+  bool died;
+  int died_status;
 };
 
 /* A fresh directory under $TMPDIR (or /tmp), removed with everything in it by
@@ -56,6 +60,15 @@ int rp_test_server_start_argv(struct rp_test_server *s, const char *dir,
 /* SIGTERM, then waits up to 10 s (SIGKILL after that). Returns the wait status
  * (use WIFEXITED etc.), or -1 if the server was not running. */
 int rp_test_server_stop(struct rp_test_server *s);
+/* Stops s and checks that it lived as a healthy server does: still running when the
+ * test asked it to stop (or killed by the test itself), then exit status 0 on SIGTERM.
+ * A crash, a sanitizer report (ASan aborts, LeakSanitizer exits 23) or a hang is
+ * printed with the server's stderr, where the sanitizer's report lands. Returns 0 when
+ * all is well, -1 otherwise. Redundancy hides a crashed server from the test's reads;
+ * this is what still sees it. */
+int rp_test_server_stop_clean(struct rp_test_server *s);
+/* "exit 0", "exit 23", "signal 11 (Segmentation fault)" for a wait status. */
+const char *rp_test_describe_status(int status, char *buf, size_t len);
 /* SIGKILL and reap: a crash. Returns the wait status or -1. */
 int rp_test_server_kill(struct rp_test_server *s);
 /* SIGSTOP / SIGCONT: a straggler. 0 or -1. */

@@ -122,6 +122,7 @@ finish_workload() {
   if ((rc != 0)); then
     why=$(memcg_oom_verdict "$workload_cg" "$dev" "$dmesg_mark") || verdict=$?
     ((verdict != 1)) || fail "swap I/O to $dev failed; the workload exited with status $rc: $why"
+    ((verdict != 3)) || fail "the workload exited with status $rc and $why"
     if ((rc == 137 && verdict == 0)); then
       log "the kernel's memory-cgroup OOM killer ended the workload; no swap I/O failed:"
       sed 's/^/    /' <<<"$why"

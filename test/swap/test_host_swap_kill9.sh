@@ -10,6 +10,20 @@ swap_on_cluster k9 192M lease=2 timeout=1000
 # Another attempt (after a memory-cgroup OOM kill, see finish_workload) runs on a device
 # that has already rebuilt from the last loss, and kills another server.
 victims=(2 4 0)
+
+# wait_rebuilt I: waits up to 60 s for the engine to declare server I lost and finish
+# rebuilding (nothing pending, and a finished rebuild on the stats' 'rebuild last' line);
+# fails the test otherwise.
+wait_rebuilt() {
+  local addr=${CLUSTER_ADDRS[$1]}
+  for _ in $(seq 600); do
+    grep -q "$addr *lost" "$work/stats" 2>/dev/null && grep -q 'rebuild pending 0,' "$work/stats" \
+      && grep -q '^rebuild *last' "$work/stats" && { log "rebuilt: $(grep '^rebuild' "$work/stats")"; return 0; }
+    sleep 0.1
+  done
+  sed 's/^/    /' "$work/stats" >&2
+  fail "the engine did not finish rebuilding after $addr was killed (60 s)"
+}
 for attempt in 1 2 3; do
   start_workload rampart-test-k9-$$-$attempt 96M quicksort 288M "$work/workload.out"
   for _ in $(seq 600); do
@@ -30,12 +44,11 @@ for attempt in 1 2 3; do
   log "running the workload once more, on the rebuilt device"
   # The first loss must be rebuilt before a second one is survivable (parity-log: one
   # loss per group at a time).
-  for _ in $(seq 300); do
-    grep -q "${CLUSTER_ADDRS[$victim]} *lost" "$work/stats" 2>/dev/null \
-      && grep -q 'rebuild pending 0,' "$work/stats" && break
-    sleep 0.1
-  done
+  wait_rebuilt "$victim"
 done
+# Surviving the kill is half of it: the engine must also have re-protected every page
+# the dead server held, or the next loss would take them.
+wait_rebuilt "$victim"
 log "engine after the kill:"
 sed 's/^/    /' "$work/stats"
 grep -q "${CLUSTER_ADDRS[$victim]} *\(down\|lost\|failing\|reconnecting\)" "$work/stats" \

@@ -1,0 +1,106 @@
+#!/usr/bin/python3
+"""Counts a ctest run test case by test case, from ctest's JUnit file.
+
+scripts/test calls this after each ctest stage. ctest alone counts a cmocka binary as
+one test and a cmocka skip() inside it as a pass, and --output-on-failure never shows why
+something skipped; this reads every test's own output instead:
+
+  - a cmocka binary counts each of its cases: '[       OK ] name' passed,
+    '[  FAILED  ] name' failed, '[  SKIPPED ] name' skipped, the reason being the last
+    line the case printed that starts with 'skipped:' (print it before skip());
+  - any other test (test/swap/*.sh) counts once: ctest's own status, a skip (exit 77)
+    with the reason from its last 'SKIP:' line;
+  - a binary that failed without a failed case (a crash, a sanitizer abort, a time-out,
+    a case that never finished) is one failure more, so a crash is never hidden by the
+    cases that passed before it.
+
+Prints 'counts PASSED FAILED SKIPPED', then one 'skip TEST[: CASE]: REASON' or
+'fail TEST[: CASE]' line per such test, for scripts/test to report.
+"""
+import re
+import sys
+import xml.etree.ElementTree as ET
+
+RESULT = re.compile(r"^\[ *(OK|FAILED|SKIPPED) *\] (\S+)\s*$")
+RUN = re.compile(r"^\[ RUN +\] (\S+)\s*$")
+
+
+def cmocka_cases(out):
+    """Yields (case, verdict, reason) for each case that printed a result line."""
+    current, reason = None, None
+    for line in out.splitlines():
+        m = RUN.match(line)
+        if m:
+            current, reason = m.group(1), None
+            continue
+        m = RESULT.match(line)
+        if m and current and m.group(2) == current:
+            yield current, m.group(1), reason
+            current = None
+            continue
+        if current and line.lstrip().lower().startswith("skipped:"):
+            reason = line.strip()[len("skipped:"):].strip()
+    if current:
+        # RUN with no result: the binary died inside this case.
+        yield current, "UNFINISHED", None
+
+
+def skip_reason(out, ctest_message):
+    for line in reversed(out.splitlines()):
+        if "SKIP:" in line:
+            return line.split("SKIP:", 1)[1].strip()
+    return "no reason printed (" + (ctest_message or "skipped") + ")"
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: ctest_report.py JUNIT.xml")
+    passed = failed = skipped = 0
+    lines = []
+    for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
+        name = case.get("name")
+        status = case.get("status")
+        out = case.findtext("system-out") or ""
+        test_failed = status == "fail" or case.find("failure") is not None
+        if "[==========] Running" in out:
+            case_failed = False
+            for cname, verdict, reason in cmocka_cases(out):
+                if verdict == "OK":
+                    passed += 1
+                elif verdict == "SKIPPED":
+                    skipped += 1
+                    lines.append(f"skip {name}: {cname}: {reason or 'no reason printed'}")
+                elif verdict == "FAILED":
+                    failed += 1
+                    case_failed = True
+                    lines.append(f"fail {name}: {cname}")
+                else:
+                    failed += 1
+                    case_failed = True
+                    lines.append(f"fail {name}: {cname} (never finished: crash or time-out)")
+            if test_failed and not case_failed:
+                failed += 1
+                lines.append(f"fail {name} (exited abnormally after its cases: crash, "
+                             "sanitizer report or time-out)")
+        elif status == "notrun" or case.find("skipped") is not None:
+            msg = case.find("skipped")
+            why = msg.get("message", "") if msg is not None else ""
+            if not why.startswith("SKIP_"):
+                # ctest's 'not run' is also a test whose binary was never built.
+                failed += 1
+                lines.append(f"fail {name} (not run: {why or out.strip() or 'unknown'})")
+                continue
+            skipped += 1
+            lines.append(f"skip {name}: " + skip_reason(out, why))
+        elif test_failed:
+            failed += 1
+            lines.append(f"fail {name}")
+        else:
+            passed += 1
+    print(f"counts {passed} {failed} {skipped}")
+    for line in lines:
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
