@@ -6,7 +6,8 @@ one test and a cmocka skip() inside it as a pass, and --output-on-failure never 
 something skipped; this reads every test's own output instead:
 
   - a cmocka binary counts each of its cases: '[       OK ] name' passed,
-    '[  FAILED  ] name' failed, '[  SKIPPED ] name' skipped, the reason being the last
+    '[  FAILED  ] name' failed ('[  ERROR   ] name' too: its setup or teardown
+    failed), '[  SKIPPED ] name' skipped, the reason being the last
     line the case printed that starts with 'skipped:' (print it before skip());
   - any other test (test/swap/*.sh) counts once: ctest's own status, a skip (exit 77)
     with the reason from its last 'SKIP:' line;
@@ -21,7 +22,7 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 
-RESULT = re.compile(r"^\[ *(OK|FAILED|SKIPPED) *\] (\S+)\s*$")
+RESULT = re.compile(r"^\[ *(OK|FAILED|ERROR|SKIPPED) *\] (\S+)\s*$")
 RUN = re.compile(r"^\[ RUN +\] (\S+)\s*$")
 
 
@@ -31,6 +32,8 @@ def cmocka_cases(out):
     for line in out.splitlines():
         m = RUN.match(line)
         if m:
+            if current:
+                yield current, "UNFINISHED", None
             current, reason = m.group(1), None
             continue
         m = RESULT.match(line)
@@ -70,10 +73,11 @@ def main():
                 elif verdict == "SKIPPED":
                     skipped += 1
                     lines.append(f"skip {name}: {cname}: {reason or 'no reason printed'}")
-                elif verdict == "FAILED":
+                elif verdict in ("FAILED", "ERROR"):
                     failed += 1
                     case_failed = True
-                    lines.append(f"fail {name}: {cname}")
+                    lines.append(f"fail {name}: {cname}" +
+                                 (" (its setup or teardown failed)" if verdict == "ERROR" else ""))
                 else:
                     failed += 1
                     case_failed = True
