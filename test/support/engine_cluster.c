@@ -2,6 +2,7 @@
 #include "engine_cluster.h"
 
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -10,8 +11,8 @@
 
 #include <cmocka.h>
 
-int rp_test_cluster_start(struct rp_test_cluster *c, unsigned n, const char *memory,
-                          const char *const *faults)
+static int cluster_start(struct rp_test_cluster *c, unsigned n, const char *memory,
+                         const char *const *faults, bool in_netns)
 {
   memset(c, 0, sizeof *c);
   if (n > RP_TEST_MAX_SERVERS || rp_test_tmpdir(c->dir, sizeof c->dir) < 0 ||
@@ -21,15 +22,50 @@ int rp_test_cluster_start(struct rp_test_cluster *c, unsigned n, const char *mem
   for (unsigned i = 0; i < n; i++) {
     snprintf(c->psi[i], sizeof c->psi[i], "%s/psi-%u", c->dir, i);
     if (rp_test_write_file(c->psi[i], RP_TEST_PSI_CALM) < 0)
-      return -1;
+      goto fail;
     const char *fault = faults ? faults[i] : NULL;
     const char *args[] = { "--memory", memory, "--key", c->key_path, "--pressure-file",
                            c->psi[i], "--psi-threshold", "10", "--pressure-interval-ms",
                            "100", fault ? "--test-fault" : NULL, fault, NULL };
-    if (rp_test_server_start(&c->servers[i], c->dir, args) < 0)
-      return -1;
+    if (!in_netns) {
+      if (rp_test_server_start(&c->servers[i], c->dir, args) < 0)
+        goto fail;
+      continue;
+    }
+    /* `ip netns exec` execs the server in place, so the PID is the server's own. */
+    const char *bin = rp_test_rampartd_path();
+    char listen[48];
+    if (!bin || rp_test_netns_create(&c->netns[i], i) < 0)
+      goto fail;
+    snprintf(listen, sizeof listen, "%s:0", c->netns[i].ns_ip);
+    const char *argv[32] = { rp_test_ip_path(), "netns", "exec", c->netns[i].name, bin,
+                             "--listen", listen, "--foreground" };
+    size_t k = 8;
+    for (size_t j = 0; args[j] && k + 1 < sizeof argv / sizeof argv[0]; j++)
+      argv[k++] = args[j];
+    if (rp_test_server_start_argv(&c->servers[i], c->dir, argv) < 0)
+      goto fail;
   }
   return 0;
+fail:
+  /* Nothing half-made outlives a failed start: no server, namespace or directory. */
+  for (unsigned i = 0; i < n; i++) {
+    rp_test_server_kill(&c->servers[i]);
+    rp_test_netns_destroy(&c->netns[i]);
+  }
+  rp_test_tmpdir_remove(c->dir);
+  return -1;
+}
+
+int rp_test_cluster_start(struct rp_test_cluster *c, unsigned n, const char *memory,
+                          const char *const *faults)
+{
+  return cluster_start(c, n, memory, faults, false);
+}
+
+int rp_test_cluster_start_netns(struct rp_test_cluster *c, unsigned n, const char *memory)
+{
+  return cluster_start(c, n, memory, NULL, true);
 }
 
 void rp_test_cluster_stop(struct rp_test_cluster *c)
@@ -38,6 +74,8 @@ void rp_test_cluster_stop(struct rp_test_cluster *c)
   for (unsigned i = 0; i < c->n; i++)
     if (rp_test_server_stop_clean(&c->servers[i]) < 0)
       bad++;
+  for (unsigned i = 0; i < c->n; i++)
+    rp_test_netns_destroy(&c->netns[i]);
   rp_test_tmpdir_remove(c->dir);
   if (bad)
     fail_msg("%u of %u rampartd did not live and exit cleanly (above: how each ended and "

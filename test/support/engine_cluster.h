@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "auth.h"
+#include "netns_host.h"
 #include "rampart.h"
 #include "server_process.h"
 
@@ -29,12 +30,18 @@ struct rp_test_cluster {
   struct rp_key key;
   unsigned n;
   struct rp_test_server servers[RP_TEST_MAX_SERVERS];
+  /* With rp_test_cluster_start_netns: each server's own network namespace. */
+  struct rp_test_netns netns[RP_TEST_MAX_SERVERS];
 };
 
 /* Starts n servers lending `memory` each. faults (may be NULL) names, per server, a
  * --test-fault mode or NULL for an honest server. 0, or -1 with a message on stderr. */
 int rp_test_cluster_start(struct rp_test_cluster *c, unsigned n, const char *memory,
                           const char *const *faults);
+/* The same, each server in a network namespace of its own (netns_host.h) listening on
+ * that namespace's address, so a test can partition or impair one server's link. The
+ * caller checks rp_test_netns_supported first. */
+int rp_test_cluster_start_netns(struct rp_test_cluster *c, unsigned n, const char *memory);
 /* Stops every server still running, by PID, and removes the directory. Fails the
  * running cmocka test when a server the test did not kill had died on its own, or did
  * not exit 0 on SIGTERM (rp_test_server_stop_clean). */
