@@ -17,13 +17,63 @@
 static const char CLIENT_LABEL[] = "rampart-v1 client";
 static const char SERVER_LABEL[] = "rampart-v1 server";
 
+static const char *file_kind(mode_t mode)
+{
+  if (S_ISDIR(mode))
+    return "a directory";
+  if (S_ISFIFO(mode))
+    return "a FIFO";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode))
+    return "a device";
+  return "not a regular file";
+}
+
+/* A key is a secret only while nobody else can read or replace it: the same rule ssh
+ * applies to private keys. Checked on the open descriptor, so a rename between the
+ * check and the read cannot swap the file. */
+static int check_key_file(int fd, const char *path, char *err, size_t errlen)
+{
+  struct stat st;
+  if (fstat(fd, &st) < 0) {
+    snprintf(err, errlen, "cannot stat key file %s: %s", path, strerror(errno));
+    return -1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    snprintf(err, errlen, "key file %s is %s; a key is a plain file (make one with "
+             "'rampartctl keygen FILE')", path, file_kind(st.st_mode));
+    return -1;
+  }
+  uid_t me = geteuid();
+  if (st.st_uid != me && st.st_uid != 0) {
+    snprintf(err, errlen, "key file %s is owned by uid %u, neither this user (uid %u) nor "
+             "root, so its owner could replace the key: 'chown %u %s' or make a new one "
+             "with 'rampartctl keygen FILE'", path, (unsigned)st.st_uid, (unsigned)me,
+             (unsigned)me, path);
+    return -1;
+  }
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    snprintf(err, errlen, "key file %s has mode %04o: its group or other users can read "
+             "or change the cluster key; run 'chmod 600 %s'", path,
+             (unsigned)(st.st_mode & 07777), path);
+    return -1;
+  }
+  return 0;
+}
+
 int rp_key_load(const char *path, struct rp_key *key, char *err, size_t errlen)
 {
   memset(key, 0, sizeof *key);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO put where the key should be must be refused, not waited on. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     snprintf(err, errlen, "cannot open key file %s: %s (create one with "
              "'rampartctl keygen %s')", path, strerror(errno), path);
+    return -1;
+  }
+  if (check_key_file(fd, path, err, errlen) < 0) {
+    close(fd);
     return -1;
   }
   /* Room for the longest key, a CR LF after it, and one byte more to tell a longer

@@ -15,7 +15,7 @@
 
 #include "wire.h"
 
-#define RP_KEY_MIN_LEN 16u
+#define RP_KEY_MIN_LEN 32u
 #define RP_KEY_MAX_LEN 1024u
 
 struct rp_key {

@@ -206,7 +206,7 @@ static void test_load_too_short(void **state)
   assert_int_equal(rp_key_load(f->path, &k, err, sizeof err), -1);
   assert_non_null(strstr(err, "at least"));
   /* exactly RP_KEY_MIN_LEN - 1 bytes, padded with whitespace, is still short */
-  write_file(f->path, "0123456789abcde \n\n", 18);
+  write_file(f->path, "0123456789abcdef0123456789abcde \n\n", 34);
   err[0] = '\0';
   assert_int_equal(rp_key_load(f->path, &k, err, sizeof err), -1);
   assert_true(strlen(err) > 0);
@@ -257,23 +257,77 @@ static void test_load_strips_trailing_newline(void **state)
   struct fixture *f = *state;
   struct rp_key a, b;
   char err[512] = "";
-  write_file(f->path, "0123456789abcdef0123\n", 21);
+  write_file(f->path, "0123456789abcdef0123456789abcdef0123\n", 37);
   assert_int_equal(rp_key_load(f->path, &a, err, sizeof err), 0);
-  assert_int_equal(a.len, 20);
-  assert_memory_equal(a.bytes, "0123456789abcdef0123", 20);
-  write_file(f->path, "0123456789abcdef0123", 20);
+  assert_int_equal(a.len, 36);
+  assert_memory_equal(a.bytes, "0123456789abcdef0123456789abcdef0123", 36);
+  write_file(f->path, "0123456789abcdef0123456789abcdef0123", 36);
   assert_int_equal(rp_key_load(f->path, &b, err, sizeof err), 0);
-  assert_int_equal(b.len, 20);
-  write_file(f->path, "0123456789abcdef0123 \r\n\t\n", 25);
+  assert_int_equal(b.len, 36);
+  write_file(f->path, "0123456789abcdef0123456789abcdef0123 \r\n\t\n", 41);
   assert_int_equal(rp_key_load(f->path, &b, err, sizeof err), 0);
-  assert_int_equal(b.len, 20);
-  assert_memory_equal(a.bytes, b.bytes, 20);
+  assert_int_equal(b.len, 36);
+  assert_memory_equal(a.bytes, b.bytes, 36);
   /* so the same key with or without a newline authenticates the same */
   uint8_t cn[RP_NONCE_LEN], sn[RP_NONCE_LEN], ma[RP_MAC_LEN], mb[RP_MAC_LEN];
   nonces(cn, sn);
   rp_auth_client_mac(&a, sn, cn, ma);
   rp_auth_client_mac(&b, sn, cn, mb);
   assert_true(rp_mac_matches(ma, mb, RP_MAC_LEN));
+}
+
+#define GOOD_KEY "0123456789abcdef0123456789abcdef\n"
+
+/* Each refusal names the file and says the fix. */
+static void expect_refused(const char *path, const char *why, const char *fix)
+{
+  struct rp_key k;
+  char err[512] = "";
+  assert_int_equal(rp_key_load(path, &k, err, sizeof err), -1);
+  print_message("refused: %s\n", err);
+  assert_non_null(strstr(err, path));
+  assert_non_null(strstr(err, why));
+  assert_non_null(strstr(err, fix));
+  assert_int_equal(k.len, 0);
+}
+
+static void test_load_refuses_a_key_others_can_read(void **state)
+{
+  struct fixture *f = *state;
+  write_file(f->path, GOOD_KEY, strlen(GOOD_KEY));
+  static const mode_t loose[] = { 0640, 0604, 0644, 0660, 0602, 0620, 0700 | 0004 };
+  for (size_t i = 0; i < sizeof loose / sizeof loose[0]; i++) {
+    assert_int_equal(chmod(f->path, loose[i]), 0);
+    expect_refused(f->path, "group or other users", "chmod 600");
+  }
+  assert_int_equal(chmod(f->path, 0400), 0); /* read-only for its owner is fine */
+  struct rp_key k;
+  char err[512] = "";
+  assert_int_equal(rp_key_load(f->path, &k, err, sizeof err), 0);
+}
+
+static void test_load_refuses_a_key_another_user_owns(void **state)
+{
+  struct fixture *f = *state;
+  if (geteuid() != 0) {
+    print_message("skipped: needs root to give the key file to another user\n");
+    skip();
+  }
+  write_file(f->path, GOOD_KEY, strlen(GOOD_KEY));
+  assert_int_equal(chown(f->path, 4242, 4242), 0);
+  expect_refused(f->path, "owned by uid 4242", "chown");
+}
+
+static void test_load_refuses_what_is_not_a_file(void **state)
+{
+  struct fixture *f = *state;
+  unlink(f->path);
+  assert_int_equal(mkdir(f->path, 0700), 0);
+  expect_refused(f->path, "a directory", "rampartctl keygen");
+  rmdir(f->path);
+  assert_int_equal(mkfifo(f->path, 0600), 0);
+  expect_refused(f->path, "a FIFO", "rampartctl keygen"); /* and does not hang on it */
+  unlink(f->path);
 }
 
 static void test_keygen(void **state)
@@ -341,6 +395,12 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_load_too_short, setup_dir, teardown_dir),
     cmocka_unit_test_setup_teardown(test_load_too_long, setup_dir, teardown_dir),
     cmocka_unit_test_setup_teardown(test_load_strips_trailing_newline, setup_dir,
+                                    teardown_dir),
+    cmocka_unit_test_setup_teardown(test_load_refuses_a_key_others_can_read, setup_dir,
+                                    teardown_dir),
+    cmocka_unit_test_setup_teardown(test_load_refuses_a_key_another_user_owns, setup_dir,
+                                    teardown_dir),
+    cmocka_unit_test_setup_teardown(test_load_refuses_what_is_not_a_file, setup_dir,
                                     teardown_dir),
     cmocka_unit_test_setup_teardown(test_keygen, setup_dir, teardown_dir),
     cmocka_unit_test(test_keygen_bad_directory),
