@@ -5,11 +5,15 @@
 #   cluster_start DIR N MEMORY KEY [NAME-PREFIX]   fills CLUSTER_PIDS and CLUSTER_ADDRS
 #   cluster_servers                                prints "H:P,H:P,..."
 #   cluster_kill9 I                                SIGKILL server I (0-based), as a crash
-#   cluster_stop                                   SIGTERM every live server, SIGKILL after 5 s
+#   cluster_stop                                   SIGTERM every live server, SIGKILL after 5 s;
+#                                                  CLUSTER_BAD then names each server that
+#                                                  died on its own or exited non-zero
 # Needs $RAMPARTD (path to rampartd). Logs go to DIR/rampartd-I.log.
 
 CLUSTER_PIDS=()
 CLUSTER_ADDRS=()
+CLUSTER_KILLED=()
+CLUSTER_BAD=()
 
 # rampartd_listen_addr OUT: prints the address from rampartd's "listening on H:P" line in
 # file OUT, or nothing yet. OUT is the started process's stdout, which that process (not
@@ -55,16 +59,30 @@ cluster_servers() {
 }
 
 cluster_kill9() { # index
+  CLUSTER_KILLED[$1]=1
   kill -KILL "${CLUSTER_PIDS[$1]}"
   wait "${CLUSTER_PIDS[$1]}" 2>/dev/null || true
 }
 
+# Redundancy hides a crashed server from the reads, so how each server ended is checked
+# here: one that died before it was asked to stop, or exited non-zero on SIGTERM (a
+# sanitizer report, a leak), lands in CLUSTER_BAD for the caller to fail on.
 cluster_stop() {
-  local pid
-  for pid in "${CLUSTER_PIDS[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || true
+  local i pid st
+  local -a alive=()
+  CLUSTER_BAD=()
+  for i in "${!CLUSTER_PIDS[@]}"; do
+    [[ -n ${CLUSTER_KILLED[$i]:-} ]] && continue
+    pid=${CLUSTER_PIDS[$i]}
+    if kill -0 "$pid" 2>/dev/null; then
+      alive[$i]=1
+      kill -CONT "$pid" 2>/dev/null || true
+      kill -TERM "$pid" 2>/dev/null || true
+    fi
   done
-  for pid in "${CLUSTER_PIDS[@]}"; do
+  for i in "${!CLUSTER_PIDS[@]}"; do
+    [[ -n ${CLUSTER_KILLED[$i]:-} ]] && continue
+    pid=${CLUSTER_PIDS[$i]}
     for _ in $(seq 50); do
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.1
@@ -73,7 +91,14 @@ cluster_stop() {
       echo "rampartd pid $pid ignored SIGTERM for 5 s; killing it" >&2
       kill -KILL "$pid" 2>/dev/null || true
     fi
-    wait "$pid" 2>/dev/null || true
+    st=0
+    wait "$pid" 2>/dev/null || st=$?
+    if [[ -z ${alive[$i]:-} ]]; then
+      CLUSTER_BAD+=("rampartd ${CLUSTER_ADDRS[$i]:-#$i} (pid $pid) died during the run (status $st)")
+    elif ((st != 0)); then
+      CLUSTER_BAD+=("rampartd ${CLUSTER_ADDRS[$i]:-#$i} (pid $pid) exited with status $st when stopped")
+    fi
   done
   CLUSTER_PIDS=()
+  CLUSTER_KILLED=()
 }

@@ -59,6 +59,10 @@ swap_test_cleanup() {
   done
   for cg in "${cgroups[@]}"; do memcg_destroy "$cg" || rc=1; done
   cluster_stop
+  if ((${#CLUSTER_BAD[@]})); then
+    printf '[%s] FAIL: %s\n' "$test_name" "${CLUSTER_BAD[@]}" >&2
+    rc=1
+  fi
   if ((rc != 0 && rc != SKIP)); then
     for f in "$work"/rampartd-*.log "$work"/*-nbdkit.log "$work"/*-nbdfuse.log "$work"/*.out; do
       [[ -s $f ]] || continue
