@@ -22,21 +22,23 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 
-RESULT = re.compile(r"^\[ *(OK|FAILED|ERROR|SKIPPED) *\] (\S+)\s*$")
-RUN = re.compile(r"^\[ RUN +\] (\S+)\s*$")
+# Searched for, not matched at the line's start: the test's stderr (log lines, a stats
+# report) can land in the middle of a stdout line in the captured output.
+RESULT = re.compile(r"\[ *(OK|FAILED|ERROR|SKIPPED) *\] (\S+)\s*$")
+RUN = re.compile(r"\[ RUN +\] (\S+)\s*$")
 
 
 def cmocka_cases(out):
     """Yields (case, verdict, reason) for each case that printed a result line."""
     current, reason = None, None
     for line in out.splitlines():
-        m = RUN.match(line)
+        m = RUN.search(line)
         if m:
             if current:
                 yield current, "UNFINISHED", None
             current, reason = m.group(1), None
             continue
-        m = RESULT.match(line)
+        m = RESULT.search(line)
         if m and current and m.group(2) == current:
             yield current, m.group(1), reason
             current = None
