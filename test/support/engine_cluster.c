@@ -11,6 +11,35 @@
 
 #include <cmocka.h>
 
+/* Starts server i of c listening on port (0: the kernel picks), inside its namespace when
+ * it has one. `ip netns exec` execs the server in place, so the PID is the server's own. */
+static int start_member(struct rp_test_cluster *c, unsigned i, const char *fault,
+                        const char *port)
+{
+  const char *bin = rp_test_rampartd_path();
+  if (!bin)
+    return -1;
+  char listen[64];
+  snprintf(listen, sizeof listen, "%s:%s", c->netns[i].name[0] ? c->netns[i].ns_ip
+                                                                : "127.0.0.1", port);
+  const char *argv[40];
+  size_t k = 0;
+  if (c->netns[i].name[0]) {
+    argv[k++] = rp_test_ip_path();
+    argv[k++] = "netns";
+    argv[k++] = "exec";
+    argv[k++] = c->netns[i].name;
+  }
+  const char *args[] = { bin, "--listen", listen, "--foreground", "--memory", c->memory,
+                         "--key", c->key_path, "--pressure-file", c->psi[i],
+                         "--psi-threshold", "10", "--pressure-interval-ms", "100",
+                         fault ? "--test-fault" : NULL, fault, NULL };
+  for (size_t j = 0; args[j]; j++)
+    argv[k++] = args[j];
+  argv[k] = NULL;
+  return rp_test_server_start_argv(&c->servers[i], c->dir, argv);
+}
+
 static int cluster_start(struct rp_test_cluster *c, unsigned n, const char *memory,
                          const char *const *faults, bool in_netns)
 {
@@ -19,31 +48,12 @@ static int cluster_start(struct rp_test_cluster *c, unsigned n, const char *memo
       rp_test_write_key(c->dir, "key", c->key_path, sizeof c->key_path, &c->key) < 0)
     return -1;
   c->n = n;
+  snprintf(c->memory, sizeof c->memory, "%s", memory);
   for (unsigned i = 0; i < n; i++) {
     snprintf(c->psi[i], sizeof c->psi[i], "%s/psi-%u", c->dir, i);
-    if (rp_test_write_file(c->psi[i], RP_TEST_PSI_CALM) < 0)
-      goto fail;
-    const char *fault = faults ? faults[i] : NULL;
-    const char *args[] = { "--memory", memory, "--key", c->key_path, "--pressure-file",
-                           c->psi[i], "--psi-threshold", "10", "--pressure-interval-ms",
-                           "100", fault ? "--test-fault" : NULL, fault, NULL };
-    if (!in_netns) {
-      if (rp_test_server_start(&c->servers[i], c->dir, args) < 0)
-        goto fail;
-      continue;
-    }
-    /* `ip netns exec` execs the server in place, so the PID is the server's own. */
-    const char *bin = rp_test_rampartd_path();
-    char listen[48];
-    if (!bin || rp_test_netns_create(&c->netns[i], i) < 0)
-      goto fail;
-    snprintf(listen, sizeof listen, "%s:0", c->netns[i].ns_ip);
-    const char *argv[32] = { rp_test_ip_path(), "netns", "exec", c->netns[i].name, bin,
-                             "--listen", listen, "--foreground" };
-    size_t k = 8;
-    for (size_t j = 0; args[j] && k + 1 < sizeof argv / sizeof argv[0]; j++)
-      argv[k++] = args[j];
-    if (rp_test_server_start_argv(&c->servers[i], c->dir, argv) < 0)
+    if (rp_test_write_file(c->psi[i], RP_TEST_PSI_CALM) < 0 ||
+        (in_netns && rp_test_netns_create(&c->netns[i], i) < 0) ||
+        start_member(c, i, faults ? faults[i] : NULL, "0") < 0)
       goto fail;
   }
   return 0;
@@ -55,6 +65,15 @@ fail:
   }
   rp_test_tmpdir_remove(c->dir);
   return -1;
+}
+
+int rp_test_cluster_restart(struct rp_test_cluster *c, unsigned i, const char *fault)
+{
+  char port[16];
+  snprintf(port, sizeof port, "%s", c->servers[i].port);
+  if (c->servers[i].pid > 0)
+    rp_test_server_kill(&c->servers[i]);
+  return start_member(c, i, fault, port);
 }
 
 int rp_test_cluster_start(struct rp_test_cluster *c, unsigned n, const char *memory,

@@ -27,6 +27,7 @@ struct rp_test_cluster {
   char dir[512];                 /* temporary directory: key, pressure files, logs */
   char psi[RP_TEST_MAX_SERVERS][640];
   char key_path[600];
+  char memory[16];               /* each server's --memory */
   struct rp_key key;
   unsigned n;
   struct rp_test_server servers[RP_TEST_MAX_SERVERS];
@@ -42,6 +43,10 @@ int rp_test_cluster_start(struct rp_test_cluster *c, unsigned n, const char *mem
  * that namespace's address, so a test can partition or impair one server's link. The
  * caller checks rp_test_netns_supported first. */
 int rp_test_cluster_start_netns(struct rp_test_cluster *c, unsigned n, const char *memory);
+/* Starts server i again on the address it had (killing it first if it runs), as a
+ * fresh process with no sessions, and with --test-fault fault unless that is NULL. 0 or
+ * -1. */
+int rp_test_cluster_restart(struct rp_test_cluster *c, unsigned i, const char *fault);
 /* Stops every server still running, by PID, and removes the directory. Fails the
  * running cmocka test when a server the test did not kill had died on its own, or did
  * not exit 0 on SIGTERM (rp_test_server_stop_clean). */
