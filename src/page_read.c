@@ -77,10 +77,30 @@ static void read_unverified(struct page_op *op)
   read_failed(op, why);
 }
 
+/* A move copies the sealed bytes as they are, so it checks a copy of them: the bytes it
+ * writes stay sealed, and the plaintext never outlives this function. */
+static bool move_copy_verifies(struct page_op *op)
+{
+  _Alignas(64) uint8_t copy[RAMPART_PAGE_SIZE];
+  memcpy(copy, op->buf, sizeof copy);
+  bool ok = page_unseal(&op->engine->sealer, op->page, &op->seal, copy);
+  explicit_bzero(copy, sizeof copy);
+  return ok;
+}
+
 static void read_finish(struct page_op *op, int result)
 {
   if (op->kind == PAGE_OP_MOVE) {
-    /* Moves copy sealed bytes as they are; every later read verifies them. */
+    /* Rebuild, cleaning and migration put the page under new parity: a corrupt copy
+     * moved unchecked would become the page for good. So a move verifies what it read,
+     * and a copy that fails is treated as a failed read: counted, rebuilt from its group,
+     * and EIO (the page left where it is) only if that fails too. */
+    struct rampart_engine *e = op->engine;
+    if (result == 0 && page_map_get(&e->map, op->page) == op->expected &&
+        op->read_source != PAGE_ZERO && !move_copy_verifies(op)) {
+      read_unverified(op);
+      return;
+    }
     page_mover_read_done(op, result);
     return;
   }

@@ -223,6 +223,40 @@ static void test_parity_log_rebuilds_what_a_hostile_server_alters(void **state)
   }
 }
 
+/* A server that corrupts what it returns is drained (its host under memory pressure):
+ * every page moved off it is checked on the way and rebuilt from its group, so once it
+ * is gone every page reads back right. Moving the bytes unchecked (as rampart did) put
+ * the corruption under new parity for good: 102 of 512 pages EIO. */
+static void test_draining_a_corrupting_server_moves_only_verified_pages(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  const char *faults[] = { NULL, NULL, "flip", NULL, NULL };
+  hostile_cluster_start(&c, 5, faults);
+  const char *extra[] = { "redundancy", "parity-log", "group", "3", NULL };
+  struct rampart_engine *e = rp_test_engine_open(&c, 512, extra);
+  write_all(e, 512, 1);
+  assert_int_equal(rp_test_write_file(c.psi[2], RP_TEST_PSI_HIGH), 0);
+  struct rampart_stats st;
+  for (unsigned i = 0; i < 600; i++) {
+    rampart_get_stats(e, &st);
+    if (st.servers[2].pages_live == 0 && st.moves_in_flight == 0)
+      break;
+    usleep(50000);
+  }
+  assert_int_equal(st.servers[2].pages_live, 0);
+  rp_test_server_kill(&c.servers[2]); /* nothing may depend on it now */
+  uint64_t eio = check_all(e, 512, 1, true);
+  rampart_get_stats(e, &st);
+  print_message("drained a corrupting server: %llu copies failed verification and were "
+                "rebuilt; %llu of 512 pages EIO\n",
+                (unsigned long long)st.integrity_failures, (unsigned long long)eio);
+  assert_int_equal(eio, 0);
+  assert_true(st.integrity_failures > 0);
+  rampart_close(e);
+  rp_test_cluster_stop(&c);
+}
+
 /* Two hostile members in one group: nothing to rebuild from. EIO, never garbage. */
 static void test_two_hostile_servers_in_a_group_give_eio(void **state)
 {
@@ -316,6 +350,7 @@ int main(void)
     cmocka_unit_test(test_swapped_page_is_eio),
     cmocka_unit_test(test_replayed_version_is_eio),
     cmocka_unit_test(test_parity_log_rebuilds_what_a_hostile_server_alters),
+    cmocka_unit_test(test_draining_a_corrupting_server_moves_only_verified_pages),
     cmocka_unit_test(test_two_hostile_servers_in_a_group_give_eio),
     cmocka_unit_test(test_servers_hold_no_plaintext),
   };
