@@ -36,7 +36,6 @@ export RAMPART_RUN_DIR=$work/run
 swap_names=()
 cgroups=()
 bg_pids=()
-cleanups=() # commands a test adds, run first on exit (e.g. removing a firewall rule)
 
 # Sanitizer builds: nbdkit is not instrumented, so it gets the ASan runtime preloaded,
 # and must not mlockall (that would fault in ASan's terabytes of shadow mappings).
@@ -50,8 +49,7 @@ fi
 swap_test_cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  local pid name cg fn
-  for fn in "${cleanups[@]}"; do "$fn" || rc=1; done
+  local pid name cg
   for pid in "${bg_pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   for name in "${swap_names[@]}"; do
     [[ -e $RAMPART_RUN_DIR/$name/state ]] || continue
