@@ -20,6 +20,7 @@
 
 static void degraded_start(struct page_op *op, uint32_t id, unsigned lost);
 static void read_finish(struct page_op *op, int result);
+static void read_from_spill(struct page_op *op, uint64_t slot);
 
 static void read_failed(struct page_op *op, const char *why)
 {
@@ -52,6 +53,14 @@ static void read_unverified(struct page_op *op)
   if (op->read_source == PAGE_REMOTE) {
     struct group *g = group_get(&e->groups, op->group);
     const char *addr = e->servers[g->server[op->member]].address;
+    if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH) {
+      /* The disk copy is the second copy: read it, verified like any other. */
+      if (e->read_errors_logged++ < 10)
+        rp_log(RP_LOG_ERROR, "page %llu from server %s failed verification (altered, stale "
+               "or misplaced); reading its disk copy", (unsigned long long)op->page, addr);
+      read_from_spill(op, op->page);
+      return;
+    }
     if (!g->has_parity) {
       char why[200];
       snprintf(why, sizeof why, "server %s returned it altered, stale or misplaced (failed "

@@ -257,6 +257,27 @@ static void test_draining_a_corrupting_server_moves_only_verified_pages(void **s
   rp_test_cluster_stop(&c);
 }
 
+/* Under write-through a page a server corrupts is read from its disk copy. It was EIO
+ * (the groups have no parity, and the disk copy was not tried): the soak found it. */
+static void test_write_through_reads_the_disk_copy_of_a_corrupted_page(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  const char *faults[] = { NULL, "flip", NULL };
+  hostile_cluster_start(&c, 3, faults);
+  const char *extra[] = { "redundancy", "write-through", NULL };
+  struct rampart_engine *e = rp_test_engine_open(&c, 256, extra);
+  write_all(e, 256, 1);
+  uint64_t eio = check_all(e, 256, 1, true);
+  print_message("write-through with a corrupting server: %llu of 256 pages EIO, %llu copies "
+                "failed verification\n", (unsigned long long)eio,
+                (unsigned long long)integrity_failures(e));
+  assert_int_equal(eio, 0);
+  assert_true(integrity_failures(e) > 0);
+  rampart_close(e);
+  rp_test_cluster_stop(&c);
+}
+
 /* Two hostile members in one group: nothing to rebuild from. EIO, never garbage. */
 static void test_two_hostile_servers_in_a_group_give_eio(void **state)
 {
@@ -351,6 +372,7 @@ int main(void)
     cmocka_unit_test(test_replayed_version_is_eio),
     cmocka_unit_test(test_parity_log_rebuilds_what_a_hostile_server_alters),
     cmocka_unit_test(test_draining_a_corrupting_server_moves_only_verified_pages),
+    cmocka_unit_test(test_write_through_reads_the_disk_copy_of_a_corrupted_page),
     cmocka_unit_test(test_two_hostile_servers_in_a_group_give_eio),
     cmocka_unit_test(test_servers_hold_no_plaintext),
   };
