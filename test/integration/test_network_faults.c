@@ -125,9 +125,12 @@ static bool netns_usable(void)
   return false;
 }
 
-/* parity-log 4+1 over five namespaced servers, filled once. */
+/* parity-log 4+1 over five namespaced servers, filled once; skips the test (with the
+ * reason) where this process may not make namespaces. */
 static void start(struct rp_test_cluster *c, struct run *r, const char *lease)
 {
+  if (!netns_usable())
+    skip();
   assert_int_equal(rp_test_cluster_start_netns(c, 5, "64M"), 0);
   const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", lease,
                           "timeout", "1000", NULL };
@@ -175,8 +178,6 @@ static bool wait_state(struct run *r, unsigned i, enum rampart_server_state want
 static void test_partition_shorter_than_lease(void **state)
 {
   (void)state;
-  if (!netns_usable())
-    skip();
   struct rp_test_cluster c;
   struct run r;
   start(&c, &r, "20");
@@ -196,8 +197,6 @@ static void test_partition_shorter_than_lease(void **state)
 static void test_partition_longer_than_lease(void **state)
 {
   (void)state;
-  if (!netns_usable())
-    skip();
   struct rp_test_cluster c;
   struct run r;
   start(&c, &r, "2");
@@ -223,8 +222,6 @@ static void test_partition_longer_than_lease(void **state)
 static void test_delay_and_loss_on_one_server(void **state)
 {
   (void)state;
-  if (!netns_usable())
-    skip();
   struct rp_test_cluster c;
   struct run r;
   start(&c, &r, "20");
@@ -246,8 +243,6 @@ static void test_delay_and_loss_on_one_server(void **state)
 static void test_flapping_link(void **state)
 {
   (void)state;
-  if (!netns_usable())
-    skip();
   struct rp_test_cluster c;
   struct run r;
   start(&c, &r, "20");
