@@ -544,6 +544,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->pages_local_ram = e->map.count[PAGE_LOCAL];
   st->pages_degraded_reads = e->degraded_reads;
   st->pages_lost = e->pages_lost;
+  st->pages_unprotected = group_table_unprotected_live(&e->groups);
   st->read_errors = e->read_errors;
   st->integrity_failures = e->integrity_failures;
   st->encrypted = e->sealer.encrypt;

@@ -162,9 +162,10 @@ struct rampart_engine {
   unsigned place_cursor;        /* round-robin over servers for members */
   unsigned parity_cursor;       /* rotation of the parity server */
 
-  /* the open group and its parity server */
+  /* the open group, its parity server and the parity's slot there (reserved at open) */
   uint32_t open_group;          /* GROUP_NONE when none */
   uint8_t open_parity_server;
+  uint32_t open_parity_slot;
 
   /* pools */
   struct page_op *ops;

@@ -4,8 +4,9 @@
  * again through the normal write path, which puts it in the open group on healthy
  * servers (or the spill store) and retires the old copy — applied to different groups:
  *   rebuild     groups with a member or parity on a LOST server
- *   protection  parity-policy groups that had to seal without parity
- *   migration   groups with live pages on an ADVISED (pressured) server
+ *   protection  unprotected groups: their parity could not be stored, or it covers a
+ *               member whose copy never reached its server
+ *   migration   groups with a copy (data or parity) on an ADVISED (pressured) server
  *   cleaning    sparse groups, when a server's reservation runs short, so old versions
  *               do not pin server memory forever (the log-structured store's GC)
  *   move-back   pages in the spill store, once servers have room again
@@ -95,13 +96,15 @@ static const char *group_move_reason(struct rampart_engine *e, const struct grou
     if (server_is_lost(e, srv)) {
       e->lost_seen[srv] = true;
       why = "rebuild";
-    } else if (srv != GROUP_NO_SERVER && e->servers[srv].advised && k < g->members && !why) {
+    } else if (srv != GROUP_NO_SERVER && e->servers[srv].advised && !why) {
+      /* The parity too: a group sealed while its parity server was already advising
+       * (its slot was reserved earlier) still frees that server once moved. */
       why = "migrate";
     }
   }
   if (why)
     return why;
-  if (engine_policy_has_parity(e) && !g->has_parity && server_set_placeable(e) >= 2)
+  if (g->unprotected && server_set_placeable(e) >= 2)
     return "protect";
   if (e->cleaning && g->live <= e->clean_live_max && g->live < g->members)
     return "clean";
@@ -276,6 +279,10 @@ static void scan_spill(struct rampart_engine *e)
 static bool mover_has_work(const struct rampart_engine *e)
 {
   if (e->cleaning)
+    return true;
+  /* Unprotected groups are one loss from gone, and nothing else may be under way to
+   * bring the mover round to them. */
+  if (e->groups.unprotected > 0 && server_set_placeable(e) >= 2)
     return true;
   for (unsigned i = 0; i < e->nservers; i++)
     if (e->servers[i].rebuild_needed || e->servers[i].advised)

@@ -104,24 +104,28 @@ static void on_parity_written(struct rp_request *req)
   unsigned pserver = g->server[g->capacity];
   group_finish_seal(&e->groups, id);
   if (req->status != RP_OK) {
-    /* The group has lost its parity: it is unprotected until the mover rewrites its
-     * live members, which it does for any parity-policy group sealed without parity. */
+    /* The group has lost its parity: unprotected (counted) until the mover rewrites its
+     * live members. */
     server_request_failed(e, pserver, req);
+    group_drop_parity(&e->groups, id);
+  }
+  if (!g->has_parity) {
+    /* Failed, or a member's copy was lost while the parity was in flight: the parity
+     * protects nothing, so its slot goes back now. */
     server_release_slot(e, pserver, g->slot[g->capacity]);
     g->server[g->capacity] = GROUP_NO_SERVER;
-    g->has_parity = 0;
   }
   parity_buffer_put(e, pb);
   if (g->live == 0 && g->moving == 0)
     page_write_reclaim(e, id);
 }
 
-/* A server for the parity of group g: its planned one if still fit, else any other
- * placeable server that holds no member of g. */
+/* Another server for the parity of group g, when the one reserved at open has failed:
+ * any placeable server that holds no member of g. */
 static int choose_parity_server(struct rampart_engine *e, const struct group *g)
 {
   for (unsigned k = 0; k < e->nservers; k++) {
-    unsigned i = k == 0 ? e->open_parity_server : (e->open_parity_server + k) % e->nservers;
+    unsigned i = (e->open_parity_server + k) % e->nservers;
     if (!server_usable_for_placement(&e->servers[i]))
       continue;
     bool in_group = false;
@@ -148,11 +152,21 @@ static void seal_open_group(struct rampart_engine *e)
     return;
   }
   struct parity_buffer *pb = &e->parity[g->buffer];
-  int p = choose_parity_server(e, g);
-  int64_t slot = p >= 0 ? slot_allocator_alloc(&e->servers[p].slots) : -1;
+  /* The parity's slot was reserved when the group opened, so a parity server that has
+   * since come under pressure or run out of room still takes it (pressure stops new
+   * placements, not the slots a client already holds). Only a server that has failed
+   * meanwhile cannot: then any other server that holds no member, if one can. */
+  int p = e->open_parity_server;
+  int64_t slot = e->open_parity_slot;
+  if (!server_usable_for_reads(&e->servers[p])) {
+    server_release_slot(e, (unsigned)p, (uint32_t)slot);
+    p = choose_parity_server(e, g);
+    slot = p >= 0 ? slot_allocator_alloc(&e->servers[p].slots) : -1;
+  }
   if (slot < 0) {
-    /* Nowhere to put the parity: seal unprotected, the mover will re-place the pages. */
-    g->has_parity = 0;
+    /* Nowhere to put the parity: seal unprotected, counted, and the mover rewrites the
+     * pages into whole groups as soon as two servers can take them. */
+    group_drop_parity(&e->groups, id);
     g->buffer = GROUP_NO_BUFFER;
     group_seal_without_parity(&e->groups, id);
     parity_buffer_put(e, pb);
@@ -186,8 +200,10 @@ void page_write_close_open_group(struct rampart_engine *e)
     bool parity = g->has_parity;
     group_release(&e->groups, id);
     e->groups.reclaimed--; /* never held anything: not a reclaim */
-    if (parity)
+    if (parity) {
+      server_release_slot(e, e->open_parity_server, e->open_parity_slot);
       parity_buffer_put(e, &e->parity[buffer]);
+    }
     return;
   }
   seal_open_group(e);
@@ -214,7 +230,9 @@ static enum open_result open_new_group(struct rampart_engine *e)
     e->free_parity = pb->next;
     memset(pb->page, 0, RAMPART_PAGE_SIZE);
     buffer = (uint16_t)(pb - e->parity);
-    /* Rotate the parity server over the placeable servers, as RAID-5 rotates. */
+    /* Rotate the parity server over the placeable servers, as RAID-5 rotates, and take
+     * the parity's slot there now: the group must not find at sealing time that its
+     * parity server has come under pressure or filled up. */
     for (unsigned k = 0; k < e->nservers; k++) {
       unsigned i = (e->parity_cursor + k) % e->nservers;
       if (server_usable_for_placement(&e->servers[i])) {
@@ -223,11 +241,15 @@ static enum open_result open_new_group(struct rampart_engine *e)
         break;
       }
     }
+    e->open_parity_slot =
+      (uint32_t)slot_allocator_alloc(&e->servers[e->open_parity_server].slots);
   }
   uint32_t id = group_open(&e->groups, capacity, parity, buffer);
   if (id == GROUP_NONE) {
-    if (parity)
+    if (parity) {
+      server_release_slot(e, e->open_parity_server, e->open_parity_slot);
       parity_buffer_put(e, &e->parity[buffer]);
+    }
     return NO_SERVERS;
   }
   e->open_group = id;

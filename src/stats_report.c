@@ -41,6 +41,8 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
       "failed verification %llu\n",
       (unsigned long long)st->pages_degraded_reads, (unsigned long long)st->pages_lost,
       (unsigned long long)st->read_errors, (unsigned long long)st->integrity_failures);
+  OUT("protection      %llu live pages unprotected (one loss from gone until moved)\n",
+      (unsigned long long)st->pages_unprotected);
   OUT("pages sealed    %s\n", st->encrypted ? "AES-256-GCM (encrypted and authenticated)"
                                             : "checksum only (encrypt=off: servers see plaintext)");
   OUT("moves           done %llu, in flight %u, rebuild pending %llu, ops waiting %u%s\n",
