@@ -10,7 +10,7 @@
  *   cleaning    sparse groups, when a server's reservation runs short, so old versions
  *               do not pin server memory forever (the log-structured store's GC)
  *   move-back   pages in the spill store, once servers have room again
- * A group being moved is pinned (group->moving) so it is not reclaimed under the reads.
+ * A group being moved is pinned (group->pins) so it is not reclaimed under the reads.
  * Every move re-checks that the page map still points at the copy it read, so a
  * frontend write racing the move always wins.
  */
@@ -125,7 +125,7 @@ static bool start_move(struct rampart_engine *e, uint64_t page, page_entry expec
   op->buf = op->scratch;
   e->moves_in_flight++;
   if (group != GROUP_NONE)
-    group_get(&e->groups, group)->moving++;
+    group_get(&e->groups, group)->pins++;
   page_read_start(op);
   return true;
 }
@@ -229,7 +229,7 @@ static void scan_groups(struct rampart_engine *e)
     }
     uint32_t id = e->move_cursor++;
     struct group *g = group_get(&e->groups, id);
-    if (g->state != GROUP_SEALED || g->moving > 0)
+    if (g->state != GROUP_SEALED || g->pins > 0)
       continue;
     const char *why = group_move_reason(e, g);
     if (!why)
@@ -362,7 +362,7 @@ void page_mover_move_done(struct page_op *op)
   if (op->group == GROUP_NONE)
     return;
   struct group *g = group_get(&e->groups, op->group);
-  g->moving--;
-  if (g->live == 0 && g->moving == 0 && g->state == GROUP_SEALED)
+  g->pins--;
+  if (g->live == 0 && g->pins == 0 && g->state == GROUP_SEALED)
     page_write_reclaim(e, op->group);
 }

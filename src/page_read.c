@@ -155,7 +155,7 @@ static void degraded_complete(struct degraded_read *dr)
   struct page_op *op = dr->op;
   struct rampart_engine *e = op->engine;
   struct group *g = group_get(&e->groups, dr->group);
-  g->moving--;
+  g->pins--;
   bool failed = dr->failed;
   if (!failed) {
     memcpy(op->buf, dr->pages, RAMPART_PAGE_SIZE);
@@ -163,7 +163,7 @@ static void degraded_complete(struct degraded_read *dr)
       parity_xor_page(op->buf, dr->pages + (size_t)k * RAMPART_PAGE_SIZE);
     e->degraded_reads++;
   }
-  if (g->live == 0 && g->moving == 0 && g->state == GROUP_SEALED)
+  if (g->live == 0 && g->pins == 0 && g->state == GROUP_SEALED)
     page_write_reclaim(e, dr->group);
   degraded_put(e, dr);
   if (failed)
@@ -221,7 +221,7 @@ static void degraded_start(struct page_op *op, uint32_t id, unsigned lost)
   dr->failed = false;
   dr->pieces = 0;
   dr->pending = 0;
-  g->moving++; /* pins the group: its slots must not be reused while we read them */
+  g->pins++; /* pins the group: its slots must not be reused while we read them */
 
   /* Piece 0 is the parity; the rest are the surviving members. */
   unsigned members = g->members;

@@ -66,7 +66,7 @@ void page_write_retire(struct rampart_engine *e, page_entry old)
     uint32_t id = (uint32_t)page_entry_group(old);
     unsigned m = page_entry_member(old);
     struct group *g = group_get(&e->groups, id);
-    if (group_member_dead(&e->groups, id, m) && g->moving == 0)
+    if (group_member_dead(&e->groups, id, m) && g->pins == 0)
       page_write_reclaim(e, id);
     return;
   }
@@ -116,7 +116,7 @@ static void on_parity_written(struct rp_request *req)
     g->server[g->capacity] = GROUP_NO_SERVER;
   }
   parity_buffer_put(e, pb);
-  if (g->live == 0 && g->moving == 0)
+  if (g->live == 0 && g->pins == 0)
     page_write_reclaim(e, id);
 }
 
@@ -147,7 +147,7 @@ static void seal_open_group(struct rampart_engine *e)
   g->capacity = g->members;
   if (!g->has_parity) {
     group_seal_without_parity(&e->groups, id);
-    if (g->live == 0)
+    if (g->live == 0 && g->pins == 0)
       page_write_reclaim(e, id);
     return;
   }
@@ -170,7 +170,7 @@ static void seal_open_group(struct rampart_engine *e)
     g->buffer = GROUP_NO_BUFFER;
     group_seal_without_parity(&e->groups, id);
     parity_buffer_put(e, pb);
-    if (g->live == 0)
+    if (g->live == 0 && g->pins == 0)
       page_write_reclaim(e, id);
     return;
   }
@@ -319,6 +319,7 @@ static bool place_remote(struct page_op *op)
     uint32_t id = e->open_group;
     unsigned m = group_add_member(&e->groups, id, (uint8_t)server, (uint32_t)slot,
                                   (uint32_t)op->page);
+    g->pins++; /* until the write's outcome is known (on_member_written) */
     op->placed = page_entry_remote(id, m);
     mark_pending(e, op->page);
     install_version(op, op->placed);
@@ -351,17 +352,52 @@ static void sub_done(struct page_op *op, int result)
     write_finish(op, op->failed ? -EIO : 0);
 }
 
+/* A member of group `id` never reached its server. The group's parity covers bytes no
+ * server holds, so it can rebuild none of its other members: it is unprotected from now
+ * (counted, and the mover rewrites its live pages into whole groups), whether or not the
+ * page itself is placed again. */
+static void group_member_lost(struct rampart_engine *e, uint32_t id)
+{
+  struct group *g = group_get(&e->groups, id);
+  if (!g->has_parity)
+    return;
+  if (id == e->open_group)
+    page_write_close_open_group(e); /* no more members into a group that is not whole */
+  if (!g->has_parity)
+    return; /* it sealed without parity: already unprotected */
+  bool parity_stored = g->state == GROUP_SEALED;
+  group_drop_parity(&e->groups, id);
+  if (parity_stored) {
+    server_release_slot(e, g->server[g->capacity], g->slot[g->capacity]);
+    g->server[g->capacity] = GROUP_NO_SERVER;
+  } /* else its parity write is in flight: on_parity_written releases the slot */
+}
+
+static void group_unpin(struct rampart_engine *e, uint32_t id)
+{
+  struct group *g = group_get(&e->groups, id);
+  g->pins--;
+  if (g->live == 0 && g->pins == 0 && g->state == GROUP_SEALED)
+    page_write_reclaim(e, id);
+}
+
 static void on_member_written(struct rp_request *req)
 {
   struct page_op *op = req->user;
   struct rampart_engine *e = op->engine;
+  uint32_t id = (uint32_t)page_entry_group(op->placed);
   if (req->status == RP_OK) {
+    group_unpin(e, id);
     sub_done(op, 0);
     return;
   }
   server_request_failed(e, op->server, req);
+  group_member_lost(e, id);
+  group_unpin(e, id);
   /* The member's server failed before storing it. If the page has not been rewritten
-   * meanwhile, place it again: the caller's buffer is still ours until we complete. */
+   * meanwhile, place it again: the caller's buffer is still ours until we complete. (The
+   * pin kept the group from being reclaimed and its id reused, so op->placed cannot
+   * name some later version by accident.) */
   if (page_map_get(&e->map, op->page) != op->placed) {
     sub_done(op, 0);
     return;

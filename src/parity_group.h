@@ -39,7 +39,8 @@ struct group {
   uint8_t has_parity;           /* 0 under none and write-through, or once unprotected */
   uint8_t unprotected;          /* lost its parity: it cannot rebuild a member (see below) */
   uint8_t live;                 /* members the page map still points at */
-  uint8_t moving;               /* member moves (rebuild, cleaning, migration) in flight */
+  uint8_t pins;                 /* operations in flight on its slots (moves, degraded reads,
+                                   member writes): it is not reclaimed until they end */
   uint16_t buffer;              /* parity buffer index while OPEN/SEALING */
   uint8_t server[GROUP_MAX_DATA + 1]; /* [i] data member i; [capacity] the parity */
   uint32_t slot[GROUP_MAX_DATA + 1];

@@ -28,6 +28,69 @@ static void cluster_start(struct rp_test_cluster *c, unsigned n, const char *con
   assert_int_equal(rp_test_cluster_start(c, n, "64M", faults), 0);
 }
 
+static void print_stats(struct rp_test_device *d)
+{
+  static char report[16384];
+  struct rampart_stats st;
+  rp_test_device_stats(d, &st);
+  rampart_format_stats(&st, report, sizeof report);
+  print_message("%s", report);
+}
+
+/* Waits until every server is up, nothing moves, nothing waits and no live page is
+ * unprotected, for half a second running; fails the test after timeout_s. */
+static void wait_quiet(struct rp_test_device *d, unsigned timeout_s)
+{
+  struct rampart_stats st;
+  unsigned quiet = 0;
+  for (unsigned i = 0; i < timeout_s * 10 && quiet < 5; i++) {
+    rp_test_device_stats(d, &st);
+    bool calm = st.moves_in_flight == 0 && st.ops_waiting == 0 && !st.rebuild_running &&
+                st.pages_unprotected == 0;
+    for (unsigned s = 0; s < st.nservers; s++)
+      calm &= st.servers[s].state == RAMPART_SERVER_UP;
+    quiet = calm ? quiet + 1 : 0;
+    usleep(100000);
+  }
+  if (quiet < 5) {
+    print_stats(d);
+    fail_msg("the engine did not settle in %u s", timeout_s);
+  }
+}
+
+/* ---- defect 3: a member write that fails ----------------------------------------------- */
+
+/* A server that refuses one write in 64: each refused member write is placed again, and
+ * the group it was refused in can no longer rebuild its other members (its parity covers
+ * a page that server never stored). Those pages must be moved to whole groups, so a
+ * later loss of any one other server costs nothing. */
+static void test_refused_member_write_does_not_leave_its_group_believed_protected(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  const char *faults[] = { NULL, NULL, NULL, NULL, "refuse-writes" };
+  cluster_start(&c, 5, faults);
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "30",
+                          "timeout", "1000", NULL };
+  struct rp_test_device d;
+  rp_test_device_init(&d, rp_test_engine_open(&c, 2048, extra), 2048, 73);
+  rp_test_device_fill(&d, 0, 2048); /* each page once: no cleaning moves pages meanwhile */
+  struct rampart_stats st;
+  rp_test_device_stats(&d, &st);
+  print_message("after the fill: %llu live pages unprotected\n",
+                (unsigned long long)st.pages_unprotected);
+  wait_quiet(&d, 30);
+  rp_test_server_kill(&c.servers[0]);
+  uint64_t eio = rp_test_device_verify(&d, true);
+  rp_test_device_stats(&d, &st);
+  print_message("refused member writes, then one server lost: %llu of 2048 pages EIO, %llu "
+                "degraded reads\n", (unsigned long long)eio,
+                (unsigned long long)st.pages_degraded_reads);
+  assert_int_equal(eio, 0);
+  rp_test_device_free(&d);
+  rp_test_cluster_stop(&c);
+}
+
 /* ---- defect 4: a group sealing while its parity server is advising --------------------- */
 
 static unsigned server_gained_a_page(const struct rampart_stats *before,
@@ -97,6 +160,7 @@ int main(void)
   if (!rp_test_rampartd_path())
     return 1;
   const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_refused_member_write_does_not_leave_its_group_believed_protected),
     cmocka_unit_test(test_group_seals_with_its_parity_while_the_parity_server_advises),
   };
   /* RAMPART_TEST_FILTER=test_name runs one test (cmocka's own glob syntax). */
