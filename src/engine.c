@@ -271,7 +271,8 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
   }
   if (++e->ticks % 10 == 0) {
     if (e->read_errors_logged > 10)
-      rp_log(RP_LOG_ERROR, "%u more pages could not be read in the last second (EIO)",
+      rp_log(RP_LOG_ERROR, "%u more pages could not be read or were lost in the last second "
+             "(EIO)",
              e->read_errors_logged - 10);
     e->read_errors_logged = 0;
     if (e->config.stats_path[0])
@@ -531,6 +532,8 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
     ss->pages_live = live[i];
     ss->pages_stored = s->slots.in_use;
     ss->pages_reserved = s->reserved_pages;
+    ss->suspect = s->suspect;
+    ss->integrity_failures = s->integrity_failures;
   }
   st->groups_open = e->groups.in_use;
   st->groups_sealed = e->groups.sealed;

@@ -48,6 +48,9 @@ struct server {
   uint64_t reserved_pages;
   uint64_t lost_deadline_ns;    /* RECONNECTING: declared lost after this */
   bool advised;                 /* under memory pressure: place nothing new */
+  bool suspect;                 /* returned a page that failed verification: place nothing
+                                   new, move everything off (page_read.c) */
+  uint64_t integrity_failures;  /* copies from it that failed verification */
   bool reconnect_pending;       /* handed to the reconnect thread */
   bool rebuild_needed;          /* LOST, and its groups not yet all moved */
   /* set by the reconnect thread under reconnect_lock, taken by the I/O thread */
@@ -83,6 +86,8 @@ struct page_op {
   uint32_t group;               /* reads: its group */
   uint8_t read_source;          /* reads: page_location_kind read, or READ_DEGRADED */
   uint8_t verify_retries;       /* reads: restarts after a page failed verification */
+  uint8_t bad_copies;           /* moves: copies that failed verification (2: the rebuilt
+                                   page too), for the mover's verdict on a failed move */
   page_entry read_entry;        /* reads: the map entry being read */
   struct page_seal seal;        /* writes: the new version's seal; reads: the expected one */
   struct rp_request req;

@@ -122,6 +122,8 @@ struct rampart_server_stats {
   uint64_t pages_live;         /* current versions of logical pages stored there */
   uint64_t pages_stored;       /* live + inactive + parity */
   uint64_t pages_reserved;
+  bool suspect;                /* returned a page that failed verification: being emptied */
+  uint64_t integrity_failures; /* copies from it that failed verification */
 };
 
 struct rampart_stats {

@@ -71,9 +71,13 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
                                        : 0, c, sizeof c));
   for (unsigned i = 0; i < st->nservers; i++) {
     const struct rampart_server_stats *s = &st->servers[i];
-    OUT("server %-22s %-12s live %llu, stored %llu, reserved %llu\n", s->address,
+    OUT("server %-22s %-12s live %llu, stored %llu, reserved %llu", s->address,
         state_name(s->state), (unsigned long long)s->pages_live,
         (unsigned long long)s->pages_stored, (unsigned long long)s->pages_reserved);
+    if (s->integrity_failures > 0)
+      OUT(", %s%llu failed verification", s->suspect ? "SUSPECT: " : "",
+          (unsigned long long)s->integrity_failures);
+    OUT("\n");
   }
 #undef OUT
 }

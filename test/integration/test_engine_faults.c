@@ -58,6 +58,111 @@ static void wait_quiet(struct rp_test_device *d, unsigned timeout_s)
   }
 }
 
+/* ---- defect 2: what a move copies must verify first ------------------------------------ */
+
+/* Cleaning rewrites the live pages of sparse groups. With one server corrupting every
+ * page it returns, each page cleaned off it must be rebuilt from its group, not moved as
+ * it came back. */
+static void test_cleaning_past_a_corrupting_server_moves_only_verified_pages(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  const char *faults[] = { NULL, "flip", NULL, NULL, NULL };
+  cluster_start(&c, 5, faults);
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", NULL };
+  struct rp_test_device d;
+  rp_test_device_init(&d, rp_test_engine_open(&c, 2048, extra), 2048, 61);
+  rp_test_device_workload(&d, 150, 100, 0); /* writes only: every verification is a move's */
+  struct rampart_stats st;
+  rp_test_device_stats(&d, &st);
+  uint64_t cleaned = st.groups_cleaned;
+  uint64_t eio = rp_test_device_verify(&d, true);
+  rp_test_device_stats(&d, &st);
+  print_message("cleaning past a corrupting server: %llu groups cleaned, %llu copies failed "
+                "verification; %llu of 2048 pages EIO\n", (unsigned long long)cleaned,
+                (unsigned long long)st.integrity_failures, (unsigned long long)eio);
+  assert_true(cleaned > 0);
+  assert_int_equal(eio, 0);
+  rp_test_device_free(&d);
+  rp_test_cluster_stop(&c);
+}
+
+/* A rebuild with a corrupting server in some of the groups it rebuilds: where a group
+ * lost one member to the dead server and another to the corruption, the page cannot be
+ * rebuilt. The rebuild must say so (pages lost, reads EIO) and finish, never put what
+ * it could not verify under new parity as if it were the page. */
+static void test_rebuild_past_a_corrupting_server_counts_what_it_cannot_verify(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  const char *faults[] = { NULL, "flip", NULL, NULL, NULL, NULL };
+  cluster_start(&c, 6, faults);
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
+                          "timeout", "1000", NULL };
+  struct rp_test_device d;
+  rp_test_device_init(&d, rp_test_engine_open(&c, 2048, extra), 2048, 67);
+  rp_test_device_workload(&d, 40, 100, 0);
+  rp_test_server_kill(&c.servers[3]);
+  rp_test_device_wait_rebuilt(&d, 30);
+  uint64_t eio = rp_test_device_verify(&d, true);
+  struct rampart_stats st;
+  rp_test_device_stats(&d, &st);
+  print_message("rebuild past a corrupting server: %llu copies failed verification, %llu "
+                "pages lost; %llu of 2048 pages EIO\n",
+                (unsigned long long)st.integrity_failures, (unsigned long long)st.pages_lost,
+                (unsigned long long)eio);
+  assert_true(eio > 0); /* groups with both the dead and the corrupting server */
+  assert_int_equal(eio, st.pages_lost);
+  rp_test_device_free(&d);
+  rp_test_cluster_stop(&c);
+}
+
+/* A server whose page failed verification is suspect: it gets no new pages, and every
+ * page that depends on it (data or parity) moves away, verified, so that once it is
+ * empty it can go without anything running degraded. */
+static void test_a_corrupting_server_is_suspect_and_emptied(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  const char *faults[] = { NULL, NULL, "flip", NULL, NULL };
+  cluster_start(&c, 5, faults);
+  const char *extra[] = { "redundancy", "parity-log", "group", "3", NULL };
+  struct rp_test_device d;
+  rp_test_device_init(&d, rp_test_engine_open(&c, 1024, extra), 1024, 71);
+  rp_test_device_workload(&d, 30, 100, 0);
+  rp_test_device_verify(&d, false); /* meets the corruption: every page still right */
+  struct rampart_stats st;
+  rp_test_device_stats(&d, &st);
+  for (unsigned i = 0; i < st.nservers; i++) {
+    assert_int_equal(st.servers[i].suspect, i == 2);
+    assert_int_equal(st.servers[i].integrity_failures > 0, i == 2);
+  }
+  bool emptied = false;
+  for (unsigned i = 0; i < 300 && !emptied; i++) {
+    rp_test_device_workload(&d, 1, 50, 0);
+    rp_test_device_stats(&d, &st);
+    emptied = st.servers[2].pages_stored == 0 && st.moves_in_flight == 0;
+    usleep(50000);
+  }
+  print_message("corrupting server: %llu pages stored there, %llu copies failed "
+                "verification\n", (unsigned long long)st.servers[2].pages_stored,
+                (unsigned long long)st.integrity_failures);
+  if (!emptied)
+    print_stats(&d);
+  assert_true(emptied);
+  rp_test_device_workload(&d, 20, 100, 0);
+  rp_test_device_stats(&d, &st);
+  assert_int_equal(st.servers[2].pages_stored, 0); /* and nothing new goes there */
+  uint64_t degraded = st.pages_degraded_reads;
+  rp_test_server_kill(&c.servers[2]);
+  rp_test_device_verify(&d, false);
+  rp_test_device_stats(&d, &st);
+  assert_int_equal(st.pages_degraded_reads, degraded);
+  assert_int_equal(st.read_errors, 0);
+  rp_test_device_free(&d);
+  rp_test_cluster_stop(&c);
+}
+
 /* ---- defect 3: a member write that fails ----------------------------------------------- */
 
 /* A server that refuses one write in 64: each refused member write is placed again, and
@@ -160,6 +265,9 @@ int main(void)
   if (!rp_test_rampartd_path())
     return 1;
   const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_cleaning_past_a_corrupting_server_moves_only_verified_pages),
+    cmocka_unit_test(test_rebuild_past_a_corrupting_server_counts_what_it_cannot_verify),
+    cmocka_unit_test(test_a_corrupting_server_is_suspect_and_emptied),
     cmocka_unit_test(test_refused_member_write_does_not_leave_its_group_believed_protected),
     cmocka_unit_test(test_group_seals_with_its_parity_while_the_parity_server_advises),
   };
