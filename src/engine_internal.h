@@ -4,6 +4,7 @@
  *   page_write.c    placement, the open group, sealing, reclaim
  *   page_read.c     reads, degraded reads
  *   page_mover.c    rebuild after a loss, cleaning, migration off advised servers
+ *   page_rmw.c      sub-page reads and writes (read-modify-write), serialised per page
  *   local_store.c   standalone RAM pages
  *   page_seal.c     encryption and verification of every page (its own header)
  * Everything here is owned by the I/O thread unless a comment says otherwise.
@@ -33,6 +34,7 @@
 #define ENGINE_FREE_REQUESTS 1024u  /* best-effort FREEs in flight */
 #define ENGINE_MOVES 32u            /* rebuild/clean/migrate pages in flight */
 #define ENGINE_MAX_INCARNATIONS 255u /* server table entries (GROUP_NO_SERVER is 255) */
+#define ENGINE_RMW_LOCKS 256u        /* stripes of pages for sub-page writes (page_rmw.c) */
 
 struct rampart_engine;
 
@@ -239,6 +241,9 @@ struct rampart_engine {
   uint64_t rebuild_pages_moved;  /* pages of groups on a lost server, written again */
   uint64_t pages_remote, pages_spilled, pages_local;
   pthread_mutex_t stats_lock;   /* guards the snapshot copied to other threads */
+  /* Taken by frontend threads, never by the I/O thread: a sub-page write holds its
+   * page's stripe from its read to the end of its write-back (page_rmw.c). */
+  pthread_mutex_t rmw_locks[ENGINE_RMW_LOCKS];
 };
 
 /* Parity-log and mirror keep a parity page (a copy, for mirror) per group. */
@@ -256,6 +261,9 @@ static inline double engine_slots_per_page(const struct rampart_engine *e, unsig
 
 /* engine.c */
 uint64_t engine_now_ns(void);
+/* Submits one request and sleeps until it completes (frontend threads only). */
+int engine_run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length,
+                    uint64_t offset, uint32_t flags);
 struct page_op *engine_op_get(struct rampart_engine *e);
 void engine_op_put(struct rampart_engine *e, struct page_op *op);
 void engine_op_wait(struct rampart_engine *e, struct page_op *op);
@@ -307,6 +315,14 @@ void page_mover_move_done(struct page_op *op);
 void page_mover_live_by_server(const struct rampart_engine *e, uint64_t *live,
                                uint64_t *at_risk);
 uint64_t page_mover_at_risk(const struct rampart_engine *e, unsigned i);
+
+/* page_rmw.c: reads and writes of part of one page, from frontend threads */
+void page_rmw_init(struct rampart_engine *e);
+void page_rmw_destroy(struct rampart_engine *e);
+int page_rmw_read(struct rampart_engine *e, uint8_t *dst, uint32_t len, uint64_t off);
+/* src NULL: patch with zeros. */
+int page_rmw_write(struct rampart_engine *e, const uint8_t *src, uint32_t len, uint64_t off,
+                   uint32_t flags);
 
 /* local_store.c */
 int local_store_init(struct local_store *s, uint64_t pages);

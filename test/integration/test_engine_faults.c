@@ -6,6 +6,7 @@
  * unreadable (EIO) only where a test says so, never wrong.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -260,6 +261,77 @@ static void test_group_seals_with_its_parity_while_the_parity_server_advises(voi
   rp_test_cluster_stop(&c);
 }
 
+/* ---- defect 5: sub-page writes from many threads --------------------------------------- */
+
+#define RMW_THREADS 8
+#define RMW_PAGES 32
+#define RMW_ROUNDS 12
+#define RMW_CHUNK (PAGE / RMW_THREADS)
+
+struct rmw_writer {
+  pthread_t thread;
+  struct rampart_engine *engine;
+  unsigned index;
+  int result;
+};
+
+static uint8_t rmw_byte(unsigned thread, unsigned round, uint64_t page)
+{
+  return (uint8_t)(1 + thread * 31 + round * 7 + page * 13);
+}
+
+/* Writer t owns bytes [t * RMW_CHUNK, (t+1) * RMW_CHUNK) of every page: no two writers
+ * ever write the same byte, yet all of them write into the same pages at once. */
+static void *rmw_writer_main(void *arg)
+{
+  struct rmw_writer *w = arg;
+  uint8_t chunk[RMW_CHUNK];
+  for (unsigned r = 0; r < RMW_ROUNDS && w->result == 0; r++)
+    for (uint64_t p = 0; p < RMW_PAGES && w->result == 0; p++) {
+      memset(chunk, rmw_byte(w->index, r, p), sizeof chunk);
+      w->result = rampart_pwrite(w->engine, chunk, sizeof chunk,
+                                 p * PAGE + w->index * RMW_CHUNK, 0);
+    }
+  return NULL;
+}
+
+static void test_concurrent_sub_page_writes_keep_every_update(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  cluster_start(&c, 3, NULL);
+  const char *extra[] = { "redundancy", "parity-log", NULL };
+  struct rampart_engine *e = rp_test_engine_open(&c, 256, extra);
+  struct rmw_writer writers[RMW_THREADS];
+  for (unsigned t = 0; t < RMW_THREADS; t++) {
+    writers[t] = (struct rmw_writer){ .engine = e, .index = t };
+    assert_int_equal(pthread_create(&writers[t].thread, NULL, rmw_writer_main, &writers[t]), 0);
+  }
+  for (unsigned t = 0; t < RMW_THREADS; t++) {
+    pthread_join(writers[t].thread, NULL);
+    assert_int_equal(writers[t].result, 0);
+  }
+  uint64_t lost = 0;
+  for (uint64_t p = 0; p < RMW_PAGES; p++) {
+    uint8_t page[PAGE];
+    assert_int_equal(rampart_pread(e, page, PAGE, p * PAGE), 0);
+    for (unsigned t = 0; t < RMW_THREADS; t++) {
+      uint8_t want = rmw_byte(t, RMW_ROUNDS - 1, p);
+      for (unsigned b = 0; b < RMW_CHUNK; b++)
+        if (page[t * RMW_CHUNK + b] != want) {
+          lost++;
+          break;
+        }
+    }
+  }
+  print_message("%u threads writing %u-byte chunks of the same %u pages: %llu of %u chunks "
+                "lost their last update\n", RMW_THREADS, RMW_CHUNK, RMW_PAGES,
+                (unsigned long long)lost, RMW_THREADS * RMW_PAGES);
+  assert_int_equal(lost, 0);
+  rampart_close(e);
+  rp_test_cluster_stop(&c);
+}
+
 int main(void)
 {
   if (!rp_test_rampartd_path())
@@ -270,6 +342,7 @@ int main(void)
     cmocka_unit_test(test_a_corrupting_server_is_suspect_and_emptied),
     cmocka_unit_test(test_refused_member_write_does_not_leave_its_group_believed_protected),
     cmocka_unit_test(test_group_seals_with_its_parity_while_the_parity_server_advises),
+    cmocka_unit_test(test_concurrent_sub_page_writes_keep_every_update),
   };
   /* RAMPART_TEST_FILTER=test_name runs one test (cmocka's own glob syntax). */
   if (getenv("RAMPART_TEST_FILTER"))
