@@ -81,6 +81,7 @@ struct page_op {
   bool move_rebuilds;           /* moves: its group had a copy on a lost server */
   bool disk_started;            /* write-through: the disk copy was submitted */
   bool parked;                  /* waiting for a parity buffer (holds one pending) */
+  bool copy_failed;             /* mirror: the second copy was not stored: place again */
   bool in_use;                  /* taken from the pool (catches double completion) */
   uint8_t server;               /* writes: server of the member in flight */
   uint8_t spill_epoch;          /* reads: quarantine epoch of a spill read */
@@ -114,6 +115,7 @@ struct parity_buffer {
   struct rampart_engine *engine;
   uint8_t *page;
   uint32_t group;
+  struct page_op *waiter;       /* mirror: the write that completes once this copy is stored */
   struct rp_request req;
 };
 

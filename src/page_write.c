@@ -95,10 +95,14 @@ static void parity_buffer_put(struct rampart_engine *e, struct parity_buffer *pb
   engine_run_waiting(e);
 }
 
+static void sub_done(struct page_op *op, int result);
+
 static void on_parity_written(struct rp_request *req)
 {
   struct parity_buffer *pb = req->user;
   struct rampart_engine *e = pb->engine;
+  struct page_op *waiter = pb->waiter;
+  pb->waiter = NULL;
   uint32_t id = pb->group;
   struct group *g = group_get(&e->groups, id);
   unsigned pserver = g->server[g->capacity];
@@ -115,9 +119,19 @@ static void on_parity_written(struct rp_request *req)
     server_release_slot(e, pserver, g->slot[g->capacity]);
     g->server[g->capacity] = GROUP_NO_SERVER;
   }
+  bool copy_stored = g->has_parity;
   parity_buffer_put(e, pb);
   if (g->live == 0 && g->pins == 0)
     page_write_reclaim(e, id);
+  if (waiter) {
+    /* A mirror write completes once both its copies are stored. If this one was not, and
+     * the write still lives in this group, it is placed again (sub_done) on two servers
+     * that can take it. */
+    if (!copy_stored && page_entry_kind(waiter->placed) == PAGE_REMOTE &&
+        page_entry_group(waiter->placed) == id)
+      waiter->copy_failed = true;
+    sub_done(waiter, 0);
+  }
 }
 
 /* Another server for the parity of group g, when the one reserved at open has failed:
@@ -137,7 +151,11 @@ static int choose_parity_server(struct rampart_engine *e, const struct group *g)
   return -1;
 }
 
-static void seal_open_group(struct rampart_engine *e)
+/* waiter: under mirror, the write whose copy this group's "parity" is: it completes only
+ * once that copy is stored too (docs/flush.md: a completed mirror write is in two
+ * servers' RAM). NULL otherwise: parity-log's open-group parity protects a member from
+ * the moment it is XORed into the client's buffer. */
+static void seal_open_group(struct rampart_engine *e, struct page_op *waiter)
 {
   uint32_t id = e->open_group;
   e->open_group = GROUP_NONE;
@@ -166,6 +184,8 @@ static void seal_open_group(struct rampart_engine *e)
   if (slot < 0) {
     /* Nowhere to put the parity: seal unprotected, counted, and the mover rewrites the
      * pages into whole groups as soon as two servers can take them. */
+    if (waiter)
+      waiter->copy_failed = true;
     group_drop_parity(&e->groups, id);
     g->buffer = GROUP_NO_BUFFER;
     group_seal_without_parity(&e->groups, id);
@@ -177,6 +197,9 @@ static void seal_open_group(struct rampart_engine *e)
   group_begin_seal(&e->groups, id, (uint8_t)p, (uint32_t)slot);
   memset(&pb->req, 0, sizeof pb->req);
   pb->group = id;
+  pb->waiter = waiter;
+  if (waiter)
+    waiter->pending++; /* counted before the submit, which may complete at once */
   pb->req.op = RP_OP_WRITE;
   pb->req.slot = (uint64_t)slot;
   pb->req.page = pb->page;
@@ -206,7 +229,7 @@ void page_write_close_open_group(struct rampart_engine *e)
     }
     return;
   }
-  seal_open_group(e);
+  seal_open_group(e, NULL);
 }
 
 /* ---- placement ------------------------------------------------------------------------- */
@@ -337,19 +360,48 @@ static bool place_remote(struct page_op *op)
     e->pages_written++;
     e->wire_bytes_written += RP_HEADER_SIZE + RAMPART_PAGE_SIZE;
     if (group_is_full(g))
-      seal_open_group(e);
+      seal_open_group(e, e->policy == RAMPART_REDUNDANCY_MIRROR ? op : NULL);
     server_set_submit(e, (unsigned)server, &op->req);
     return true;
   }
   return false;
 }
 
+/* The page's copy did not reach a server: place it again, the buffer still being ours
+ * until the op completes; failing that, write-through's disk copy is the page, else the
+ * spill store takes it. */
+static void place_again(struct page_op *op)
+{
+  struct rampart_engine *e = op->engine;
+  if (place_remote(op))
+    return;
+  if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH) {
+    /* The disk copy written alongside is now the page. */
+    install_version(op, page_entry_slot(PAGE_SPILL, op->page));
+    op->pending++;
+    sub_done(op, 0);
+  } else {
+    write_to_spill(op);
+  }
+}
+
 static void sub_done(struct page_op *op, int result)
 {
   if (result < 0)
     op->failed = true;
-  if (--op->pending == 0)
-    write_finish(op, op->failed ? -EIO : 0);
+  if (--op->pending > 0)
+    return;
+  if (op->copy_failed) {
+    /* Mirror: its first copy is stored but its second is not. Unless the page has been
+     * rewritten meanwhile, it goes again into a new group, both copies on servers that
+     * can take them, and completes when those are stored. */
+    op->copy_failed = false;
+    if (!op->failed && page_map_get(&op->engine->map, op->page) == op->placed) {
+      place_again(op);
+      return;
+    }
+  }
+  write_finish(op, op->failed ? -EIO : 0);
 }
 
 /* A member of group `id` never reached its server. The group's parity covers bytes no
@@ -403,16 +455,7 @@ static void on_member_written(struct rp_request *req)
     return;
   }
   op->pending--;
-  if (!place_remote(op)) {
-    if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH) {
-      /* The disk copy written alongside is now the page. */
-      install_version(op, page_entry_slot(PAGE_SPILL, op->page));
-      op->pending++;
-      sub_done(op, 0);
-    } else {
-      write_to_spill(op);
-    }
-  }
+  place_again(op);
 }
 
 /* ---- spill and local ------------------------------------------------------------------- */

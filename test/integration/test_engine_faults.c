@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -332,6 +333,89 @@ static void test_concurrent_sub_page_writes_keep_every_update(void **state)
   rp_test_cluster_stop(&c);
 }
 
+/* ---- defect 6: mirror acknowledges once both copies are stored ------------------------ */
+
+struct one_write {
+  struct rampart_io io;
+  atomic_bool done;
+  int result;
+  uint8_t *buf;
+};
+
+static void one_write_done(struct rampart_io *io, int result)
+{
+  struct one_write *w = io->user;
+  w->result = result;
+  atomic_store(&w->done, true);
+}
+
+/* Two servers, mirror: server 1 is stopped (SIGSTOP), and two pages are written. One of
+ * them has its first copy on server 1 and cannot complete; the other has its first
+ * copy on server 0 and its second on server 1, so it must not complete either: a
+ * completed mirror write is in two servers' RAM (docs/flush.md). */
+static void test_mirror_acknowledges_only_once_both_copies_are_stored(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  cluster_start(&c, 2, NULL);
+  const char *extra[] = { "redundancy", "mirror", "timeout", "20000", "lease", "30", NULL };
+  struct rp_test_device d;
+  rp_test_device_init(&d, rp_test_engine_open(&c, 64, extra), 64, 83);
+  for (uint64_t p = 0; p < 4; p++)
+    write_one(d.engine, d.shadow, p, (uint8_t)(0x10 + p));
+  assert_int_equal(rp_test_server_pause(&c.servers[1]), 0);
+  struct one_write w[2];
+  for (unsigned i = 0; i < 2; i++) {
+    w[i].buf = aligned_alloc(PAGE, PAGE);
+    assert_non_null(w[i].buf);
+    memset(w[i].buf, 0xC0 + i, PAGE);
+    memcpy(d.shadow + (10 + i) * PAGE, w[i].buf, PAGE);
+    atomic_init(&w[i].done, false);
+    w[i].io = (struct rampart_io){ .op = RAMPART_OP_WRITE, .offset = (10 + i) * PAGE,
+                                   .length = PAGE, .buf = w[i].buf, .done = one_write_done,
+                                   .user = &w[i] };
+    rampart_submit(d.engine, &w[i].io);
+  }
+  usleep(800000);
+  unsigned early = atomic_load(&w[0].done) + atomic_load(&w[1].done);
+  print_message("mirror with one server stopped: %u of 2 writes acknowledged\n", early);
+  assert_int_equal(rp_test_server_resume(&c.servers[1]), 0);
+  for (unsigned t = 0; t < 200 && !(atomic_load(&w[0].done) && atomic_load(&w[1].done)); t++)
+    usleep(50000);
+  assert_true(atomic_load(&w[0].done) && atomic_load(&w[1].done));
+  assert_int_equal(w[0].result, 0);
+  assert_int_equal(w[1].result, 0);
+  assert_int_equal(early, 0);
+  rp_test_device_verify(&d, false);
+  free(w[0].buf);
+  free(w[1].buf);
+  rp_test_device_free(&d);
+  rp_test_cluster_stop(&c);
+}
+
+/* Mirror with a server that refuses one write in 64: a write whose second copy was
+ * refused is placed again on two servers before it completes, so losing any other
+ * server afterwards loses nothing. */
+static void test_mirror_places_a_refused_copy_again(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  const char *faults[] = { NULL, NULL, "refuse-writes" };
+  cluster_start(&c, 3, faults);
+  const char *extra[] = { "redundancy", "mirror", "lease", "30", "timeout", "1000", NULL };
+  struct rp_test_device d;
+  rp_test_device_init(&d, rp_test_engine_open(&c, 1024, extra), 1024, 89);
+  rp_test_device_fill(&d, 0, 1024);
+  wait_quiet(&d, 30);
+  rp_test_server_kill(&c.servers[0]);
+  uint64_t eio = rp_test_device_verify(&d, true);
+  print_message("mirror with refused copies, then one server lost: %llu of 1024 pages EIO\n",
+                (unsigned long long)eio);
+  assert_int_equal(eio, 0);
+  rp_test_device_free(&d);
+  rp_test_cluster_stop(&c);
+}
+
 int main(void)
 {
   if (!rp_test_rampartd_path())
@@ -343,6 +427,8 @@ int main(void)
     cmocka_unit_test(test_refused_member_write_does_not_leave_its_group_believed_protected),
     cmocka_unit_test(test_group_seals_with_its_parity_while_the_parity_server_advises),
     cmocka_unit_test(test_concurrent_sub_page_writes_keep_every_update),
+    cmocka_unit_test(test_mirror_acknowledges_only_once_both_copies_are_stored),
+    cmocka_unit_test(test_mirror_places_a_refused_copy_again),
   };
   /* RAMPART_TEST_FILTER=test_name runs one test (cmocka's own glob syntax). */
   if (getenv("RAMPART_TEST_FILTER"))
