@@ -26,6 +26,7 @@
 #include "parity_group.h"
 #include "rampart.h"
 #include "slot_allocator.h"
+#include "spill_quarantine.h"
 #include "spill_store.h"
 
 #define ENGINE_PAGE_OPS 512u        /* per-page operations in flight at once */
@@ -84,7 +85,7 @@ struct page_op {
   bool copy_failed;             /* mirror: the second copy was not stored: place again */
   bool in_use;                  /* taken from the pool (catches double completion) */
   uint8_t server;               /* writes: server of the member in flight */
-  uint8_t spill_epoch;          /* reads: quarantine epoch of a spill read */
+  uint8_t spill_epoch;          /* quarantine epoch of the op's spill I/O in flight */
   uint8_t member;               /* reads: the member being read */
   uint32_t group;               /* reads: its group */
   uint8_t read_source;          /* reads: page_location_kind read, or READ_DEGRADED */
@@ -124,22 +125,6 @@ struct free_request {
   struct rampart_engine *engine;
   struct rp_request req;
 };
-
-/* spill_quarantine.c: freed spill slots held back from reuse while reads may see them */
-struct spill_quarantine {
-  uint32_t *next;               /* per slot: next slot in its epoch's list */
-  uint32_t head[2];
-  uint64_t reads[2];            /* spill reads in flight, by the epoch they started in */
-  unsigned current;
-};
-
-int spill_quarantine_init(struct spill_quarantine *q, uint64_t capacity);
-void spill_quarantine_destroy(struct spill_quarantine *q);
-unsigned spill_quarantine_read_started(struct spill_quarantine *q);
-void spill_quarantine_read_done(struct spill_quarantine *q, unsigned epoch);
-void spill_quarantine_free(struct spill_quarantine *q, uint32_t slot);
-/* Returns the previous epoch's slots to the store once its reads are done. */
-void spill_quarantine_advance(struct spill_quarantine *q, struct spill_store *store);
 
 struct local_store {
   uint8_t *pages;               /* mmap of capacity pages */

@@ -163,7 +163,7 @@ static void read_finish(struct page_op *op, int result)
 static void on_spill_read(struct spill_io *sio)
 {
   struct page_op *op = sio->user;
-  spill_quarantine_read_done(&op->engine->quarantine, op->spill_epoch);
+  spill_quarantine_io_done(&op->engine->quarantine, op->spill_epoch);
   if (sio->result < 0) {
     read_failed(op, "the spill store read failed");
     return;
@@ -174,7 +174,7 @@ static void on_spill_read(struct spill_io *sio)
 static void read_from_spill(struct page_op *op, uint64_t slot)
 {
   op->read_source = PAGE_SPILL; /* write-through may read the disk copy of a remote page */
-  op->spill_epoch = (uint8_t)spill_quarantine_read_started(&op->engine->quarantine);
+  op->spill_epoch = (uint8_t)spill_quarantine_io_started(&op->engine->quarantine);
   op->sio = (struct spill_io){ .write = false, .slot = slot, .page = op->buf,
                                .done = on_spill_read, .user = op };
   spill_store_submit(op->engine->spill, &op->sio);

@@ -460,9 +460,23 @@ static void on_member_written(struct rp_request *req)
 
 /* ---- spill and local ------------------------------------------------------------------- */
 
+/* Every spill write is counted by the quarantine until it completes: a slot this write
+ * goes to may be retired while it is in flight (the page rewritten or trimmed), and must
+ * not be given to another page until the write has landed (spill_quarantine.h). */
+static void submit_spill(struct page_op *op, uint64_t slot, spill_io_done_fn done)
+{
+  struct rampart_engine *e = op->engine;
+  op->sio = (struct spill_io){ .write = true, .slot = slot, .page = op->buf, .done = done,
+                               .user = op };
+  op->pending++;
+  op->spill_epoch = (uint8_t)spill_quarantine_io_started(&e->quarantine);
+  spill_store_submit(e->spill, &op->sio);
+}
+
 static void on_spill_written(struct spill_io *sio)
 {
   struct page_op *op = sio->user;
+  spill_quarantine_io_done(&op->engine->quarantine, op->spill_epoch);
   if (sio->result < 0)
     rp_log(RP_LOG_ERROR, "spill store write of page %llu failed: %s",
            (unsigned long long)op->page, strerror(-sio->result));
@@ -471,10 +485,7 @@ static void on_spill_written(struct spill_io *sio)
 
 static void submit_spill_write(struct page_op *op, uint64_t slot)
 {
-  op->sio = (struct spill_io){ .write = true, .slot = slot, .page = op->buf,
-                               .done = on_spill_written, .user = op };
-  op->pending++;
-  spill_store_submit(op->engine->spill, &op->sio);
+  submit_spill(op, slot, on_spill_written);
 }
 
 /* A move's copy in the spill store becomes the page only once it is on disk: until
@@ -483,6 +494,7 @@ static void on_move_spilled(struct spill_io *sio)
 {
   struct page_op *op = sio->user;
   struct rampart_engine *e = op->engine;
+  spill_quarantine_io_done(&e->quarantine, op->spill_epoch);
   if (sio->result == 0 && page_map_get(&e->map, op->page) == op->expected) {
     page_write_retire(e, page_map_set(&e->map, op->page, page_entry_slot(PAGE_SPILL, sio->slot)));
   } else {
@@ -514,10 +526,7 @@ static void write_to_spill(struct page_op *op)
     slot = (uint64_t)s;
   }
   if (op->kind == PAGE_OP_MOVE && e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH) {
-    op->sio = (struct spill_io){ .write = true, .slot = slot, .page = op->buf,
-                                 .done = on_move_spilled, .user = op };
-    op->pending++;
-    spill_store_submit(e->spill, &op->sio);
+    submit_spill(op, slot, on_move_spilled);
     return;
   }
   page_entry now = page_entry_slot(PAGE_SPILL, slot);
