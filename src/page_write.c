@@ -106,30 +106,34 @@ static void on_parity_written(struct rp_request *req)
   uint32_t id = pb->group;
   struct group *g = group_get(&e->groups, id);
   unsigned pserver = g->server[g->capacity];
+  bool stored = req->status == RP_OK;
+  /* The group's own bookkeeping is finished (and the group reclaimed if nothing lives in
+   * it) before anything here can run ops that were waiting: marking the server failed and
+   * handing back the buffer both may, and such an op can retire this group's last live
+   * member, which reclaims it then and there. */
   group_finish_seal(&e->groups, id);
-  if (req->status != RP_OK) {
-    /* The group has lost its parity: unprotected (counted) until the mover rewrites its
-     * live members. */
-    server_request_failed(e, pserver, req);
-    group_drop_parity(&e->groups, id);
-  }
+  if (!stored)
+    group_drop_parity(&e->groups, id); /* unprotected (counted) until the mover moves it */
   if (!g->has_parity) {
     /* Failed, or a member's copy was lost while the parity was in flight: the parity
      * protects nothing, so its slot goes back now. */
     server_release_slot(e, pserver, g->slot[g->capacity]);
     g->server[g->capacity] = GROUP_NO_SERVER;
   }
-  bool copy_stored = g->has_parity;
-  parity_buffer_put(e, pb);
+  /* A mirror write completes once both its copies are stored. If this one was not, and
+   * the write still lives in this group, it is placed again (sub_done) on two servers
+   * that can take it. */
+  page_entry waiter_entry = waiter ? waiter->placed : 0;
+  bool copy_lost = waiter && !g->has_parity && page_entry_kind(waiter_entry) == PAGE_REMOTE &&
+                   page_entry_group(waiter_entry) == id;
   if (g->live == 0 && g->pins == 0)
     page_write_reclaim(e, id);
+  if (!stored)
+    server_request_failed(e, pserver, req);
+  parity_buffer_put(e, pb);
   if (waiter) {
-    /* A mirror write completes once both its copies are stored. If this one was not, and
-     * the write still lives in this group, it is placed again (sub_done) on two servers
-     * that can take it. */
-    if (!copy_stored && page_entry_kind(waiter->placed) == PAGE_REMOTE &&
-        page_entry_group(waiter->placed) == id)
-      waiter->copy_failed = true;
+    if (copy_lost && waiter->placed == waiter_entry)
+      waiter->copy_failed = true; /* (unless it was placed again meanwhile) */
     sub_done(waiter, 0);
   }
 }
@@ -189,9 +193,9 @@ static void seal_open_group(struct rampart_engine *e, struct page_op *waiter)
     group_drop_parity(&e->groups, id);
     g->buffer = GROUP_NO_BUFFER;
     group_seal_without_parity(&e->groups, id);
-    parity_buffer_put(e, pb);
     if (g->live == 0 && g->pins == 0)
       page_write_reclaim(e, id);
+    parity_buffer_put(e, pb); /* last: it may run waiting ops */
     return;
   }
   group_begin_seal(&e->groups, id, (uint8_t)p, (uint32_t)slot);
