@@ -201,6 +201,45 @@ static void test_refused_member_write_does_not_leave_its_group_believed_protecte
   rp_test_cluster_stop(&c);
 }
 
+/* The same for moves: a server is drained (its host under pressure) while another
+ * refuses one write in 64, so some pages moved off the drained server have their new
+ * copy refused. The group each such copy was refused in must not be believed protected
+ * either. */
+static void test_a_move_whose_destination_write_fails_leaves_nothing_unprotected(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  const char *faults[] = { NULL, NULL, NULL, NULL, "refuse-writes" };
+  cluster_start(&c, 5, faults);
+  const char *extra[] = { "redundancy", "parity-log", "group", "3", "lease", "30",
+                          "timeout", "1000", NULL };
+  struct rp_test_device d;
+  rp_test_device_init(&d, rp_test_engine_open(&c, 2048, extra), 2048, 97);
+  rp_test_device_fill(&d, 0, 2048);
+  wait_quiet(&d, 30);
+  assert_int_equal(rp_test_write_file(c.psi[1], RP_TEST_PSI_HIGH), 0);
+  struct rampart_stats st;
+  bool drained = false;
+  for (unsigned i = 0; i < 600 && !drained; i++) {
+    usleep(50000);
+    rp_test_device_stats(&d, &st);
+    drained = st.servers[1].state == RAMPART_SERVER_ADVISED && st.servers[1].pages_live == 0 &&
+              st.moves_in_flight == 0 && st.pages_unprotected == 0;
+    for (unsigned s = 0; s < st.nservers; s++)
+      drained &= s == 1 || st.servers[s].state == RAMPART_SERVER_UP;
+  }
+  if (!drained)
+    print_stats(&d);
+  assert_true(drained);
+  rp_test_server_kill(&c.servers[0]);
+  uint64_t eio = rp_test_device_verify(&d, true);
+  print_message("moves off a drained server with refused destination writes, then another "
+                "server lost: %llu of 2048 pages EIO\n", (unsigned long long)eio);
+  assert_int_equal(eio, 0);
+  rp_test_device_free(&d);
+  rp_test_cluster_stop(&c);
+}
+
 /* ---- defect 4: a group sealing while its parity server is advising --------------------- */
 
 static unsigned server_gained_a_page(const struct rampart_stats *before,
@@ -428,6 +467,7 @@ int main(void)
     cmocka_unit_test(test_rebuild_past_a_corrupting_server_counts_what_it_cannot_verify),
     cmocka_unit_test(test_a_corrupting_server_is_suspect_and_emptied),
     cmocka_unit_test(test_refused_member_write_does_not_leave_its_group_believed_protected),
+    cmocka_unit_test(test_a_move_whose_destination_write_fails_leaves_nothing_unprotected),
     cmocka_unit_test(test_group_seals_with_its_parity_while_the_parity_server_advises),
     cmocka_unit_test(test_concurrent_sub_page_writes_keep_every_update),
     cmocka_unit_test(test_mirror_acknowledges_only_once_both_copies_are_stored),
