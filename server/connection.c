@@ -463,6 +463,10 @@ static void handle_write(struct rps_conn *c, const struct rp_header *h, const ui
 {
   char msg[400];
   c->srv->stats.ops_write++;
+  if (rps_fault_refuses_write(c->srv, msg, sizeof msg)) {
+    refused(c, h, RP_ERR_INTERNAL, msg);
+    return;
+  }
   enum rp_status st = rps_store_write(c->srv->store, c->session->acct, h->slot, payload, msg,
                                       sizeof msg);
   if (st == RP_OK) {

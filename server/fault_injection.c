@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -14,7 +15,10 @@ static const char *const mode_names[] = {
   [RPS_FAULT_FLIP] = "flip",
   [RPS_FAULT_SWAP] = "swap",
   [RPS_FAULT_REPLAY] = "replay",
+  [RPS_FAULT_REFUSE_WRITES] = "refuse-writes",
 };
+
+static uint64_t writes_seen; /* refuse-writes: WRITEs received */
 
 /* Replay state, mapped on the first WRITE in replay mode. The copies are one anonymous
  * mapping of capacity pages: only slots that get a copy cost memory. */
@@ -29,7 +33,7 @@ static struct {
 
 int rps_fault_parse(const char *name, enum rps_fault_mode *mode)
 {
-  for (int m = RPS_FAULT_FLIP; m <= RPS_FAULT_REPLAY; m++) {
+  for (int m = RPS_FAULT_FLIP; m <= RPS_FAULT_LAST; m++) {
     if (strcmp(name, mode_names[m]) == 0) {
       *mode = (enum rps_fault_mode)m;
       return 0;
@@ -40,12 +44,15 @@ int rps_fault_parse(const char *name, enum rps_fault_mode *mode)
 
 const char *rps_fault_name(enum rps_fault_mode mode)
 {
-  return mode <= RPS_FAULT_REPLAY ? mode_names[mode] : "?";
+  return mode <= RPS_FAULT_LAST ? mode_names[mode] : "?";
 }
 
 void rps_fault_announce(enum rps_fault_mode mode)
 {
-  if (mode != RPS_FAULT_NONE)
+  if (mode == RPS_FAULT_REFUSE_WRITES)
+    rp_log(RP_LOG_WARN, "test-fault=%s: this server deliberately refuses one WRITE in %u; "
+           "for tests only", rps_fault_name(mode), RPS_FAULT_REFUSE_EVERY);
+  else if (mode != RPS_FAULT_NONE)
     rp_log(RP_LOG_WARN, "test-fault=%s: this server deliberately corrupts pages it "
            "returns; for tests only", rps_fault_name(mode));
 }
@@ -76,6 +83,17 @@ static bool map_replay(const struct rps_server *srv)
   return replay.copies != NULL;
 }
 
+bool rps_fault_refuses_write(const struct rps_server *srv, char *msg, size_t msglen)
+{
+  if (srv->opt->test_fault != RPS_FAULT_REFUSE_WRITES)
+    return false;
+  if (++writes_seen % RPS_FAULT_REFUSE_EVERY != 0)
+    return false;
+  snprintf(msg, msglen, "test-fault=refuse-writes: WRITE %llu refused as if this host could "
+           "not map a page", (unsigned long long)writes_seen);
+  return true;
+}
+
 void rps_fault_on_write(const struct rps_server *srv, uint64_t slot, const uint8_t *page)
 {
   if (srv->opt->test_fault != RPS_FAULT_REPLAY || !map_replay(srv) || slot >= replay.capacity)
@@ -96,6 +114,7 @@ void rps_fault_read_reply(const struct rps_server *srv, const struct rps_account
 {
   switch (srv->opt->test_fault) {
   case RPS_FAULT_NONE:
+  case RPS_FAULT_REFUSE_WRITES:
     return;
   case RPS_FAULT_FLIP:
     payload[slot % RP_PAGE_SIZE] ^= 0x01;

@@ -3,8 +3,9 @@
  * rampart treats memory servers as untrusted: a client must notice when a server hands
  * back a page that is not the one it stored. Testing that needs a server that lies, and
  * a real rampartd process is the most honest liar there is. This switch makes one
- * behave like a malicious or broken server: it changes only what READ replies carry
- * (the store itself keeps the true pages), it is off unless the option is given, and
+ * behave like a malicious or broken server: the corrupting modes change only what READ
+ * replies carry (the store itself keeps the true pages), refuse-writes turns some WRITEs
+ * away as a host out of memory would; it is off unless the option is given, and
  * rampartd logs a loud warning at start when it is on.
  *
  * The replay mode keeps its state server-wide, one table indexed by slot, not per
@@ -15,6 +16,8 @@
 #ifndef RAMPART_SERVER_FAULT_INJECTION_H
 #define RAMPART_SERVER_FAULT_INJECTION_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct rps_server;
@@ -26,14 +29,23 @@ enum rps_fault_mode {
   RPS_FAULT_SWAP,    /* a READ of slot s returns slot s^1's page when that slot has one */
   RPS_FAULT_REPLAY,  /* a READ of slot s returns the write received just before s's
                         last write, when there was one */
+  RPS_FAULT_REFUSE_WRITES, /* every RPS_FAULT_REFUSE_EVERY-th WRITE is refused (not stored)
+                              with RP_ERR_INTERNAL, as when the host cannot map a page */
 };
 
-/* "flip", "swap" or "replay": 0 with *mode set; -1 for anything else. */
+#define RPS_FAULT_REFUSE_EVERY 64u
+#define RPS_FAULT_LAST RPS_FAULT_REFUSE_WRITES
+
+/* "flip", "swap", "replay" or "refuse-writes": 0 with *mode set; -1 for anything else. */
 int rps_fault_parse(const char *name, enum rps_fault_mode *mode);
 const char *rps_fault_name(enum rps_fault_mode mode);
 
 /* Logs the start-up warning when mode is not RPS_FAULT_NONE. */
 void rps_fault_announce(enum rps_fault_mode mode);
+
+/* Before a WRITE is stored: true when refuse-writes turns this one away (msg then says
+ * why, for the error reply); the store is left as it was. */
+bool rps_fault_refuses_write(const struct rps_server *srv, char *msg, size_t msglen);
 
 /* A WRITE of `page` to `slot` was stored (call only on success: then slot is inside
  * the reservation, hence below the capacity). Only replay mode records anything. */

@@ -69,7 +69,9 @@ static const char usage[] =
   "For tests only, never in production (also 'test-fault' in --config):\n"
   "  --test-fault MODE          make this server corrupt the pages it returns, to test\n"
   "                             the clients' page verification: flip (one bit), swap\n"
-  "                             (the page of slot s^1) or replay (an older write)\n"
+  "                             (the page of slot s^1) or replay (an older write); or\n"
+  "                             refuse-writes (one WRITE in 64 refused, as a host out\n"
+  "                             of memory would)\n"
   "\n"
   "Signals: SIGTERM stops (clients rebuild what it held); SIGUSR1 drains: clients are\n"
   "asked to move their pages to other servers, and no new pages are taken.\n";
@@ -208,8 +210,8 @@ static int apply(struct rps_options *o, const struct option_def *d, const char *
     return parse_percent(what, value, &o->psi_threshold, err, errlen);
   case K_FAULT:
     if (rps_fault_parse(value, &o->test_fault) < 0) {
-      snprintf(err, errlen, "%s '%s': use flip, swap or replay (test-only: makes this "
-               "server corrupt what it returns)", what, value);
+      snprintf(err, errlen, "%s '%s': use flip, swap, replay or refuse-writes (test-only: "
+               "makes this server corrupt what it returns or refuse writes)", what, value);
       return -1;
     }
     return 0;

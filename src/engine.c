@@ -271,8 +271,8 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
   }
   if (++e->ticks % 10 == 0) {
     if (e->read_errors_logged > 10)
-      rp_log(RP_LOG_ERROR, "%u more pages could not be read in the last second (EIO)",
-             e->read_errors_logged - 10);
+      rp_log(RP_LOG_ERROR, "%u more pages could not be read or were lost in the last "
+             "second (EIO)", e->read_errors_logged - 10);
     e->read_errors_logged = 0;
     if (e->config.stats_path[0])
       write_stats_file(e);
@@ -362,7 +362,7 @@ static void sync_done(struct rampart_io *io, int result)
   syscall(SYS_futex, &w->done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-static int run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length,
+int engine_run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length,
                     uint64_t offset, uint32_t flags)
 {
   struct sync_wait w = { .done = 0 };
@@ -375,7 +375,7 @@ static int run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length
 }
 
 /* The aligned middle of [offset, offset+length) goes straight through; a partial first
- * or last page is read, patched and written back through a page on this stack. */
+ * or last page is read, patched and written back (page_rmw.c). */
 struct span {
   uint64_t head_off; uint32_t head_len;   /* partial first page, if any */
   uint64_t mid_off;  uint32_t mid_len;    /* whole pages */
@@ -418,32 +418,6 @@ static bool in_range(const struct rampart_engine *e, uint32_t length, uint64_t o
   return offset <= size && length <= size - offset;
 }
 
-static int partial_read(struct rampart_engine *e, uint8_t *dst, uint32_t len, uint64_t off)
-{
-  _Alignas(64) uint8_t page[RAMPART_PAGE_SIZE];
-  uint64_t base = off & ~(uint64_t)(RAMPART_PAGE_SIZE - 1);
-  int r = run_sync(e, RAMPART_OP_READ, page, RAMPART_PAGE_SIZE, base, 0);
-  if (r == 0)
-    memcpy(dst, page + (off - base), len);
-  return r;
-}
-
-/* src NULL: patch with zeros. */
-static int partial_write(struct rampart_engine *e, const uint8_t *src, uint32_t len,
-                         uint64_t off, uint32_t flags)
-{
-  _Alignas(64) uint8_t page[RAMPART_PAGE_SIZE];
-  uint64_t base = off & ~(uint64_t)(RAMPART_PAGE_SIZE - 1);
-  int r = run_sync(e, RAMPART_OP_READ, page, RAMPART_PAGE_SIZE, base, 0);
-  if (r < 0)
-    return r;
-  if (src)
-    memcpy(page + (off - base), src, len);
-  else
-    memset(page + (off - base), 0, len);
-  return run_sync(e, RAMPART_OP_WRITE, page, RAMPART_PAGE_SIZE, base, flags);
-}
-
 int rampart_pread(struct rampart_engine *e, void *buf, uint32_t length, uint64_t offset)
 {
   if (!in_range(e, length, offset))
@@ -452,11 +426,12 @@ int rampart_pread(struct rampart_engine *e, void *buf, uint32_t length, uint64_t
   uint8_t *p = buf;
   int r = 0;
   if (sp.head_len)
-    r = partial_read(e, p, sp.head_len, sp.head_off);
+    r = page_rmw_read(e, p, sp.head_len, sp.head_off);
   if (r == 0 && sp.mid_len)
-    r = run_sync(e, RAMPART_OP_READ, p + (sp.mid_off - offset), sp.mid_len, sp.mid_off, 0);
+    r = engine_run_sync(e, RAMPART_OP_READ, p + (sp.mid_off - offset), sp.mid_len,
+                        sp.mid_off, 0);
   if (r == 0 && sp.tail_len)
-    r = partial_read(e, p + (sp.tail_off - offset), sp.tail_len, sp.tail_off);
+    r = page_rmw_read(e, p + (sp.tail_off - offset), sp.tail_len, sp.tail_off);
   return r;
 }
 
@@ -469,13 +444,13 @@ int rampart_pwrite(struct rampart_engine *e, const void *buf, uint32_t length, u
   const uint8_t *p = buf;
   int r = 0;
   if (sp.head_len)
-    r = partial_write(e, p, sp.head_len, sp.head_off, flags);
+    r = page_rmw_write(e, p, sp.head_len, sp.head_off, flags);
   /* The engine never writes through io->buf on a write. */
   if (r == 0 && sp.mid_len)
-    r = run_sync(e, RAMPART_OP_WRITE, (void *)(p + (sp.mid_off - offset)), sp.mid_len,
-                 sp.mid_off, flags);
+    r = engine_run_sync(e, RAMPART_OP_WRITE, (void *)(p + (sp.mid_off - offset)),
+                        sp.mid_len, sp.mid_off, flags);
   if (r == 0 && sp.tail_len)
-    r = partial_write(e, p + (sp.tail_off - offset), sp.tail_len, sp.tail_off, flags);
+    r = page_rmw_write(e, p + (sp.tail_off - offset), sp.tail_len, sp.tail_off, flags);
   return r;
 }
 
@@ -484,7 +459,9 @@ int rampart_trim(struct rampart_engine *e, uint32_t length, uint64_t offset)
   if (!in_range(e, length, offset))
     return -EINVAL;
   struct span sp = split_span(length, offset);
-  return sp.mid_len ? run_sync(e, RAMPART_OP_TRIM, NULL, sp.mid_len, sp.mid_off, 0) : 0;
+  if (sp.mid_len == 0)
+    return 0;
+  return engine_run_sync(e, RAMPART_OP_TRIM, NULL, sp.mid_len, sp.mid_off, 0);
 }
 
 int rampart_zero(struct rampart_engine *e, uint32_t length, uint64_t offset)
@@ -494,17 +471,17 @@ int rampart_zero(struct rampart_engine *e, uint32_t length, uint64_t offset)
   struct span sp = split_span(length, offset);
   int r = 0;
   if (sp.head_len)
-    r = partial_write(e, NULL, sp.head_len, sp.head_off, 0);
+    r = page_rmw_write(e, NULL, sp.head_len, sp.head_off, 0);
   if (r == 0 && sp.mid_len)
-    r = run_sync(e, RAMPART_OP_ZERO, NULL, sp.mid_len, sp.mid_off, 0);
+    r = engine_run_sync(e, RAMPART_OP_ZERO, NULL, sp.mid_len, sp.mid_off, 0);
   if (r == 0 && sp.tail_len)
-    r = partial_write(e, NULL, sp.tail_len, sp.tail_off, 0);
+    r = page_rmw_write(e, NULL, sp.tail_len, sp.tail_off, 0);
   return r;
 }
 
 int rampart_flush(struct rampart_engine *e)
 {
-  return run_sync(e, RAMPART_OP_FLUSH, NULL, 0, 0, 0);
+  return engine_run_sync(e, RAMPART_OP_FLUSH, NULL, 0, 0, 0);
 }
 
 uint64_t rampart_size(const struct rampart_engine *e)
@@ -531,6 +508,8 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
     ss->pages_live = live[i];
     ss->pages_stored = s->slots.in_use;
     ss->pages_reserved = s->reserved_pages;
+    ss->suspect = s->suspect;
+    ss->integrity_failures = s->integrity_failures;
   }
   st->groups_open = e->groups.in_use;
   st->groups_sealed = e->groups.sealed;
@@ -544,6 +523,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->pages_local_ram = e->map.count[PAGE_LOCAL];
   st->pages_degraded_reads = e->degraded_reads;
   st->pages_lost = e->pages_lost;
+  st->pages_unprotected = group_table_unprotected_live(&e->groups);
   st->read_errors = e->read_errors;
   st->integrity_failures = e->integrity_failures;
   st->encrypted = e->sealer.encrypt;
@@ -582,7 +562,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
 
 void rampart_get_stats(struct rampart_engine *e, struct rampart_stats *stats)
 {
-  run_sync(e, RAMPART_OP_STATS, stats, 0, 0, 0);
+  engine_run_sync(e, RAMPART_OP_STATS, stats, 0, 0, 0);
 }
 
 static void (*frontend_log_sink)(int level, const char *line);
@@ -755,6 +735,7 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
   e->clean_live_max = (uint8_t)(e->group_size / 2);
   pthread_mutex_init(&e->stats_lock, NULL);
   pthread_mutex_init(&e->reconnect_lock, NULL);
+  page_rmw_init(e);
   pthread_cond_init(&e->reconnect_cond, NULL);
 
   if (config->key_path[0] && rp_key_load(config->key_path, &e->key, err, errlen) < 0)
@@ -835,6 +816,7 @@ void rampart_close(struct rampart_engine *e)
   free(e->write_pending);
   pthread_mutex_destroy(&e->stats_lock);
   pthread_mutex_destroy(&e->reconnect_lock);
+  page_rmw_destroy(e);
   pthread_cond_destroy(&e->reconnect_cond);
   free(e);
 }

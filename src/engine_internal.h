@@ -4,6 +4,7 @@
  *   page_write.c    placement, the open group, sealing, reclaim
  *   page_read.c     reads, degraded reads
  *   page_mover.c    rebuild after a loss, cleaning, migration off advised servers
+ *   page_rmw.c      sub-page reads and writes (read-modify-write), serialised per page
  *   local_store.c   standalone RAM pages
  *   page_seal.c     encryption and verification of every page (its own header)
  * Everything here is owned by the I/O thread unless a comment says otherwise.
@@ -25,6 +26,7 @@
 #include "parity_group.h"
 #include "rampart.h"
 #include "slot_allocator.h"
+#include "spill_quarantine.h"
 #include "spill_store.h"
 
 #define ENGINE_PAGE_OPS 512u        /* per-page operations in flight at once */
@@ -33,6 +35,7 @@
 #define ENGINE_FREE_REQUESTS 1024u  /* best-effort FREEs in flight */
 #define ENGINE_MOVES 32u            /* rebuild/clean/migrate pages in flight */
 #define ENGINE_MAX_INCARNATIONS 255u /* server table entries (GROUP_NO_SERVER is 255) */
+#define ENGINE_RMW_LOCKS 256u        /* stripes of pages for sub-page writes (page_rmw.c) */
 
 struct rampart_engine;
 
@@ -48,6 +51,9 @@ struct server {
   uint64_t reserved_pages;
   uint64_t lost_deadline_ns;    /* RECONNECTING: declared lost after this */
   bool advised;                 /* under memory pressure: place nothing new */
+  bool suspect;                 /* returned a page that failed verification: place nothing
+                                   new, move everything off (page_read.c) */
+  uint64_t integrity_failures;  /* copies from it that failed verification */
   bool reconnect_pending;       /* handed to the reconnect thread */
   bool rebuild_needed;          /* LOST, and its groups not yet all moved */
   /* set by the reconnect thread under reconnect_lock, taken by the I/O thread */
@@ -76,13 +82,16 @@ struct page_op {
   bool move_rebuilds;           /* moves: its group had a copy on a lost server */
   bool disk_started;            /* write-through: the disk copy was submitted */
   bool parked;                  /* waiting for a parity buffer (holds one pending) */
+  bool copy_failed;             /* mirror: the second copy was not stored: place again */
   bool in_use;                  /* taken from the pool (catches double completion) */
   uint8_t server;               /* writes: server of the member in flight */
-  uint8_t spill_epoch;          /* reads: quarantine epoch of a spill read */
+  uint8_t spill_epoch;          /* quarantine epoch of the op's spill I/O in flight */
   uint8_t member;               /* reads: the member being read */
   uint32_t group;               /* reads: its group */
   uint8_t read_source;          /* reads: page_location_kind read, or READ_DEGRADED */
   uint8_t verify_retries;       /* reads: restarts after a page failed verification */
+  uint8_t bad_copies;           /* moves: copies that failed verification (2: the rebuilt
+                                   page too), for the mover's verdict on a failed move */
   page_entry read_entry;        /* reads: the map entry being read */
   struct page_seal seal;        /* writes: the new version's seal; reads: the expected one */
   struct rp_request req;
@@ -107,6 +116,7 @@ struct parity_buffer {
   struct rampart_engine *engine;
   uint8_t *page;
   uint32_t group;
+  struct page_op *waiter;       /* mirror: the write that completes once this copy is stored */
   struct rp_request req;
 };
 
@@ -115,22 +125,6 @@ struct free_request {
   struct rampart_engine *engine;
   struct rp_request req;
 };
-
-/* spill_quarantine.c: freed spill slots held back from reuse while reads may see them */
-struct spill_quarantine {
-  uint32_t *next;               /* per slot: next slot in its epoch's list */
-  uint32_t head[2];
-  uint64_t reads[2];            /* spill reads in flight, by the epoch they started in */
-  unsigned current;
-};
-
-int spill_quarantine_init(struct spill_quarantine *q, uint64_t capacity);
-void spill_quarantine_destroy(struct spill_quarantine *q);
-unsigned spill_quarantine_read_started(struct spill_quarantine *q);
-void spill_quarantine_read_done(struct spill_quarantine *q, unsigned epoch);
-void spill_quarantine_free(struct spill_quarantine *q, uint32_t slot);
-/* Returns the previous epoch's slots to the store once its reads are done. */
-void spill_quarantine_advance(struct spill_quarantine *q, struct spill_store *store);
 
 struct local_store {
   uint8_t *pages;               /* mmap of capacity pages */
@@ -162,9 +156,10 @@ struct rampart_engine {
   unsigned place_cursor;        /* round-robin over servers for members */
   unsigned parity_cursor;       /* rotation of the parity server */
 
-  /* the open group and its parity server */
+  /* the open group, its parity server and the parity's slot there (reserved at open) */
   uint32_t open_group;          /* GROUP_NONE when none */
   uint8_t open_parity_server;
+  uint32_t open_parity_slot;
 
   /* pools */
   struct page_op *ops;
@@ -233,6 +228,9 @@ struct rampart_engine {
   uint64_t rebuild_pages_moved;  /* pages of groups on a lost server, written again */
   uint64_t pages_remote, pages_spilled, pages_local;
   pthread_mutex_t stats_lock;   /* guards the snapshot copied to other threads */
+  /* Taken by frontend threads, never by the I/O thread: a sub-page write holds its
+   * page's stripe from its read to the end of its write-back (page_rmw.c). */
+  pthread_mutex_t rmw_locks[ENGINE_RMW_LOCKS];
 };
 
 /* Parity-log and mirror keep a parity page (a copy, for mirror) per group. */
@@ -250,6 +248,9 @@ static inline double engine_slots_per_page(const struct rampart_engine *e, unsig
 
 /* engine.c */
 uint64_t engine_now_ns(void);
+/* Submits one request and sleeps until it completes (frontend threads only). */
+int engine_run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length,
+                    uint64_t offset, uint32_t flags);
 struct page_op *engine_op_get(struct rampart_engine *e);
 void engine_op_put(struct rampart_engine *e, struct page_op *op);
 void engine_op_wait(struct rampart_engine *e, struct page_op *op);
@@ -301,6 +302,14 @@ void page_mover_move_done(struct page_op *op);
 void page_mover_live_by_server(const struct rampart_engine *e, uint64_t *live,
                                uint64_t *at_risk);
 uint64_t page_mover_at_risk(const struct rampart_engine *e, unsigned i);
+
+/* page_rmw.c: reads and writes of part of one page, from frontend threads */
+void page_rmw_init(struct rampart_engine *e);
+void page_rmw_destroy(struct rampart_engine *e);
+int page_rmw_read(struct rampart_engine *e, uint8_t *dst, uint32_t len, uint64_t off);
+/* src NULL: patch with zeros. */
+int page_rmw_write(struct rampart_engine *e, const uint8_t *src, uint32_t len, uint64_t off,
+                   uint32_t flags);
 
 /* local_store.c */
 int local_store_init(struct local_store *s, uint64_t pages);

@@ -4,12 +4,14 @@
  * again through the normal write path, which puts it in the open group on healthy
  * servers (or the spill store) and retires the old copy — applied to different groups:
  *   rebuild     groups with a member or parity on a LOST server
- *   protection  parity-policy groups that had to seal without parity
- *   migration   groups with live pages on an ADVISED (pressured) server
+ *   protection  unprotected groups: their parity could not be stored, or it covers a
+ *               member whose copy never reached its server
+ *   migration   groups with a copy (data or parity) on an ADVISED (pressured) server
+ *   evacuation  the same for a SUSPECT server (a copy from it failed verification)
  *   cleaning    sparse groups, when a server's reservation runs short, so old versions
  *               do not pin server memory forever (the log-structured store's GC)
  *   move-back   pages in the spill store, once servers have room again
- * A group being moved is pinned (group->moving) so it is not reclaimed under the reads.
+ * A group being moved is pinned (group->pins) so it is not reclaimed under the reads.
  * Every move re-checks that the page map still points at the copy it read, so a
  * frontend write racing the move always wins.
  */
@@ -95,13 +97,17 @@ static const char *group_move_reason(struct rampart_engine *e, const struct grou
     if (server_is_lost(e, srv)) {
       e->lost_seen[srv] = true;
       why = "rebuild";
-    } else if (srv != GROUP_NO_SERVER && e->servers[srv].advised && k < g->members && !why) {
+    } else if (srv != GROUP_NO_SERVER && e->servers[srv].suspect && !why) {
+      why = "evacuate"; /* off a server whose copies failed verification */
+    } else if (srv != GROUP_NO_SERVER && e->servers[srv].advised && !why) {
+      /* The parity too: a group sealed while its parity server was already advising
+       * (its slot was reserved earlier) still frees that server once moved. */
       why = "migrate";
     }
   }
   if (why)
     return why;
-  if (engine_policy_has_parity(e) && !g->has_parity && server_set_placeable(e) >= 2)
+  if (g->unprotected && server_set_placeable(e) >= 2)
     return "protect";
   if (e->cleaning && g->live <= e->clean_live_max && g->live < g->members)
     return "clean";
@@ -122,7 +128,7 @@ static bool start_move(struct rampart_engine *e, uint64_t page, page_entry expec
   op->buf = op->scratch;
   e->moves_in_flight++;
   if (group != GROUP_NONE)
-    group_get(&e->groups, group)->moving++;
+    group_get(&e->groups, group)->pins++;
   page_read_start(op);
   return true;
 }
@@ -226,7 +232,7 @@ static void scan_groups(struct rampart_engine *e)
     }
     uint32_t id = e->move_cursor++;
     struct group *g = group_get(&e->groups, id);
-    if (g->state != GROUP_SEALED || g->moving > 0)
+    if (g->state != GROUP_SEALED || g->pins > 0)
       continue;
     const char *why = group_move_reason(e, g);
     if (!why)
@@ -277,9 +283,19 @@ static bool mover_has_work(const struct rampart_engine *e)
 {
   if (e->cleaning)
     return true;
-  for (unsigned i = 0; i < e->nservers; i++)
-    if (e->servers[i].rebuild_needed || e->servers[i].advised)
+  /* Unprotected groups are one loss from gone, and nothing else may be under way to
+   * bring the mover round to them. */
+  if (e->groups.unprotected > 0 && server_set_placeable(e) >= 2)
+    return true;
+  for (unsigned i = 0; i < e->nservers; i++) {
+    const struct server *s = &e->servers[i];
+    if (s->rebuild_needed || s->advised)
       return true;
+    /* A suspect server is emptied: until it holds no slot of ours (every group that
+     * touched it moved and reclaimed), there is work. */
+    if (s->suspect && s->state != RAMPART_SERVER_LOST && s->slots.in_use > 0)
+      return true;
+  }
   return e->spill && spill_store_used(e->spill) > 0 &&
          e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH;
 }
@@ -308,28 +324,38 @@ bool page_mover_should_throttle(struct rampart_engine *e)
   return (double)slots_held(e) > e->clean_target;
 }
 
-/* Two of the group's copies are on lost servers (or a lost member and no parity): the
- * page cannot come back and every read of it must fail. */
-static bool page_is_unrecoverable(struct rampart_engine *e, const struct group *g)
+/* A move that could not read its page: is the page gone for good? It is when the copies
+ * its group can spare are used up: one (no parity) or two, counting copies on lost
+ * servers and copies that failed verification (op->bad_copies). A copy on a server that
+ * is only reconnecting is not gone: the move is tried again on a later pass. */
+static bool page_is_unrecoverable(struct rampart_engine *e, const struct page_op *op)
 {
-  unsigned lost = 0;
+  unsigned gone = op->bad_copies;
+  if (op->group == GROUP_NONE)
+    return gone >= 1; /* a spill copy is the page's only one */
+  const struct group *g = group_get(&e->groups, op->group);
   for (unsigned m = 0; m < g->members; m++)
-    lost += server_is_lost(e, g->server[m]);
+    gone += server_is_lost(e, g->server[m]);
   if (!g->has_parity)
-    return lost >= 1;
-  return lost + server_is_lost(e, g->server[g->capacity]) >= 2;
+    return gone >= 1;
+  return gone + server_is_lost(e, g->server[g->capacity]) >= 2;
 }
 
 void page_mover_read_done(struct page_op *op, int result)
 {
   struct rampart_engine *e = op->engine;
   if (result < 0) {
-    if (op->group != GROUP_NONE && page_map_get(&e->map, op->page) == op->expected &&
-        page_is_unrecoverable(e, group_get(&e->groups, op->group))) {
+    /* A page that cannot come back must say so (lost, EIO on every read) and leave the
+     * mover: left where it is, a rebuild would retry it forever and never finish. */
+    if (page_map_get(&e->map, op->page) == op->expected && page_is_unrecoverable(e, op)) {
       e->pages_lost++;
       page_write_retire(e, page_map_set(&e->map, op->page, LOST_ENTRY));
-      rp_log(RP_LOG_ERROR, "page %llu is lost: two servers of its parity group are gone; "
-             "reads of it return EIO until it is written again", (unsigned long long)op->page);
+      /* A double fault loses thousands at once: name a few (the tick counts the rest). */
+      if (e->read_errors_logged++ < 10)
+        rp_log(RP_LOG_ERROR, "page %llu is lost: %s; reads of it return EIO until it is "
+               "written again", (unsigned long long)op->page,
+               op->bad_copies ? "the copies left to rebuild it from failed verification or "
+                                "are gone" : "two servers of its parity group are gone");
     }
     engine_op_finished(op, result);
     return;
@@ -355,7 +381,7 @@ void page_mover_move_done(struct page_op *op)
   if (op->group == GROUP_NONE)
     return;
   struct group *g = group_get(&e->groups, op->group);
-  g->moving--;
-  if (g->live == 0 && g->moving == 0 && g->state == GROUP_SEALED)
+  g->pins--;
+  if (g->live == 0 && g->pins == 0 && g->state == GROUP_SEALED)
     page_write_reclaim(e, op->group);
 }

@@ -34,25 +34,67 @@ static void read_failed(struct page_op *op, const char *why)
   read_finish(op, -EIO);
 }
 
-/* The bytes read are not what this client sealed for the page: altered, stale or
- * another page's. Unless the page was rewritten meanwhile (then read it again), that is
- * the store's fault: count it, name the server, and rebuild the page from its group if
- * it came from one server; a rebuilt page that fails too is EIO, never wrong bytes. */
-static void read_unverified(struct page_op *op)
+/* Server `index` returned a copy that failed verification. It is counted against the
+ * server, and the first time the server becomes suspect: a server that altered one page
+ * may alter others, so it gets no new pages and the mover moves every page that depends
+ * on it (data or parity) elsewhere, each verified on the way. It stays suspect until it
+ * rejoins empty (a restart), which makes it a new incarnation. */
+static void server_failed_verification(struct rampart_engine *e, unsigned index)
+{
+  struct server *s = &e->servers[index];
+  s->integrity_failures++;
+  if (s->suspect)
+    return;
+  s->suspect = true;
+  rp_log(RP_LOG_ERROR, "server %s returned a page that failed verification: it is now "
+         "suspect; no new pages go there and every page that depends on it moves elsewhere, "
+         "verified (restart it to clear this)", s->address);
+}
+
+/* Whether the copy that failed verification is simply not the page's current version any
+ * more: the page was rewritten (or, for a move, moved or trimmed) while it was read. */
+static bool copy_was_replaced(const struct page_op *op)
+{
+  const struct rampart_engine *e = op->engine;
+  page_entry now = page_map_get(&e->map, op->page);
+  if (op->kind == PAGE_OP_MOVE)
+    return now != op->expected;
+  return now != op->read_entry ||
+         page_seal_get(&e->sealer, op->page)->version != op->seal.version ||
+         page_write_is_pending(e, op->page);
+}
+
+/* The one place where a copy that failed verification is handled, for reads, moves
+ * (cleaning, migration) and rebuilds alike: the bytes are not what this client sealed
+ * for the page (altered, stale or another page's). Unless the page was replaced meanwhile
+ * (then read it again, or for a move there is nothing left to move), that is the store's
+ * fault: count it, blame the server it came from (suspect), and rebuild the page from its
+ * group (under write-through: read its disk copy). A rebuilt page is verified in turn;
+ * one that fails too, or a page with no second copy, is EIO, never wrong bytes, and a
+ * move of it ends with op->bad_copies saying how many copies failed, so the mover can
+ * tell a page that is gone from one that is only unreachable for now. */
+static void copy_failed_verification(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
-  bool rewritten = page_map_get(&e->map, op->page) != op->read_entry ||
-                   page_seal_get(&e->sealer, op->page)->version != op->seal.version ||
-                   page_write_is_pending(e, op->page);
-  if (rewritten && op->verify_retries < VERIFY_RESTARTS) {
-    op->verify_retries++;
-    page_read_start(op);
-    return;
+  if (copy_was_replaced(op)) {
+    if (op->kind == PAGE_OP_MOVE) {
+      page_mover_read_done(op, 0); /* the mover sees the map moved on, and stops */
+      return;
+    }
+    if (op->verify_retries < VERIFY_RESTARTS) {
+      op->verify_retries++;
+      page_read_start(op);
+      return;
+    }
   }
   e->integrity_failures++;
+  op->bad_copies++;
+  char why[240];
   if (op->read_source == PAGE_REMOTE) {
     struct group *g = group_get(&e->groups, op->group);
-    const char *addr = e->servers[g->server[op->member]].address;
+    unsigned server = g->server[op->member];
+    const char *addr = e->servers[server].address;
+    server_failed_verification(e, server);
     if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH) {
       /* The disk copy is the second copy: read it, verified like any other. */
       if (e->read_errors_logged++ < 10)
@@ -62,10 +104,10 @@ static void read_unverified(struct page_op *op)
       return;
     }
     if (!g->has_parity) {
-      char why[200];
       snprintf(why, sizeof why, "server %s returned it altered, stale or misplaced (failed "
-               "verification) and redundancy=%s keeps no second copy", addr,
-               rampart_redundancy_name(e->policy));
+               "verification) and %s", addr,
+               e->policy == RAMPART_REDUNDANCY_NONE ? "redundancy=none keeps no second copy"
+                                                    : "its group's parity was lost too");
       read_failed(op, why);
       return;
     }
@@ -76,55 +118,52 @@ static void read_unverified(struct page_op *op)
     degraded_start(op, op->group, op->member);
     return;
   }
-  char why[200];
-  if (op->read_source == READ_DEGRADED)
-    snprintf(why, sizeof why, "it failed verification from server %s and again when rebuilt "
-             "from its parity group", e->servers[op->server].address);
-  else
+  if (op->read_source == READ_DEGRADED) {
+    /* Rebuilt from every other piece of its group and still not the page: nothing is
+     * left to try. */
+    op->bad_copies = 2;
+    snprintf(why, sizeof why, "rebuilt from its parity group (its own server %s being gone "
+             "or having returned it altered) it failed verification too",
+             e->servers[op->server].address);
+  } else {
     snprintf(why, sizeof why, "the copy in the %s failed verification (altered or stale)",
              op->read_source == PAGE_SPILL ? "spill store" : "local RAM store");
+  }
   read_failed(op, why);
 }
 
-/* A move copies the sealed bytes as they are, so it checks a copy of them: the bytes it
- * writes stay sealed, and the plaintext never outlives this function. */
-static bool move_copy_verifies(struct page_op *op)
+/* Reads decrypt in place. A move copies the sealed bytes as they are, so it checks a
+ * copy of them (one GCM open per moved page): the bytes it writes stay sealed, the
+ * plaintext never outlives this function, and a corrupt copy is never put under new
+ * parity, where it would become the page for good. */
+static bool copy_verifies(struct page_op *op)
 {
+  struct page_sealer *sealer = &op->engine->sealer;
+  if (op->kind != PAGE_OP_MOVE)
+    return page_unseal(sealer, op->page, &op->seal, op->buf);
   _Alignas(64) uint8_t copy[RAMPART_PAGE_SIZE];
   memcpy(copy, op->buf, sizeof copy);
-  bool ok = page_unseal(&op->engine->sealer, op->page, &op->seal, copy);
+  bool ok = page_unseal(sealer, op->page, &op->seal, copy);
   explicit_bzero(copy, sizeof copy);
   return ok;
 }
 
 static void read_finish(struct page_op *op, int result)
 {
-  if (op->kind == PAGE_OP_MOVE) {
-    /* Rebuild, cleaning and migration put the page under new parity: a corrupt copy
-     * moved unchecked would become the page for good. So a move verifies what it read,
-     * and a copy that fails is treated as a failed read: counted, rebuilt from its group,
-     * and EIO (the page left where it is) only if that fails too. */
-    struct rampart_engine *e = op->engine;
-    if (result == 0 && page_map_get(&e->map, op->page) == op->expected &&
-        op->read_source != PAGE_ZERO && !move_copy_verifies(op)) {
-      read_unverified(op);
-      return;
-    }
+  if (result == 0 && op->read_source != PAGE_ZERO && !copy_verifies(op)) {
+    copy_failed_verification(op);
+    return;
+  }
+  if (op->kind == PAGE_OP_MOVE)
     page_mover_read_done(op, result);
-    return;
-  }
-  if (result == 0 && op->read_source != PAGE_ZERO &&
-      !page_unseal(&op->engine->sealer, op->page, &op->seal, op->buf)) {
-    read_unverified(op);
-    return;
-  }
-  engine_op_finished(op, result);
+  else
+    engine_op_finished(op, result);
 }
 
 static void on_spill_read(struct spill_io *sio)
 {
   struct page_op *op = sio->user;
-  spill_quarantine_read_done(&op->engine->quarantine, op->spill_epoch);
+  spill_quarantine_io_done(&op->engine->quarantine, op->spill_epoch);
   if (sio->result < 0) {
     read_failed(op, "the spill store read failed");
     return;
@@ -135,7 +174,7 @@ static void on_spill_read(struct spill_io *sio)
 static void read_from_spill(struct page_op *op, uint64_t slot)
 {
   op->read_source = PAGE_SPILL; /* write-through may read the disk copy of a remote page */
-  op->spill_epoch = (uint8_t)spill_quarantine_read_started(&op->engine->quarantine);
+  op->spill_epoch = (uint8_t)spill_quarantine_io_started(&op->engine->quarantine);
   op->sio = (struct spill_io){ .write = false, .slot = slot, .page = op->buf,
                                .done = on_spill_read, .user = op };
   spill_store_submit(op->engine->spill, &op->sio);
@@ -155,7 +194,7 @@ static void degraded_complete(struct degraded_read *dr)
   struct page_op *op = dr->op;
   struct rampart_engine *e = op->engine;
   struct group *g = group_get(&e->groups, dr->group);
-  g->moving--;
+  g->pins--;
   bool failed = dr->failed;
   if (!failed) {
     memcpy(op->buf, dr->pages, RAMPART_PAGE_SIZE);
@@ -163,7 +202,7 @@ static void degraded_complete(struct degraded_read *dr)
       parity_xor_page(op->buf, dr->pages + (size_t)k * RAMPART_PAGE_SIZE);
     e->degraded_reads++;
   }
-  if (g->live == 0 && g->moving == 0 && g->state == GROUP_SEALED)
+  if (g->live == 0 && g->pins == 0 && g->state == GROUP_SEALED)
     page_write_reclaim(e, dr->group);
   degraded_put(e, dr);
   if (failed)
@@ -214,14 +253,14 @@ static void degraded_start(struct page_op *op, uint32_t id, unsigned lost)
   }
   e->free_degraded = dr->next;
   if (op->read_source == PAGE_REMOTE)
-    op->server = g->server[lost]; /* named if the rebuilt page fails verification too */
+    op->server = g->server[lost]; /* named if the rebuilt page fails verification */
   op->read_source = READ_DEGRADED;
   dr->op = op;
   dr->group = id;
   dr->failed = false;
   dr->pieces = 0;
   dr->pending = 0;
-  g->moving++; /* pins the group: its slots must not be reused while we read them */
+  g->pins++; /* pins the group: its slots must not be reused while we read them */
 
   /* Piece 0 is the parity; the rest are the surviving members. */
   unsigned members = g->members;
@@ -280,7 +319,7 @@ void page_read_start(struct page_op *op)
     op->buf = op->scratch;
   page_entry entry = page_map_get(&e->map, op->page);
   if (op->kind == PAGE_OP_MOVE && entry != op->expected) {
-    read_finish(op, 0);
+    page_mover_read_done(op, 0); /* rewritten or trimmed meanwhile: nothing to move */
     return;
   }
   /* The seal is taken with the entry: a write that replaces both while this read is in
@@ -299,7 +338,8 @@ void page_read_start(struct page_op *op)
     return;
   case PAGE_SPILL:
     if (entry == LOST_ENTRY) {
-      read_failed(op, "it was lost with two servers of its parity group");
+      read_failed(op, "it was lost: two copies of its parity group were gone or failed "
+                  "verification");
       return;
     }
     read_from_spill(op, page_entry_slot_of(entry));

@@ -66,7 +66,7 @@ void page_write_retire(struct rampart_engine *e, page_entry old)
     uint32_t id = (uint32_t)page_entry_group(old);
     unsigned m = page_entry_member(old);
     struct group *g = group_get(&e->groups, id);
-    if (group_member_dead(&e->groups, id, m) && g->moving == 0)
+    if (group_member_dead(&e->groups, id, m) && g->pins == 0)
       page_write_reclaim(e, id);
     return;
   }
@@ -95,33 +95,55 @@ static void parity_buffer_put(struct rampart_engine *e, struct parity_buffer *pb
   engine_run_waiting(e);
 }
 
+static void sub_done(struct page_op *op, int result);
+
 static void on_parity_written(struct rp_request *req)
 {
   struct parity_buffer *pb = req->user;
   struct rampart_engine *e = pb->engine;
+  struct page_op *waiter = pb->waiter;
+  pb->waiter = NULL;
   uint32_t id = pb->group;
   struct group *g = group_get(&e->groups, id);
   unsigned pserver = g->server[g->capacity];
+  bool stored = req->status == RP_OK;
+  /* The group's own bookkeeping is finished (and the group reclaimed if nothing lives in
+   * it) before anything here can run ops that were waiting: marking the server failed and
+   * handing back the buffer both may, and such an op can retire this group's last live
+   * member, which reclaims it then and there. */
   group_finish_seal(&e->groups, id);
-  if (req->status != RP_OK) {
-    /* The group has lost its parity: it is unprotected until the mover rewrites its
-     * live members, which it does for any parity-policy group sealed without parity. */
-    server_request_failed(e, pserver, req);
+  if (!stored)
+    group_drop_parity(&e->groups, id); /* unprotected (counted) until the mover moves it */
+  if (!g->has_parity) {
+    /* Failed, or a member's copy was lost while the parity was in flight: the parity
+     * protects nothing, so its slot goes back now. */
     server_release_slot(e, pserver, g->slot[g->capacity]);
     g->server[g->capacity] = GROUP_NO_SERVER;
-    g->has_parity = 0;
   }
-  parity_buffer_put(e, pb);
-  if (g->live == 0 && g->moving == 0)
+  /* A mirror write completes once both its copies are stored. If this one was not, and
+   * the write still lives in this group, it is placed again (sub_done) on two servers
+   * that can take it. */
+  page_entry waiter_entry = waiter ? waiter->placed : 0;
+  bool copy_lost = waiter && !g->has_parity && page_entry_kind(waiter_entry) == PAGE_REMOTE &&
+                   page_entry_group(waiter_entry) == id;
+  if (g->live == 0 && g->pins == 0)
     page_write_reclaim(e, id);
+  if (!stored)
+    server_request_failed(e, pserver, req);
+  parity_buffer_put(e, pb);
+  if (waiter) {
+    if (copy_lost && waiter->placed == waiter_entry)
+      waiter->copy_failed = true; /* (unless it was placed again meanwhile) */
+    sub_done(waiter, 0);
+  }
 }
 
-/* A server for the parity of group g: its planned one if still fit, else any other
- * placeable server that holds no member of g. */
+/* Another server for the parity of group g, when the one reserved at open has failed:
+ * any placeable server that holds no member of g. */
 static int choose_parity_server(struct rampart_engine *e, const struct group *g)
 {
   for (unsigned k = 0; k < e->nservers; k++) {
-    unsigned i = k == 0 ? e->open_parity_server : (e->open_parity_server + k) % e->nservers;
+    unsigned i = (e->open_parity_server + k) % e->nservers;
     if (!server_usable_for_placement(&e->servers[i]))
       continue;
     bool in_group = false;
@@ -133,7 +155,11 @@ static int choose_parity_server(struct rampart_engine *e, const struct group *g)
   return -1;
 }
 
-static void seal_open_group(struct rampart_engine *e)
+/* waiter: under mirror, the write whose copy this group's "parity" is: it completes only
+ * once that copy is stored too (docs/flush.md: a completed mirror write is in two
+ * servers' RAM). NULL otherwise: parity-log's open-group parity protects a member from
+ * the moment it is XORed into the client's buffer. */
+static void seal_open_group(struct rampart_engine *e, struct page_op *waiter)
 {
   uint32_t id = e->open_group;
   e->open_group = GROUP_NONE;
@@ -143,26 +169,41 @@ static void seal_open_group(struct rampart_engine *e)
   g->capacity = g->members;
   if (!g->has_parity) {
     group_seal_without_parity(&e->groups, id);
-    if (g->live == 0)
+    if (g->live == 0 && g->pins == 0)
       page_write_reclaim(e, id);
     return;
   }
   struct parity_buffer *pb = &e->parity[g->buffer];
-  int p = choose_parity_server(e, g);
-  int64_t slot = p >= 0 ? slot_allocator_alloc(&e->servers[p].slots) : -1;
+  /* The parity's slot was reserved when the group opened, so a parity server that has
+   * since come under pressure or run out of room still takes it (pressure stops new
+   * placements, not the slots a client already holds). Only a server that has failed
+   * meanwhile cannot: then any other server that holds no member, if one can. */
+  int p = e->open_parity_server;
+  int64_t slot = e->open_parity_slot;
+  if (!server_usable_for_reads(&e->servers[p])) {
+    server_release_slot(e, (unsigned)p, (uint32_t)slot);
+    p = choose_parity_server(e, g);
+    slot = p >= 0 ? slot_allocator_alloc(&e->servers[p].slots) : -1;
+  }
   if (slot < 0) {
-    /* Nowhere to put the parity: seal unprotected, the mover will re-place the pages. */
-    g->has_parity = 0;
+    /* Nowhere to put the parity: seal unprotected, counted, and the mover rewrites the
+     * pages into whole groups as soon as two servers can take them. */
+    if (waiter)
+      waiter->copy_failed = true;
+    group_drop_parity(&e->groups, id);
     g->buffer = GROUP_NO_BUFFER;
     group_seal_without_parity(&e->groups, id);
-    parity_buffer_put(e, pb);
-    if (g->live == 0)
+    if (g->live == 0 && g->pins == 0)
       page_write_reclaim(e, id);
+    parity_buffer_put(e, pb); /* last: it may run waiting ops */
     return;
   }
   group_begin_seal(&e->groups, id, (uint8_t)p, (uint32_t)slot);
   memset(&pb->req, 0, sizeof pb->req);
   pb->group = id;
+  pb->waiter = waiter;
+  if (waiter)
+    waiter->pending++; /* counted before the submit, which may complete at once */
   pb->req.op = RP_OP_WRITE;
   pb->req.slot = (uint64_t)slot;
   pb->req.page = pb->page;
@@ -186,11 +227,13 @@ void page_write_close_open_group(struct rampart_engine *e)
     bool parity = g->has_parity;
     group_release(&e->groups, id);
     e->groups.reclaimed--; /* never held anything: not a reclaim */
-    if (parity)
+    if (parity) {
+      server_release_slot(e, e->open_parity_server, e->open_parity_slot);
       parity_buffer_put(e, &e->parity[buffer]);
+    }
     return;
   }
-  seal_open_group(e);
+  seal_open_group(e, NULL);
 }
 
 /* ---- placement ------------------------------------------------------------------------- */
@@ -214,7 +257,9 @@ static enum open_result open_new_group(struct rampart_engine *e)
     e->free_parity = pb->next;
     memset(pb->page, 0, RAMPART_PAGE_SIZE);
     buffer = (uint16_t)(pb - e->parity);
-    /* Rotate the parity server over the placeable servers, as RAID-5 rotates. */
+    /* Rotate the parity server over the placeable servers, as RAID-5 rotates, and take
+     * the parity's slot there now: the group must not find at sealing time that its
+     * parity server has come under pressure or filled up. */
     for (unsigned k = 0; k < e->nservers; k++) {
       unsigned i = (e->parity_cursor + k) % e->nservers;
       if (server_usable_for_placement(&e->servers[i])) {
@@ -223,11 +268,15 @@ static enum open_result open_new_group(struct rampart_engine *e)
         break;
       }
     }
+    e->open_parity_slot =
+      (uint32_t)slot_allocator_alloc(&e->servers[e->open_parity_server].slots);
   }
   uint32_t id = group_open(&e->groups, capacity, parity, buffer);
   if (id == GROUP_NONE) {
-    if (parity)
+    if (parity) {
+      server_release_slot(e, e->open_parity_server, e->open_parity_slot);
       parity_buffer_put(e, &e->parity[buffer]);
+    }
     return NO_SERVERS;
   }
   e->open_group = id;
@@ -297,6 +346,7 @@ static bool place_remote(struct page_op *op)
     uint32_t id = e->open_group;
     unsigned m = group_add_member(&e->groups, id, (uint8_t)server, (uint32_t)slot,
                                   (uint32_t)op->page);
+    g->pins++; /* until the write's outcome is known (on_member_written) */
     op->placed = page_entry_remote(id, m);
     mark_pending(e, op->page);
     install_version(op, op->placed);
@@ -314,54 +364,123 @@ static bool place_remote(struct page_op *op)
     e->pages_written++;
     e->wire_bytes_written += RP_HEADER_SIZE + RAMPART_PAGE_SIZE;
     if (group_is_full(g))
-      seal_open_group(e);
+      seal_open_group(e, e->policy == RAMPART_REDUNDANCY_MIRROR ? op : NULL);
     server_set_submit(e, (unsigned)server, &op->req);
     return true;
   }
   return false;
 }
 
+/* The page's copy did not reach a server: place it again, the buffer still being ours
+ * until the op completes; failing that, write-through's disk copy is the page, else the
+ * spill store takes it. */
+static void place_again(struct page_op *op)
+{
+  struct rampart_engine *e = op->engine;
+  if (place_remote(op))
+    return;
+  if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH) {
+    /* The disk copy written alongside is now the page. */
+    install_version(op, page_entry_slot(PAGE_SPILL, op->page));
+    op->pending++;
+    sub_done(op, 0);
+  } else {
+    write_to_spill(op);
+  }
+}
+
 static void sub_done(struct page_op *op, int result)
 {
   if (result < 0)
     op->failed = true;
-  if (--op->pending == 0)
-    write_finish(op, op->failed ? -EIO : 0);
+  if (--op->pending > 0)
+    return;
+  if (op->copy_failed) {
+    /* Mirror: its first copy is stored but its second is not. Unless the page has been
+     * rewritten meanwhile, it goes again into a new group, both copies on servers that
+     * can take them, and completes when those are stored. */
+    op->copy_failed = false;
+    if (!op->failed && page_map_get(&op->engine->map, op->page) == op->placed) {
+      place_again(op);
+      return;
+    }
+  }
+  write_finish(op, op->failed ? -EIO : 0);
+}
+
+/* A member of group `id` never reached its server. The group's parity covers bytes no
+ * server holds, so it can rebuild none of its other members: it is unprotected from now
+ * (counted, and the mover rewrites its live pages into whole groups), whether or not the
+ * page itself is placed again. */
+static void group_member_lost(struct rampart_engine *e, uint32_t id)
+{
+  struct group *g = group_get(&e->groups, id);
+  if (!g->has_parity)
+    return;
+  if (id == e->open_group)
+    page_write_close_open_group(e); /* no more members into a group that is not whole */
+  if (!g->has_parity)
+    return; /* it sealed without parity: already unprotected */
+  bool parity_stored = g->state == GROUP_SEALED;
+  group_drop_parity(&e->groups, id);
+  if (parity_stored) {
+    server_release_slot(e, g->server[g->capacity], g->slot[g->capacity]);
+    g->server[g->capacity] = GROUP_NO_SERVER;
+  } /* else its parity write is in flight: on_parity_written releases the slot */
+}
+
+static void group_unpin(struct rampart_engine *e, uint32_t id)
+{
+  struct group *g = group_get(&e->groups, id);
+  g->pins--;
+  if (g->live == 0 && g->pins == 0 && g->state == GROUP_SEALED)
+    page_write_reclaim(e, id);
 }
 
 static void on_member_written(struct rp_request *req)
 {
   struct page_op *op = req->user;
   struct rampart_engine *e = op->engine;
+  uint32_t id = (uint32_t)page_entry_group(op->placed);
   if (req->status == RP_OK) {
+    group_unpin(e, id);
     sub_done(op, 0);
     return;
   }
   server_request_failed(e, op->server, req);
+  group_member_lost(e, id);
+  group_unpin(e, id);
   /* The member's server failed before storing it. If the page has not been rewritten
-   * meanwhile, place it again: the caller's buffer is still ours until we complete. */
+   * meanwhile, place it again: the caller's buffer is still ours until we complete. (The
+   * pin kept the group from being reclaimed and its id reused, so op->placed cannot
+   * name some later version by accident.) */
   if (page_map_get(&e->map, op->page) != op->placed) {
     sub_done(op, 0);
     return;
   }
   op->pending--;
-  if (!place_remote(op)) {
-    if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH) {
-      /* The disk copy written alongside is now the page. */
-      install_version(op, page_entry_slot(PAGE_SPILL, op->page));
-      op->pending++;
-      sub_done(op, 0);
-    } else {
-      write_to_spill(op);
-    }
-  }
+  place_again(op);
 }
 
 /* ---- spill and local ------------------------------------------------------------------- */
 
+/* Every spill write is counted by the quarantine until it completes: a slot this write
+ * goes to may be retired while it is in flight (the page rewritten or trimmed), and must
+ * not be given to another page until the write has landed (spill_quarantine.h). */
+static void submit_spill(struct page_op *op, uint64_t slot, spill_io_done_fn done)
+{
+  struct rampart_engine *e = op->engine;
+  op->sio = (struct spill_io){ .write = true, .slot = slot, .page = op->buf, .done = done,
+                               .user = op };
+  op->pending++;
+  op->spill_epoch = (uint8_t)spill_quarantine_io_started(&e->quarantine);
+  spill_store_submit(e->spill, &op->sio);
+}
+
 static void on_spill_written(struct spill_io *sio)
 {
   struct page_op *op = sio->user;
+  spill_quarantine_io_done(&op->engine->quarantine, op->spill_epoch);
   if (sio->result < 0)
     rp_log(RP_LOG_ERROR, "spill store write of page %llu failed: %s",
            (unsigned long long)op->page, strerror(-sio->result));
@@ -370,10 +489,7 @@ static void on_spill_written(struct spill_io *sio)
 
 static void submit_spill_write(struct page_op *op, uint64_t slot)
 {
-  op->sio = (struct spill_io){ .write = true, .slot = slot, .page = op->buf,
-                               .done = on_spill_written, .user = op };
-  op->pending++;
-  spill_store_submit(op->engine->spill, &op->sio);
+  submit_spill(op, slot, on_spill_written);
 }
 
 /* A move's copy in the spill store becomes the page only once it is on disk: until
@@ -382,6 +498,7 @@ static void on_move_spilled(struct spill_io *sio)
 {
   struct page_op *op = sio->user;
   struct rampart_engine *e = op->engine;
+  spill_quarantine_io_done(&e->quarantine, op->spill_epoch);
   if (sio->result == 0 && page_map_get(&e->map, op->page) == op->expected) {
     page_write_retire(e, page_map_set(&e->map, op->page, page_entry_slot(PAGE_SPILL, sio->slot)));
   } else {
@@ -413,10 +530,7 @@ static void write_to_spill(struct page_op *op)
     slot = (uint64_t)s;
   }
   if (op->kind == PAGE_OP_MOVE && e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH) {
-    op->sio = (struct spill_io){ .write = true, .slot = slot, .page = op->buf,
-                                 .done = on_move_spilled, .user = op };
-    op->pending++;
-    spill_store_submit(e->spill, &op->sio);
+    submit_spill(op, slot, on_move_spilled);
     return;
   }
   page_entry now = page_entry_slot(PAGE_SPILL, slot);

@@ -116,6 +116,27 @@ void group_seal_without_parity(struct group_table *t, uint32_t id)
   t->sealed++;
 }
 
+void group_drop_parity(struct group_table *t, uint32_t id)
+{
+  struct group *g = group_get(t, id);
+  if (!g->has_parity)
+    return;
+  g->has_parity = 0;
+  g->unprotected = 1;
+  t->unprotected++;
+}
+
+uint64_t group_table_unprotected_live(const struct group_table *t)
+{
+  uint64_t live = 0;
+  for (uint32_t i = 0; t->unprotected > 0 && i < t->count; i++) {
+    const struct group *g = group_get(t, i);
+    if (g->state != GROUP_FREE && g->unprotected)
+      live += g->live;
+  }
+  return live;
+}
+
 bool group_member_dead(struct group_table *t, uint32_t id, unsigned member)
 {
   struct group *g = group_get(t, id);
@@ -138,6 +159,8 @@ void group_release(struct group_table *t, uint32_t id)
 {
   struct group *g = group_get(t, id);
   assert(g->state != GROUP_FREE);
+  if (g->unprotected)
+    t->unprotected--;
   g->state = GROUP_FREE;
   g->next_free = t->free_head;
   t->free_head = id;

@@ -36,9 +36,11 @@ struct group {
   uint8_t state;
   uint8_t capacity;             /* data members this group takes (S, or 1 for mirror) */
   uint8_t members;              /* data members placed so far */
-  uint8_t has_parity;           /* 0 under none and write-through */
+  uint8_t has_parity;           /* 0 under none and write-through, or once unprotected */
+  uint8_t unprotected;          /* lost its parity: it cannot rebuild a member (see below) */
   uint8_t live;                 /* members the page map still points at */
-  uint8_t moving;               /* member moves (rebuild, cleaning, migration) in flight */
+  uint8_t pins;                 /* operations in flight on its slots (moves, degraded reads,
+                                   member writes): it is not reclaimed until they end */
   uint16_t buffer;              /* parity buffer index while OPEN/SEALING */
   uint8_t server[GROUP_MAX_DATA + 1]; /* [i] data member i; [capacity] the parity */
   uint32_t slot[GROUP_MAX_DATA + 1];
@@ -59,6 +61,7 @@ struct group_table {
   uint32_t in_use;
   uint32_t free_head;   /* GROUP_NONE when the free list is empty */
   uint64_t live_pages;  /* sum of every group's live count */
+  uint32_t unprotected; /* groups that dropped their parity and are not yet reclaimed */
   /* lifetime counters for stats */
   uint64_t opened, sealed, reclaimed;
 };
@@ -91,6 +94,16 @@ void group_begin_seal(struct group_table *t, uint32_t id, uint8_t server, uint32
 uint16_t group_finish_seal(struct group_table *t, uint32_t id);
 /* A group without parity (none, write-through) is sealed as soon as it is full. */
 void group_seal_without_parity(struct group_table *t, uint32_t id);
+
+/* The group's parity no longer protects its members: it could not be stored, or it
+ * covers a member whose copy never reached its server. has_parity drops to 0 (the caller
+ * releases the parity's slot) and the group counts as unprotected until it is released,
+ * so the mover knows to rewrite its live pages into whole groups. No-op for a group that
+ * has no parity. */
+void group_drop_parity(struct group_table *t, uint32_t id);
+
+/* Live pages in unprotected groups: one loss from gone until the mover rewrites them. */
+uint64_t group_table_unprotected_live(const struct group_table *t);
 
 /* The page map no longer points at this member. Returns true when the group has no live
  * member left and is sealed: the caller frees its slots and calls group_release. */

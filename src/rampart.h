@@ -122,6 +122,8 @@ struct rampart_server_stats {
   uint64_t pages_live;         /* current versions of logical pages stored there */
   uint64_t pages_stored;       /* live + inactive + parity */
   uint64_t pages_reserved;
+  bool suspect;                /* returned a page that failed verification: being emptied */
+  uint64_t integrity_failures; /* copies from it that failed verification */
 };
 
 struct rampart_stats {
@@ -135,6 +137,10 @@ struct rampart_stats {
   double live_ratio;           /* live data pages / data pages held by sealed groups */
   uint64_t pages_remote, pages_spilled, pages_local_ram, pages_zero;
   uint64_t pages_degraded_reads, pages_lost, read_errors;
+  /* Live pages whose group can no longer rebuild them (its parity could not be stored,
+   * or covers a copy that never reached its server): one loss from gone until the mover
+   * rewrites them into whole groups. */
+  uint64_t pages_unprotected;
   uint64_t integrity_failures; /* stored pages that failed verification (bad server?) */
   bool encrypted;              /* encrypt=on */
   uint64_t rebuild_pages_done, rebuild_pages_pending;

@@ -28,7 +28,7 @@ bool server_usable_for_reads(const struct server *s)
 
 bool server_usable_for_placement(const struct server *s)
 {
-  return s->state == RAMPART_SERVER_UP && !s->advised && s->conn &&
+  return s->state == RAMPART_SERVER_UP && !s->advised && !s->suspect && s->conn &&
          rp_conn_is_connected(s->conn) && slot_allocator_available(&s->slots) > 0;
 }
 

@@ -41,6 +41,8 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
       "failed verification %llu\n",
       (unsigned long long)st->pages_degraded_reads, (unsigned long long)st->pages_lost,
       (unsigned long long)st->read_errors, (unsigned long long)st->integrity_failures);
+  OUT("protection      %llu live pages unprotected (one loss from gone until moved)\n",
+      (unsigned long long)st->pages_unprotected);
   OUT("pages sealed    %s\n", st->encrypted ? "AES-256-GCM (encrypted and authenticated)"
                                             : "checksum only (encrypt=off: servers see plaintext)");
   OUT("moves           done %llu, in flight %u, rebuild pending %llu, ops waiting %u%s\n",
@@ -69,9 +71,13 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
                                        : 0, c, sizeof c));
   for (unsigned i = 0; i < st->nservers; i++) {
     const struct rampart_server_stats *s = &st->servers[i];
-    OUT("server %-22s %-12s live %llu, stored %llu, reserved %llu\n", s->address,
+    OUT("server %-22s %-12s live %llu, stored %llu, reserved %llu", s->address,
         state_name(s->state), (unsigned long long)s->pages_live,
         (unsigned long long)s->pages_stored, (unsigned long long)s->pages_reserved);
+    if (s->integrity_failures > 0)
+      OUT(", %s%llu failed verification", s->suspect ? "SUSPECT: " : "",
+          (unsigned long long)s->integrity_failures);
+    OUT("\n");
   }
 #undef OUT
 }

@@ -128,7 +128,14 @@ static void lone_hostile_server(const char *fault, const char *encrypt)
     print_message("%s, encrypt=%s: %u of %u reads EIO, the rest right\n", fault, encrypt, eio,
                   LONE_PAGES);
     assert_true(eio > 0);
-    assert_int_equal(integrity_failures(e), eio);
+    /* At least one per EIO: the server is now suspect, and the engine moves its pages off
+     * (here to the spill store), verifying each one it reads, so a bad page may be
+     * counted by that move as well as by the read. */
+    struct rampart_stats st;
+    rampart_get_stats(e, &st);
+    assert_true(st.integrity_failures >= eio);
+    assert_true(st.servers[0].suspect);
+    assert_true(st.servers[0].integrity_failures >= eio);
     if (strcmp(fault, "swap") != 0)
       assert_true(page0_eio);
     if (!log_has_line_with("failed verification", c.servers[0].addr))

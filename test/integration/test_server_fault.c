@@ -1,7 +1,8 @@
 /* rampartd --test-fault: a real server that lies in its READ replies, so that client
- * page verification can be tested against it. Each test starts its own rampartd and
- * checks the exact lie (through the raw connection API, which verifies nothing), and
- * that a server without the option returns exact bytes. */
+ * page verification can be tested against it, or refuses some WRITEs, so that the
+ * client's failed-write path can be. Each test starts its own rampartd and checks the
+ * exact lie (through the raw connection API, which verifies nothing), and that a server
+ * without the option returns exact bytes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -151,6 +152,45 @@ static void test_replay_returns_the_write_before(void **state)
   stop(&f);
 }
 
+/* Every 64th WRITE is refused and not stored; the others are, and the connection stays
+ * usable throughout. */
+static void test_refuse_writes_turns_one_write_in_64_away(void **state)
+{
+  struct fixture f;
+  start(&f, "refuse-writes");
+  FILE *file = fopen(f.server.stderr_path, "r");
+  assert_non_null(file);
+  char line[512];
+  bool warned_refusing = false;
+  while (!warned_refusing && fgets(line, sizeof line, file))
+    warned_refusing = strstr(line, "deliberately refuses one WRITE in 64") != NULL;
+  fclose(file);
+  assert_true(warned_refusing);
+  for (uint64_t slot = 0; slot < 128; slot++) {
+    uint8_t page[RP_PAGE_SIZE];
+    struct rp_error err;
+    rp_test_fill_page(page, 6, slot);
+    int r = rp_write_sync(f.conn, slot, page, &err);
+    bool refused = slot % 64 == 63; /* the 64th and 128th WRITE */
+    assert_int_equal(r, refused ? -1 : 0);
+    if (refused) {
+      assert_int_equal(err.code, RP_ERR_INTERNAL);
+      assert_non_null(strstr(err.message, "refuse-writes"));
+    }
+  }
+  for (uint64_t slot = 0; slot < 128; slot++) {
+    if (slot % 64 != 63) {
+      assert_reads_as(&f, slot, 6, slot);
+      continue;
+    }
+    uint8_t got[RP_PAGE_SIZE];
+    struct rp_error err;
+    assert_int_equal(rp_read_sync(f.conn, slot, got, &err), -1);
+    assert_int_equal(err.code, RP_ERR_NOT_FOUND);
+  }
+  stop(&f);
+}
+
 static void test_bad_mode_is_refused_with_the_choices(void **state)
 {
   const char *args[] = {"--listen", "127.0.0.1:0", "--memory", "64M", "--test-fault", "x",
@@ -160,8 +200,9 @@ static void test_bad_mode_is_refused_with_the_choices(void **state)
   assert_true(status != -1);
   assert_true(WIFEXITED(status));
   assert_int_equal(WEXITSTATUS(status), 2);
-  assert_non_null(strstr(out, "--test-fault 'x': use flip, swap or replay (test-only: makes "
-                              "this server corrupt what it returns)"));
+  assert_non_null(strstr(out, "--test-fault 'x': use flip, swap, replay or refuse-writes "
+                              "(test-only: makes this server corrupt what it returns or "
+                              "refuse writes)"));
 
   const char *help[] = {"--help", NULL};
   status = rp_test_run_rampartd(help, out, sizeof out, 5000);
@@ -176,6 +217,7 @@ int main(void)
       cmocka_unit_test(test_flip_changes_one_byte_at_slot_mod_4096),
       cmocka_unit_test(test_swap_returns_the_neighbour_slot),
       cmocka_unit_test(test_replay_returns_the_write_before),
+      cmocka_unit_test(test_refuse_writes_turns_one_write_in_64_away),
       cmocka_unit_test(test_bad_mode_is_refused_with_the_choices),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
