@@ -226,7 +226,7 @@ static void scan_groups(struct rampart_engine *e)
     }
     uint32_t id = e->move_cursor++;
     struct group *g = group_get(&e->groups, id);
-    if (g->state != GROUP_SEALED || g->moving > 0)
+    if (g->state != GROUP_SEALED || g->moving > 0 || g->writing > 0)
       continue;
     const char *why = group_move_reason(e, g);
     if (!why)
@@ -356,6 +356,6 @@ void page_mover_move_done(struct page_op *op)
     return;
   struct group *g = group_get(&e->groups, op->group);
   g->moving--;
-  if (g->live == 0 && g->moving == 0 && g->state == GROUP_SEALED)
+  if (group_is_reclaimable(g))
     page_write_reclaim(e, op->group);
 }

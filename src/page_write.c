@@ -66,7 +66,8 @@ void page_write_retire(struct rampart_engine *e, page_entry old)
     uint32_t id = (uint32_t)page_entry_group(old);
     unsigned m = page_entry_member(old);
     struct group *g = group_get(&e->groups, id);
-    if (group_member_dead(&e->groups, id, m) && g->moving == 0)
+    group_member_dead(&e->groups, id, m);
+    if (group_is_reclaimable(g))
       page_write_reclaim(e, id);
     return;
   }
@@ -102,18 +103,37 @@ static void on_parity_written(struct rp_request *req)
   uint32_t id = pb->group;
   struct group *g = group_get(&e->groups, id);
   unsigned pserver = g->server[g->capacity];
+  if (req->status != RP_OK && server_request_failed(e, pserver, req, true))
+    return; /* sent again once its server is back; the group stays SEALING till then */
   group_finish_seal(&e->groups, id);
-  if (req->status != RP_OK) {
-    /* The group has lost its parity: it is unprotected until the mover rewrites its
-     * live members, which it does for any parity-policy group sealed without parity. */
-    server_request_failed(e, pserver, req);
+  if (req->status != RP_OK || !g->has_parity) {
+    /* The group has lost its parity (the write failed, or a member's write was given
+     * up meanwhile): it is unprotected until the mover rewrites its live members,
+     * which it does for any parity-policy group sealed without parity. */
     server_release_slot(e, pserver, g->slot[g->capacity]);
     g->server[g->capacity] = GROUP_NO_SERVER;
     g->has_parity = 0;
   }
   parity_buffer_put(e, pb);
-  if (g->live == 0 && g->moving == 0)
+  if (group_is_reclaimable(g))
     page_write_reclaim(e, id);
+}
+
+/* A member's write was given up while its server may come back (io-timeout=, or the
+ * server refused it): its slot may hold something else, so the group's parity no
+ * longer matches what the servers hold and must not be used to rebuild anything. */
+static void group_drop_parity(struct rampart_engine *e, uint32_t id)
+{
+  if (e->open_group == id)
+    page_write_close_open_group(e);
+  struct group *g = group_get(&e->groups, id);
+  if (!g->has_parity)
+    return;
+  if (g->state == GROUP_SEALED && g->server[g->capacity] != GROUP_NO_SERVER) {
+    server_release_slot(e, g->server[g->capacity], g->slot[g->capacity]);
+    g->server[g->capacity] = GROUP_NO_SERVER;
+  }
+  g->has_parity = 0; /* SEALING: on_parity_written frees the parity's slot */
 }
 
 /* A server for the parity of group g: its planned one if still fit, else any other
@@ -143,7 +163,7 @@ static void seal_open_group(struct rampart_engine *e)
   g->capacity = g->members;
   if (!g->has_parity) {
     group_seal_without_parity(&e->groups, id);
-    if (g->live == 0)
+    if (group_is_reclaimable(g))
       page_write_reclaim(e, id);
     return;
   }
@@ -156,7 +176,7 @@ static void seal_open_group(struct rampart_engine *e)
     g->buffer = GROUP_NO_BUFFER;
     group_seal_without_parity(&e->groups, id);
     parity_buffer_put(e, pb);
-    if (g->live == 0)
+    if (group_is_reclaimable(g))
       page_write_reclaim(e, id);
     return;
   }
@@ -256,6 +276,15 @@ static int choose_member_server(struct rampart_engine *e, const struct group *g)
 static void on_member_written(struct rp_request *req);
 static void write_to_spill(struct page_op *op);
 
+/* No server can take the page now. The spill store is for lost and full servers, not for
+ * a blip: while some server is only reconnecting, the write waits for the servers
+ * (server_health.c), at most io-timeout=. True when it waits. */
+static bool write_waits_for_servers(struct page_op *op)
+{
+  struct rampart_engine *e = op->engine;
+  return server_health_any_reconnecting(e) && server_health_park(e, op);
+}
+
 /* Places the op's page as a member of the open group and sends it. Returns false when
  * no server can take it (the caller spills), true when sent or queued to wait. */
 static bool place_remote(struct page_op *op)
@@ -297,6 +326,7 @@ static bool place_remote(struct page_op *op)
     uint32_t id = e->open_group;
     unsigned m = group_add_member(&e->groups, id, (uint8_t)server, (uint32_t)slot,
                                   (uint32_t)op->page);
+    g->writing++;
     op->placed = page_entry_remote(id, m);
     mark_pending(e, op->page);
     install_version(op, op->placed);
@@ -333,12 +363,23 @@ static void on_member_written(struct rp_request *req)
 {
   struct page_op *op = req->user;
   struct rampart_engine *e = op->engine;
+  /* Under write-through the disk copy is already the page: rather than wait for the
+   * server, the write goes elsewhere or ends with that copy. */
+  bool may_wait = e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH;
+  if (req->status != RP_OK && server_request_failed(e, op->server, req, may_wait))
+    return; /* sent again on the server's resumed session */
+  uint32_t id = (uint32_t)page_entry_group(op->placed);
+  struct group *g = group_get(&e->groups, id);
+  g->writing--;
+  if (req->status != RP_OK && e->servers[op->server].state != RAMPART_SERVER_LOST)
+    group_drop_parity(e, id);
+  if (group_is_reclaimable(g))
+    page_write_reclaim(e, id);
   if (req->status == RP_OK) {
     sub_done(op, 0);
     return;
   }
-  server_request_failed(e, op->server, req);
-  /* The member's server failed before storing it. If the page has not been rewritten
+  /* The member's server did not store it. If the page has not been rewritten
    * meanwhile, place it again: the caller's buffer is still ours until we complete. */
   if (page_map_get(&e->map, op->page) != op->placed) {
     sub_done(op, 0);
@@ -351,7 +392,7 @@ static void on_member_written(struct rp_request *req)
       install_version(op, page_entry_slot(PAGE_SPILL, op->page));
       op->pending++;
       sub_done(op, 0);
-    } else {
+    } else if (!write_waits_for_servers(op)) {
       write_to_spill(op);
     }
   }
@@ -481,6 +522,7 @@ void page_write_start(struct page_op *op)
         write_finish(op, op->failed ? -EIO : 0);
       return;
     }
-    write_to_spill(op);
+    if (!write_waits_for_servers(op))
+      write_to_spill(op);
   }
 }

@@ -39,6 +39,7 @@ struct group {
   uint8_t has_parity;           /* 0 under none and write-through */
   uint8_t live;                 /* members the page map still points at */
   uint8_t moving;               /* member moves (rebuild, cleaning, migration) in flight */
+  uint8_t writing;              /* member writes not yet answered (maybe to be resent) */
   uint16_t buffer;              /* parity buffer index while OPEN/SEALING */
   uint8_t server[GROUP_MAX_DATA + 1]; /* [i] data member i; [capacity] the parity */
   uint32_t slot[GROUP_MAX_DATA + 1];
@@ -99,6 +100,14 @@ bool group_member_dead(struct group_table *t, uint32_t id, unsigned member);
 /* True if the page map still points at this member. */
 bool group_member_is_live(const struct group_table *t, const struct page_map *map,
                           uint32_t id, unsigned member);
+
+/* The group may be reclaimed (its slots freed for reuse): sealed, nothing live, and
+ * nothing reading or writing its slots. A slot must never be reused while an older
+ * write to it may still reach the server: after a reconnect, writes are sent again. */
+static inline bool group_is_reclaimable(const struct group *g)
+{
+  return g->state == GROUP_SEALED && g->live == 0 && g->moving == 0 && g->writing == 0;
+}
 
 /* Puts a reclaimed group back on the free list. */
 void group_release(struct group_table *t, uint32_t id);
