@@ -91,6 +91,9 @@ struct rp_request {
   uint8_t *page;           /* WRITE: RP_PAGE_SIZE bytes to send; READ: where to put them */
   rp_request_done_fn done;
   void *user;
+  /* the caller's own link while the request is not submitted (the engine queues
+   * requests to resend on a resumed session through it); never touched here */
+  struct rp_request *caller_next;
   /* filled on completion */
   uint16_t status;
   char error_message[160];

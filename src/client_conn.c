@@ -821,7 +821,11 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
       free(p);
       continue;
     }
-    if (rh.id != id || rh.op != op) {
+    /* A server that refuses the connection before reading our request (rampartd at
+     * --max-connections) cannot know its id and answers with id 0: its sentence is the
+     * reason, whatever frame it came in. */
+    bool refused_unread = rh.id == 0 && rh.status != RP_OK;
+    if (!refused_unread && (rh.id != id || rh.op != op)) {
       free(p);
       rp_error_set(err, RP_ERR_BAD_FRAME, "%s answered %s with an unexpected %s frame: %s",
                 hs->peer, rp_op_name(op), rp_op_name(rh.op),
@@ -832,6 +836,12 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
       char said[200];
       copy_server_message(said, sizeof said, p, rh.length, rh.status);
       free(p);
+      if (refused_unread) {
+        /* The sentence is all there is to say: our advice for the status code (NO_SPACE
+         * would suggest asking for less) does not fit a refused connection. */
+        rp_error_set(err, rh.status, "%s refused the connection: %s", hs->peer, said);
+        return -1;
+      }
       const char *what = op == RP_OP_AUTH ? "refused authentication" : "refused the handshake";
       rp_error_set(err, rh.status, "%s %s: %s%s%s", hs->peer, what, said,
                 advice_sep(said, rh.status), advice_text(said, rh.status));

@@ -24,6 +24,8 @@ const char rampart_config_help[] =
   "overflow=PERCENT          extra server memory for old page versions (default 10)\n"
   "timeout=MS                a server silent this long is failing (default 2000)\n"
   "lease=SECONDS             how long to wait for a dropped server to return (default 10)\n"
+  "io-timeout=MS             longest a request waits for a reconnecting server before it\n"
+  "                          fails as its policy says (default: the lease)\n"
   "tmpdir=DIR                where the temporary spill file goes\n"
   "stats-file=PATH           rewrite engine stats here every second (rampartctl device)\n"
   "encrypt=on|off            seal pages with AES-256-GCM before they leave (default on;\n"
@@ -217,6 +219,13 @@ int rampart_config_set(struct rampart_config *c, const char *key, const char *v,
     if (rp_parse_uint("lease", v, 86400, &n, err, errlen) < 0)
       return -1;
     c->lease_seconds = (unsigned)n;
+    return 0;
+  }
+  if (strcmp(key, "io-timeout") == 0) {
+    if (rp_parse_uint("io-timeout", v, 86400000, &n, err, errlen) < 0)
+      return -1;
+    c->io_timeout_ms = (unsigned)n;
+    c->io_timeout_given = true;
     return 0;
   }
   snprintf(err, errlen, "unknown parameter '%s': see 'nbdkit rampart --help'", key);

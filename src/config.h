@@ -27,6 +27,8 @@ struct rampart_config {
   unsigned overflow_percent;
   unsigned timeout_ms;
   unsigned lease_seconds;
+  unsigned io_timeout_ms;     /* io-timeout=; only if io_timeout_given, else the lease */
+  bool io_timeout_given;
   bool size_given;
 };
 

@@ -277,7 +277,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
     if (e->config.stats_path[0])
       write_stats_file(e);
   }
-  server_set_tick(e);
+  server_health_tick(e);
   page_mover_tick(e);
   /* Ops waiting on cleaning are normally woken by a finished move; re-check them each
    * tick too, so that a move that never finishes slows writes down instead of hanging
@@ -317,11 +317,6 @@ static void on_mover_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
   }
   if (e->spill)
     spill_store_flush_submissions(e->spill);
-}
-
-static void on_reconnected(struct ev_loop *loop, ev_async *w, int revents)
-{
-  server_set_handle_reconnects(w->data);
 }
 
 static void *io_thread_main(void *arg)
@@ -537,6 +532,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->moves_in_flight = e->moves_in_flight;
   for (struct page_op *w = e->wait_head; w; w = w->next)
     st->ops_waiting++;
+  server_health_stats(e, st);
   for (unsigned i = 0; i < e->nservers; i++)
     if (e->servers[i].rebuild_needed)
       st->rebuild_pages_pending += at_risk[i];
@@ -681,9 +677,7 @@ static int engine_start_loop(struct rampart_engine *e, char *err, size_t errlen)
   ev_async_init(&e->wake, on_wake);
   e->wake.data = e;
   ev_async_start(e->loop, &e->wake);
-  ev_async_init(&e->reconnected_wake, on_reconnected);
-  e->reconnected_wake.data = e;
-  ev_async_start(e->loop, &e->reconnected_wake);
+  server_health_init(e);
   ev_prepare_init(&e->mover_watcher, on_mover_prepare);
   e->mover_watcher.data = e;
   ev_prepare_start(e->loop, &e->mover_watcher);
@@ -734,9 +728,7 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
   e->open_group = GROUP_NONE;
   e->clean_live_max = (uint8_t)(e->group_size / 2);
   pthread_mutex_init(&e->stats_lock, NULL);
-  pthread_mutex_init(&e->reconnect_lock, NULL);
   page_rmw_init(e);
-  pthread_cond_init(&e->reconnect_cond, NULL);
 
   if (config->key_path[0] && rp_key_load(config->key_path, &e->key, err, errlen) < 0)
     goto fail;
@@ -798,7 +790,6 @@ void rampart_close(struct rampart_engine *e)
     ev_prepare_stop(e->loop, &e->mover_watcher);
     ev_timer_stop(e->loop, &e->tick);
     ev_async_stop(e->loop, &e->wake);
-    ev_async_stop(e->loop, &e->reconnected_wake);
     if (e->spill)
       ev_io_stop(e->loop, &e->spill_watcher);
   }
@@ -815,8 +806,6 @@ void rampart_close(struct rampart_engine *e)
   page_sealer_destroy(&e->sealer);
   free(e->write_pending);
   pthread_mutex_destroy(&e->stats_lock);
-  pthread_mutex_destroy(&e->reconnect_lock);
   page_rmw_destroy(e);
-  pthread_cond_destroy(&e->reconnect_cond);
   free(e);
 }

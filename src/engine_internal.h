@@ -1,6 +1,7 @@
 /* The engine's internal state, shared by its files (docs/engine.md is the map):
  *   engine.c        open/close, the I/O thread, hand-over from frontend threads, stats
- *   server_set.c    connections to servers, reservations, health, reconnects
+ *   server_set.c    connections to servers, reservations, requests and slots on them
+ *   server_health.c each server's health: UP -> RECONNECTING -> UP | LOST, reconnects
  *   page_write.c    placement, the open group, sealing, reclaim
  *   page_read.c     reads, degraded reads
  *   page_mover.c    rebuild after a loss, cleaning, migration off advised servers
@@ -38,6 +39,27 @@
 #define ENGINE_RMW_LOCKS 256u        /* stripes of pages for sub-page writes (page_rmw.c) */
 
 struct rampart_engine;
+struct reconnect_attempt;
+
+/* A server's health between a dropped connection and its return (server_health.c).
+ * Owned by the I/O thread like the rest; a reconnect attempt runs in a helper thread
+ * that gets a copy of what it needs and hands its result back as a message. */
+struct server_health {
+  uint64_t since_ns;            /* RECONNECTING: when the connection failed */
+  uint64_t lost_at_ns;          /* RECONNECTING: declared LOST then (lease=) */
+  uint64_t replay_until_ns;     /* RECONNECTING: queued requests given up then (io-timeout=) */
+  uint32_t backoff_ms;          /* before the next attempt; grows while attempts fail */
+  uint32_t attempts;            /* attempts since the connection failed */
+  bool attempting;              /* a helper thread is connecting now */
+  bool replaced;                /* LOST, and a new incarnation took its address */
+  pthread_t attempt_thread;
+  ev_timer retry;               /* starts the next attempt */
+  /* Requests that must reach this server's session (writes, frees) and were in flight
+   * when its connection dropped or were sent since: resent in order on resume. */
+  struct rp_request *replay_head, *replay_tail;
+  uint32_t replay_count;
+  char last_failure[384];       /* an attempt's failure is logged when it changes */
+};
 
 struct server {
   unsigned index;
@@ -49,18 +71,12 @@ struct server {
   uint8_t token[RP_TOKEN_LEN];
   struct slot_allocator slots;
   uint64_t reserved_pages;
-  uint64_t lost_deadline_ns;    /* RECONNECTING: declared lost after this */
   bool advised;                 /* under memory pressure: place nothing new */
   bool suspect;                 /* returned a page that failed verification: place nothing
                                    new, move everything off (page_read.c) */
   uint64_t integrity_failures;  /* copies from it that failed verification */
-  bool reconnect_pending;       /* handed to the reconnect thread */
   bool rebuild_needed;          /* LOST, and its groups not yet all moved */
-  /* set by the reconnect thread under reconnect_lock, taken by the I/O thread */
-  struct rp_conn *reconnected;
-  bool reconnect_resumed;
-  struct rp_session_info reconnect_info;
-  uint64_t token_next_reserved;  /* pages reserved on a fresh session */
+  struct server_health health;
 };
 
 enum page_op_kind { PAGE_OP_READ, PAGE_OP_WRITE, PAGE_OP_MOVE };
@@ -93,6 +109,7 @@ struct page_op {
   uint8_t bad_copies;           /* moves: copies that failed verification (2: the rebuilt
                                    page too), for the mover's verdict on a failed move */
   page_entry read_entry;        /* reads: the map entry being read */
+  uint64_t wait_since_ns;       /* first waited for a reconnecting server (0: never) */
   struct page_seal seal;        /* writes: the new version's seal; reads: the expected one */
   struct rp_request req;
   struct spill_io sio;
@@ -105,6 +122,7 @@ struct degraded_read {
   unsigned lost_member;
   unsigned pending;
   bool failed;
+  bool unanswered;              /* a piece failed because its server's connection dropped */
   unsigned pieces;
   uint8_t piece_member[GROUP_MAX_DATA + 1]; /* member index per piece; capacity = parity */
   struct rp_request reqs[GROUP_MAX_DATA + 1];
@@ -123,6 +141,7 @@ struct parity_buffer {
 struct free_request {
   struct free_request *next;
   struct rampart_engine *engine;
+  uint8_t server;
   struct rp_request req;
 };
 
@@ -182,7 +201,6 @@ struct rampart_engine {
   _Atomic(struct rampart_io *) incoming;
   struct ev_loop *loop;
   ev_async wake;
-  ev_async reconnected_wake;
   ev_timer tick;
   ev_io spill_watcher;
   pthread_t thread;
@@ -191,12 +209,18 @@ struct rampart_engine {
   unsigned drain_ticks;
   bool thread_started;
 
-  /* reconnect thread */
-  pthread_t reconnect_thread;
-  pthread_mutex_t reconnect_lock;
-  pthread_cond_t reconnect_cond;
-  bool reconnect_thread_started;
-  bool reconnect_stop;
+  /* server health (server_health.c) */
+  uint64_t io_timeout_ns;       /* io-timeout=: longest a request waits for a server */
+  _Atomic(struct reconnect_attempt *) attempts_done; /* pushed by helper threads */
+  ev_async attempt_wake;
+  bool closing;                 /* server_set_close runs: no reconnects, no replays */
+  /* page ops waiting for a reconnecting server, started over when any server's state
+   * changes (linked through op->next) */
+  struct page_op *health_wait_head, *health_wait_tail;
+  uint32_t health_waiting;
+  bool health_waking, health_wake_again;
+  uint64_t resumes, requests_replayed;
+  uint64_t health_log_ns;       /* last "requests waiting" log line */
 
   /* mover state */
   uint32_t move_cursor;         /* next group to examine */
@@ -263,13 +287,41 @@ void server_set_close(struct rampart_engine *e);
 bool server_usable_for_reads(const struct server *s);
 bool server_usable_for_placement(const struct server *s);
 unsigned server_set_placeable(const struct rampart_engine *e);
-void server_set_tick(struct rampart_engine *e);
 void server_set_submit(struct rampart_engine *e, unsigned server, struct rp_request *req);
 /* Sends every connection's queued requests now (after a burst from the frontends). */
 void server_set_flush(struct rampart_engine *e);
-void server_set_handle_reconnects(struct rampart_engine *e);
 void server_release_slot(struct rampart_engine *e, unsigned server, uint32_t slot);
-void server_request_failed(struct rampart_engine *e, unsigned server, const struct rp_request *req);
+/* A request to this server failed. The server's connection is given up (it goes
+ * RECONNECTING). With may_wait, a write or free the server never answered is queued to
+ * be sent again once the session resumes: then this returns true and the request's
+ * callback must do nothing more. */
+bool server_request_failed(struct rampart_engine *e, unsigned server, struct rp_request *req,
+                           bool may_wait);
+struct server *server_new(struct rampart_engine *e, const char *address);
+void server_adopt(struct rampart_engine *e, struct server *s, struct rp_conn *conn,
+                  const struct rp_session_info *info);
+uint64_t server_reservation_wanted(const struct rampart_engine *e);
+
+/* server_health.c */
+void server_health_init(struct rampart_engine *e);
+void server_health_init_server(struct rampart_engine *e, struct server *s);
+/* s's connection failed (or a request on it did): UP -> RECONNECTING. */
+void server_health_failed(struct rampart_engine *e, struct server *s, const char *why);
+/* Queues req for s's resumed session if s is reconnecting and may still come back within
+ * io-timeout=; false when it cannot be queued. */
+bool server_health_queue(struct rampart_engine *e, struct server *s, struct rp_request *req);
+void server_health_tick(struct rampart_engine *e);
+/* op cannot go on until a server comes back (a read whose group cannot be rebuilt
+ * without a reconnecting server, a write with no server to go to). Parks it, to be
+ * started over whenever a server's state changes, and returns true; false once it has
+ * waited io-timeout= (the caller then goes on as its policy says without the server). */
+bool server_health_park(struct rampart_engine *e, struct page_op *op);
+/* Some server is reconnecting: waiting may bring it back. */
+bool server_health_any_reconnecting(const struct rampart_engine *e);
+/* Stops every reconnect (waits for attempts in flight) before the servers are closed. */
+void server_health_close(struct rampart_engine *e);
+struct rampart_stats;
+void server_health_stats(struct rampart_engine *e, struct rampart_stats *st);
 
 static inline bool page_write_is_pending(const struct rampart_engine *e, uint64_t page)
 {

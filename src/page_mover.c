@@ -347,7 +347,8 @@ void page_mover_read_done(struct page_op *op, int result)
   if (result < 0) {
     /* A page that cannot come back must say so (lost, EIO on every read) and leave the
      * mover: left where it is, a rebuild would retry it forever and never finish. */
-    if (page_map_get(&e->map, op->page) == op->expected && page_is_unrecoverable(e, op)) {
+    if (page_map_get(&e->map, op->page) == op->expected &&
+        !page_write_is_pending(e, op->page) && page_is_unrecoverable(e, op)) {
       e->pages_lost++;
       page_write_retire(e, page_map_set(&e->map, op->page, LOST_ENTRY));
       /* A double fault loses thousands at once: name a few (the tick counts the rest). */
@@ -360,7 +361,9 @@ void page_mover_read_done(struct page_op *op, int result)
     engine_op_finished(op, result);
     return;
   }
-  if (page_map_get(&e->map, op->page) != op->expected) {
+  /* Rewritten, trimmed, or being rewritten: the write in flight supersedes the move (and
+   * under write-through may be replacing the very disk copy just read). */
+  if (page_map_get(&e->map, op->page) != op->expected || page_write_is_pending(e, op->page)) {
     engine_op_finished(op, 0);
     return;
   }
@@ -382,6 +385,6 @@ void page_mover_move_done(struct page_op *op)
     return;
   struct group *g = group_get(&e->groups, op->group);
   g->pins--;
-  if (g->live == 0 && g->pins == 0 && g->state == GROUP_SEALED)
+  if (group_is_reclaimable(g))
     page_write_reclaim(e, op->group);
 }

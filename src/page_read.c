@@ -22,6 +22,35 @@ static void degraded_start(struct page_op *op, uint32_t id, unsigned lost);
 static void read_finish(struct page_op *op, int result);
 static void read_from_spill(struct page_op *op, uint64_t slot);
 
+/* The page's server cannot be read now. A read that its group can rebuild at once
+ * does so; one that cannot, because a server it needs is only reconnecting, waits for
+ * the servers (server_health.c) rather than fail. True when it waits. */
+static bool read_waits_for_servers(struct page_op *op, const struct group *g)
+{
+  struct rampart_engine *e = op->engine;
+  bool own_returns = e->servers[g->server[op->member]].state == RAMPART_SERVER_RECONNECTING;
+  bool piece_returns = false, piece_lost = false, rebuildable = g->has_parity;
+  if (g->has_parity) {
+    unsigned pieces = g->members + (g->state == GROUP_SEALED ? 1u : 0u);
+    for (unsigned k = 0; k < pieces; k++) {
+      if (k == op->member)
+        continue;
+      uint8_t srv = g->server[k < g->members ? k : g->capacity];
+      if (srv != GROUP_NO_SERVER && server_usable_for_reads(&e->servers[srv]))
+        continue;
+      rebuildable = false;
+      if (srv != GROUP_NO_SERVER && e->servers[srv].state == RAMPART_SERVER_RECONNECTING)
+        piece_returns = true;
+      else
+        piece_lost = true;
+    }
+  }
+  if (rebuildable)
+    return false;
+  bool worth_it = own_returns || (piece_returns && !piece_lost);
+  return worth_it && server_health_park(e, op);
+}
+
 static void read_failed(struct page_op *op, const char *why)
 {
   struct rampart_engine *e = op->engine;
@@ -57,8 +86,8 @@ static bool copy_was_replaced(const struct page_op *op)
 {
   const struct rampart_engine *e = op->engine;
   page_entry now = page_map_get(&e->map, op->page);
-  if (op->kind == PAGE_OP_MOVE)
-    return now != op->expected;
+  if (op->kind == PAGE_OP_MOVE) /* (a write in flight may be replacing its disk copy) */
+    return now != op->expected || page_write_is_pending(e, op->page);
   return now != op->read_entry ||
          page_seal_get(&e->sealer, op->page)->version != op->seal.version ||
          page_write_is_pending(e, op->page);
@@ -196,16 +225,19 @@ static void degraded_complete(struct degraded_read *dr)
   struct group *g = group_get(&e->groups, dr->group);
   g->pins--;
   bool failed = dr->failed;
+  bool unanswered = dr->unanswered;
   if (!failed) {
     memcpy(op->buf, dr->pages, RAMPART_PAGE_SIZE);
     for (unsigned k = 1; k < dr->pieces; k++)
       parity_xor_page(op->buf, dr->pages + (size_t)k * RAMPART_PAGE_SIZE);
     e->degraded_reads++;
   }
-  if (g->live == 0 && g->pins == 0 && g->state == GROUP_SEALED)
+  if (group_is_reclaimable(g))
     page_write_reclaim(e, dr->group);
   degraded_put(e, dr);
-  if (failed)
+  if (failed && unanswered)
+    page_read_start(op); /* a piece's server dropped: wait for it, or fail, from the map */
+  else if (failed)
     read_failed(op, "its server and another member of its parity group are both unavailable");
   else
     read_finish(op, 0);
@@ -217,9 +249,10 @@ static void on_piece_read(struct rp_request *req)
   struct rampart_engine *e = dr->op->engine;
   if (req->status != RP_OK) {
     dr->failed = true;
+    dr->unanswered |= req->status == RP_ERR_DISCONNECTED || req->status == RP_ERR_TIMEOUT;
     struct group *g = group_get(&e->groups, dr->group);
     unsigned k = (unsigned)(req - dr->reqs);
-    server_request_failed(e, g->server[dr->piece_member[k]], req);
+    server_request_failed(e, g->server[dr->piece_member[k]], req, false);
   }
   if (--dr->pending == 0)
     degraded_complete(dr);
@@ -258,6 +291,7 @@ static void degraded_start(struct page_op *op, uint32_t id, unsigned lost)
   dr->op = op;
   dr->group = id;
   dr->failed = false;
+  dr->unanswered = false;
   dr->pieces = 0;
   dr->pending = 0;
   g->pins++; /* pins the group: its slots must not be reused while we read them */
@@ -305,7 +339,7 @@ static void on_remote_read(struct rp_request *req)
     return;
   }
   struct group *g = group_get(&e->groups, op->group);
-  server_request_failed(e, g->server[op->member], req);
+  server_request_failed(e, g->server[op->member], req, false);
   /* Start over from the page map: while this read was in flight the page may have been
    * moved and its old group reclaimed. The server is marked failed now, so the retry
    * goes to the disk copy or a degraded read of whatever group holds the page now. */
@@ -354,7 +388,7 @@ void page_read_start(struct page_op *op)
   if (!server_usable_for_reads(s)) {
     if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH)
       read_from_spill(op, op->page);
-    else
+    else if (!read_waits_for_servers(op, g))
       degraded_start(op, op->group, op->member);
     return;
   }

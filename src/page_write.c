@@ -66,7 +66,8 @@ void page_write_retire(struct rampart_engine *e, page_entry old)
     uint32_t id = (uint32_t)page_entry_group(old);
     unsigned m = page_entry_member(old);
     struct group *g = group_get(&e->groups, id);
-    if (group_member_dead(&e->groups, id, m) && g->pins == 0)
+    group_member_dead(&e->groups, id, m);
+    if (group_is_reclaimable(g))
       page_write_reclaim(e, id);
     return;
   }
@@ -101,12 +102,18 @@ static void on_parity_written(struct rp_request *req)
 {
   struct parity_buffer *pb = req->user;
   struct rampart_engine *e = pb->engine;
-  struct page_op *waiter = pb->waiter;
-  pb->waiter = NULL;
   uint32_t id = pb->group;
   struct group *g = group_get(&e->groups, id);
   unsigned pserver = g->server[g->capacity];
   bool stored = req->status == RP_OK;
+  /* A parity write its server never answered is sent again when the server's session
+   * resumes (server_health.c); the group stays SEALING, with its buffer, until then.
+   * This comes first: marking the server failed may run ops, and a SEALING group is
+   * one they cannot reclaim. */
+  if (!stored && server_request_failed(e, pserver, req, true))
+    return;
+  struct page_op *waiter = pb->waiter;
+  pb->waiter = NULL;
   /* The group's own bookkeeping is finished (and the group reclaimed if nothing lives in
    * it) before anything here can run ops that were waiting: marking the server failed and
    * handing back the buffer both may, and such an op can retire this group's last live
@@ -126,10 +133,8 @@ static void on_parity_written(struct rp_request *req)
   page_entry waiter_entry = waiter ? waiter->placed : 0;
   bool copy_lost = waiter && !g->has_parity && page_entry_kind(waiter_entry) == PAGE_REMOTE &&
                    page_entry_group(waiter_entry) == id;
-  if (g->live == 0 && g->pins == 0)
+  if (group_is_reclaimable(g))
     page_write_reclaim(e, id);
-  if (!stored)
-    server_request_failed(e, pserver, req);
   parity_buffer_put(e, pb);
   if (waiter) {
     if (copy_lost && waiter->placed == waiter_entry)
@@ -169,7 +174,7 @@ static void seal_open_group(struct rampart_engine *e, struct page_op *waiter)
   g->capacity = g->members;
   if (!g->has_parity) {
     group_seal_without_parity(&e->groups, id);
-    if (g->live == 0 && g->pins == 0)
+    if (group_is_reclaimable(g))
       page_write_reclaim(e, id);
     return;
   }
@@ -193,7 +198,7 @@ static void seal_open_group(struct rampart_engine *e, struct page_op *waiter)
     group_drop_parity(&e->groups, id);
     g->buffer = GROUP_NO_BUFFER;
     group_seal_without_parity(&e->groups, id);
-    if (g->live == 0 && g->pins == 0)
+    if (group_is_reclaimable(g))
       page_write_reclaim(e, id);
     parity_buffer_put(e, pb); /* last: it may run waiting ops */
     return;
@@ -305,6 +310,15 @@ static int choose_member_server(struct rampart_engine *e, const struct group *g)
 static void on_member_written(struct rp_request *req);
 static void write_to_spill(struct page_op *op);
 
+/* No server can take the page now. The spill store is for lost and full servers, not for
+ * a blip: while some server is only reconnecting, the write waits for the servers
+ * (server_health.c), at most io-timeout=. True when it waits. */
+static bool write_waits_for_servers(struct page_op *op)
+{
+  struct rampart_engine *e = op->engine;
+  return server_health_any_reconnecting(e) && server_health_park(e, op);
+}
+
 /* Places the op's page as a member of the open group and sends it. Returns false when
  * no server can take it (the caller spills), true when sent or queued to wait. */
 static bool place_remote(struct page_op *op)
@@ -381,10 +395,11 @@ static void place_again(struct page_op *op)
     return;
   if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH) {
     /* The disk copy written alongside is now the page. */
-    install_version(op, page_entry_slot(PAGE_SPILL, op->page));
+    op->placed = page_entry_slot(PAGE_SPILL, op->page);
+    install_version(op, op->placed);
     op->pending++;
     sub_done(op, 0);
-  } else {
+  } else if (!write_waits_for_servers(op)) {
     write_to_spill(op);
   }
 }
@@ -433,7 +448,7 @@ static void group_unpin(struct rampart_engine *e, uint32_t id)
 {
   struct group *g = group_get(&e->groups, id);
   g->pins--;
-  if (g->live == 0 && g->pins == 0 && g->state == GROUP_SEALED)
+  if (group_is_reclaimable(g))
     page_write_reclaim(e, id);
 }
 
@@ -447,8 +462,18 @@ static void on_member_written(struct rp_request *req)
     sub_done(op, 0);
     return;
   }
-  server_request_failed(e, op->server, req);
-  group_member_lost(e, id);
+  /* A write its server never answered waits for the server's session to resume and is
+   * sent again there (the pin holds the group meanwhile). Under write-through the disk
+   * copy is already the page, so the write does not wait: it goes elsewhere or ends
+   * with that copy. */
+  bool may_wait = e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH;
+  if (server_request_failed(e, op->server, req, may_wait))
+    return;
+  /* Not stored, or not known to be. A lost server's slots are gone, and the group's
+   * parity rebuilds exactly the bytes meant for this one; a server still there holds in
+   * that slot what it held before, or maybe this, which the parity does not match. */
+  if (e->servers[op->server].state != RAMPART_SERVER_LOST)
+    group_member_lost(e, id);
   group_unpin(e, id);
   /* The member's server failed before storing it. If the page has not been rewritten
    * meanwhile, place it again: the caller's buffer is still ours until we complete. (The
@@ -583,18 +608,24 @@ void page_write_start(struct page_op *op)
     /* Count the disk copy before placing, so a synchronous remote failure cannot finish
      * the op while the disk write is still in flight. */
     op->disk_started = true;
+    /* Pending from now, not from placement: the disk copy is rewritten in place, and
+     * if placing waits (no buffer, cleaning behind) the map still names the old version
+     * while its disk bytes are already being replaced. The mover must leave it alone. */
+    mark_pending(e, op->page);
     submit_spill_write(op, op->page);
   }
   if (!place_remote(op)) {
     if (wt) {
       /* No server can take it: the disk copy is the page now. */
-      install_version(op, page_entry_slot(PAGE_SPILL, op->page));
+      op->placed = page_entry_slot(PAGE_SPILL, op->page);
+      install_version(op, op->placed);
       /* The op ends when its disk copy does; if that already happened (the op was
        * parked meanwhile) or there is none (a move), end it here. */
       if (op->pending == 0)
         write_finish(op, op->failed ? -EIO : 0);
       return;
     }
-    write_to_spill(op);
+    if (!write_waits_for_servers(op))
+      write_to_spill(op);
   }
 }

@@ -113,6 +113,14 @@ bool group_member_dead(struct group_table *t, uint32_t id, unsigned member);
 bool group_member_is_live(const struct group_table *t, const struct page_map *map,
                           uint32_t id, unsigned member);
 
+/* The group may be reclaimed (its slots freed for reuse): sealed, nothing live, and
+ * nothing reading or writing its slots. A slot must never be reused while an older
+ * write to it may still reach the server: after a reconnect, writes are sent again. */
+static inline bool group_is_reclaimable(const struct group *g)
+{
+  return g->state == GROUP_SEALED && g->live == 0 && g->pins == 0;
+}
+
 /* Puts a reclaimed group back on the free list. */
 void group_release(struct group_table *t, uint32_t id);
 

@@ -49,7 +49,12 @@ enum rampart_redundancy {
  *                         with servers; with none, the whole device)
  *   overflow=PERCENT      extra remote memory for old versions, kept by cleaning (default 10)
  *   timeout=MS            a server that does not answer in this long is failing (default 2000)
- *   lease=SECONDS         how long a reconnecting server's session is expected to live
+ *   lease=SECONDS         how long a reconnecting server's session is expected to live:
+ *                         past it the server is declared lost and its pages rebuilt
+ *   io-timeout=MS         longest a request waits for a reconnecting server (a read that
+ *                         cannot be rebuilt without it, a write with nowhere else to go)
+ *                         before it fails as its policy says: rebuilt, spilled, or EIO
+ *                         (default: the lease)
  *   stats-file=PATH       the engine rewrites its stats report here every second
  *   enckey=FILE           (page encryption, later) key for sealing pages
  */
@@ -113,6 +118,11 @@ int rampart_trim(struct rampart_engine *engine, uint32_t length, uint64_t offset
 int rampart_zero(struct rampart_engine *engine, uint32_t length, uint64_t offset);
 int rampart_flush(struct rampart_engine *engine);
 
+/* A server's health, the one state machine's states (src/server_health.c, and
+ * docs/engine.md "Server health"): UP (ADVISED: up, under memory pressure) ->
+ * RECONNECTING (its connection dropped; it keeps our session for a lease) -> UP again
+ * with every page, or LOST (its pages are rebuilt; a server that returns after that
+ * joins as a new, empty one). New states go here, once, for the engine and the stats. */
 enum rampart_server_state { RAMPART_SERVER_UP, RAMPART_SERVER_ADVISED,
                             RAMPART_SERVER_RECONNECTING, RAMPART_SERVER_LOST };
 
@@ -151,6 +161,13 @@ struct rampart_stats {
   uint64_t rebuild_pages_moved;
   double rebuild_seconds;
   uint32_t moves_in_flight, ops_waiting;
+  /* Health: servers whose connection dropped and that are not (yet) lost; page
+   * requests waiting for one of them to come back, and how long the oldest has waited;
+   * sessions resumed and requests sent again on them, since open. */
+  uint32_t servers_reconnecting;
+  uint32_t requests_waiting;
+  uint64_t oldest_wait_ms;
+  uint64_t resumes, requests_replayed;
   uint64_t pages_written, wire_bytes_written;   /* wire bytes / page written */
   uint64_t spill_capacity_pages, spill_used_pages;
   uint64_t client_memory_bytes;                 /* everything below */

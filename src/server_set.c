@@ -1,12 +1,11 @@
-/* The engine's servers: connecting, reserving capacity, noticing failures, reconnecting.
+/* The engine's servers: connecting at open, reserving capacity, sending requests,
+ * returning slots.
  *
- * A dropped connection is not a lost server: the server keeps our session for its
- * lease, so the server goes RECONNECTING and a helper thread retries with the session
- * token (blocking connects must not stall the I/O thread). If it comes back with its
- * session, it is UP again with every page. If it does not come back within lease=
- * seconds, or comes back empty, the incarnation is LOST and the mover rebuilds its
- * pages; a server that returns empty joins as a new incarnation, so slots of the old
- * one can never be confused with the new one's.
+ * What happens when a server's connection fails (it goes RECONNECTING, requests that
+ * must reach it wait to be resent, it comes back with its session or is declared LOST)
+ * is server_health.c's. This file only tells it: a failed request or a dropped
+ * connection goes to server_health_failed, and a request for a server that is
+ * reconnecting is handed to server_health_queue instead of the connection.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -16,9 +15,6 @@
 #include "engine_internal.h"
 #include "log.h"
 #include "parse.h"
-
-#define RECONNECT_CONNECT_TIMEOUT_MS 1000
-#define RECONNECT_RETRY_MS 300
 
 bool server_usable_for_reads(const struct server *s)
 {
@@ -45,8 +41,9 @@ unsigned server_set_placeable(const struct rampart_engine *e)
  * tenth is room for uneven placement and in-flight writes, so that writers wait for
  * cleaning at the overflow bound (page_mover.c) before any server runs out and pages
  * spill to disk. A reserved page the client never writes costs the server nothing. */
-static uint64_t reservation_wanted(const struct rampart_engine *e, unsigned nservers)
+uint64_t server_reservation_wanted(const struct rampart_engine *e)
 {
+  unsigned nservers = e->config.nservers;
   double per_page = engine_slots_per_page(e, e->group_size) *
                     (1.0 + e->config.overflow_percent / 100.0);
   double total = (double)e->pages * per_page * 1.10;
@@ -74,50 +71,27 @@ static struct rampart_engine *engine_of(struct server *s)
                                    offsetof(struct rampart_engine, servers));
 }
 
-static void server_mark_failed(struct rampart_engine *e, struct server *s, const char *why);
-
 static void on_disconnect(struct rp_conn *conn, const struct rp_error *why, void *user)
 {
   struct server *s = user;
-  server_mark_failed(engine_of(s), s, why->message);
-}
-
-static void server_start_reconnect(struct rampart_engine *e, struct server *s)
-{
-  pthread_mutex_lock(&e->reconnect_lock);
-  s->reconnect_pending = true;
-  pthread_cond_signal(&e->reconnect_cond);
-  pthread_mutex_unlock(&e->reconnect_lock);
-}
-
-/* Called on the I/O thread when a request to s failed or its connection dropped. The
- * connection itself is closed from the tick, outside any callback of its own. */
-static void server_mark_failed(struct rampart_engine *e, struct server *s, const char *why)
-{
-  if (s->state != RAMPART_SERVER_UP && s->state != RAMPART_SERVER_ADVISED)
-    return;
-  s->state = RAMPART_SERVER_RECONNECTING;
-  s->lost_deadline_ns = engine_now_ns() + (uint64_t)e->config.lease_seconds * 1000000000u;
-  const char *meanwhile =
-    e->policy == RAMPART_REDUNDANCY_NONE ? "its pages cannot be read until it is back"
-    : e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH ? "its pages are read from the disk copy"
-    : "its pages are rebuilt from their groups when read";
-  rp_log(RP_LOG_WARN, "server %s failed (%s): reconnecting for up to %u s; meanwhile %s",
-         s->address, why, e->config.lease_seconds, meanwhile);
-  page_write_close_open_group(e);
-  server_start_reconnect(e, s);
+  server_health_failed(engine_of(s), s, why->message);
 }
 
 void server_set_submit(struct rampart_engine *e, unsigned index, struct rp_request *req)
 {
   struct server *s = &e->servers[index];
-  if (!s->conn || !rp_conn_is_connected(s->conn)) {
-    req->status = RP_ERR_DISCONNECTED;
-    req->error_message[0] = '\0';
-    req->done(req);
+  if (server_usable_for_reads(s)) {
+    rp_conn_submit(s->conn, req);
     return;
   }
-  rp_conn_submit(s->conn, req);
+  /* Writes and frees must reach this server's own session: they wait for it while it
+   * reconnects. Reads restart from the page map instead (page_read.c). */
+  if ((req->op == RP_OP_WRITE || req->op == RP_OP_FREE) && server_health_queue(e, s, req))
+    return;
+  req->status = RP_ERR_DISCONNECTED;
+  snprintf(req->error_message, sizeof req->error_message, "server %s is %s", s->address,
+           s->state == RAMPART_SERVER_LOST ? "lost" : "not connected");
+  req->done(req);
 }
 
 void server_set_flush(struct rampart_engine *e)
@@ -129,21 +103,33 @@ void server_set_flush(struct rampart_engine *e)
       rp_conn_flush(e->servers[i].conn);
 }
 
-/* A failed request tells us about its server before the connection callback does. */
-void server_request_failed(struct rampart_engine *e, unsigned index, const struct rp_request *req)
+bool server_request_failed(struct rampart_engine *e, unsigned index, struct rp_request *req,
+                           bool may_wait)
 {
   struct server *s = &e->servers[index];
   char why[200];
   snprintf(why, sizeof why, "%s%s%s", rp_status_name(req->status),
            req->error_message[0] ? ": " : "", req->error_message);
-  server_mark_failed(e, s, why);
+  server_health_failed(e, s, why);
+  /* Only a request the server may never have seen is resent: one it answered with an
+   * error would get the same answer again. */
+  bool unanswered = req->status == RP_ERR_DISCONNECTED || req->status == RP_ERR_TIMEOUT;
+  return may_wait && unanswered && (req->op == RP_OP_WRITE || req->op == RP_OP_FREE) &&
+         server_health_queue(e, s, req);
 }
 
 static void on_free_done(struct rp_request *req)
 {
   struct free_request *fr = req->user;
-  fr->next = fr->engine->free_frees;
-  fr->engine->free_frees = fr;
+  struct rampart_engine *e = fr->engine;
+  bool unanswered = req->status == RP_ERR_DISCONNECTED || req->status == RP_ERR_TIMEOUT;
+  if (unanswered && server_request_failed(e, fr->server, req, true))
+    return; /* resent on the resumed session */
+  struct server *s = &e->servers[fr->server];
+  if (s->state != RAMPART_SERVER_LOST)
+    slot_allocator_release(&s->slots, (uint32_t)req->slot);
+  fr->next = e->free_frees;
+  e->free_frees = fr;
 }
 
 void server_release_slot(struct rampart_engine *e, unsigned index, uint32_t slot)
@@ -151,21 +137,25 @@ void server_release_slot(struct rampart_engine *e, unsigned index, uint32_t slot
   struct server *s = &e->servers[index];
   if (s->state == RAMPART_SERVER_LOST)
     return; /* that incarnation's slots are gone with it */
-  slot_allocator_release(&s->slots, slot);
   /* Best effort: returning the page to the server keeps its memory at what is live.
-   * Skipping it is safe, because the slot is reused and overwritten by a later WRITE
-   * on the same, ordered connection. */
+   * Skipping it is safe, because the slot is reused and overwritten by a later WRITE.
+   * When a FREE is sent, the slot is reused only once it is answered: a FREE still
+   * waiting to be resent after a reconnect must never overtake that later WRITE. */
   struct free_request *fr = e->free_frees;
-  if (!fr || !server_usable_for_reads(s))
+  bool reachable = server_usable_for_reads(s) || s->state == RAMPART_SERVER_RECONNECTING;
+  if (!fr || !reachable || e->closing) {
+    slot_allocator_release(&s->slots, slot);
     return;
+  }
   e->free_frees = fr->next;
   memset(&fr->req, 0, sizeof fr->req);
+  fr->server = (uint8_t)index;
   fr->req.op = RP_OP_FREE;
   fr->req.slot = slot;
   fr->req.count = 1;
   fr->req.done = on_free_done;
   fr->req.user = fr;
-  rp_conn_submit(s->conn, &fr->req);
+  server_set_submit(e, index, &fr->req);
 }
 
 static int server_connect(struct rampart_engine *e, struct server *s, const uint8_t *token,
@@ -194,8 +184,8 @@ static int server_reserve(struct rampart_engine *e, struct rp_conn *conn, uint64
   return rp_reserve_sync(conn, want, got, &server_free, err);
 }
 
-static void server_adopt(struct rampart_engine *e, struct server *s, struct rp_conn *conn,
-                         const struct rp_session_info *info)
+void server_adopt(struct rampart_engine *e, struct server *s, struct rp_conn *conn,
+                  const struct rp_session_info *info)
 {
   s->conn = conn;
   memcpy(s->token, info->token, RP_TOKEN_LEN);
@@ -205,7 +195,7 @@ static void server_adopt(struct rampart_engine *e, struct server *s, struct rp_c
   rp_conn_set_callbacks(conn, on_advise, on_disconnect, s);
 }
 
-static struct server *server_new(struct rampart_engine *e, const char *address)
+struct server *server_new(struct rampart_engine *e, const char *address)
 {
   if (e->nservers == ENGINE_MAX_INCARNATIONS)
     return NULL;
@@ -215,139 +205,8 @@ static struct server *server_new(struct rampart_engine *e, const char *address)
   snprintf(s->address, sizeof s->address, "%s", address);
   char err[200];
   rp_parse_hostport(address, s->host, sizeof s->host, s->port, sizeof s->port, err, sizeof err);
+  server_health_init_server(e, s);
   return s;
-}
-
-/* ---- reconnect thread -------------------------------------------------------------- */
-
-struct reconnect_result {
-  struct rp_conn *conn;
-  struct rp_session_info info;
-  uint64_t reserved;
-};
-
-static void *reconnect_main(void *arg)
-{
-  struct rampart_engine *e = arg;
-  pthread_mutex_lock(&e->reconnect_lock);
-  while (!e->reconnect_stop) {
-    struct server *todo = NULL;
-    for (unsigned i = 0; i < e->nservers && !todo; i++)
-      if (e->servers[i].reconnect_pending && !e->servers[i].reconnected)
-        todo = &e->servers[i];
-    if (!todo) {
-      pthread_cond_wait(&e->reconnect_cond, &e->reconnect_lock);
-      continue;
-    }
-    /* Copy what the attempt needs, then connect without holding the lock. */
-    struct server copy = *todo;
-    bool resume = todo->state != RAMPART_SERVER_LOST;
-    pthread_mutex_unlock(&e->reconnect_lock);
-
-    struct rp_conn *conn = NULL;
-    struct rp_session_info info;
-    struct rp_error err;
-    uint64_t reserved = 0;
-    int rc = server_connect(e, &copy, resume ? copy.token : NULL,
-                            RECONNECT_CONNECT_TIMEOUT_MS, &conn, &info, &err);
-    if (rc == 0 && !info.resumed &&
-        server_reserve(e, conn, reservation_wanted(e, e->config.nservers), info.free_pages,
-                       &reserved, &err) < 0) {
-      rp_conn_close(conn);
-      conn = NULL;
-      rc = -1;
-    }
-    pthread_mutex_lock(&e->reconnect_lock);
-    if (rc == 0 && !e->reconnect_stop) {
-      todo->reconnected = conn;
-      todo->reconnect_resumed = info.resumed;
-      todo->token_next_reserved = reserved;
-      memcpy(&todo->reconnect_info, &info, sizeof info);
-      ev_async_send(e->loop, &e->reconnected_wake);
-    } else {
-      if (conn)
-        rp_conn_close(conn);
-      struct timespec until;
-      clock_gettime(CLOCK_REALTIME, &until);
-      until.tv_nsec += RECONNECT_RETRY_MS * 1000000L;
-      if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-      }
-      pthread_cond_timedwait(&e->reconnect_cond, &e->reconnect_lock, &until);
-    }
-  }
-  pthread_mutex_unlock(&e->reconnect_lock);
-  return NULL;
-}
-
-/* On the I/O thread: adopt connections the reconnect thread made. */
-void server_set_handle_reconnects(struct rampart_engine *e)
-{
-  pthread_mutex_lock(&e->reconnect_lock);
-  unsigned n = e->nservers;
-  for (unsigned i = 0; i < n; i++) {
-    struct server *s = &e->servers[i];
-    struct rp_conn *conn = s->reconnected;
-    if (!conn)
-      continue;
-    s->reconnected = NULL;
-    s->reconnect_pending = false;
-    struct rp_session_info info = s->reconnect_info;
-    if (s->conn) {
-      rp_conn_close(s->conn);
-      s->conn = NULL;
-    }
-    if (s->reconnect_resumed && s->state == RAMPART_SERVER_RECONNECTING) {
-      server_adopt(e, s, conn, &info);
-      rp_log(RP_LOG_INFO, "server %s is back with its session: no page was lost", s->address);
-      continue;
-    }
-    /* It came back empty: this incarnation's pages are gone; the server joins anew. */
-    if (s->state != RAMPART_SERVER_LOST) {
-      s->state = RAMPART_SERVER_LOST;
-      s->rebuild_needed = true;
-      page_mover_rebuild_begin(e);
-    }
-    struct server *fresh = server_new(e, s->address);
-    if (!fresh) {
-      rp_log(RP_LOG_ERROR, "server %s came back but the engine has no room for it: restart "
-             "the device to use it again", s->address);
-      rp_conn_close(conn);
-      continue;
-    }
-    slot_allocator_init(&fresh->slots, (uint32_t)s->token_next_reserved);
-    fresh->reserved_pages = s->token_next_reserved;
-    server_adopt(e, fresh, conn, &info);
-    rp_log(RP_LOG_INFO, "server %s rejoined empty with %llu pages reserved", fresh->address,
-           (unsigned long long)fresh->reserved_pages);
-  }
-  pthread_mutex_unlock(&e->reconnect_lock);
-}
-
-/* Every tick: close dead connections, declare servers lost past their lease. */
-void server_set_tick(struct rampart_engine *e)
-{
-  uint64_t now = engine_now_ns();
-  for (unsigned i = 0; i < e->nservers; i++) {
-    struct server *s = &e->servers[i];
-    if (s->state != RAMPART_SERVER_RECONNECTING)
-      continue;
-    if (s->conn && !rp_conn_is_connected(s->conn) && rp_conn_in_flight(s->conn) == 0) {
-      rp_conn_close(s->conn);
-      s->conn = NULL;
-    }
-    if (now >= s->lost_deadline_ns) {
-      pthread_mutex_lock(&e->reconnect_lock);
-      s->state = RAMPART_SERVER_LOST;
-      s->rebuild_needed = true;
-      pthread_mutex_unlock(&e->reconnect_lock);
-      page_mover_rebuild_begin(e);
-      rp_log(RP_LOG_ERROR, "server %s is lost (no reconnect within %u s): rebuilding its "
-             "%llu live pages elsewhere", s->address, e->config.lease_seconds,
-             (unsigned long long)page_mover_at_risk(e, i));
-    }
-  }
 }
 
 /* ---- open and close ------------------------------------------------------------------ */
@@ -365,7 +224,7 @@ int server_set_open(struct rampart_engine *e, char *err, size_t errlen)
       snprintf(err, errlen, "server %s: %s", s->address, rerr.message);
       return -1;
     }
-    if (server_reserve(e, conn, reservation_wanted(e, n), info.free_pages, &got, &rerr) < 0) {
+    if (server_reserve(e, conn, server_reservation_wanted(e), info.free_pages, &got, &rerr) < 0) {
       snprintf(err, errlen, "server %s: %s", s->address, rerr.message);
       rp_conn_close(conn);
       return -1;
@@ -377,38 +236,24 @@ int server_set_open(struct rampart_engine *e, char *err, size_t errlen)
     }
     s->reserved_pages = got;
     server_adopt(e, s, conn, &info);
-    if (got < reservation_wanted(e, n))
+    if (got < server_reservation_wanted(e))
       rp_log(RP_LOG_WARN, "server %s granted %llu of the %llu pages wanted: the rest will "
              "go to other servers or the spill store", s->address, (unsigned long long)got,
-             (unsigned long long)reservation_wanted(e, n));
-  }
-  if (n > 0) {
-    if (pthread_create(&e->reconnect_thread, NULL, reconnect_main, e) != 0) {
-      snprintf(err, errlen, "cannot start the reconnect thread");
-      return -1;
-    }
-    e->reconnect_thread_started = true;
+             (unsigned long long)server_reservation_wanted(e));
   }
   return 0;
 }
 
 void server_set_close(struct rampart_engine *e)
 {
-  if (e->reconnect_thread_started) {
-    pthread_mutex_lock(&e->reconnect_lock);
-    e->reconnect_stop = true;
-    pthread_cond_signal(&e->reconnect_cond);
-    pthread_mutex_unlock(&e->reconnect_lock);
-    pthread_join(e->reconnect_thread, NULL);
-  }
+  e->closing = true;
+  server_health_close(e);
   /* Closing: a connection failing now must not call back into the engine. */
   for (unsigned i = 0; i < e->nservers; i++)
     if (e->servers[i].conn)
       rp_conn_set_callbacks(e->servers[i].conn, NULL, NULL, NULL);
   for (unsigned i = 0; i < e->nservers; i++) {
     struct server *s = &e->servers[i];
-    if (s->reconnected)
-      rp_conn_close(s->reconnected);
     if (s->conn) {
       struct rp_error err;
       if (rp_conn_is_connected(s->conn))

@@ -242,9 +242,31 @@ static void test_close_with_requests_in_flight(void **state)
   assert_int_equal(rp_test_server_stop(&s), 0);
 }
 
+/* A server that refuses a connection before reading its HELLO (here: at
+ * --max-connections) says why in an Error frame; the client hands on that sentence,
+ * which is what an operator needs, not a complaint about the frame it came in. */
+static void test_refusal_reason_reaches_the_client(void **state)
+{
+  struct fixture *f = *state;
+  struct rp_test_server s;
+  const char *const args[] = {"--memory", "16M", "--max-connections", "1", NULL};
+  assert_int_equal(rp_test_server_start(&s, f->dir, args), 0);
+  struct rp_error err;
+  struct rp_conn *first = rp_test_connect(&s, NULL, NULL, NULL, &err);
+  assert_non_null(first);
+  assert_null(rp_test_connect(&s, NULL, NULL, NULL, &err));
+  fprintf(stderr, "refused: %s\n", err.message);
+  assert_non_null(strstr(err.message, "--max-connections"));
+  assert_non_null(strstr(err.message, s.port));
+  assert_int_equal(err.code, RP_ERR_NO_SPACE);
+  rp_conn_close(first);
+  assert_int_equal(rp_test_server_stop(&s), 0);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_refusal_reason_reaches_the_client),
       cmocka_unit_test(test_stopped_server_times_out),
       cmocka_unit_test(test_crashed_server_fails_everything_once),
       cmocka_unit_test(test_close_with_requests_in_flight),

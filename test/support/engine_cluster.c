@@ -112,6 +112,13 @@ static void set(struct rampart_config *cfg, const char *key, const char *value)
 struct rampart_engine *rp_test_engine_open(const struct rp_test_cluster *c, uint64_t pages,
                                            const char *const *extra)
 {
+  return rp_test_engine_open_at(c, NULL, pages, extra);
+}
+
+struct rampart_engine *rp_test_engine_open_at(const struct rp_test_cluster *c,
+                                              const char *const *addrs, uint64_t pages,
+                                              const char *const *extra)
+{
   struct rampart_config *cfg = rampart_config_new();
   assert_non_null(cfg);
   char size[32], servers[RP_TEST_MAX_SERVERS * 100] = "", err[512];
@@ -119,7 +126,7 @@ struct rampart_engine *rp_test_engine_open(const struct rp_test_cluster *c, uint
   set(cfg, "size", size);
   if (c && c->n) {
     for (unsigned i = 0; i < c->n; i++) {
-      strcat(servers, c->servers[i].addr);
+      strcat(servers, addrs ? addrs[i] : c->servers[i].addr);
       strcat(servers, i + 1 < c->n ? "," : "");
     }
     set(cfg, "servers", servers);

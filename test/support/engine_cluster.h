@@ -57,5 +57,9 @@ void rp_test_cluster_stop(struct rp_test_cluster *c);
  * refused setting or a failed open fails the running test with the engine's message. */
 struct rampart_engine *rp_test_engine_open(const struct rp_test_cluster *c, uint64_t pages,
                                            const char *const *extra);
+/* The same, with the engine told to reach server i at addrs[i] instead (a relay). */
+struct rampart_engine *rp_test_engine_open_at(const struct rp_test_cluster *c,
+                                              const char *const *addrs, uint64_t pages,
+                                              const char *const *extra);
 
 #endif

@@ -1,0 +1,600 @@
+/* Each server's health: a dropped connection is not a lost server (docs/engine.md,
+ * "Server health").
+ *
+ *        connection or a request fails              resumed its session
+ *   UP ------------------------------> RECONNECTING --------------------> UP
+ *                                           |
+ *                                           | lease= ran out, or it came back
+ *                                           v without its session
+ *                                          LOST --- joins again, fresh ---> a new
+ *                                                                       incarnation, UP
+ *
+ * (ADVISED is UP under memory pressure; rampart.h holds the one state enum.) Every
+ * server has its own state, backoff and deadlines, all kept and driven on the engine's
+ * loop, so a server slow to come back never delays another's reconnect. An attempt
+ * (connect, handshake, RESERVE for a fresh session) blocks, so it runs in a helper
+ * thread of its own: the loop hands it a copy of everything it needs, the thread reads
+ * nothing else of the engine and hands its result back on a lock-free stack with
+ * ev_async. At most one attempt per server runs at a time.
+ *
+ * While a server reconnects, requests that must reach its session (member and parity
+ * writes, frees) wait in its replay queue: those in flight when the connection dropped
+ * and those sent since. They are resent on the resumed session; if the server is
+ * declared LOST, or io-timeout= passes first, they fail back to their owners, which
+ * then do what their policy does without the server.
+ *
+ * A resume that completes after the server was declared LOST is never adopted: its
+ * pages are being rebuilt elsewhere, so the session is ended (GOODBYE frees it on the
+ * server) and the server joins again with a fresh, empty session, as a new incarnation.
+ */
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "log.h"
+
+#define BACKOFF_FIRST_MS 50u
+#define BACKOFF_MAX_MS 500u
+
+/* One reconnect attempt: the helper thread's only input and output. */
+struct reconnect_attempt {
+  struct reconnect_attempt *next;   /* on the engine's attempts_done stack */
+  unsigned server;                  /* incarnation it is for (read by the loop only) */
+  /* copied by the loop before the thread starts */
+  char host[256], port[16];
+  struct rp_key key;
+  uint8_t token[RP_TOKEN_LEN];
+  bool token_is_stale;              /* the server is LOST: end that session, do not use it */
+  struct rp_conn *stale;            /* a resumed, stale session to end first, or NULL */
+  uint64_t reserve_pages;           /* to reserve on a fresh session */
+  uint32_t timeout_ms;
+  struct ev_loop *loop;
+  ev_async *wake;
+  _Atomic(struct reconnect_attempt *) *done;
+  /* the result: a connection (resumed, or fresh and reserved), or an error */
+  struct rp_conn *conn;
+  struct rp_session_info info;
+  uint64_t reserved;
+  struct rp_error err;
+};
+
+/* ---- the helper thread --------------------------------------------------------------- */
+
+static struct rp_conn *attempt_open(struct reconnect_attempt *a, const uint8_t *token)
+{
+  struct rp_conn_options o = {
+    .host = a->host, .port = a->port, .key = &a->key, .client_name = "rampart-engine",
+    .resume_token = token, .connect_timeout_ms = a->timeout_ms,
+    .request_timeout_ms = a->timeout_ms,
+  };
+  return rp_conn_open(&o, &a->info, &a->err);
+}
+
+/* GOODBYE frees the session and its pages on the server now rather than after its
+ * lease. Best effort: a failure leaves them to the lease. */
+static void end_session(struct rp_conn *conn)
+{
+  struct rp_error ignored;
+  rp_goodbye_sync(conn, &ignored);
+  rp_conn_close(conn);
+}
+
+static void *attempt_main(void *arg)
+{
+  struct reconnect_attempt *a = arg;
+  if (a->stale) {
+    end_session(a->stale);
+    a->stale = NULL;
+  }
+  a->conn = attempt_open(a, a->token);
+  if (a->conn && a->info.resumed && a->token_is_stale) {
+    end_session(a->conn);
+    a->conn = attempt_open(a, NULL);
+  }
+  if (a->conn && !a->info.resumed) {
+    uint64_t want = a->reserve_pages;
+    if (want > a->info.free_pages)
+      want = a->info.free_pages;
+    if (want > UINT32_MAX)
+      want = UINT32_MAX;
+    uint64_t server_free;
+    if (rp_reserve_sync(a->conn, want, &a->reserved, &server_free, &a->err) < 0) {
+      rp_conn_close(a->conn);
+      a->conn = NULL;
+    }
+  }
+  /* Once pushed, the attempt belongs to the loop: read what the push needs first. */
+  struct ev_loop *loop = a->loop;
+  ev_async *wake = a->wake;
+  _Atomic(struct reconnect_attempt *) *done = a->done;
+  struct reconnect_attempt *head = atomic_load(done);
+  do
+    a->next = head;
+  while (!atomic_compare_exchange_weak(done, &head, a));
+  ev_async_send(loop, wake);
+  return NULL;
+}
+
+static void attempt_free(struct reconnect_attempt *a)
+{
+  OPENSSL_cleanse(&a->key, sizeof a->key);
+  OPENSSL_cleanse(a->token, sizeof a->token);
+  free(a);
+}
+
+/* ---- on the loop: starting attempts ----------------------------------------------------- */
+
+static void schedule_retry(struct rampart_engine *e, struct server *s);
+
+/* Starts an attempt for s in a helper thread; `stale` (may be NULL) is a connection to a
+ * session the thread must end first. */
+static void start_attempt(struct rampart_engine *e, struct server *s, struct rp_conn *stale)
+{
+  struct server_health *h = &s->health;
+  if (e->closing || h->attempting || h->replaced ||
+      (s->state != RAMPART_SERVER_RECONNECTING && s->state != RAMPART_SERVER_LOST)) {
+    if (stale)
+      rp_conn_close(stale);
+    return;
+  }
+  struct reconnect_attempt *a = calloc(1, sizeof *a);
+  if (!a) {
+    if (stale)
+      rp_conn_close(stale);
+    schedule_retry(e, s);
+    return;
+  }
+  a->server = s->index;
+  snprintf(a->host, sizeof a->host, "%s", s->host);
+  snprintf(a->port, sizeof a->port, "%s", s->port);
+  a->key = e->key;
+  memcpy(a->token, s->token, RP_TOKEN_LEN);
+  a->token_is_stale = s->state == RAMPART_SERVER_LOST;
+  a->stale = stale;
+  a->reserve_pages = server_reservation_wanted(e);
+  a->timeout_ms = e->config.timeout_ms;
+  a->loop = e->loop;
+  a->wake = &e->attempt_wake;
+  a->done = &e->attempts_done;
+  if (pthread_create(&h->attempt_thread, NULL, attempt_main, a) != 0) {
+    rp_log(RP_LOG_WARN, "server %s: cannot start a reconnect attempt: %s", s->address,
+           strerror(errno));
+    if (stale)
+      rp_conn_close(stale);
+    attempt_free(a);
+    schedule_retry(e, s);
+    return;
+  }
+  h->attempting = true;
+  h->attempts++;
+}
+
+static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
+{
+  struct server *s = w->data;
+  struct rampart_engine *e = ev_userdata(loop);
+  start_attempt(e, s, NULL);
+}
+
+static void schedule_retry(struct rampart_engine *e, struct server *s)
+{
+  struct server_health *h = &s->health;
+  if (e->closing || h->replaced || ev_is_active(&h->retry))
+    return;
+  h->backoff_ms = h->backoff_ms ? h->backoff_ms * 2 : BACKOFF_FIRST_MS;
+  if (h->backoff_ms > BACKOFF_MAX_MS)
+    h->backoff_ms = BACKOFF_MAX_MS;
+  ev_timer_set(&h->retry, h->backoff_ms / 1000.0, 0.0);
+  ev_timer_start(e->loop, &h->retry);
+}
+
+/* ---- page operations waiting for a server ---------------------------------------------------- */
+
+bool server_health_any_reconnecting(const struct rampart_engine *e)
+{
+  for (unsigned i = 0; i < e->nservers; i++)
+    if (e->servers[i].state == RAMPART_SERVER_RECONNECTING)
+      return true;
+  return false;
+}
+
+bool server_health_park(struct rampart_engine *e, struct page_op *op)
+{
+  uint64_t now = engine_now_ns();
+  if (e->closing || e->draining)
+    return false;
+  if (!op->wait_since_ns)
+    op->wait_since_ns = now;
+  if (now - op->wait_since_ns >= e->io_timeout_ns)
+    return false;
+  op->next = NULL;
+  if (e->health_wait_tail)
+    e->health_wait_tail->next = op;
+  else
+    e->health_wait_head = op;
+  e->health_wait_tail = op;
+  e->health_waiting++;
+  return true;
+}
+
+static void restart(struct page_op *op)
+{
+  if (op->kind == PAGE_OP_WRITE || (op->kind == PAGE_OP_MOVE && op->move_writing))
+    page_write_start(op);
+  else
+    page_read_start(op);
+}
+
+/* A server came back, was lost or joined: every waiting op starts over from the page
+ * map and either goes on or waits again (keeping its first wait's time). */
+static void wake_parked(struct rampart_engine *e)
+{
+  if (e->health_waking) {
+    e->health_wake_again = true; /* an op's restart changed a server's state */
+    return;
+  }
+  e->health_waking = true;
+  do {
+    e->health_wake_again = false;
+    struct page_op *list = e->health_wait_head;
+    e->health_wait_head = e->health_wait_tail = NULL;
+    e->health_waiting = 0;
+    while (list) {
+      struct page_op *op = list;
+      list = op->next;
+      op->next = NULL;
+      restart(op);
+    }
+  } while (e->health_wake_again);
+  e->health_waking = false;
+}
+
+/* Ops that have waited io-timeout= start over once more, and now go on without. */
+static void wake_expired(struct rampart_engine *e, uint64_t now)
+{
+  struct page_op *list = e->health_wait_head, *expired = NULL, **tail = &expired;
+  e->health_wait_head = e->health_wait_tail = NULL;
+  e->health_waiting = 0;
+  bool draining = e->draining;
+  while (list) {
+    struct page_op *op = list;
+    list = op->next;
+    op->next = NULL;
+    if (draining || now - op->wait_since_ns >= e->io_timeout_ns) {
+      *tail = op;
+      tail = &op->next;
+    } else {
+      if (e->health_wait_tail)
+        e->health_wait_tail->next = op;
+      else
+        e->health_wait_head = op;
+      e->health_wait_tail = op;
+      e->health_waiting++;
+    }
+  }
+  while (expired) {
+    struct page_op *op = expired;
+    expired = op->next;
+    op->next = NULL;
+    restart(op);
+  }
+}
+
+/* ---- state changes ------------------------------------------------------------------------ */
+
+static uint64_t ms_since(uint64_t then_ns)
+{
+  uint64_t now = engine_now_ns();
+  return now > then_ns ? (now - then_ns) / 1000000u : 0;
+}
+
+/* Completes every request waiting in s's replay queue with status: their owners see the
+ * server unreachable and go on without it (server_health_queue refuses them now). */
+static void give_up_queue(struct rampart_engine *e, struct server *s, uint16_t status,
+                          const char *why)
+{
+  struct rp_request *q = s->health.replay_head;
+  s->health.replay_head = s->health.replay_tail = NULL;
+  s->health.replay_count = 0;
+  while (q) {
+    struct rp_request *next = q->caller_next;
+    q->caller_next = NULL;
+    q->status = status;
+    snprintf(q->error_message, sizeof q->error_message, "%s", why);
+    q->done(q);
+    q = next;
+  }
+}
+
+static void declare_lost(struct rampart_engine *e, struct server *s, const char *why)
+{
+  s->state = RAMPART_SERVER_LOST;
+  s->rebuild_needed = true;
+  page_mover_rebuild_begin(e);
+  rp_log(RP_LOG_ERROR, "server %s is lost (%s): rebuilding its %llu live pages elsewhere",
+         s->address, why, (unsigned long long)page_mover_at_risk(e, s->index));
+  char msg[160];
+  snprintf(msg, sizeof msg, "server %s is lost", s->address);
+  give_up_queue(e, s, RP_ERR_DISCONNECTED, msg);
+  /* Keep trying, now to join again as a new, empty server. */
+  if (!s->health.attempting)
+    schedule_retry(e, s);
+  wake_parked(e); /* reads rebuild or fail now; writes go elsewhere */
+}
+
+void server_health_failed(struct rampart_engine *e, struct server *s, const char *why)
+{
+  if (e->closing || (s->state != RAMPART_SERVER_UP && s->state != RAMPART_SERVER_ADVISED))
+    return;
+  struct server_health *h = &s->health;
+  uint64_t now = engine_now_ns();
+  s->state = RAMPART_SERVER_RECONNECTING;
+  h->since_ns = now;
+  h->lost_at_ns = now + (uint64_t)e->config.lease_seconds * 1000000000u;
+  h->replay_until_ns = now + e->io_timeout_ns;
+  h->attempts = 0;
+  h->backoff_ms = 0;
+  h->last_failure[0] = '\0';
+  const char *meanwhile =
+    e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH ? "its pages are read from the disk copy"
+    : e->policy == RAMPART_REDUNDANCY_NONE ? "reads of its pages wait for it"
+    : "its pages are rebuilt from their groups when read, or wait for it when they cannot be";
+  rp_log(RP_LOG_WARN, "server %s failed (%s): reconnecting for up to %u s (lease=); meanwhile "
+         "%s (io-timeout=%llu ms), and writes go to the other servers", s->address, why,
+         e->config.lease_seconds, meanwhile,
+         (unsigned long long)(e->io_timeout_ns / 1000000u));
+  /* Give the connection up now: every request still on it fails back to its owner,
+   * which queues it here (state is RECONNECTING already) or starts over elsewhere. */
+  if (s->conn) {
+    struct rp_conn *conn = s->conn;
+    s->conn = NULL;
+    rp_conn_set_callbacks(conn, NULL, NULL, NULL);
+    rp_conn_close(conn);
+  }
+  page_write_close_open_group(e);
+  start_attempt(e, s, NULL);
+}
+
+bool server_health_queue(struct rampart_engine *e, struct server *s, struct rp_request *req)
+{
+  if (e->closing || s->state != RAMPART_SERVER_RECONNECTING ||
+      engine_now_ns() >= s->health.replay_until_ns)
+    return false;
+  struct server_health *h = &s->health;
+  req->caller_next = NULL;
+  if (h->replay_tail)
+    h->replay_tail->caller_next = req;
+  else
+    h->replay_head = req;
+  h->replay_tail = req;
+  h->replay_count++;
+  return true;
+}
+
+/* The server is back with its session: every page is where it was. */
+static void resume(struct rampart_engine *e, struct server *s, struct reconnect_attempt *a)
+{
+  struct server_health *h = &s->health;
+  uint64_t out_ms = ms_since(h->since_ns);
+  server_adopt(e, s, a->conn, &a->info);
+  struct rp_request *q = h->replay_head;
+  uint32_t resent = h->replay_count;
+  h->replay_head = h->replay_tail = NULL;
+  h->replay_count = 0;
+  h->backoff_ms = 0;
+  h->last_failure[0] = '\0';
+  /* In the order they were first sent. A submit may fail at once if the new connection
+   * is already gone, and then queue the request again on a fresh list. */
+  while (q) {
+    struct rp_request *next = q->caller_next;
+    q->caller_next = NULL;
+    server_set_submit(e, s->index, q);
+    q = next;
+  }
+  e->resumes++;
+  e->requests_replayed += resent;
+  rp_log(RP_LOG_INFO, "server %s is back with its session after %llu ms: no page was lost; "
+         "%u requests sent again", s->address, (unsigned long long)out_ms, resent);
+  if (s->conn)
+    rp_conn_flush(s->conn);
+  wake_parked(e);
+}
+
+/* The server answered with a fresh, empty session: it joins as a new incarnation, so the
+ * old one's slots (being rebuilt from) can never be confused with the new one's. */
+static void join_as_new(struct rampart_engine *e, struct server *s, struct reconnect_attempt *a)
+{
+  s->health.replaced = true;
+  ev_timer_stop(e->loop, &s->health.retry);
+  struct server *fresh = server_new(e, s->address);
+  if (!fresh || slot_allocator_init(&fresh->slots, (uint32_t)a->reserved) < 0) {
+    rp_log(RP_LOG_ERROR, "server %s came back but the engine has no room for it: restart "
+           "the device to use it again", s->address);
+    if (fresh)
+      e->nservers--;
+    rp_conn_close(a->conn);
+    return;
+  }
+  fresh->reserved_pages = a->reserved;
+  server_adopt(e, fresh, a->conn, &a->info);
+  rp_log(RP_LOG_INFO, "server %s rejoined empty, as a new server, with %llu pages reserved",
+         fresh->address, (unsigned long long)fresh->reserved_pages);
+  wake_parked(e); /* writes waiting for room may go there */
+}
+
+static void attempt_failed(struct rampart_engine *e, struct server *s, const char *why)
+{
+  struct server_health *h = &s->health;
+  /* One line per cause, not per attempt: a server down for the whole lease would
+   * otherwise fill the log. The server's own words come through (client_conn.c). */
+  if (strcmp(h->last_failure, why) != 0) {
+    snprintf(h->last_failure, sizeof h->last_failure, "%s", why);
+    if (s->state == RAMPART_SERVER_RECONNECTING)
+      rp_log(RP_LOG_WARN, "server %s: reconnect attempt %u failed after %llu ms out: %s; "
+             "retrying", s->address, h->attempts, (unsigned long long)ms_since(h->since_ns), why);
+    else
+      rp_log(RP_LOG_INFO, "server %s (lost): cannot join again yet: %s; retrying",
+             s->address, why);
+  }
+  schedule_retry(e, s);
+}
+
+static void attempt_finished(struct rampart_engine *e, struct reconnect_attempt *a)
+{
+  struct server *s = &e->servers[a->server];
+  pthread_join(s->health.attempt_thread, NULL);
+  s->health.attempting = false;
+  if (!a->conn) {
+    attempt_failed(e, s, a->err.message);
+  } else if (a->info.resumed && s->state == RAMPART_SERVER_RECONNECTING) {
+    resume(e, s, a);
+  } else if (a->info.resumed) {
+    /* LOST while the attempt ran: its pages are already being rebuilt elsewhere, and
+     * taking the old session back would revive stale ones. End it and join afresh. */
+    rp_log(RP_LOG_WARN, "server %s came back with its session %llu ms after it was declared "
+           "lost: ending that session and joining again empty", s->address,
+           (unsigned long long)ms_since(s->health.lost_at_ns));
+    start_attempt(e, s, a->conn);
+  } else {
+    if (s->state == RAMPART_SERVER_RECONNECTING)
+      declare_lost(e, s, "it came back without its session: restarted, or its lease ran out");
+    join_as_new(e, s, a);
+  }
+  attempt_free(a);
+}
+
+static void on_attempt_done(struct ev_loop *loop, ev_async *w, int revents)
+{
+  struct rampart_engine *e = w->data;
+  struct reconnect_attempt *list = atomic_exchange(&e->attempts_done, NULL);
+  while (list) {
+    struct reconnect_attempt *next = list->next;
+    attempt_finished(e, list);
+    list = next;
+  }
+}
+
+/* ---- every tick ---------------------------------------------------------------------------- */
+
+static uint64_t oldest_wait_ns(const struct rampart_engine *e)
+{
+  uint64_t oldest = 0;
+  for (const struct page_op *op = e->health_wait_head; op; op = op->next)
+    if (!oldest || op->wait_since_ns < oldest)
+      oldest = op->wait_since_ns;
+  for (unsigned i = 0; i < e->nservers; i++) {
+    const struct server *s = &e->servers[i];
+    if (s->health.replay_count && (!oldest || s->health.since_ns < oldest))
+      oldest = s->health.since_ns;
+  }
+  return oldest;
+}
+
+static uint32_t requests_waiting(const struct rampart_engine *e)
+{
+  uint32_t n = e->health_waiting;
+  for (unsigned i = 0; i < e->nservers; i++)
+    n += e->servers[i].health.replay_count;
+  return n;
+}
+
+/* Says what is happening when requests have waited a while, every few seconds. */
+static void log_waiting(struct rampart_engine *e, uint64_t now)
+{
+  uint64_t oldest = oldest_wait_ns(e);
+  if (!oldest || now - oldest < 1000000000u || now - e->health_log_ns < 5000000000u)
+    return;
+  e->health_log_ns = now;
+  unsigned reconnecting = 0;
+  for (unsigned i = 0; i < e->nservers; i++)
+    reconnecting += e->servers[i].state == RAMPART_SERVER_RECONNECTING;
+  rp_log(RP_LOG_WARN, "%u requests are waiting for %u reconnecting servers, the oldest for "
+         "%llu ms; they give up after io-timeout=%llu ms", requests_waiting(e), reconnecting,
+         (unsigned long long)((now - oldest) / 1000000u),
+         (unsigned long long)(e->io_timeout_ns / 1000000u));
+}
+
+void server_health_tick(struct rampart_engine *e)
+{
+  uint64_t now = engine_now_ns();
+  if (e->health_wait_head)
+    wake_expired(e, now);
+  log_waiting(e, now);
+  for (unsigned i = 0; i < e->nservers; i++) {
+    struct server *s = &e->servers[i];
+    if (s->state != RAMPART_SERVER_RECONNECTING)
+      continue;
+    if (now >= s->health.lost_at_ns) {
+      char why[96];
+      snprintf(why, sizeof why, "no reconnect within lease=%u s", e->config.lease_seconds);
+      declare_lost(e, s, why);
+    } else if (s->health.replay_head && now >= s->health.replay_until_ns) {
+      char why[160];
+      snprintf(why, sizeof why, "server %s did not come back within io-timeout=%llu ms",
+               s->address, (unsigned long long)(e->io_timeout_ns / 1000000u));
+      rp_log(RP_LOG_WARN, "%s: %u requests to it go elsewhere", why, s->health.replay_count);
+      give_up_queue(e, s, RP_ERR_TIMEOUT, why);
+    }
+  }
+}
+
+/* ---- set-up, stats, close ------------------------------------------------------------------ */
+
+void server_health_init(struct rampart_engine *e)
+{
+  e->io_timeout_ns = e->config.io_timeout_given
+                       ? (uint64_t)e->config.io_timeout_ms * 1000000u
+                       : (uint64_t)e->config.lease_seconds * 1000000000u;
+  ev_set_userdata(e->loop, e);
+  ev_async_init(&e->attempt_wake, on_attempt_done);
+  e->attempt_wake.data = e;
+  ev_async_start(e->loop, &e->attempt_wake);
+}
+
+void server_health_init_server(struct rampart_engine *e, struct server *s)
+{
+  memset(&s->health, 0, sizeof s->health);
+  ev_timer_init(&s->health.retry, on_retry, 0.0, 0.0);
+  s->health.retry.data = s;
+}
+
+void server_health_stats(struct rampart_engine *e, struct rampart_stats *st)
+{
+  for (unsigned i = 0; i < e->nservers; i++)
+    st->servers_reconnecting += e->servers[i].state == RAMPART_SERVER_RECONNECTING;
+  st->requests_waiting = requests_waiting(e);
+  uint64_t oldest = oldest_wait_ns(e);
+  st->oldest_wait_ms = oldest ? ms_since(oldest) : 0;
+  st->resumes = e->resumes;
+  st->requests_replayed = e->requests_replayed;
+}
+
+void server_health_close(struct rampart_engine *e)
+{
+  if (!e->loop)
+    return; /* open failed before the loop existed: no server was set up */
+  for (unsigned i = 0; i < e->nservers; i++) {
+    struct server_health *h = &e->servers[i].health;
+    ev_timer_stop(e->loop, &h->retry);
+    if (h->attempting) {
+      pthread_join(h->attempt_thread, NULL);
+      h->attempting = false;
+    }
+    /* Whatever still waits for this server belongs to pools about to be freed. */
+    h->replay_head = h->replay_tail = NULL;
+    h->replay_count = 0;
+  }
+  ev_async_stop(e->loop, &e->attempt_wake);
+  /* Sessions opened by attempts that finished after the loop stopped: nobody uses them. */
+  struct reconnect_attempt *list = atomic_exchange(&e->attempts_done, NULL);
+  while (list) {
+    struct reconnect_attempt *next = list->next;
+    if (list->conn)
+      end_session(list->conn);
+    attempt_free(list);
+    list = next;
+  }
+}

@@ -1,0 +1,484 @@
+/* Server health against real rampartd processes: a dropped connection is not a lost
+ * server (docs/engine.md, "Server health").
+ *
+ * The network is broken by a TCP relay on loopback (test/support/tcp_relay.c) while
+ * every rampartd stays alive and keeps the engine's sessions, or by SIGSTOP/SIGKILL of
+ * the servers themselves. A reader and a writer thread keep many requests in flight
+ * (test/support/shadow_device.c) and check every byte against a shadow copy: a blip
+ * must fail no request and lose no page.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "client.h"
+#include "engine_cluster.h"
+#include "rampart.h"
+#include "shadow_device.h"
+#include "tcp_relay.h"
+
+#define PAGE RAMPART_PAGE_SIZE
+
+static uint64_t now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void sleep_ms(unsigned ms)
+{
+  usleep(ms * 1000u);
+}
+
+/* ---- the engine's log, kept for assertions ------------------------------------------ */
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[1 << 20];
+static size_t log_len;
+
+static void capture_log(int level, const char *line)
+{
+  fprintf(stderr, "engine[%d]: %s\n", level, line);
+  pthread_mutex_lock(&log_lock);
+  size_t n = strlen(line);
+  if (log_len + n + 2 < sizeof log_text) {
+    memcpy(log_text + log_len, line, n);
+    log_text[log_len + n] = '\n';
+    log_len += n + 1;
+    log_text[log_len] = '\0';
+  }
+  pthread_mutex_unlock(&log_lock);
+}
+
+static void log_clear(void)
+{
+  pthread_mutex_lock(&log_lock);
+  log_len = 0;
+  log_text[0] = '\0';
+  pthread_mutex_unlock(&log_lock);
+}
+
+static bool log_has(const char *what)
+{
+  pthread_mutex_lock(&log_lock);
+  bool found = strstr(log_text, what) != NULL;
+  pthread_mutex_unlock(&log_lock);
+  return found;
+}
+
+/* ---- a cluster behind a relay -------------------------------------------------------- */
+
+struct rig {
+  struct rp_test_cluster cluster;
+  struct rp_test_relay *relay;   /* NULL: the engine talks to the servers directly */
+  struct rp_test_shadow dev;
+};
+
+static void rig_start(struct rig *r, unsigned nservers, bool relayed, uint64_t pages,
+                      const char *const *extra)
+{
+  memset(r, 0, sizeof *r);
+  log_clear();
+  assert_int_equal(rp_test_cluster_start(&r->cluster, nservers, "64M", NULL), 0);
+  const char *addrs[RP_TEST_MAX_SERVERS];
+  if (relayed) {
+    r->relay = rp_test_relay_start(nservers, r->cluster.servers);
+    assert_non_null(r->relay);
+    for (unsigned i = 0; i < nservers; i++)
+      addrs[i] = rp_test_relay_addr(r->relay, i);
+  }
+  struct rampart_engine *e = rp_test_engine_open_at(&r->cluster, relayed ? addrs : NULL,
+                                                    pages, extra);
+  rp_test_shadow_init(&r->dev, e, pages);
+  rp_test_shadow_fill(&r->dev, 0x5eed);
+}
+
+static void rig_stop(struct rig *r)
+{
+  rp_test_shadow_destroy(&r->dev);
+  rp_test_relay_stop(r->relay);
+  rp_test_cluster_stop(&r->cluster);
+}
+
+static void stats(struct rig *r, struct rampart_stats *st)
+{
+  rampart_get_stats(r->dev.engine, st);
+}
+
+static void print_stats(struct rig *r)
+{
+  struct rampart_stats st;
+  char report[8192];
+  stats(r, &st);
+  rampart_format_stats(&st, report, sizeof report);
+  print_message("%s", report);
+}
+
+/* True when no server is reconnecting: each is up, or lost and replaced. */
+static bool all_settled(const struct rampart_stats *st)
+{
+  for (unsigned i = 0; i < st->nservers; i++)
+    if (st->servers[i].state == RAMPART_SERVER_RECONNECTING)
+      return false;
+  return true;
+}
+
+static void wait_settled(struct rig *r, unsigned timeout_ms)
+{
+  struct rampart_stats st;
+  uint64_t until = now_ms() + timeout_ms;
+  do {
+    stats(r, &st);
+    if (all_settled(&st))
+      return;
+    sleep_ms(50);
+  } while (now_ms() < until);
+  print_stats(r);
+  fail_msg("servers still reconnecting after %u ms", timeout_ms);
+}
+
+/* Every server UP again after an outage within the lease: each resumed its session. */
+static void assert_all_up_after_outage(struct rig *r, unsigned nservers)
+{
+  struct rampart_stats st;
+  stats(r, &st);
+  assert_int_equal(st.nservers, nservers);
+  for (unsigned i = 0; i < nservers; i++)
+    assert_int_equal(st.servers[i].state, RAMPART_SERVER_UP);
+  assert_int_equal(st.pages_lost, 0);
+}
+
+/* Every server UP again (nothing lost, no new incarnation). */
+static void assert_all_up(struct rig *r, unsigned nservers)
+{
+  struct rampart_stats st;
+  stats(r, &st);
+  if (st.nservers != nservers)
+    print_stats(r);
+  assert_int_equal(st.nservers, nservers);
+  for (unsigned i = 0; i < nservers; i++) {
+    if (st.servers[i].state != RAMPART_SERVER_UP)
+      print_stats(r);
+    assert_int_equal(st.servers[i].state, RAMPART_SERVER_UP);
+  }
+  assert_int_equal(st.read_errors, 0);
+  assert_int_equal(st.pages_lost, 0);
+}
+
+static void describe(const char *what, const struct rp_test_shadow_result *res)
+{
+  char line[512];
+  rp_test_shadow_describe(res, line, sizeof line);
+  print_message("%s: %s\n", what, line);
+}
+
+static void expect_clean(const char *what, const struct rp_test_shadow_result *res)
+{
+  describe(what, res);
+  assert_int_equal(res->read_failures, 0);
+  assert_int_equal(res->write_failures, 0);
+  assert_int_equal(res->mismatches, 0);
+}
+
+static void verify_clean(struct rig *r, const char *what)
+{
+  struct rp_test_shadow_result res;
+  rp_test_shadow_verify(&r->dev, &res);
+  char label[256];
+  snprintf(label, sizeof label, "%s, read back", what);
+  expect_clean(label, &res);
+}
+
+/* ---- network faults -------------------------------------------------------------------- */
+
+enum blip { RESET_TWICE, UNREACHABLE_3S, FLAPPING };
+
+static const char *blip_name(enum blip b)
+{
+  return b == RESET_TWICE ? "every connection reset twice, 1 s apart"
+         : b == UNREACHABLE_3S ? "every server unreachable for 3 s"
+                               : "one server flapping every 500 ms for 10 s";
+}
+
+static void run_blip(struct rig *r, enum blip b)
+{
+  switch (b) {
+  case RESET_TWICE:
+    rp_test_relay_reset(r->relay, RP_TEST_RELAY_ALL);
+    sleep_ms(1000);
+    rp_test_relay_reset(r->relay, RP_TEST_RELAY_ALL);
+    sleep_ms(1000);
+    return;
+  case UNREACHABLE_3S:
+    rp_test_relay_refuse(r->relay, RP_TEST_RELAY_ALL, true);
+    rp_test_relay_reset(r->relay, RP_TEST_RELAY_ALL);
+    sleep_ms(3000);
+    rp_test_relay_refuse(r->relay, RP_TEST_RELAY_ALL, false);
+    return;
+  case FLAPPING:
+    /* Down 200 ms (connections reset, new ones refused), up 300 ms, twenty times. */
+    for (unsigned k = 0; k < 20; k++) {
+      rp_test_relay_refuse(r->relay, 1, true);
+      rp_test_relay_reset(r->relay, 1);
+      sleep_ms(200);
+      rp_test_relay_refuse(r->relay, 1, false);
+      sleep_ms(300);
+    }
+    return;
+  }
+}
+
+/* A reader and a writer run through each blip: every request succeeds, every page
+ * reads back as written, and every server ends UP with its session. */
+static void blips_fail_nothing(const char *policy, unsigned nservers)
+{
+  struct rig r;
+  const char *extra[] = { "redundancy", policy, "lease", "10", "timeout", "1000", NULL };
+  rig_start(&r, nservers, true, 2048, extra);
+  const enum blip blips[] = { RESET_TWICE, UNREACHABLE_3S, FLAPPING };
+  for (unsigned k = 0; k < 3; k++) {
+    rp_test_shadow_start(&r.dev, 1, 1, 16, 100 + k);
+    sleep_ms(300);
+    run_blip(&r, blips[k]);
+    wait_settled(&r, 20000);
+    sleep_ms(300);
+    struct rp_test_shadow_result res = rp_test_shadow_stop(&r.dev);
+    char what[160];
+    snprintf(what, sizeof what, "%s, %s", policy, blip_name(blips[k]));
+    expect_clean(what, &res);
+    verify_clean(&r, what);
+    assert_all_up(&r, nservers);
+  }
+  assert_true(log_has("reconnecting"));
+  print_stats(&r);
+  rig_stop(&r);
+}
+
+static void test_parity_log_blips(void **state) { (void)state; blips_fail_nothing("parity-log", 5); }
+static void test_mirror_blips(void **state) { (void)state; blips_fail_nothing("mirror", 3); }
+static void test_write_through_blips(void **state) { (void)state; blips_fail_nothing("write-through", 3); }
+static void test_none_blips(void **state) { (void)state; blips_fail_nothing("none", 4); }
+
+/* ---- issue 13, defect 1 ------------------------------------------------------------------ */
+
+/* Server 0 dies for good; meanwhile server 2 stalls (SIGSTOP) for 2.5 s and comes back.
+ * Each server is retried on its own, so server 2 resumes its session well within its
+ * lease and only server 0 is lost: its groups are rebuilt with server 2's members, and
+ * no page of a group holding both is lost. */
+static void test_stall_while_another_server_reconnects(void **state)
+{
+  (void)state;
+  struct rig r;
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "4",
+                          "timeout", "500", NULL };
+  rig_start(&r, 5, false, 1024, extra);
+  rp_test_server_kill(&r.cluster.servers[0]);
+  /* Readers only: rewrites would move pages out of the groups at risk before the
+   * stall ends and hide a double loss. */
+  rp_test_shadow_start(&r.dev, 2, 0, 16, 7);
+  sleep_ms(200);
+  assert_int_equal(rp_test_server_pause(&r.cluster.servers[2]), 0);
+  sleep_ms(2500);
+  assert_int_equal(rp_test_server_resume(&r.cluster.servers[2]), 0);
+  /* Past server 0's lease: it is lost and rebuilt. */
+  sleep_ms(3000);
+  struct rp_test_shadow_result res = rp_test_shadow_stop(&r.dev);
+  describe("stall during another server's reconnect", &res);
+  struct rampart_stats st;
+  for (unsigned i = 0; i < 300; i++) {
+    stats(&r, &st);
+    if (st.servers[0].state == RAMPART_SERVER_LOST && st.rebuild_pages_pending == 0 &&
+        all_settled(&st))
+      break;
+    sleep_ms(100);
+  }
+  print_stats(&r);
+  verify_clean(&r, "stall during another server's reconnect");
+  expect_clean("stall during another server's reconnect", &res);
+  stats(&r, &st);
+  assert_int_equal(st.servers[0].state, RAMPART_SERVER_LOST);
+  assert_int_equal(st.servers[2].state, RAMPART_SERVER_UP); /* resumed, not replaced */
+  assert_int_equal(st.pages_lost, 0);
+  assert_int_equal(st.read_errors, 0);
+  rig_stop(&r);
+}
+
+/* ---- a resume that completes after the server was declared lost ------------------------ */
+
+static bool rampartd_stat(const struct rp_test_cluster *c, unsigned i, struct rp_server_stat *ss)
+{
+  struct rp_session_info info;
+  struct rp_error err;
+  struct rp_conn *conn = rp_test_connect(&c->servers[i], &c->key, NULL, &info, &err);
+  if (!conn)
+    return false;
+  bool ok = rp_stat_sync(conn, ss, &err) == 0;
+  rp_goodbye_sync(conn, &err);
+  rp_conn_close(conn);
+  return ok;
+}
+
+/* With lease=0 the engine declares a server lost at once; its reconnect attempt (with the
+ * session token) is held in the relay until then and completes after: the server resumes
+ * the old session. The engine has already given those pages up and is rebuilding them,
+ * so it must not adopt that session, neither as the old server (its pages are being
+ * rebuilt elsewhere) nor as a new, empty one (the server would keep the stale pages and
+ * the engine would think it holds none). It ends the stale session and joins the server
+ * again with a fresh one. */
+static void test_resume_after_lost_is_refused(void **state)
+{
+  (void)state;
+  struct rig r;
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "0",
+                          "timeout", "3000", NULL };
+  rig_start(&r, 5, true, 1024, extra);
+  rp_test_relay_hold(r.relay, 2, true);
+  rp_test_relay_reset(r.relay, 2);
+  struct rampart_stats st;
+  for (unsigned i = 0; i < 500; i++) {
+    stats(&r, &st);
+    if (st.servers[2].state == RAMPART_SERVER_LOST)
+      break;
+    sleep_ms(10);
+  }
+  assert_int_equal(st.servers[2].state, RAMPART_SERVER_LOST);
+  uint64_t held = rp_test_relay_accepted(r.relay, 2);
+  rp_test_relay_hold(r.relay, 2, false);
+  print_message("server 2 lost; %llu connection attempts held until now\n",
+                (unsigned long long)held);
+  bool rejoined = false;
+  for (unsigned i = 0; i < 200 && !rejoined; i++) {
+    stats(&r, &st);
+    rejoined = st.nservers == 6 && st.servers[5].state == RAMPART_SERVER_UP;
+    sleep_ms(50);
+  }
+  print_stats(&r);
+  assert_true(rejoined);
+  assert_true(st.servers[5].pages_reserved > 0);
+  /* New pages land on the new incarnation; the rebuild leaves nothing on the old one. */
+  rp_test_shadow_start(&r.dev, 1, 1, 16, 3);
+  sleep_ms(1500);
+  struct rp_test_shadow_result res = rp_test_shadow_stop(&r.dev);
+  expect_clean("after the refused resume", &res);
+  for (unsigned i = 0; i < 300; i++) {
+    stats(&r, &st);
+    if (st.rebuild_pages_pending == 0 && st.servers[2].pages_live == 0)
+      break;
+    sleep_ms(100);
+  }
+  verify_clean(&r, "after the refused resume");
+  /* The server holds what the new incarnation stored, and nothing of the old session. */
+  struct rp_server_stat ss;
+  bool match = false;
+  for (unsigned i = 0; i < 50 && !match; i++) {
+    stats(&r, &st);
+    assert_true(rampartd_stat(&r.cluster, 2, &ss));
+    match = ss.stored_pages == st.servers[5].pages_stored;
+    if (!match)
+      sleep_ms(100);
+  }
+  print_message("rampartd 2 stores %llu pages, %u sessions detached; the engine's new "
+                "incarnation holds %llu\n", (unsigned long long)ss.stored_pages,
+                ss.sessions_detached, (unsigned long long)st.servers[5].pages_stored);
+  assert_true(match);
+  assert_int_equal(st.read_errors, 0);
+  rig_stop(&r);
+}
+
+/* ---- an outage longer than io-timeout= ---------------------------------------------------- */
+
+/* Every server unreachable for longer than io-timeout=1000 (but within the lease): a read
+ * waits io-timeout, then fails as its policy promises (EIO, since no copy is reachable;
+ * write-through answers from its disk copy at once); a write waits io-timeout, then goes
+ * to the spill store. Once the servers are back, every page reads back as written. */
+static void outage_past_io_timeout(const char *policy, unsigned nservers)
+{
+  struct rig r;
+  const char *extra[] = { "redundancy", policy, "lease", "20", "timeout", "1000",
+                          "io-timeout", "1000", NULL };
+  rig_start(&r, nservers, true, 1024, extra);
+  bool wt = strcmp(policy, "write-through") == 0;
+  rp_test_relay_refuse(r.relay, RP_TEST_RELAY_ALL, true);
+  rp_test_relay_reset(r.relay, RP_TEST_RELAY_ALL);
+  uint8_t *buf = aligned_alloc(PAGE, PAGE);
+  uint64_t t0 = now_ms();
+  int rr = rampart_pread(r.dev.engine, buf, PAGE, 5 * PAGE);
+  uint64_t read_ms = now_ms() - t0;
+  bool read_right = rr == 0 && memcmp(buf, r.dev.shadow + 5 * PAGE, PAGE) == 0;
+  memset(buf, 0xa5, PAGE);
+  t0 = now_ms();
+  int wr = rampart_pwrite(r.dev.engine, buf, PAGE, 9 * PAGE, 0);
+  uint64_t write_ms = now_ms() - t0;
+  if (wr == 0)
+    memcpy(r.dev.shadow + 9 * PAGE, buf, PAGE);
+  print_message("%s, every server unreachable past io-timeout=1000: read %d after %llu ms, "
+                "write %d after %llu ms\n", policy, rr, (unsigned long long)read_ms, wr,
+                (unsigned long long)write_ms);
+  print_stats(&r);
+  if (wt) {
+    assert_true(read_right);
+    assert_true(read_ms < 500);
+    assert_int_equal(wr, 0);
+    assert_true(write_ms < 500);
+  } else {
+    assert_int_equal(rr, -EIO);
+    assert_true(read_ms >= 900 && read_ms < 3000);
+    assert_int_equal(wr, 0);
+    assert_true(write_ms >= 900 && write_ms < 3000);
+  }
+  rp_test_relay_refuse(r.relay, RP_TEST_RELAY_ALL, false);
+  wait_settled(&r, 20000);
+  verify_clean(&r, "after the outage");
+  assert_all_up_after_outage(&r, nservers);
+  free(buf);
+  rig_stop(&r);
+}
+
+static void test_none_outage_past_io_timeout(void **state)
+{
+  (void)state;
+  outage_past_io_timeout("none", 4);
+}
+
+static void test_parity_log_outage_past_io_timeout(void **state)
+{
+  (void)state;
+  outage_past_io_timeout("parity-log", 5);
+}
+
+static void test_write_through_outage_past_io_timeout(void **state)
+{
+  (void)state;
+  outage_past_io_timeout("write-through", 3);
+}
+
+int main(void)
+{
+  rampart_set_log_sink(capture_log);
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_stall_while_another_server_reconnects),
+    cmocka_unit_test(test_resume_after_lost_is_refused),
+    cmocka_unit_test(test_parity_log_blips),
+    cmocka_unit_test(test_mirror_blips),
+    cmocka_unit_test(test_write_through_blips),
+    cmocka_unit_test(test_none_blips),
+    cmocka_unit_test(test_none_outage_past_io_timeout),
+    cmocka_unit_test(test_parity_log_outage_past_io_timeout),
+    cmocka_unit_test(test_write_through_outage_past_io_timeout),
+  };
+  /* RAMPART_TEST_FILTER=test_none_blips runs one test (cmocka's own glob syntax). */
+  if (getenv("RAMPART_TEST_FILTER"))
+    cmocka_set_test_filter(getenv("RAMPART_TEST_FILTER"));
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
