@@ -51,6 +51,9 @@ struct server_health {
   uint32_t backoff_ms;          /* before the next attempt; grows while attempts fail */
   uint32_t attempts;            /* attempts since the connection failed */
   bool attempting;              /* a helper thread is connecting now */
+  bool silent;                  /* it failed by not answering (a stall or a partition,
+                                   not a reset): writes go elsewhere rather than wait */
+  bool writes_given_up;         /* this outage: writes no longer wait for it */
   bool replaced;                /* LOST, and a new incarnation took its address */
   pthread_t attempt_thread;
   ev_timer retry;               /* starts the next attempt */
@@ -305,10 +308,14 @@ uint64_t server_reservation_wanted(const struct rampart_engine *e);
 /* server_health.c */
 void server_health_init(struct rampart_engine *e);
 void server_health_init_server(struct rampart_engine *e, struct server *s);
-/* s's connection failed (or a request on it did): UP -> RECONNECTING. */
-void server_health_failed(struct rampart_engine *e, struct server *s, const char *why);
+/* s's connection failed (or a request on it did): UP -> RECONNECTING. silent: it failed
+ * by not answering within timeout= (stalled or cut off), not by a closed connection. */
+void server_health_failed(struct rampart_engine *e, struct server *s, const char *why,
+                          bool silent);
 /* Queues req for s's resumed session if s is reconnecting and may still come back within
- * io-timeout=; false when it cannot be queued. */
+ * io-timeout=; false when it cannot be queued. A write is not queued when another server
+ * can take it and s is not likely back at once (it went silent, or has been out longer
+ * than timeout=): its owner places it again elsewhere, as for a lost server. */
 bool server_health_queue(struct rampart_engine *e, struct server *s, struct rp_request *req);
 void server_health_tick(struct rampart_engine *e);
 /* op cannot go on until a server comes back (a read whose group cannot be rebuilt

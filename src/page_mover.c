@@ -134,7 +134,12 @@ static bool start_move(struct rampart_engine *e, uint64_t page, page_entry expec
 }
 
 /* One pass over the groups: per server, the live pages stored there, and the live pages
- * that depend on it (stored there, or in a group whose parity is there). */
+ * that depend on it. A page depends on every server its group has a slot on: its own
+ * copy, and in a group with parity every other member (live or not: a rebuild needs all
+ * of them) and the parity. So a rebuild is finished, and a lost server's count is zero,
+ * only once every group that touched it has been moved off, which is exactly what the
+ * mover does (group_move_reason); counting only the lost server's own pages declared it
+ * finished while its groups' other pages were still one loss from gone. */
 void page_mover_live_by_server(const struct rampart_engine *e, uint64_t *live,
                                uint64_t *at_risk)
 {
@@ -144,15 +149,28 @@ void page_mover_live_by_server(const struct rampart_engine *e, uint64_t *live,
     const struct group *g = group_get(&e->groups, id);
     if (g->state == GROUP_FREE || g->live == 0)
       continue;
-    uint8_t parity = g->has_parity && g->state != GROUP_OPEN ? g->server[g->capacity]
-                                                            : GROUP_NO_SERVER;
     for (unsigned m = 0; m < g->members; m++) {
-      if (!group_member_is_live(&e->groups, &e->map, id, m))
-        continue;
-      live[g->server[m]]++;
-      at_risk[g->server[m]]++;
-      if (parity != GROUP_NO_SERVER)
-        at_risk[parity]++;
+      if (group_member_is_live(&e->groups, &e->map, id, m)) {
+        live[g->server[m]]++;
+        if (!g->has_parity)
+          at_risk[g->server[m]]++;
+      }
+    }
+    if (!g->has_parity)
+      continue;
+    uint8_t touched[GROUP_MAX_DATA + 1];
+    unsigned ntouched = 0;
+    for (unsigned k = 0; k <= g->members; k++) {
+      if (k == g->members && g->state == GROUP_OPEN)
+        break; /* an open group's parity is still in the client */
+      uint8_t srv = g->server[k < g->members ? k : g->capacity];
+      bool seen = srv == GROUP_NO_SERVER;
+      for (unsigned t = 0; t < ntouched && !seen; t++)
+        seen = touched[t] == srv;
+      if (!seen) {
+        touched[ntouched++] = srv;
+        at_risk[srv] += g->live;
+      }
     }
   }
 }

@@ -309,6 +309,50 @@ static void give_up_queue(struct rampart_engine *e, struct server *s, uint16_t s
   }
 }
 
+/* The server has been out longer than a blip and other servers can take pages: the
+ * writes waiting for it go elsewhere now rather than stall their callers until
+ * io-timeout= (their groups lose their parity and are rewritten, as for a lost member).
+ * FREEs stay queued: nobody waits on them. */
+static void give_up_writes(struct rampart_engine *e, struct server *s)
+{
+  struct server_health *h = &s->health;
+  h->writes_given_up = true; /* before any callback: none may queue again */
+  struct rp_request *q = h->replay_head, *writes = NULL, **tail = &writes;
+  h->replay_head = h->replay_tail = NULL;
+  h->replay_count = 0;
+  while (q) {
+    struct rp_request *next = q->caller_next;
+    q->caller_next = NULL;
+    if (q->op == RP_OP_WRITE) {
+      *tail = q;
+      tail = &q->caller_next;
+    } else {
+      if (h->replay_tail)
+        h->replay_tail->caller_next = q;
+      else
+        h->replay_head = q;
+      h->replay_tail = q;
+      h->replay_count++;
+    }
+    q = next;
+  }
+  unsigned n = 0;
+  char why[160];
+  snprintf(why, sizeof why, "server %s has been out for over timeout=%u ms", s->address,
+           e->config.timeout_ms);
+  while (writes) {
+    struct rp_request *next = writes->caller_next;
+    writes->caller_next = NULL;
+    writes->status = RP_ERR_TIMEOUT;
+    snprintf(writes->error_message, sizeof writes->error_message, "%s", why);
+    writes->done(writes);
+    writes = next;
+    n++;
+  }
+  if (n)
+    rp_log(RP_LOG_WARN, "%s: %u writes waiting for it go to other servers", why, n);
+}
+
 static void declare_lost(struct rampart_engine *e, struct server *s, const char *why)
 {
   s->state = RAMPART_SERVER_LOST;
@@ -325,7 +369,8 @@ static void declare_lost(struct rampart_engine *e, struct server *s, const char 
   wake_parked(e); /* reads rebuild or fail now; writes go elsewhere */
 }
 
-void server_health_failed(struct rampart_engine *e, struct server *s, const char *why)
+void server_health_failed(struct rampart_engine *e, struct server *s, const char *why,
+                          bool silent)
 {
   if (e->closing || (s->state != RAMPART_SERVER_UP && s->state != RAMPART_SERVER_ADVISED))
     return;
@@ -337,6 +382,8 @@ void server_health_failed(struct rampart_engine *e, struct server *s, const char
   h->replay_until_ns = now + e->io_timeout_ns;
   h->attempts = 0;
   h->backoff_ms = 0;
+  h->silent = silent;
+  h->writes_given_up = false;
   h->last_failure[0] = '\0';
   const char *meanwhile =
     e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH ? "its pages are read from the disk copy"
@@ -364,6 +411,12 @@ bool server_health_queue(struct rampart_engine *e, struct server *s, struct rp_r
       engine_now_ns() >= s->health.replay_until_ns)
     return false;
   struct server_health *h = &s->health;
+  /* A blip (connections reset, the server there) is over in tens of milliseconds, and
+   * replaying is cheaper than re-placing: the group keeps its parity. A stall or a
+   * partition is not: a write that waited timeout= already goes elsewhere if it can. */
+  if (req->op == RP_OP_WRITE && (h->silent || h->writes_given_up) &&
+      server_set_placeable(e) > 0)
+    return false;
   req->caller_next = NULL;
   if (h->replay_tail)
     h->replay_tail->caller_next = req;
@@ -537,6 +590,10 @@ void server_health_tick(struct rampart_engine *e)
                s->address, (unsigned long long)(e->io_timeout_ns / 1000000u));
       rp_log(RP_LOG_WARN, "%s: %u requests to it go elsewhere", why, s->health.replay_count);
       give_up_queue(e, s, RP_ERR_TIMEOUT, why);
+    } else if (s->health.replay_head && !s->health.writes_given_up &&
+               now - s->health.since_ns >= (uint64_t)e->config.timeout_ms * 1000000u &&
+               server_set_placeable(e) > 0) {
+      give_up_writes(e, s);
     }
   }
 }

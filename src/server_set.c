@@ -74,7 +74,7 @@ static struct rampart_engine *engine_of(struct server *s)
 static void on_disconnect(struct rp_conn *conn, const struct rp_error *why, void *user)
 {
   struct server *s = user;
-  server_health_failed(engine_of(s), s, why->message);
+  server_health_failed(engine_of(s), s, why->message, false);
 }
 
 void server_set_submit(struct rampart_engine *e, unsigned index, struct rp_request *req)
@@ -110,7 +110,7 @@ bool server_request_failed(struct rampart_engine *e, unsigned index, struct rp_r
   char why[200];
   snprintf(why, sizeof why, "%s%s%s", rp_status_name(req->status),
            req->error_message[0] ? ": " : "", req->error_message);
-  server_health_failed(e, s, why);
+  server_health_failed(e, s, why, req->status == RP_ERR_TIMEOUT);
   /* Only a request the server may never have seen is resent: one it answered with an
    * error would get the same answer again. */
   bool unanswered = req->status == RP_ERR_DISCONNECTED || req->status == RP_ERR_TIMEOUT;

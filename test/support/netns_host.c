@@ -1,6 +1,7 @@
 /* A test "host" in its own network namespace (netns_host.h). */
 #include "netns_host.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,29 @@ bool rp_test_netns_supported(char *why, size_t whylen)
   return true;
 }
 
+/* A namespace of this name is this very process's (the pid is in the name), left by an
+ * earlier case that failed before its teardown: stop what runs in it (its rampartd) and
+ * remove it with its veth pair, so one failed case does not fail every later one. */
+static void remove_leftover(const struct rp_test_netns *ns)
+{
+  char path[96];
+  snprintf(path, sizeof path, "/run/netns/%s", ns->name);
+  if (access(path, F_OK) != 0)
+    return;
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "%s netns pids %s 2>/dev/null", rp_test_ip_path(), ns->name);
+  FILE *p = popen(cmd, "r");
+  if (p) {
+    long pid;
+    while (fscanf(p, "%ld", &pid) == 1)
+      if (pid > 1 && pid != (long)getpid())
+        kill((pid_t)pid, SIGKILL);
+    pclose(p);
+  }
+  run(true, (const char *const[]){ rp_test_ip_path(), "link", "del", ns->veth_host, NULL });
+  run(true, (const char *const[]){ rp_test_ip_path(), "netns", "del", ns->name, NULL });
+}
+
 int rp_test_netns_create(struct rp_test_netns *ns, unsigned index)
 {
   memset(ns, 0, sizeof *ns);
@@ -86,6 +110,7 @@ int rp_test_netns_create(struct rp_test_netns *ns, unsigned index)
   char host_cidr[32], ns_cidr[32];
   snprintf(host_cidr, sizeof host_cidr, "%s/30", ns->host_ip);
   snprintf(ns_cidr, sizeof ns_cidr, "%s/30", ns->ns_ip);
+  remove_leftover(ns);
   if (IP("netns", "add", ns->name) < 0) {
     ns->name[0] = '\0';
     return -1;
