@@ -193,6 +193,17 @@ static void schedule_retry(struct rampart_engine *e, struct server *s)
 
 /* ---- page operations waiting for a server ---------------------------------------------------- */
 
+static void park_append(struct rampart_engine *e, struct page_op *op)
+{
+  op->next = NULL;
+  if (e->health_wait_tail)
+    e->health_wait_tail->next = op;
+  else
+    e->health_wait_head = op;
+  e->health_wait_tail = op;
+  e->health_waiting++;
+}
+
 bool server_health_any_reconnecting(const struct rampart_engine *e)
 {
   for (unsigned i = 0; i < e->nservers; i++)
@@ -210,13 +221,7 @@ bool server_health_park(struct rampart_engine *e, struct page_op *op)
     op->wait_since_ns = now;
   if (now - op->wait_since_ns >= e->io_timeout_ns)
     return false;
-  op->next = NULL;
-  if (e->health_wait_tail)
-    e->health_wait_tail->next = op;
-  else
-    e->health_wait_head = op;
-  e->health_wait_tail = op;
-  e->health_waiting++;
+  park_append(e, op);
   return true;
 }
 
@@ -267,12 +272,7 @@ static void wake_expired(struct rampart_engine *e, uint64_t now)
       *tail = op;
       tail = &op->next;
     } else {
-      if (e->health_wait_tail)
-        e->health_wait_tail->next = op;
-      else
-        e->health_wait_head = op;
-      e->health_wait_tail = op;
-      e->health_waiting++;
+      park_append(e, op);
     }
   }
   while (expired) {
@@ -289,6 +289,17 @@ static uint64_t ms_since(uint64_t then_ns)
 {
   uint64_t now = engine_now_ns();
   return now > then_ns ? (now - then_ns) / 1000000u : 0;
+}
+
+static void replay_append(struct server_health *h, struct rp_request *req)
+{
+  req->caller_next = NULL;
+  if (h->replay_tail)
+    h->replay_tail->caller_next = req;
+  else
+    h->replay_head = req;
+  h->replay_tail = req;
+  h->replay_count++;
 }
 
 /* Completes every request waiting in s's replay queue with status: their owners see the
@@ -327,12 +338,7 @@ static void give_up_writes(struct rampart_engine *e, struct server *s)
       *tail = q;
       tail = &q->caller_next;
     } else {
-      if (h->replay_tail)
-        h->replay_tail->caller_next = q;
-      else
-        h->replay_head = q;
-      h->replay_tail = q;
-      h->replay_count++;
+      replay_append(h, q);
     }
     q = next;
   }
@@ -417,13 +423,7 @@ bool server_health_queue(struct rampart_engine *e, struct server *s, struct rp_r
   if (req->op == RP_OP_WRITE && (h->silent || h->writes_given_up) &&
       server_set_placeable(e) > 0)
     return false;
-  req->caller_next = NULL;
-  if (h->replay_tail)
-    h->replay_tail->caller_next = req;
-  else
-    h->replay_head = req;
-  h->replay_tail = req;
-  h->replay_count++;
+  replay_append(h, req);
   return true;
 }
 

@@ -115,6 +115,21 @@ start_workload() {
   bg_pids+=("$workload_pid")
 }
 
+# wait_swapped_out DEVICE KIB WHAT: waits (60 s at most) until the running workload has
+# KIB in swap on DEVICE, relieving its cgroup's OOMs meanwhile; sets `used` (KiB). WHAT
+# names the fault about to come, for the message when the workload ends first.
+wait_swapped_out() {
+  local dev=$1 want=$2 what=$3
+  for _ in $(seq 600); do
+    kill -0 "$workload_pid" 2>/dev/null || fail "the workload ended before $what"
+    memcg_relieve_oom "$workload_cg"
+    used=$(swap_used_kib "$dev")
+    ((${used:-0} >= want)) && return 0
+    sleep 0.1
+  done
+  fail "swap use never reached $((want / 1024)) MiB (${used:-0} KiB)"
+}
+
 # finish_workload OUT DEVICE: waits for the workload, handling its cgroup's OOMs
 # (memcg_wait in scripts/lib/memcg.sh says why they happen and why they are no fault of
 # the device). Returns 0 when it verified its result, and 2 when the kernel's OOM killer

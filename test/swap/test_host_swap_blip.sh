@@ -27,14 +27,7 @@ blip() {
 
 for attempt in 1 2 3; do
   start_workload rampart-test-blip-$$-$attempt 96M quicksort 288M "$work/workload.out"
-  for _ in $(seq 600); do
-    kill -0 "$workload_pid" 2>/dev/null || fail "the workload ended before the blip"
-    memcg_relieve_oom "$workload_cg"
-    used=$(swap_used_kib "$dev")
-    ((${used:-0} >= 65536)) && break
-    sleep 0.1
-  done
-  ((${used:-0} >= 65536)) || fail "swap use never reached 64 MiB (${used:-0} KiB)"
+  wait_swapped_out "$dev" 65536 "the blip"
   log "$((used / 1024)) MiB swapped out; every server unreachable for 3 s"
   blip 3
   sleep 2

@@ -26,14 +26,7 @@ wait_rebuilt() {
 }
 for attempt in 1 2 3; do
   start_workload rampart-test-k9-$$-$attempt 96M quicksort 288M "$work/workload.out"
-  for _ in $(seq 600); do
-    kill -0 "$workload_pid" 2>/dev/null || fail "the workload ended before any server was killed"
-    memcg_relieve_oom "$workload_cg"
-    used=$(swap_used_kib "$dev")
-    ((${used:-0} >= 65536)) && break
-    sleep 0.1
-  done
-  ((${used:-0} >= 65536)) || fail "swap use never reached 64 MiB (${used:-0} KiB)"
+  wait_swapped_out "$dev" 65536 "any server was killed"
   victim=${victims[$((attempt - 1))]}
   log "$((used / 1024)) MiB swapped out; kill -9 rampartd ${CLUSTER_ADDRS[$victim]} (pid ${CLUSTER_PIDS[$victim]})"
   cluster_kill9 "$victim"
