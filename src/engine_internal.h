@@ -61,6 +61,7 @@ struct server_health {
    * when its connection dropped or were sent since: resent in order on resume. */
   struct rp_request *replay_head, *replay_tail;
   uint32_t replay_count;
+  uint32_t replay_writes;       /* of which writes: FREEs wait too, but nobody waits on them */
   char last_failure[384];       /* an attempt's failure is logged when it changes */
 };
 

@@ -161,8 +161,9 @@ struct rampart_stats {
   uint64_t rebuild_pages_moved;
   double rebuild_seconds;
   uint32_t moves_in_flight, ops_waiting;
-  /* Health: servers whose connection dropped and that are not (yet) lost; page
-   * requests waiting for one of them to come back, and how long the oldest has waited;
+  /* Health: servers whose connection dropped and that are not (yet) lost; reads and
+   * writes waiting for one of them to come back (FREEs wait too, uncounted: nobody waits
+   * on them), and how long the oldest has waited;
    * sessions resumed and requests sent again on them, since open. */
   uint32_t servers_reconnecting;
   uint32_t requests_waiting;

@@ -300,6 +300,7 @@ static void replay_append(struct server_health *h, struct rp_request *req)
     h->replay_head = req;
   h->replay_tail = req;
   h->replay_count++;
+  h->replay_writes += req->op == RP_OP_WRITE;
 }
 
 /* Completes every request waiting in s's replay queue with status: their owners see the
@@ -309,7 +310,7 @@ static void give_up_queue(struct rampart_engine *e, struct server *s, uint16_t s
 {
   struct rp_request *q = s->health.replay_head;
   s->health.replay_head = s->health.replay_tail = NULL;
-  s->health.replay_count = 0;
+  s->health.replay_count = s->health.replay_writes = 0;
   while (q) {
     struct rp_request *next = q->caller_next;
     q->caller_next = NULL;
@@ -330,7 +331,7 @@ static void give_up_writes(struct rampart_engine *e, struct server *s)
   h->writes_given_up = true; /* before any callback: none may queue again */
   struct rp_request *q = h->replay_head, *writes = NULL, **tail = &writes;
   h->replay_head = h->replay_tail = NULL;
-  h->replay_count = 0;
+  h->replay_count = h->replay_writes = 0;
   while (q) {
     struct rp_request *next = q->caller_next;
     q->caller_next = NULL;
@@ -436,7 +437,7 @@ static void resume(struct rampart_engine *e, struct server *s, struct reconnect_
   struct rp_request *q = h->replay_head;
   uint32_t resent = h->replay_count;
   h->replay_head = h->replay_tail = NULL;
-  h->replay_count = 0;
+  h->replay_count = h->replay_writes = 0;
   h->backoff_ms = 0;
   h->last_failure[0] = '\0';
   /* In the order they were first sent. A submit may fail at once if the new connection
@@ -540,7 +541,7 @@ static uint64_t oldest_wait_ns(const struct rampart_engine *e)
       oldest = op->wait_since_ns;
   for (unsigned i = 0; i < e->nservers; i++) {
     const struct server *s = &e->servers[i];
-    if (s->health.replay_count && (!oldest || s->health.since_ns < oldest))
+    if (s->health.replay_writes && (!oldest || s->health.since_ns < oldest))
       oldest = s->health.since_ns;
   }
   return oldest;
@@ -550,7 +551,7 @@ static uint32_t requests_waiting(const struct rampart_engine *e)
 {
   uint32_t n = e->health_waiting;
   for (unsigned i = 0; i < e->nservers; i++)
-    n += e->servers[i].health.replay_count;
+    n += e->servers[i].health.replay_writes;
   return n;
 }
 
@@ -642,7 +643,7 @@ void server_health_close(struct rampart_engine *e)
     }
     /* Whatever still waits for this server belongs to pools about to be freed. */
     h->replay_head = h->replay_tail = NULL;
-    h->replay_count = 0;
+    h->replay_count = h->replay_writes = 0;
   }
   ev_async_stop(e->loop, &e->attempt_wake);
   /* Sessions opened by attempts that finished after the loop stopped: nobody uses them. */
