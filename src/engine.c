@@ -717,6 +717,7 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
 {
   if (rampart_config_check(config, err, errlen) < 0)
     return NULL;
+  rampart_event_arena_install(); /* before any loop exists (event_arena.c says why) */
   struct rampart_engine *e = calloc(1, sizeof *e);
   if (!e) {
     snprintf(err, errlen, "out of memory");

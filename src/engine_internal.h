@@ -306,6 +306,10 @@ void server_adopt(struct rampart_engine *e, struct server *s, struct rp_conn *co
                   const struct rp_session_info *info);
 uint64_t server_reservation_wanted(const struct rampart_engine *e);
 
+/* event_arena.c: libev's arrays come from a preallocated arena, not the heap (process-
+ * wide, once; before the first loop). */
+void rampart_event_arena_install(void);
+
 /* server_health.c */
 void server_health_init(struct rampart_engine *e);
 void server_health_init_server(struct rampart_engine *e, struct server *s);
