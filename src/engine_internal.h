@@ -309,6 +309,7 @@ uint64_t server_reservation_wanted(const struct rampart_engine *e);
 /* event_arena.c: libev's arrays come from a preallocated arena, not the heap (process-
  * wide, once; before the first loop). */
 void rampart_event_arena_install(void);
+size_t rampart_event_arena_bytes(void); /* resident for the process's lifetime */
 
 /* server_health.c */
 void server_health_init(struct rampart_engine *e);

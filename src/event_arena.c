@@ -123,6 +123,11 @@ static void install(void)
   ev_set_allocator(event_arena_realloc);
 }
 
+size_t rampart_event_arena_bytes(void)
+{
+  return ARENA_BYTES;
+}
+
 void rampart_event_arena_install(void)
 {
   pthread_once(&installed, install);
