@@ -7,10 +7,12 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -96,6 +98,34 @@ static int write_pid_file(const char *path)
   return 0;
 }
 
+/* Every connection is a descriptor: the soft limit (often 1024) would make accept fail
+ * long before --max-connections plus the handshake budget is reached. */
+static void raise_nofile(const struct rps_options *opt)
+{
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+    return;
+  rlim_t need = (rlim_t)opt->max_connections + opt->max_unauthenticated + 64;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+    rp_log(RP_LOG_WARN, "RLIMIT_NOFILE is %llu, less than the %llu descriptors "
+           "--max-connections and --max-unauthenticated may need: raise it (systemd: "
+           "LimitNOFILE=) or lower those limits", (unsigned long long)rl.rlim_cur,
+           (unsigned long long)need);
+}
+
+/* A reply buffer that grew during a burst is freed when drained (connection.c); glibc
+ * would otherwise raise its mmap threshold after the first such free and keep later
+ * buffers in a heap it rarely trims, so the memory never went back to the host. A
+ * fixed threshold disables that adjustment. */
+static void tune_malloc(void)
+{
+  mallopt(M_MMAP_THRESHOLD, 512 * 1024);
+}
+
 static int run(const struct rps_options *opt)
 {
   struct rp_key key;
@@ -114,6 +144,8 @@ static int run(const struct rps_options *opt)
     return exit_code;
   }
   int ready_fd = opt->foreground ? -1 : daemonize(bound);
+  raise_nofile(opt);
+  tune_malloc();
 
   signal(SIGPIPE, SIG_IGN);
   struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "admission.h"
 #include "auth.h"
 #include "options.h"
 #include "page_store.h"
@@ -22,6 +23,8 @@ struct rps_stats {
   uint64_t bytes_in, bytes_out;
   uint64_t errors_protocol, errors_auth, errors_refused;
   uint64_t advises_sent;
+  uint64_t connections_refused;      /* at accept: over an unauthenticated budget */
+  uint64_t connections_dropped;      /* oldest handshake dropped for a newer one */
 };
 
 struct rps_conn;
@@ -35,7 +38,13 @@ struct rps_server {
   struct rps_pressure *pressure;
   struct rps_pressure_config pressure_cfg;
   struct rps_conn *conns;            /* every open connection; owned by connection.c */
-  uint32_t nconns;
+  uint32_t nconns;                   /* all of them */
+  uint32_t nauth;                    /* those that proved the key */
+  uint32_t nunauth;                  /* those still in their handshake */
+  struct rps_conn *unauth_oldest, *unauth_newest;
+  struct rps_addr_counts *unauth_by_addr; /* handshakes in progress per source address */
+  ev_tstamp refusal_logged_at;       /* refusals are logged at most once a second */
+  uint64_t refusals_unlogged;
   int listen_fd;
   ev_io listen_io;
   ev_timer accept_pause;             /* out of file descriptors: retry accept later */
