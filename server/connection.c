@@ -421,17 +421,16 @@ static const char *over_limit(struct rps_conn *c, struct rps_session *resuming, 
   struct rps_server *srv = c->srv;
   const struct rps_options *o = srv->opt;
   if (!(resuming && resuming->conn) && srv->nauth >= o->max_connections) {
-    snprintf(why, whylen, "rampartd already serves %u authenticated connections, its "
-             "--max-connections: try again later, use another server, or raise "
-             "--max-connections there", srv->nauth);
+    snprintf(why, whylen, "rampartd already serves %u authenticated connections "
+             "(--max-connections): try again later, use another server, or raise the "
+             "limit", srv->nauth);
     return why;
   }
   if (!resuming && rps_sessions_count(srv->sessions) >= o->max_sessions_per_key) {
-    snprintf(why, whylen, "this cluster key already holds %u sessions on rampartd, its "
-             "--max-sessions-per-key: a client that reconnects must resume its session "
-             "rather than start a new one; wait for old sessions' leases (%llu s) to end "
-             "or raise --max-sessions-per-key", rps_sessions_count(srv->sessions),
-             (unsigned long long)o->lease_seconds);
+    /* Short: the client library keeps the first 200 characters. */
+    snprintf(why, whylen, "this key holds %u sessions here (--max-sessions-per-key): "
+             "reconnect by resuming a session, wait %llu s for old leases, or raise the "
+             "limit", rps_sessions_count(srv->sessions), (unsigned long long)o->lease_seconds);
     return why;
   }
   return NULL;

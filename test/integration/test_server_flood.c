@@ -9,6 +9,8 @@
  * - A handshake that stalls is closed after the 2 s handshake deadline.
  * - A reply buffer that grew to megabytes during a burst goes back to its small size
  *   (the server says so in its log, and its resident memory falls back).
+ * - Past --max-connections authenticated connections, or --max-sessions-per-key
+ *   sessions, a client is refused after AUTH with a sentence naming the limit.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -478,12 +480,62 @@ static void test_reply_buffer_shrinks_after_burst(void **state)
     assert_true(after - before <= 2 * 1024);
 }
 
+/* ---- limits on authenticated connections and sessions ------------------------------ */
+
+static void test_connection_and_session_limits(void **state)
+{
+  struct fixture *f = *state;
+  struct rp_test_server small;
+  memset(&small, 0, sizeof small);
+  const char *args[] = {"--memory", "16M", "--key", f->key_path, "--max-connections", "2",
+                        "--max-sessions-per-key", "3", NULL};
+  assert_int_equal(rp_test_server_start(&small, f->dir, args), 0);
+  struct rp_error err;
+  struct rp_session_info info;
+  struct rp_conn *a = rp_test_connect(&small, &f->key, NULL, &info, &err);
+  struct rp_conn *b = rp_test_connect(&small, &f->key, NULL, NULL, &err);
+  assert_non_null(a);
+  assert_non_null(b);
+  /* A third authenticated connection is one past --max-connections. */
+  struct rp_conn *c = rp_test_connect(&small, &f->key, NULL, NULL, &err);
+  fprintf(stderr, "third connection: %s\n", c ? "accepted" : err.message);
+  assert_null(c);
+  assert_int_equal(err.code, RP_ERR_NO_SPACE);
+  assert_non_null(strstr(err.message, "--max-connections"));
+  /* a's session resumed from a new connection displaces a, so it needs no new room. */
+  uint8_t token[RP_TOKEN_LEN];
+  memcpy(token, info.token, sizeof token);
+  struct rp_session_info again;
+  struct rp_conn *a2 = rp_test_connect(&small, &f->key, token, &again, &err);
+  if (!a2)
+    fail_msg("resume at the connection limit: %s", err.message);
+  assert_true(again.resumed);
+  rp_conn_close(a);
+  /* Sessions: a's (resumed by a2) and b's are alive; dropping b leaves its session in
+   * its lease, so after one more new session the key holds 3, its limit. */
+  rp_conn_close(b);
+  sleep_ms(200);
+  struct rp_conn *d = rp_test_connect(&small, &f->key, NULL, NULL, &err);
+  assert_non_null(d);
+  rp_conn_close(d);
+  sleep_ms(200);
+  struct rp_conn *e = rp_test_connect(&small, &f->key, NULL, NULL, &err);
+  fprintf(stderr, "fourth session: %s\n", e ? "accepted" : err.message);
+  assert_null(e);
+  assert_int_equal(err.code, RP_ERR_NO_SPACE);
+  assert_non_null(strstr(err.message, "--max-sessions-per-key"));
+  assert_int_equal(rp_ping_sync(a2, &err), 0);
+  rp_conn_close(a2);
+  assert_int_equal(rp_test_server_stop_clean(&small), 0);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_flood_does_not_keep_a_keyed_client_out),
     cmocka_unit_test(test_stalled_handshake_closed_after_deadline),
     cmocka_unit_test(test_reply_buffer_shrinks_after_burst),
+    cmocka_unit_test(test_connection_and_session_limits),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
