@@ -474,7 +474,7 @@ static void handle_auth(struct rps_conn *c, const struct rp_header *h, const uin
     return;
   }
   uint8_t expected[RP_MAC_LEN];
-  rp_auth_client_mac(&srv->key, c->server_nonce, c->client_nonce, expected);
+  rp_auth_client_mac(srv->key, c->server_nonce, c->client_nonce, expected);
   bool ok = rp_mac_matches(expected, m->client_mac.data, m->client_mac.len);
   rampart__auth__free_unpacked(m, NULL);
   if (!ok) {
@@ -505,7 +505,7 @@ static void handle_auth(struct rps_conn *c, const struct rp_header *h, const uin
   struct rps_store_stats ss;
   rps_store_get_stats(srv->store, &ss);
   uint8_t server_mac[RP_MAC_LEN];
-  rp_auth_server_mac(&srv->key, c->client_nonce, c->server_nonce, server_mac);
+  rp_auth_server_mac(srv->key, c->client_nonce, c->server_nonce, server_mac);
   Rampart__Welcome w = RAMPART__WELCOME__INIT;
   w.server_mac.data = server_mac;
   w.server_mac.len = RP_MAC_LEN;

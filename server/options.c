@@ -84,7 +84,7 @@ static const char usage[] =
   "                             the command line wins\n"
   "  --help, --version\n"
   "\n"
-  "For tests only, never in production (also 'test-fault' in --config):\n"
+  "For tests only, in the rampartd-faults test binary (not in rampartd):\n"
   "  --test-fault MODE          make this server corrupt the pages it returns, to test\n"
   "                             the clients' page verification: flip (one bit), swap\n"
   "                             (the page of slot s^1) or replay (an older write); or\n"
@@ -254,6 +254,13 @@ static int apply(struct rps_options *o, const struct option_def *d, const char *
   case K_DOUBLE:
     return parse_percent(what, value, &o->psi_threshold, err, errlen);
   case K_FAULT:
+    if (!rps_fault_compiled_in()) {
+      snprintf(err, errlen, "%s: this rampartd has no fault injection (production build); "
+               "the test suite's lying servers are the separate test binary "
+               "rampartd-faults, built with -DRAMPART_TEST_FAULTS=ON and never installed",
+               what);
+      return -1;
+    }
     if (rps_fault_parse(value, &o->test_fault) < 0) {
       snprintf(err, errlen, "%s '%s': use flip, swap, replay or refuse-writes (test-only: "
                "makes this server corrupt what it returns or refuse writes)", what, value);

@@ -146,10 +146,12 @@ int rps_server_init(struct rps_server *srv, struct ev_loop *loop,
   memset(srv, 0, sizeof *srv);
   srv->loop = loop;
   srv->opt = opt;
-  srv->key = *key;
+  srv->key = key;
   srv->listen_fd = listen_fd;
   srv->started = ev_now(loop);
   srv->store = rps_store_create(opt->memory / RP_PAGE_SIZE);
+  if (srv->store)
+    rps_store_set_locked(srv->store, opt->mlock);
   srv->unauth_by_addr = rps_addr_counts_create();
   if (srv->store && srv->unauth_by_addr)
     srv->sessions = rps_sessions_create(loop, srv->store, (double)opt->lease_seconds);

@@ -32,7 +32,7 @@ struct rps_conn;
 struct rps_server {
   struct ev_loop *loop;
   const struct rps_options *opt;
-  struct rp_key key;                 /* len 0: no key (loopback only) */
+  const struct rp_key *key;          /* len 0: no key (loopback only); in secret memory */
   struct rps_store *store;
   struct rps_sessions *sessions;
   struct rps_pressure *pressure;
@@ -54,7 +54,7 @@ struct rps_server {
 };
 
 /* Sets up everything around an already bound, listening, non-blocking socket (which the
- * server then owns). 0, or -1 with err. */
+ * server then owns). The key must outlive the server. 0, or -1 with err. */
 int rps_server_init(struct rps_server *srv, struct ev_loop *loop,
                     const struct rps_options *opt, const struct rp_key *key, int listen_fd,
                     char *err, size_t errlen);
