@@ -249,7 +249,11 @@ static void test_mlock_locks_pages_and_still_frees_them(void **state)
           "stored, %ld KiB after freeing 31.9 MiB of it\n", lck0, lck1, rss0, rss1, rss2);
   rp_conn_close(c);
   assert_int_equal(rp_test_server_stop_clean(&s), 0);
-  assert_true(lck1 >= 32 * 1024);      /* the stored pages are locked */
+  /* AddressSanitizer makes mlock and mlockall do nothing (it says so on stderr), so
+   * only a build without it can show the pages locked. */
+  const char *asan = getenv("RAMPART_ASAN_RUNTIME");
+  if (!asan || !asan[0])
+    assert_true(lck1 >= 32 * 1024);      /* the stored pages are locked */
   assert_true(rss1 - rss0 >= 30 * 1024);
   assert_true(rss1 - rss2 >= 28 * 1024); /* and freeing them still gives them back */
 }
