@@ -6,11 +6,18 @@
  * it on the way out, in finish(). So no function ever touches freed memory, however
  * deep the error is found.
  *
- * Timeouts share one ev_timer per connection: the handshake must end within 10 s of
- * accept, a frame once begun must arrive whole within 30 s (slow-loris), queued replies
- * must make progress within 60 s, and a closing connection lingers at most 5 s. The
- * timer is re-armed lazily: when it fires early it just recomputes, which keeps the hot
- * path free of timer churn.
+ * Timeouts share one ev_timer per connection: the handshake must end within
+ * --handshake-timeout (2 s) of accept, a frame once begun must arrive whole within 30 s
+ * (slow-loris), queued replies must make progress within 60 s, and a closing connection
+ * lingers at most 5 s (1 s before it authenticated). The timer is re-armed lazily: when
+ * it fires early it just recomputes, which keeps the hot path free of timer churn.
+ *
+ * Memory follows trust. Until a connection proves the key it has 4 KiB buffers (the
+ * receive buffer grows only to hold one announced control frame), so a flood of
+ * connections that never authenticate costs little; it then gets the 256 KiB receive
+ * buffer that lets a pipelining client cost one read() per many pages. The reply buffer
+ * grows by doubling while a client does not read its replies, and goes back to its
+ * initial size once drained, so a burst does not leave megabytes behind.
  */
 #include "connection.h"
 
@@ -24,19 +31,22 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "admission.h"
 #include "fault_injection.h"
 #include "log.h"
 #include "message.h"
 #include "server.h"
 
 #define IN_BUF_SIZE        (256u * 1024u)
-#define OUT_INITIAL        (256u * 1024u)
+#define HS_BUF_SIZE        4096u           /* both buffers, before the key is proven */
+#define OUT_INITIAL        (256u * 1024u)  /* what a drained reply buffer goes back to */
+#define OUT_KEEP           (1u << 20)      /* a buffer this size or less is kept as is */
 #define OUT_HIGH_WATER     (8u << 20)
 #define OUT_LOW_WATER      (OUT_HIGH_WATER / 2)
-#define HANDSHAKE_TIMEOUT  10.0
 #define FRAME_TIMEOUT      30.0
 #define WRITE_STALL_TIMEOUT 60.0
 #define CLOSE_LINGER       5.0
+#define CLOSE_LINGER_UNAUTHED 1.0
 #define ERROR_FRAME_MAX    (RP_HEADER_SIZE + 640u) /* Error text is at most 511 bytes */
 
 enum conn_state { ST_HELLO, ST_AUTH, ST_READY, ST_CLOSING };
@@ -48,14 +58,16 @@ struct rps_conn {
   bool dead;            /* free on the way out of the current callback */
   bool throttled;       /* reading paused: too many replies queued */
   bool shut_wr;
+  bool authed;          /* proved the key; no longer counted as unauthenticated */
   ev_io rio, wio;
   ev_timer deadline;
   ev_tstamp accepted_at, frame_started, write_waiting_since, closing_since;
 
   uint8_t *in;
-  size_t in_start, in_end;
+  size_t in_start, in_end, in_cap;
   uint8_t *out;
   size_t out_start, out_end, out_cap;
+  size_t out_peak;      /* largest out_cap since the buffer was last shrunk */
 
   uint8_t client_nonce[RP_NONCE_LEN];
   uint8_t server_nonce[RP_NONCE_LEN];
@@ -64,7 +76,9 @@ struct rps_conn {
   char client_name[64];
   char peer[64];
   struct rps_session *session;
+  struct rps_addr_key addr;
   struct rps_conn *prev, *next;
+  struct rps_conn *unauth_prev, *unauth_next; /* oldest first, until authed */
 };
 
 static void conn_free(struct rps_conn *c);
@@ -101,7 +115,43 @@ static uint8_t *out_reserve(struct rps_conn *c, size_t n)
   }
   c->out = p;
   c->out_cap = cap;
+  if (cap > c->out_peak)
+    c->out_peak = cap;
   return c->out + c->out_end;
+}
+
+/* The reply buffer is empty: give back what a burst made it grow to. Freed rather than
+ * realloc'd, as there is nothing to copy; on failure the big buffer simply stays. */
+static void out_shrink(struct rps_conn *c)
+{
+  if (c->out_cap <= OUT_KEEP)
+    return;
+  uint8_t *p = malloc(OUT_INITIAL);
+  if (!p)
+    return;
+  free(c->out);
+  c->out = p;
+  rp_log(c->srv->opt->verbose ? RP_LOG_INFO : RP_LOG_DEBUG, "%s (%s): reply buffer back to "
+         "%u KiB after a burst that needed %zu KiB", c->peer, c->client_name,
+         OUT_INITIAL / 1024, c->out_peak / 1024);
+  c->out_cap = OUT_INITIAL;
+  c->out_peak = OUT_INITIAL;
+}
+
+/* Room in the receive buffer for a whole frame of `need` bytes from its start. */
+static bool in_fit(struct rps_conn *c, size_t need)
+{
+  if (c->in_cap >= need)
+    return true;
+  uint8_t *p = realloc(c->in, need);
+  if (!p) {
+    rp_log(RP_LOG_ERROR, "%s: out of memory for a receive buffer; closing", c->peer);
+    c->dead = true;
+    return false;
+  }
+  c->in = p;
+  c->in_cap = need;
+  return true;
 }
 
 static void send_msg(struct rps_conn *c, const struct rp_header *req,
@@ -166,6 +216,7 @@ static void flush_out(struct rps_conn *c)
   }
   c->out_start = c->out_end = 0;
   c->write_waiting_since = 0;
+  out_shrink(c);
   ev_io_stop(loop, &c->wio);
   if (c->state == ST_CLOSING && !c->shut_wr) {
     /* Half-close so the peer reads our Error before it sees the end; we keep reading
@@ -215,12 +266,12 @@ static ev_tstamp next_deadline(const struct rps_conn *c, const char **what)
   ev_tstamp d = 0;
   const char *w = NULL;
   if (c->state == ST_CLOSING) {
-    d = c->closing_since + CLOSE_LINGER;
+    d = c->closing_since + (c->authed ? CLOSE_LINGER : CLOSE_LINGER_UNAUTHED);
     w = "closing connection lingered";
   } else {
     if (c->state != ST_READY) {
-      d = c->accepted_at + HANDSHAKE_TIMEOUT;
-      w = "handshake not finished in 10 s";
+      d = c->accepted_at + (ev_tstamp)c->srv->opt->handshake_timeout;
+      w = "handshake not finished within --handshake-timeout";
     }
     if (c->frame_started && earliest(d, c->frame_started + FRAME_TIMEOUT) != d) {
       d = c->frame_started + FRAME_TIMEOUT;
@@ -328,13 +379,68 @@ static void handle_hello(struct rps_conn *c, const struct rp_header *h, const ui
   rampart__hello__free_unpacked(m, NULL);
 }
 
+/* ---- unauthenticated connections ------------------------------------------------ */
+
+static void unauth_add(struct rps_conn *c)
+{
+  struct rps_server *srv = c->srv;
+  c->unauth_prev = srv->unauth_newest;
+  if (srv->unauth_newest)
+    srv->unauth_newest->unauth_next = c;
+  else
+    srv->unauth_oldest = c;
+  srv->unauth_newest = c;
+  srv->nunauth++;
+}
+
+/* The connection proved the key, or is going: it no longer uses the handshake budget. */
+static void unauth_leave(struct rps_conn *c)
+{
+  struct rps_server *srv = c->srv;
+  if (c->authed)
+    return;
+  c->authed = true;
+  if (c->unauth_prev)
+    c->unauth_prev->unauth_next = c->unauth_next;
+  else
+    srv->unauth_oldest = c->unauth_next;
+  if (c->unauth_next)
+    c->unauth_next->unauth_prev = c->unauth_prev;
+  else
+    srv->unauth_newest = c->unauth_prev;
+  c->unauth_prev = c->unauth_next = NULL;
+  srv->nunauth--;
+  rps_addr_count_remove(srv->unauth_by_addr, &c->addr);
+}
+
+/* Why this authenticated connection cannot be served, or NULL when it can. Resuming a
+ * session still attached elsewhere frees that connection, so it needs no new room. */
+static const char *over_limit(struct rps_conn *c, struct rps_session *resuming, char *why,
+                              size_t whylen)
+{
+  struct rps_server *srv = c->srv;
+  const struct rps_options *o = srv->opt;
+  if (!(resuming && resuming->conn) && srv->nauth >= o->max_connections) {
+    snprintf(why, whylen, "rampartd already serves %u authenticated connections "
+             "(--max-connections): try again later, use another server, or raise the "
+             "limit", srv->nauth);
+    return why;
+  }
+  if (!resuming && rps_sessions_count(srv->sessions) >= o->max_sessions_per_key) {
+    /* Short: the client library keeps the first 200 characters. */
+    snprintf(why, whylen, "this key holds %u sessions here (--max-sessions-per-key): "
+             "reconnect by resuming a session, wait %llu s for old leases, or raise the "
+             "limit", rps_sessions_count(srv->sessions), (unsigned long long)o->lease_seconds);
+    return why;
+  }
+  return NULL;
+}
+
 /* Binds the authenticated connection to its session: the one named by the resume
  * token if it is still alive, else a new one. */
-static bool bind_session(struct rps_conn *c, bool *resumed)
+static bool bind_session(struct rps_conn *c, struct rps_session *s, bool *resumed)
 {
   struct rps_sessions *t = c->srv->sessions;
-  struct rps_session *s = c->want_resume ? rps_session_find(t, c->resume_token, RP_TOKEN_LEN)
-                                         : NULL;
   *resumed = s != NULL;
   if (s) {
     struct rps_conn *old = rps_session_attach(t, s, c, c->client_name);
@@ -368,7 +474,7 @@ static void handle_auth(struct rps_conn *c, const struct rp_header *h, const uin
     return;
   }
   uint8_t expected[RP_MAC_LEN];
-  rp_auth_client_mac(&srv->key, c->server_nonce, c->client_nonce, expected);
+  rp_auth_client_mac(srv->key, c->server_nonce, c->client_nonce, expected);
   bool ok = rp_mac_matches(expected, m->client_mac.data, m->client_mac.len);
   rampart__auth__free_unpacked(m, NULL);
   if (!ok) {
@@ -378,8 +484,19 @@ static void handle_auth(struct rps_conn *c, const struct rp_header *h, const uin
     begin_closing(c);
     return;
   }
+  struct rps_session *resuming =
+      c->want_resume ? rps_session_find(srv->sessions, c->resume_token, RP_TOKEN_LEN) : NULL;
+  char why[400];
+  if (over_limit(c, resuming, why, sizeof why)) {
+    srv->stats.errors_refused++;
+    rp_log(RP_LOG_WARN, "%s (%s): refused after authenticating: %s", c->peer,
+           c->client_name, why);
+    send_error(c, h, RP_ERR_NO_SPACE, "%s", why);
+    begin_closing(c);
+    return;
+  }
   bool resumed;
-  if (!bind_session(c, &resumed)) {
+  if (!bind_session(c, resuming, &resumed)) {
     send_error(c, h, RP_ERR_INTERNAL, "the server could not create a session (out of "
                "memory)");
     begin_closing(c);
@@ -388,7 +505,7 @@ static void handle_auth(struct rps_conn *c, const struct rp_header *h, const uin
   struct rps_store_stats ss;
   rps_store_get_stats(srv->store, &ss);
   uint8_t server_mac[RP_MAC_LEN];
-  rp_auth_server_mac(&srv->key, c->client_nonce, c->server_nonce, server_mac);
+  rp_auth_server_mac(srv->key, c->client_nonce, c->server_nonce, server_mac);
   Rampart__Welcome w = RAMPART__WELCOME__INIT;
   w.server_mac.data = server_mac;
   w.server_mac.len = RP_MAC_LEN;
@@ -403,6 +520,8 @@ static void handle_auth(struct rps_conn *c, const struct rp_header *h, const uin
   w.pressure = rps_pressure_active(srv->pressure);
   send_msg(c, h, &w.base);
   c->state = ST_READY;
+  unauth_leave(c);
+  srv->nauth++;
   rp_log(srv->opt->verbose ? RP_LOG_INFO : RP_LOG_DEBUG, "%s (%s): authenticated, %s session "
          "%s with %llu pages", c->peer, c->client_name, resumed ? "resumed" : "new",
          c->session->id, (unsigned long long)rps_account_stored(c->session->acct));
@@ -585,13 +704,17 @@ static void process_input(struct rps_conn *c)
       protocol_error(c, &h, st, why);
       break;
     }
-    if (avail - RP_HEADER_SIZE < h.length)
+    if (avail - RP_HEADER_SIZE < h.length) {
+      in_fit(c, RP_HEADER_SIZE + h.length); /* a handshake buffer may be too small */
       break;
+    }
     dispatch(c, &h, c->in + c->in_start + RP_HEADER_SIZE);
     if (c->state == ST_CLOSING)
       break; /* begin_closing emptied the buffer */
     c->in_start += RP_HEADER_SIZE + h.length;
     completed = true;
+    if (c->state == ST_READY && c->in_cap < IN_BUF_SIZE && !in_fit(c, IN_BUF_SIZE))
+      break;
   }
   if (c->in_start == c->in_end)
     c->in_start = c->in_end = 0;
@@ -609,7 +732,7 @@ static void process_input(struct rps_conn *c)
 static void drain_input(struct rps_conn *c)
 {
   for (;;) {
-    ssize_t n = read(c->fd, c->in, IN_BUF_SIZE);
+    ssize_t n = read(c->fd, c->in, c->in_cap);
     if (n > 0)
       continue;
     if (n < 0 && errno == EINTR)
@@ -629,7 +752,8 @@ static void on_readable(struct ev_loop *loop, ev_io *w, int revents)
     finish(c);
     return;
   }
-  /* Whole frames were consumed, so what is left is one partial frame (< 65 KiB). */
+  /* Whole frames were consumed, so what is left is one partial frame (< 65 KiB), and
+   * process_input made room for all of it. */
   if (c->in_start > 0) {
     memmove(c->in, c->in + c->in_start, c->in_end - c->in_start);
     c->in_end -= c->in_start;
@@ -637,7 +761,7 @@ static void on_readable(struct ev_loop *loop, ev_io *w, int revents)
   }
   ssize_t n;
   do
-    n = read(c->fd, c->in + c->in_end, IN_BUF_SIZE - c->in_end);
+    n = read(c->fd, c->in + c->in_end, c->in_cap - c->in_end);
   while (n < 0 && errno == EINTR);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
     return;
@@ -689,14 +813,15 @@ static void tune_socket(int fd)
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
 }
 
-int rps_conn_start(struct rps_server *srv, int fd, const char *peer)
+int rps_conn_start(struct rps_server *srv, int fd, const char *peer,
+                   const struct rps_addr_key *addr)
 {
   struct rps_conn *c = calloc(1, sizeof *c);
   if (c) {
-    c->in = malloc(IN_BUF_SIZE);
-    c->out = malloc(OUT_INITIAL);
+    c->in = malloc(HS_BUF_SIZE);
+    c->out = malloc(HS_BUF_SIZE);
   }
-  if (!c || !c->in || !c->out) {
+  if (!c || !c->in || !c->out || rps_addr_count_add(srv->unauth_by_addr, addr) < 0) {
     if (c) {
       free(c->in);
       free(c->out);
@@ -709,7 +834,10 @@ int rps_conn_start(struct rps_server *srv, int fd, const char *peer)
   tune_socket(fd);
   c->srv = srv;
   c->fd = fd;
-  c->out_cap = OUT_INITIAL;
+  c->addr = *addr;
+  c->in_cap = HS_BUF_SIZE;
+  c->out_cap = HS_BUF_SIZE;
+  c->out_peak = HS_BUF_SIZE;
   c->accepted_at = ev_now(srv->loop);
   snprintf(c->peer, sizeof c->peer, "%s", peer);
   snprintf(c->client_name, sizeof c->client_name, "unauthenticated");
@@ -724,6 +852,7 @@ int rps_conn_start(struct rps_server *srv, int fd, const char *peer)
     srv->conns->prev = c;
   srv->conns = c;
   srv->nconns++;
+  unauth_add(c);
   arm_deadline(c);
   rp_log(RP_LOG_DEBUG, "connection from %s", peer);
   return 0;
@@ -745,10 +874,25 @@ static void conn_free(struct rps_conn *c)
   if (c->next)
     c->next->prev = c->prev;
   srv->nconns--;
+  if (c->authed)
+    srv->nauth--;
+  else
+    unauth_leave(c);
   rp_log(RP_LOG_DEBUG, "%s (%s): connection closed", c->peer, c->client_name);
   free(c->in);
   free(c->out);
   free(c);
+}
+
+bool rps_conn_drop_oldest_unauthenticated(struct rps_server *srv)
+{
+  struct rps_conn *c = srv->unauth_oldest;
+  if (!c)
+    return false;
+  rp_log(RP_LOG_DEBUG, "%s: dropped before finishing its handshake, to make room under "
+         "--max-unauthenticated", c->peer);
+  conn_free(c);
+  return true;
 }
 
 void rps_conn_refuse(struct rps_server *srv, int fd, const char *why)

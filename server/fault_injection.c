@@ -1,4 +1,7 @@
-/* The test-only hostile-server switch (see fault_injection.h). */
+/* The test-only hostile-server switch (see fault_injection.h). Compiled in only with
+ * RAMPART_TEST_FAULTS (the rampartd-faults test binary); the rampartd that is
+ * installed gets the stubs at the end, so no option or config line can turn a
+ * production server into a liar. */
 #include "fault_injection.h"
 
 #include <errno.h>
@@ -9,6 +12,13 @@
 
 #include "log.h"
 #include "server.h"
+
+#ifdef RAMPART_TEST_FAULTS
+
+bool rps_fault_compiled_in(void)
+{
+  return true;
+}
 
 static const char *const mode_names[] = {
   [RPS_FAULT_NONE] = "none",
@@ -143,3 +153,44 @@ void rps_fault_release(void)
   replay.copies = replay.has_copy = NULL;
   replay.have_last_write = false;
 }
+
+#else /* a production rampartd: every hook does nothing */
+
+bool rps_fault_compiled_in(void)
+{
+  return false;
+}
+
+int rps_fault_parse(const char *name, enum rps_fault_mode *mode)
+{
+  return -1;
+}
+
+const char *rps_fault_name(enum rps_fault_mode mode)
+{
+  return mode == RPS_FAULT_NONE ? "none" : "?";
+}
+
+void rps_fault_announce(enum rps_fault_mode mode)
+{
+}
+
+bool rps_fault_refuses_write(const struct rps_server *srv, char *msg, size_t msglen)
+{
+  return false;
+}
+
+void rps_fault_on_write(const struct rps_server *srv, uint64_t slot, const uint8_t *page)
+{
+}
+
+void rps_fault_read_reply(const struct rps_server *srv, const struct rps_account *acct,
+                          uint64_t slot, uint8_t *payload)
+{
+}
+
+void rps_fault_release(void)
+{
+}
+
+#endif

@@ -6,7 +6,9 @@
  * behave like a malicious or broken server: the corrupting modes change only what READ
  * replies carry (the store itself keeps the true pages), refuse-writes turns some WRITEs
  * away as a host out of memory would; it is off unless the option is given, and
- * rampartd logs a loud warning at start when it is on.
+ * rampartd logs a loud warning at start when it is on. It exists only in the test
+ * binary rampartd-faults (CMake option RAMPART_TEST_FAULTS, on with RAMPART_TESTS);
+ * the rampartd that is installed refuses the option.
  *
  * The replay mode keeps its state server-wide, one table indexed by slot, not per
  * account: accounts are opaque outside page_store.c and their lifetime is managed in
@@ -35,6 +37,10 @@ enum rps_fault_mode {
 
 #define RPS_FAULT_REFUSE_EVERY 64u
 #define RPS_FAULT_LAST RPS_FAULT_REFUSE_WRITES
+
+/* True in the rampartd-faults test binary (built with RAMPART_TEST_FAULTS), false in
+ * rampartd itself, where every function below does nothing and parsing always fails. */
+bool rps_fault_compiled_in(void);
 
 /* "flip", "swap", "replay" or "refuse-writes": 0 with *mode set; -1 for anything else. */
 int rps_fault_parse(const char *name, enum rps_fault_mode *mode);

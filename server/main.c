@@ -1,5 +1,11 @@
 /* rampartd: parse the settings, bind, (daemonize,) serve until SIGTERM.
  *
+ * The process holds the cluster key and other hosts' pages, so before anything else it
+ * makes itself non-dumpable (no core file, no ptrace or /proc/PID/mem by the same
+ * user), keeps the key in secret memory (common/secret.h) that every exit path wipes,
+ * and with --mlock locks itself in RAM so no page it holds is written to this host's
+ * swap.
+ *
  * The socket is bound before daemonizing so that "port in use" and a refused address
  * reach the operator's terminal with a non-zero exit, and the parent waits for the
  * daemon to say it is ready before it prints "listening on" and exits 0: a script that
@@ -7,10 +13,14 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -22,7 +32,17 @@
 #include "log.h"
 #include "options.h"
 #include "parse.h"
+#include "secret.h"
 #include "server.h"
+
+/* The cluster key, in secret memory; wiped by forget_key on every way out. */
+static struct rp_key *cluster_key;
+
+static void forget_key(void)
+{
+  rp_secret_free(cluster_key, sizeof *cluster_key);
+  cluster_key = NULL;
+}
 
 static void syslog_sink(enum rp_log_level level, const char *line)
 {
@@ -53,6 +73,7 @@ static int daemonize(const char *bound)
       n = read(pipefd[0], &ok, 1);
     while (n < 0 && errno == EINTR);
     waitpid(pid, NULL, 0);
+    forget_key(); /* exit() runs it too; explicit, as this process's work is done */
     if (n != 1) {
       fprintf(stderr, "rampartd: the daemon failed to start (see the system log)\n");
       exit(1);
@@ -64,12 +85,14 @@ static int daemonize(const char *bound)
   close(pipefd[0]);
   setsid();
   pid = fork();
-  if (pid < 0)
+  if (pid < 0 || pid > 0) {
+    forget_key(); /* _exit skips atexit handlers */
+    _exit(pid < 0 ? 1 : 0);
+  }
+  if (chdir("/") < 0) {
+    forget_key();
     _exit(1);
-  if (pid > 0)
-    _exit(0);
-  if (chdir("/") < 0)
-    _exit(1);
+  }
   umask(022);
   int null = open("/dev/null", O_RDWR);
   if (null >= 0) {
@@ -96,24 +119,116 @@ static int write_pid_file(const char *path)
   return 0;
 }
 
+/* Every connection is a descriptor: the soft limit (often 1024) would make accept fail
+ * long before --max-connections plus the handshake budget is reached. */
+static void raise_nofile(const struct rps_options *opt)
+{
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+    return;
+  rlim_t need = (rlim_t)opt->max_connections + opt->max_unauthenticated + 64;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+    rp_log(RP_LOG_WARN, "RLIMIT_NOFILE is %llu, less than the %llu descriptors "
+           "--max-connections and --max-unauthenticated may need: raise it (systemd: "
+           "LimitNOFILE=) or lower those limits", (unsigned long long)rl.rlim_cur,
+           (unsigned long long)need);
+}
+
+/* A reply buffer that grew during a burst is freed when drained (connection.c); glibc
+ * would otherwise raise its mmap threshold after the first such free and keep later
+ * buffers in a heap it rarely trims, so the memory never went back to the host. A
+ * fixed threshold disables that adjustment. */
+static void tune_malloc(void)
+{
+  mallopt(M_MMAP_THRESHOLD, 512 * 1024);
+}
+
+/* True when this process may lock memory past RLIMIT_MEMLOCK (CAP_IPC_LOCK, bit 14 of
+ * the effective set). */
+static bool has_cap_ipc_lock(void)
+{
+  FILE *f = fopen("/proc/self/status", "re");
+  char line[256];
+  unsigned long long eff = 0;
+  bool found = false;
+  while (f && !found && fgets(line, sizeof line, f))
+    found = sscanf(line, "CapEff: %llx", &eff) == 1;
+  if (f)
+    fclose(f);
+  return found && (eff & (1ull << 14));
+}
+
+/* --mlock: the whole --memory may end up locked, so a finite RLIMIT_MEMLOCK without
+ * CAP_IPC_LOCK is refused up front, on the operator's terminal, rather than failing
+ * writes later. 0, or -1 with err. */
+static int check_memlock(const struct rps_options *opt, char *err, size_t errlen)
+{
+  struct rlimit rl;
+  char mem[32];
+  rp_format_bytes(opt->memory, mem, sizeof mem);
+  if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+      !has_cap_ipc_lock()) {
+    char lim[32];
+    rp_format_bytes((uint64_t)rl.rlim_cur, lim, sizeof lim);
+    snprintf(err, errlen, "--mlock: RLIMIT_MEMLOCK is %s, but the %s of --memory (and the "
+             "connection buffers) must be lockable: under systemd set LimitMEMLOCK=infinity "
+             "(rampartd.service does), in a shell run 'ulimit -l unlimited' as root, or give "
+             "rampartd CAP_IPC_LOCK; or run without --mlock, accepting that stored pages "
+             "may be swapped to this host's disk", lim, mem);
+    return -1;
+  }
+  return 0;
+}
+
+/* --mlock, in the process that serves (locks are not inherited across fork): every
+ * page mapped from now on is locked as it is first touched (MCL_ONFAULT: a 2 MiB chunk
+ * costs RAM page by page, as without locking). 0, or -1 with err. */
+static int lock_memory(char *err, size_t errlen)
+{
+  if (mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) < 0) {
+    snprintf(err, errlen, "--mlock: mlockall failed: %s (RLIMIT_MEMLOCK too low? under "
+             "systemd set LimitMEMLOCK=infinity; or run without --mlock)", strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
 static int run(const struct rps_options *opt)
 {
-  struct rp_key key;
-  memset(&key, 0, sizeof key);
   char err[1024];
-  if (opt->key_path[0] && rp_key_load(opt->key_path, &key, err, sizeof err) < 0) {
+  cluster_key = rp_secret_alloc(sizeof *cluster_key);
+  if (!cluster_key) {
+    fprintf(stderr, "rampartd: cannot map memory for the key: %s\n", strerror(errno));
+    return 1;
+  }
+  if (opt->key_path[0] && rp_key_load(opt->key_path, cluster_key, err, sizeof err) < 0) {
     fprintf(stderr, "rampartd: --key: %s\n", err);
     return 2;
   }
+  if (opt->mlock && check_memlock(opt, err, sizeof err) < 0) {
+    fprintf(stderr, "rampartd: %s\n", err);
+    return 1;
+  }
   char bound[128];
   int exit_code = 1;
-  int fd = rps_listener_open(opt->listen_host, opt->listen_port, key.len > 0, bound,
+  int fd = rps_listener_open(opt->listen_host, opt->listen_port, cluster_key->len > 0, bound,
                              sizeof bound, &exit_code, err, sizeof err);
   if (fd < 0) {
     fprintf(stderr, "rampartd: %s\n", err);
     return exit_code;
   }
   int ready_fd = opt->foreground ? -1 : daemonize(bound);
+  raise_nofile(opt);
+  tune_malloc();
+  if (opt->mlock && lock_memory(err, sizeof err) < 0) {
+    rp_log(RP_LOG_ERROR, "%s", err);
+    close(fd);
+    return 1;
+  }
 
   signal(SIGPIPE, SIG_IGN);
   struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
@@ -123,7 +238,7 @@ static int run(const struct rps_options *opt)
     return 1;
   }
   struct rps_server srv;
-  if (rps_server_init(&srv, loop, opt, &key, fd, err, sizeof err) < 0) {
+  if (rps_server_init(&srv, loop, opt, cluster_key, fd, err, sizeof err) < 0) {
     rp_log(RP_LOG_ERROR, "%s", err);
     ev_loop_destroy(loop);
     return 1;
@@ -136,7 +251,7 @@ static int run(const struct rps_options *opt)
   char mem[32];
   rp_log(RP_LOG_INFO, "serving %s of pages as '%s' on %s (%s, lease %llu s)",
          rp_format_bytes(opt->memory, mem, sizeof mem), opt->name, bound,
-         key.len ? "cluster key required" : "no key, loopback only",
+         cluster_key->len ? "cluster key required" : "no key, loopback only",
          (unsigned long long)opt->lease_seconds);
   rps_fault_announce(opt->test_fault);
   if (ready_fd >= 0) {
@@ -161,6 +276,9 @@ static int run(const struct rps_options *opt)
 
 int main(int argc, char **argv)
 {
+  /* First of all: from here on this process may hold the key and other hosts' pages. */
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  atexit(forget_key);
   rp_log_set_program("rampartd");
   static struct rps_options opt; /* PATH_MAX strings: keep them off the stack */
   char err[1024];
@@ -175,5 +293,7 @@ int main(int argc, char **argv)
   }
   if (opt.verbose)
     rp_log_set_level(RP_LOG_DEBUG);
-  return run(&opt);
+  int rc = run(&opt);
+  forget_key();
+  return rc;
 }

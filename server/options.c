@@ -39,6 +39,11 @@ static const struct option_def defs[] = {
   { "pid-file", K_PATH, 0, 0 },
   { "verbose", K_FLAG, 0, 0 },
   { "max-connections", K_UINT, 1, 65536 },
+  { "max-unauthenticated", K_UINT, 1, 65536 },
+  { "max-unauthenticated-per-address", K_UINT, 1, 65536 },
+  { "handshake-timeout", K_UINT, 1, 60 },
+  { "max-sessions-per-key", K_UINT, 1, 1u << 20 },
+  { "mlock", K_FLAG, 0, 0 },
   { "test-fault", K_FAULT, 0, 0 },
 };
 
@@ -60,13 +65,26 @@ static const char usage[] =
   "  --min-available SIZE       pressure when MemAvailable < SIZE (default: off)\n"
   "  --pressure-interval-ms MS  how often to look (default 1000)\n"
   "  --pid-file PATH            write the daemon's PID here\n"
-  "  --max-connections N        refuse connections past N (default 1024)\n"
+  "  --max-connections N        authenticated connections served at once; past N a\n"
+  "                             client is refused after its handshake (default 1024)\n"
+  "  --max-unauthenticated N    connections still in their handshake, in all; past N\n"
+  "                             the oldest is dropped (default 256)\n"
+  "  --max-unauthenticated-per-address N\n"
+  "                             the same from one source address; past N a new one is\n"
+  "                             refused at once (default 8)\n"
+  "  --handshake-timeout SECONDS  a connection must prove the key this fast (default 2)\n"
+  "  --max-sessions-per-key N   sessions (attached or in their lease) the cluster key\n"
+  "                             may hold here (default 256)\n"
+  "  --mlock                    lock the pages stored here in RAM, so they are never\n"
+  "                             swapped to this host's disk; needs RLIMIT_MEMLOCK of at\n"
+  "                             least --memory (systemd: LimitMEMLOCK=infinity) or\n"
+  "                             CAP_IPC_LOCK (default off; the systemd unit turns it on)\n"
   "  --verbose                  log every connection and refusal\n"
   "  --config FILE              read 'name = value' lines with the names above;\n"
   "                             the command line wins\n"
   "  --help, --version\n"
   "\n"
-  "For tests only, never in production (also 'test-fault' in --config):\n"
+  "For tests only, in the rampartd-faults test binary (not in rampartd):\n"
   "  --test-fault MODE          make this server corrupt the pages it returns, to test\n"
   "                             the clients' page verification: flip (one bit), swap\n"
   "                             (the page of slot s^1) or replay (an older write); or\n"
@@ -83,6 +101,10 @@ static void set_defaults(struct rps_options *o)
   o->psi_threshold = 10.0;
   o->pressure_interval_ms = 1000;
   o->max_connections = 1024;
+  o->max_unauthenticated = 256;
+  o->max_unauthenticated_per_address = 8;
+  o->handshake_timeout = 2;
+  o->max_sessions_per_key = 256;
   snprintf(o->pressure_file, sizeof o->pressure_file, "/proc/pressure/memory");
   snprintf(o->meminfo_file, sizeof o->meminfo_file, "/proc/meminfo");
   if (gethostname(o->name, sizeof o->name) < 0 || !o->name[0])
@@ -166,6 +188,29 @@ static int parse_percent(const char *what, const char *value, double *out, char 
   return 0;
 }
 
+/* The 32-bit count a K_UINT option other than lease and pressure-interval-ms sets. */
+static uint32_t *uint32_field(struct rps_options *o, const char *name)
+{
+  if (strcmp(name, "max-unauthenticated") == 0)
+    return &o->max_unauthenticated;
+  if (strcmp(name, "max-unauthenticated-per-address") == 0)
+    return &o->max_unauthenticated_per_address;
+  if (strcmp(name, "handshake-timeout") == 0)
+    return &o->handshake_timeout;
+  if (strcmp(name, "max-sessions-per-key") == 0)
+    return &o->max_sessions_per_key;
+  return &o->max_connections;
+}
+
+static bool *flag_field(struct rps_options *o, const char *name)
+{
+  if (strcmp(name, "verbose") == 0)
+    return &o->verbose;
+  if (strcmp(name, "mlock") == 0)
+    return &o->mlock;
+  return &o->foreground;
+}
+
 /* Applies one setting. `what` names it the way the operator wrote it, for errors. */
 static int apply(struct rps_options *o, const struct option_def *d, const char *what,
                  const char *value, char *err, size_t errlen)
@@ -204,11 +249,18 @@ static int apply(struct rps_options *o, const struct option_def *d, const char *
     else if (strcmp(d->name, "pressure-interval-ms") == 0)
       o->pressure_interval_ms = u;
     else
-      o->max_connections = (uint32_t)u;
+      *uint32_field(o, d->name) = (uint32_t)u;
     return 0;
   case K_DOUBLE:
     return parse_percent(what, value, &o->psi_threshold, err, errlen);
   case K_FAULT:
+    if (!rps_fault_compiled_in()) {
+      snprintf(err, errlen, "%s: this rampartd has no fault injection (production build); "
+               "the test suite's lying servers are the separate test binary "
+               "rampartd-faults, built with -DRAMPART_TEST_FAULTS=ON and never installed",
+               what);
+      return -1;
+    }
     if (rps_fault_parse(value, &o->test_fault) < 0) {
       snprintf(err, errlen, "%s '%s': use flip, swap, replay or refuse-writes (test-only: "
                "makes this server corrupt what it returns or refuse writes)", what, value);
@@ -216,9 +268,7 @@ static int apply(struct rps_options *o, const struct option_def *d, const char *
     }
     return 0;
   case K_FLAG:
-    return parse_flag(what, value, strcmp(d->name, "verbose") == 0 ? &o->verbose
-                                                                    : &o->foreground,
-                      err, errlen);
+    return parse_flag(what, value, flag_field(o, d->name), err, errlen);
   }
   return -1;
 }
@@ -304,7 +354,7 @@ static int split_arg(int argc, char **argv, int *i, char *name, size_t namelen,
   name[n] = '\0';
   *value = eq ? eq + 1 : NULL;
   bool is_flag = strcmp(name, "foreground") == 0 || strcmp(name, "verbose") == 0 ||
-                 strcmp(name, "help") == 0 || strcmp(name, "version") == 0;
+                 strcmp(name, "mlock") == 0 || strcmp(name, "help") == 0 || strcmp(name, "version") == 0;
   if (!eq && !is_flag) {
     if (*i + 1 >= argc) {
       snprintf(err, errlen, "--%s needs a value: see rampartd --help", name);

@@ -30,7 +30,12 @@ struct rps_options {
   uint64_t pressure_interval_ms;
   char pid_file[PATH_MAX];      /* "" when none */
   bool verbose;
-  uint32_t max_connections;
+  uint32_t max_connections;     /* authenticated connections */
+  uint32_t max_unauthenticated; /* connections in their handshake, in all */
+  uint32_t max_unauthenticated_per_address;
+  uint32_t handshake_timeout;   /* seconds from accept to a proven key */
+  uint32_t max_sessions_per_key;
+  bool mlock;                   /* lock the page store (and the process) in RAM */
   enum rps_fault_mode test_fault; /* RPS_FAULT_NONE unless a test asks for a liar */
 };
 

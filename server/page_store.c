@@ -17,16 +17,32 @@
  * page (seen in bench/device), RAM it was lent to give back. The price is a system call
  * per freed page and a fresh zero page when the slot is reused. So resident memory is
  * the stored pages plus metadata, whatever the churn.
+ *
+ * The pages are other hosts' memory, so they are treated as secrets (issue 14): chunks
+ * are excluded from core dumps (MADV_DONTDUMP), every page is wiped (OPENSSL_cleanse)
+ * when freed and when the store is destroyed, because MADV_DONTNEED and munmap hand
+ * the frame back to the kernel with its bytes intact. With --mlock the process runs
+ * under mlockall(MCL_FUTURE | MCL_ONFAULT), so chunks are locked page by page as
+ * pages are written (not all 2 MiB at map time); plain MADV_DONTNEED is refused
+ * (EINVAL) on locked memory, so a locked store frees with MADV_DONTNEED_LOCKED
+ * (Linux 5.18), and on an older kernel a freed page simply stays resident and locked
+ * until it is reused or its chunk empties and is unmapped.
  */
 #include "page_store.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #define LEAF_SLOTS 512u /* slots per slot-table leaf: one leaf is ~4 KiB */
+
+#ifndef MADV_DONTNEED_LOCKED
+#define MADV_DONTNEED_LOCKED 24 /* Linux 5.18; older headers lack it */
+#endif
 
 struct chunk {
   uint8_t *base;
@@ -48,6 +64,8 @@ struct rps_store {
   uint64_t chunks_mapped;
   uint64_t empty_chunks;   /* mapped chunks with every page free */
   uint64_t meta_bytes;     /* every byte of metadata we allocated */
+  bool locked;             /* the process runs under mlockall: free with DONTNEED_LOCKED */
+  bool dontneed_refused;   /* the kernel lacks DONTNEED_LOCKED: stop asking */
 };
 
 struct leaf {
@@ -121,6 +139,8 @@ static struct chunk *chunk_map(struct rps_store *s)
     free(c);
     return NULL;
   }
+  /* Other hosts' pages have no place in this host's core dumps. */
+  (void)madvise(base, (size_t)npages * RP_PAGE_SIZE, MADV_DONTDUMP);
   c->base = base;
   c->index = idx;
   c->npages = npages;
@@ -165,6 +185,19 @@ static uint64_t page_alloc(struct rps_store *s)
   return c->index * RPS_CHUNK_PAGES + pos + 1;
 }
 
+/* Gives a freed page's frame back to the host. Advice only: if the kernel refuses,
+ * the page stays resident and is reused as is. */
+static void page_give_back(struct rps_store *s, uint8_t *page)
+{
+  if (!s->locked) {
+    (void)madvise(page, RP_PAGE_SIZE, MADV_DONTNEED);
+    return;
+  }
+  if (!s->dontneed_refused && madvise(page, RP_PAGE_SIZE, MADV_DONTNEED_LOCKED) < 0 &&
+      errno == EINVAL)
+    s->dontneed_refused = true;
+}
+
 static void page_release(struct rps_store *s, uint64_t id_plus_one)
 {
   uint64_t id = id_plus_one - 1;
@@ -172,6 +205,8 @@ static void page_release(struct rps_store *s, uint64_t id_plus_one)
   if (c->nfree == 0)
     avail_push_head(s, c);
   uint16_t pos = (uint16_t)(id % RPS_CHUNK_PAGES);
+  uint8_t *page = c->base + (size_t)pos * RP_PAGE_SIZE;
+  OPENSSL_cleanse(page, RP_PAGE_SIZE);
   c->free_stack[c->nfree++] = pos;
   s->stored--;
   if (c->nfree == c->npages) {
@@ -183,8 +218,7 @@ static void page_release(struct rps_store *s, uint64_t id_plus_one)
     avail_remove(s, c);
     avail_push_tail(s, c);
   }
-  /* Advice only: if the kernel refuses, the page stays resident and is reused as is. */
-  (void)madvise(c->base + (size_t)pos * RP_PAGE_SIZE, RP_PAGE_SIZE, MADV_DONTNEED);
+  page_give_back(s, page);
 }
 
 static uint8_t *page_addr(const struct rps_store *s, uint64_t id_plus_one)
@@ -213,6 +247,23 @@ struct rps_store *rps_store_create(uint64_t capacity_pages)
   return s;
 }
 
+/* Wipes the pages of c still in use; free ones were wiped when freed, and wiping
+ * them again would fault in pages never touched. */
+static void chunk_wipe_used(struct chunk *c)
+{
+  uint8_t is_free[RPS_CHUNK_PAGES] = {0};
+  for (uint32_t i = 0; i < c->nfree; i++)
+    is_free[c->free_stack[i]] = 1;
+  for (uint32_t p = 0; p < c->npages; p++)
+    if (!is_free[p])
+      OPENSSL_cleanse(c->base + (size_t)p * RP_PAGE_SIZE, RP_PAGE_SIZE);
+}
+
+void rps_store_set_locked(struct rps_store *s, bool locked)
+{
+  s->locked = locked;
+}
+
 void rps_store_destroy(struct rps_store *s)
 {
   if (!s)
@@ -220,6 +271,7 @@ void rps_store_destroy(struct rps_store *s)
   for (uint64_t i = 0; i < s->nchunks; i++) {
     struct chunk *c = s->chunks[i];
     if (c) {
+      chunk_wipe_used(c);
       munmap(c->base, (size_t)c->npages * RP_PAGE_SIZE);
       free(c);
     }

@@ -30,6 +30,10 @@ struct rps_store *rps_store_create(uint64_t capacity_pages);
 /* Frees every page and the pool; every account must have been destroyed first. */
 void rps_store_destroy(struct rps_store *store);
 
+/* The process runs under mlockall (rampartd --mlock): freed pages must be released with
+ * MADV_DONTNEED_LOCKED, which plain MADV_DONTNEED is refused for. */
+void rps_store_set_locked(struct rps_store *store, bool locked);
+
 /* A new, empty account (reservation 0). NULL if out of memory. */
 struct rps_account *rps_account_create(struct rps_store *store);
 /* Frees the account's pages and gives its reservation back. NULL is a no-op. */

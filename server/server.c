@@ -37,6 +37,45 @@ static void on_accept_pause_over(struct ev_loop *loop, ev_timer *w, int revents)
   ev_io_start(loop, &srv->listen_io);
 }
 
+/* A flood is refused thousands of times a second: say so once a second, with a count. */
+static void log_refusal(struct rps_server *srv, const char *peer, const char *why)
+{
+  ev_tstamp now = ev_now(srv->loop);
+  if (now - srv->refusal_logged_at < 1.0) {
+    srv->refusals_unlogged++;
+    return;
+  }
+  rp_log(RP_LOG_WARN, "refused connection from %s: %s (and %llu more refused in the last "
+         "second)", peer, why, (unsigned long long)srv->refusals_unlogged);
+  srv->refusal_logged_at = now;
+  srv->refusals_unlogged = 0;
+}
+
+/* Unauthenticated connections have their own budget, apart from authenticated ones
+ * (see admission.h): one address past its share is refused in words; past the total,
+ * the handshake that has waited longest makes room, so a flood from many addresses
+ * slows a real client's handshake down but cannot lock it out. */
+static void admit(struct rps_server *srv, int fd, const char *peer,
+                  const struct sockaddr_storage *ss)
+{
+  const struct rps_options *o = srv->opt;
+  struct rps_addr_key key = rps_addr_key_of(ss);
+  uint32_t from_here = rps_addr_count(srv->unauth_by_addr, &key);
+  if (from_here >= o->max_unauthenticated_per_address) {
+    char why[300];
+    snprintf(why, sizeof why, "%u unauthenticated connections from this address are "
+             "already in their handshake (rampartd's --max-unauthenticated-per-address): "
+             "finish or close those first", from_here);
+    srv->stats.connections_refused++;
+    log_refusal(srv, peer, why);
+    rps_conn_refuse(srv, fd, why);
+    return;
+  }
+  if (srv->nunauth >= o->max_unauthenticated && rps_conn_drop_oldest_unauthenticated(srv))
+    srv->stats.connections_dropped++;
+  rps_conn_start(srv, fd, peer, &key);
+}
+
 static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 {
   struct rps_server *srv = w->data;
@@ -63,16 +102,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
     }
     char peer[64];
     peer_name(&ss, peer, sizeof peer);
-    if (srv->nconns >= srv->opt->max_connections) {
-      char why[200];
-      snprintf(why, sizeof why, "rampartd already serves %u connections, its "
-               "--max-connections: try again later or use another server", srv->nconns);
-      rp_log(RP_LOG_WARN, "refused connection from %s: %u connections open", peer,
-             srv->nconns);
-      rps_conn_refuse(srv, fd, why);
-      continue;
-    }
-    rps_conn_start(srv, fd, peer);
+    admit(srv, fd, peer, &ss);
   }
 }
 
@@ -116,11 +146,14 @@ int rps_server_init(struct rps_server *srv, struct ev_loop *loop,
   memset(srv, 0, sizeof *srv);
   srv->loop = loop;
   srv->opt = opt;
-  srv->key = *key;
+  srv->key = key;
   srv->listen_fd = listen_fd;
   srv->started = ev_now(loop);
   srv->store = rps_store_create(opt->memory / RP_PAGE_SIZE);
   if (srv->store)
+    rps_store_set_locked(srv->store, opt->mlock);
+  srv->unauth_by_addr = rps_addr_counts_create();
+  if (srv->store && srv->unauth_by_addr)
     srv->sessions = rps_sessions_create(loop, srv->store, (double)opt->lease_seconds);
   srv->pressure_cfg.psi_path = opt->pressure_file;
   srv->pressure_cfg.meminfo_path = opt->meminfo_file;
@@ -169,6 +202,8 @@ void rps_server_cleanup(struct rps_server *srv)
   rps_pressure_destroy(srv->pressure);
   rps_sessions_destroy(srv->sessions);
   rps_store_destroy(srv->store);
+  rps_addr_counts_destroy(srv->unauth_by_addr);
+  srv->unauth_by_addr = NULL;
   srv->pressure = NULL;
   srv->sessions = NULL;
   srv->store = NULL;

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "admission.h"
 #include "auth.h"
 #include "options.h"
 #include "page_store.h"
@@ -22,6 +23,8 @@ struct rps_stats {
   uint64_t bytes_in, bytes_out;
   uint64_t errors_protocol, errors_auth, errors_refused;
   uint64_t advises_sent;
+  uint64_t connections_refused;      /* at accept: over an unauthenticated budget */
+  uint64_t connections_dropped;      /* oldest handshake dropped for a newer one */
 };
 
 struct rps_conn;
@@ -29,13 +32,19 @@ struct rps_conn;
 struct rps_server {
   struct ev_loop *loop;
   const struct rps_options *opt;
-  struct rp_key key;                 /* len 0: no key (loopback only) */
+  const struct rp_key *key;          /* len 0: no key (loopback only); in secret memory */
   struct rps_store *store;
   struct rps_sessions *sessions;
   struct rps_pressure *pressure;
   struct rps_pressure_config pressure_cfg;
   struct rps_conn *conns;            /* every open connection; owned by connection.c */
-  uint32_t nconns;
+  uint32_t nconns;                   /* all of them */
+  uint32_t nauth;                    /* those that proved the key */
+  uint32_t nunauth;                  /* those still in their handshake */
+  struct rps_conn *unauth_oldest, *unauth_newest;
+  struct rps_addr_counts *unauth_by_addr; /* handshakes in progress per source address */
+  ev_tstamp refusal_logged_at;       /* refusals are logged at most once a second */
+  uint64_t refusals_unlogged;
   int listen_fd;
   ev_io listen_io;
   ev_timer accept_pause;             /* out of file descriptors: retry accept later */
@@ -45,7 +54,7 @@ struct rps_server {
 };
 
 /* Sets up everything around an already bound, listening, non-blocking socket (which the
- * server then owns). 0, or -1 with err. */
+ * server then owns). The key must outlive the server. 0, or -1 with err. */
 int rps_server_init(struct rps_server *srv, struct ev_loop *loop,
                     const struct rps_options *opt, const struct rp_key *key, int listen_fd,
                     char *err, size_t errlen);

@@ -115,6 +115,11 @@ void rps_session_detach(struct rps_sessions *t, struct rps_session *s)
   ev_timer_start(t->loop, &s->lease);
 }
 
+uint32_t rps_sessions_count(const struct rps_sessions *t)
+{
+  return t->attached + t->detached;
+}
+
 void rps_session_destroy(struct rps_sessions *t, struct rps_session *s)
 {
   if (s->conn) {

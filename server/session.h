@@ -64,6 +64,9 @@ void *rps_session_attach(struct rps_sessions *t, struct rps_session *s, void *co
 /* The connection dropped: keep the pages for the lease. */
 void rps_session_detach(struct rps_sessions *t, struct rps_session *s);
 
+/* Sessions alive: attached, or detached and in their lease. */
+uint32_t rps_sessions_count(const struct rps_sessions *t);
+
 /* Frees the session and its pages now (GOODBYE, expiry, shutdown). */
 void rps_session_destroy(struct rps_sessions *t, struct rps_session *s);
 

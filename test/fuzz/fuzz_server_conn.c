@@ -153,7 +153,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
     abort();
-  if (rps_conn_start(&srv, sv[1], "fuzz") < 0)
+  struct rps_addr_key addr;
+  memset(&addr, 0, sizeof addr);
+  if (rps_conn_start(&srv, sv[1], "fuzz", &addr) < 0)
     abort();
   if (!(data[0] & 1))
     handshake(sv[0], &key);

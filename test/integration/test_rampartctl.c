@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "client.h"
 #include "server_process.h"
@@ -102,6 +103,54 @@ static void test_keygen(void **state)
   assert_int_equal(ctl(f, "keygen", path, NULL, NULL, NULL, NULL, NULL), 1);
 }
 
+/* Issue 14: the key is 32 random bytes (written as 64 hex characters and a newline),
+ * mode 0600 whatever the umask, never written through a symlink planted at the path,
+ * and two keys differ. */
+static void test_keygen_is_32_random_bytes_mode_0600(void **state)
+{
+  struct fixture *f = *state;
+  char a[600], b[600], link[600];
+  snprintf(a, sizeof a, "%s/a.key", f->dir);
+  snprintf(b, sizeof b, "%s/b.key", f->dir);
+  mode_t old = umask(0); /* the child inherits it: the mode must not depend on it */
+  int ra = ctl(f, "keygen", a, NULL, NULL, NULL, NULL, NULL);
+  int rb = ctl(f, "keygen", b, NULL, NULL, NULL, NULL, NULL);
+  umask(old);
+  assert_int_equal(ra, 0);
+  assert_int_equal(rb, 0);
+  uint8_t raw[2][32];
+  const char *paths[] = {a, b};
+  for (int k = 0; k < 2; k++) {
+    struct stat st;
+    assert_int_equal(stat(paths[k], &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0600);
+    assert_int_equal(st.st_size, 65);
+    FILE *fp = fopen(paths[k], "re");
+    assert_non_null(fp);
+    char text[80] = "";
+    assert_non_null(fgets(text, sizeof text, fp));
+    fclose(fp);
+    assert_int_equal(strlen(text), 65);
+    assert_int_equal(text[64], '\n');
+    for (int i = 0; i < 32; i++) {
+      unsigned v;
+      assert_non_null(strchr("0123456789abcdef", text[2 * i]));
+      assert_non_null(strchr("0123456789abcdef", text[2 * i + 1]));
+      assert_int_equal(sscanf(text + 2 * i, "%2x", &v), 1);
+      raw[k][i] = (uint8_t)v;
+    }
+  }
+  assert_memory_not_equal(raw[0], raw[1], 32);
+  /* A symlink at the path (say, to a file the attacker wants overwritten) is refused. */
+  snprintf(link, sizeof link, "%s/planted.key", f->dir);
+  char target[600];
+  snprintf(target, sizeof target, "%s/victim", f->dir);
+  assert_int_equal(symlink(target, link), 0);
+  assert_int_equal(ctl(f, "keygen", link, NULL, NULL, NULL, NULL, NULL), 1);
+  struct stat st;
+  assert_int_equal(stat(target, &st), -1); /* nothing was created through the link */
+}
+
 static void test_stat_table_and_json(void **state)
 {
   struct fixture *f = *state;
@@ -157,6 +206,7 @@ int main(void)
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_help_and_usage_errors),
       cmocka_unit_test(test_keygen),
+      cmocka_unit_test(test_keygen_is_32_random_bytes_mode_0600),
       cmocka_unit_test(test_stat_table_and_json),
       cmocka_unit_test(test_bench),
   };

@@ -441,12 +441,19 @@ int main(int argc, char **argv)
   if (soak_seconds == 0 || soak_seed == 0)
     usage_exit(argv[0]);
   /* Run by hand from the build tree, the server is beside this binary's directory. */
-  static char rampartd[4096];
+  static char rampartd[4096], faults[4096];
   if (!getenv("RAMPARTD") && snprintf(rampartd, sizeof rampartd, "%s", argv[0]) > 0) {
     char *slash = strrchr(rampartd, '/');
     if (slash) {
       snprintf(slash, sizeof rampartd - (size_t)(slash - rampartd), "/../server/rampartd");
       setenv("RAMPARTD", rampartd, 1);
+    }
+  }
+  if (!getenv("RAMPARTD_FAULTS") && snprintf(faults, sizeof faults, "%s", argv[0]) > 0) {
+    char *slash = strrchr(faults, '/');
+    if (slash) {
+      snprintf(slash, sizeof faults - (size_t)(slash - faults), "/../server/rampartd-faults");
+      setenv("RAMPARTD_FAULTS", faults, 1);
     }
   }
   signal(SIGPIPE, SIG_IGN);

@@ -16,7 +16,7 @@
 static int start_member(struct rp_test_cluster *c, unsigned i, const char *fault,
                         const char *port)
 {
-  const char *bin = rp_test_rampartd_path();
+  const char *bin = fault ? rp_test_rampartd_faults_path() : rp_test_rampartd_path();
   if (!bin)
     return -1;
   char listen[64];

@@ -104,6 +104,27 @@ const char *rp_test_rampartd_path(void)
   return p;
 }
 
+const char *rp_test_rampartd_faults_path(void)
+{
+  const char *p = getenv("RAMPARTD_FAULTS");
+  if (!p || !*p) {
+    fprintf(stderr, "test: RAMPARTD_FAULTS is not set: run the tests through ctest in a "
+                    "build with -DRAMPART_TEST_FAULTS=ON, or set "
+                    "RAMPARTD_FAULTS=/path/to/rampartd-faults\n");
+    return NULL;
+  }
+  return p;
+}
+
+/* The binary for these arguments: the test-only one when they ask for a fault. */
+static const char *rampartd_for(const char *const *args)
+{
+  for (size_t i = 0; args && args[i]; i++)
+    if (strncmp(args[i], "--test-fault", 12) == 0)
+      return rp_test_rampartd_faults_path();
+  return rp_test_rampartd_path();
+}
+
 static void echo_file(const char *label, const char *path)
 {
   FILE *f = fopen(path, "r");
@@ -217,7 +238,7 @@ int rp_test_server_start_argv(struct rp_test_server *s, const char *dir,
 int rp_test_server_start(struct rp_test_server *s, const char *dir,
                          const char *const *extra_args)
 {
-  const char *bin = rp_test_rampartd_path();
+  const char *bin = rampartd_for(extra_args);
   if (!bin)
     return -1;
   const char *args[64];
@@ -407,7 +428,7 @@ int rp_test_run_program(const char *const *argv, char *out, size_t outlen, uint3
 int rp_test_run_rampartd(const char *const *args, char *out, size_t outlen,
                          uint32_t timeout_ms)
 {
-  const char *bin = rp_test_rampartd_path();
+  const char *bin = rampartd_for(args);
   if (!bin)
     return -1;
   const char *argv[64];

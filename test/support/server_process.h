@@ -46,6 +46,10 @@ int rp_test_write_file(const char *path, const char *text);
 
 /* The rampartd binary: $RAMPARTD. NULL (with a message on stderr) when unset. */
 const char *rp_test_rampartd_path(void);
+/* The test-only rampartd with --test-fault: $RAMPARTD_FAULTS. NULL (with a message)
+ * when unset. rp_test_server_start and rp_test_run_rampartd use it by themselves when
+ * their arguments include --test-fault. */
+const char *rp_test_rampartd_faults_path(void);
 
 /* Starts rampartd with `--listen 127.0.0.1:0 --foreground` followed by extra_args
  * (NULL-terminated, may be NULL); its output files live in dir. Waits up to 10 s for
