@@ -19,6 +19,7 @@
 
 #include "engine_internal.h"
 #include "log.h"
+#include "secret.h"
 
 #define RAMPART_OP_STATS 100 /* internal: snapshot stats on the I/O thread */
 
@@ -732,7 +733,14 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
   pthread_mutex_init(&e->stats_lock, NULL);
   page_rmw_init(e);
 
-  if (config->key_path[0] && rp_key_load(config->key_path, &e->key, err, errlen) < 0)
+  /* The cluster key lives on a page of its own: not in core dumps, never swapped,
+   * wiped when the engine closes (a zero-length key when there is no key file). */
+  e->key = rp_secret_alloc(sizeof *e->key);
+  if (!e->key) {
+    snprintf(err, errlen, "cannot map a page for the key: %s", strerror(errno));
+    goto fail;
+  }
+  if (config->key_path[0] && rp_key_load(config->key_path, e->key, err, errlen) < 0)
     goto fail;
   if (engine_open_sealer(e, err, errlen) < 0)
     goto fail;
@@ -809,5 +817,6 @@ void rampart_close(struct rampart_engine *e)
   free(e->write_pending);
   pthread_mutex_destroy(&e->stats_lock);
   page_rmw_destroy(e);
+  rp_secret_free(e->key, sizeof *e->key);
   free(e);
 }

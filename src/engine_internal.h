@@ -160,7 +160,7 @@ struct rampart_engine {
   unsigned group_size;
   uint64_t pages;
 
-  struct rp_key key;
+  struct rp_key *key;           /* the cluster key, on a secret page (common/secret.h) */
   struct page_map map;
   struct page_sealer sealer;
   /* One bit per page: its newest write has not completed. The mover leaves such pages

@@ -45,7 +45,7 @@ struct reconnect_attempt {
   unsigned server;                  /* incarnation it is for (read by the loop only) */
   /* copied by the loop before the thread starts */
   char host[256], port[16];
-  struct rp_key key;
+  const struct rp_key *key;         /* the engine's, which outlives every attempt */
   uint8_t token[RP_TOKEN_LEN];
   bool token_is_stale;              /* the server is LOST: end that session, do not use it */
   struct rp_conn *stale;            /* a resumed, stale session to end first, or NULL */
@@ -66,7 +66,7 @@ struct reconnect_attempt {
 static struct rp_conn *attempt_open(struct reconnect_attempt *a, const uint8_t *token)
 {
   struct rp_conn_options o = {
-    .host = a->host, .port = a->port, .key = &a->key, .client_name = "rampart-engine",
+    .host = a->host, .port = a->port, .key = a->key, .client_name = "rampart-engine",
     .resume_token = token, .connect_timeout_ms = a->timeout_ms,
     .request_timeout_ms = a->timeout_ms,
   };
@@ -120,7 +120,6 @@ static void *attempt_main(void *arg)
 
 static void attempt_free(struct reconnect_attempt *a)
 {
-  OPENSSL_cleanse(&a->key, sizeof a->key);
   OPENSSL_cleanse(a->token, sizeof a->token);
   free(a);
 }

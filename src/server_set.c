@@ -163,7 +163,7 @@ static int server_connect(struct rampart_engine *e, struct server *s, const uint
                           struct rp_session_info *info, struct rp_error *err)
 {
   struct rp_conn_options o = {
-    .host = s->host, .port = s->port, .key = &e->key, .client_name = "rampart-engine",
+    .host = s->host, .port = s->port, .key = e->key, .client_name = "rampart-engine",
     .resume_token = token, .connect_timeout_ms = timeout_ms,
     .request_timeout_ms = e->config.timeout_ms,
   };
