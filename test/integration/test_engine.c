@@ -22,18 +22,9 @@
 #include "client.h"
 #include "rampart.h"
 #include "engine_cluster.h"
+#include "engine_device.h"
 
 #define PAGE RAMPART_PAGE_SIZE
-#define BATCH 32
-#define MAX_RUN 8 /* pages per request */
-
-struct device {
-  struct rampart_engine *engine;
-  uint64_t pages;
-  uint8_t *shadow;
-  uint8_t *scratch;
-  uint64_t seed;
-};
 
 /* ---- cluster -------------------------------------------------------------------- */
 
@@ -42,187 +33,8 @@ static void cluster_start(struct rp_test_cluster *c, unsigned n, const char *mem
   assert_int_equal(rp_test_cluster_start(c, n, memory, NULL), 0);
 }
 
-static void device_init(struct device *d, struct rampart_engine *e, uint64_t pages, uint64_t seed)
-{
-  d->engine = e;
-  d->pages = pages;
-  d->seed = seed;
-  d->shadow = calloc(pages, PAGE);
-  d->scratch = aligned_alloc(PAGE, (size_t)BATCH * MAX_RUN * PAGE);
-  assert_non_null(d->shadow);
-  assert_non_null(d->scratch);
-}
-
-static void device_free(struct device *d)
-{
-  free(d->shadow);
-  free(d->scratch);
-  rampart_close(d->engine);
-}
-
-/* ---- async batches ------------------------------------------------------------------- */
-
-struct batch {
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  unsigned pending;
-  int results[BATCH];
-  struct rampart_io io[BATCH];
-};
-
-static void batch_done(struct rampart_io *io, int result)
-{
-  struct batch *b = io->user;
-  pthread_mutex_lock(&b->lock);
-  b->results[io - b->io] = result;
-  if (--b->pending == 0)
-    pthread_cond_signal(&b->cond);
-  pthread_mutex_unlock(&b->lock);
-}
-
-static uint64_t rng(uint64_t *s)
-{
-  *s ^= *s << 13;
-  *s ^= *s >> 7;
-  *s ^= *s << 17;
-  return *s;
-}
-
-static void report_mismatch(const struct device *d, const uint8_t *buf, uint64_t first,
-                            uint64_t n)
-{
-  for (uint64_t q = 0; q < n; q++) {
-    const uint8_t *want = d->shadow + (first + q) * PAGE, *got = buf + q * PAGE;
-    if (memcmp(want, got, PAGE) == 0)
-      continue;
-    size_t at = 0;
-    while (want[at] == got[at])
-      at++;
-    uint64_t w, g;
-    memcpy(&w, want, 8);
-    memcpy(&g, got, 8);
-    fail_msg("page %llu: wrong bytes from offset %zu (want first word %016llx, got %016llx)",
-             (unsigned long long)(first + q), at, (unsigned long long)w, (unsigned long long)g);
-  }
-}
-
-/* One batch of BATCH non-overlapping requests: each takes its own stripe of the device
- * (stripe i = pages [i*pages/BATCH, (i+1)*pages/BATCH)), so the shadow stays exact. */
-static void run_batch(struct device *d, uint64_t *state, unsigned write_pct, unsigned trim_pct)
-{
-  struct batch b = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
-  uint64_t stripe = d->pages / BATCH;
-  b.pending = BATCH;
-  for (unsigned i = 0; i < BATCH; i++) {
-    uint64_t len = 1 + rng(state) % MAX_RUN;
-    if (len > stripe)
-      len = stripe;
-    uint64_t first = i * stripe + rng(state) % (stripe - len + 1);
-    unsigned kind = (unsigned)(rng(state) % 100);
-    struct rampart_io *io = &b.io[i];
-    *io = (struct rampart_io){ .offset = first * PAGE, .length = (uint32_t)(len * PAGE),
-                               .buf = d->scratch + (size_t)i * MAX_RUN * PAGE,
-                               .done = batch_done, .user = &b };
-    if (kind < write_pct) {
-      io->op = RAMPART_OP_WRITE;
-      for (uint64_t p = 0; p < len; p++) {
-        uint64_t *w = (uint64_t *)(void *)((uint8_t *)io->buf + p * PAGE);
-        uint64_t v = rng(state);
-        for (size_t k = 0; k < PAGE / 8; k++)
-          w[k] = v + k * 0x9e3779b97f4a7c15ull;
-      }
-      memcpy(d->shadow + first * PAGE, io->buf, len * PAGE);
-    } else if (kind < write_pct + trim_pct) {
-      io->op = RAMPART_OP_TRIM;
-      memset(d->shadow + first * PAGE, 0, len * PAGE);
-    } else {
-      io->op = RAMPART_OP_READ;
-    }
-  }
-  for (unsigned i = 0; i < BATCH; i++)
-    rampart_submit(d->engine, &b.io[i]);
-  pthread_mutex_lock(&b.lock);
-  while (b.pending)
-    pthread_cond_wait(&b.cond, &b.lock);
-  pthread_mutex_unlock(&b.lock);
-  for (unsigned i = 0; i < BATCH; i++) {
-    if (b.results[i] != 0)
-      fail_msg("op %d at page %llu failed: %d", b.io[i].op,
-               (unsigned long long)(b.io[i].offset / PAGE), b.results[i]);
-    if (b.io[i].op == RAMPART_OP_READ &&
-        memcmp(b.io[i].buf, d->shadow + b.io[i].offset, b.io[i].length) != 0)
-      report_mismatch(d, b.io[i].buf, b.io[i].offset / PAGE, b.io[i].length / PAGE);
-  }
-  pthread_mutex_destroy(&b.lock);
-  pthread_cond_destroy(&b.cond);
-}
-
-static void run_workload(struct device *d, unsigned batches, unsigned write_pct, unsigned trim_pct)
-{
-  uint64_t state = d->seed;
-  for (unsigned i = 0; i < batches; i++)
-    run_batch(d, &state, write_pct, trim_pct);
-  d->seed = state;
-}
-
-/* Reads the whole device; every page must equal the shadow. Returns pages that failed
- * with EIO when allow_eio, and fails the test on any other error or wrong byte. */
-static uint64_t verify_all(struct device *d, bool allow_eio)
-{
-  uint64_t eio = 0;
-  uint8_t *buf = d->scratch;
-  for (uint64_t p = 0; p < d->pages; p += MAX_RUN) {
-    uint64_t n = d->pages - p < MAX_RUN ? d->pages - p : MAX_RUN;
-    int r = rampart_pread(d->engine, buf, (uint32_t)(n * PAGE), p * PAGE);
-    if (r == -EIO && allow_eio) {
-      /* Page by page: the good ones must still be right. */
-      for (uint64_t q = 0; q < n; q++) {
-        int rq = rampart_pread(d->engine, buf, PAGE, (p + q) * PAGE);
-        if (rq == -EIO) {
-          eio++;
-          continue;
-        }
-        assert_int_equal(rq, 0);
-        if (memcmp(buf, d->shadow + (p + q) * PAGE, PAGE) != 0)
-          fail_msg("page %llu: wrong bytes after a double loss", (unsigned long long)(p + q));
-      }
-      continue;
-    }
-    if (r != 0)
-      fail_msg("read of pages %llu..%llu failed: %d", (unsigned long long)p,
-               (unsigned long long)(p + n - 1), r);
-    if (memcmp(buf, d->shadow + p * PAGE, n * PAGE) != 0)
-      report_mismatch(d, buf, p, n);
-  }
-  return eio;
-}
-
-static void stats(struct device *d, struct rampart_stats *st)
-{
-  rampart_get_stats(d->engine, st);
-}
-
-/* Waits until every server of the engine is UP or LOST (no reconnect pending) and the
- * rebuild has nothing left; fails after timeout_s. */
-static void wait_rebuilt(struct device *d, unsigned timeout_s)
-{
-  struct rampart_stats st;
-  for (unsigned i = 0; i < timeout_s * 10; i++) {
-    stats(d, &st);
-    bool settled = st.rebuild_pages_pending == 0;
-    for (unsigned s = 0; s < st.nservers; s++)
-      settled &= st.servers[s].state != RAMPART_SERVER_RECONNECTING &&
-                 (st.servers[s].state != RAMPART_SERVER_LOST || st.servers[s].pages_live == 0);
-    if (settled)
-      return;
-    usleep(100000);
-  }
-  char report[8192];
-  rampart_format_stats(&st, report, sizeof report);
-  fail_msg("rebuild did not finish in %u s:\n%s", timeout_s, report);
-}
-
-/* ---- tests ------------------------------------------------------------------------------ */
+/* The device helpers (a shadow copy, batches of asynchronous requests, verification)
+ * are test/support/engine_device.c, shared with test_engine_faults. */
 
 static void test_standalone_ram_disk_spills(void **state)
 {
@@ -230,17 +42,17 @@ static void test_standalone_ram_disk_spills(void **state)
   char dir[512];
   assert_int_equal(rp_test_tmpdir(dir, sizeof dir), 0);
   const char *extra[] = { "memory", "1M", "tmpdir", dir, NULL };
-  struct device d;
+  struct rp_test_device d;
   uint64_t pages = 2048; /* 8 MiB device, 1 MiB of RAM: most pages spill to the file */
-  device_init(&d, rp_test_engine_open(NULL, pages, extra), pages, 11);
-  run_workload(&d, 300, 70, 10);
-  verify_all(&d, false);
+  rp_test_device_init(&d, rp_test_engine_open(NULL, pages, extra), pages, 11);
+  rp_test_device_workload(&d, 300, 70, 10);
+  rp_test_device_verify(&d, false);
   struct rampart_stats st;
-  stats(&d, &st);
+  rp_test_device_stats(&d, &st);
   assert_true(st.pages_local_ram > 0);
   assert_true(st.pages_spilled > 0);
   assert_true(st.pages_local_ram <= 256);
-  device_free(&d);
+  rp_test_device_free(&d);
   rp_test_tmpdir_remove(dir);
 }
 
@@ -249,20 +61,20 @@ static void policy_round_trip(const char *policy, unsigned nservers)
   struct rp_test_cluster c;
   cluster_start(&c, nservers, "64M");
   const char *extra[] = { "redundancy", policy, NULL };
-  struct device d;
+  struct rp_test_device d;
   uint64_t pages = 4096;
-  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 7);
-  run_workload(&d, 400, 65, 10);
-  verify_all(&d, false);
+  rp_test_device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 7);
+  rp_test_device_workload(&d, 400, 65, 10);
+  rp_test_device_verify(&d, false);
   struct rampart_stats st;
-  stats(&d, &st);
+  rp_test_device_stats(&d, &st);
   assert_true(st.pages_remote > 0);
   assert_int_equal(st.read_errors, 0);
   for (unsigned i = 0; i < st.nservers; i++)
     assert_true(st.servers[i].pages_live > 0); /* striped over every server */
   double per_page = (double)st.wire_bytes_written / (double)st.pages_written / (PAGE + 32);
   print_message("%s: %.3f pages on the wire per page written\n", policy, per_page);
-  device_free(&d);
+  rp_test_device_free(&d);
   rp_test_cluster_stop(&c);
 }
 
@@ -272,45 +84,45 @@ static void test_policy_parity_log(void **state) { (void)state; policy_round_tri
 static void test_policy_write_through(void **state) { (void)state; policy_round_trip("write-through", 4); }
 
 /* Parity-log 4+1 on n fresh servers, declaring a dead server lost after a second. */
-static void start_quick_to_rebuild_device(struct rp_test_cluster *c, struct device *d,
+static void start_quick_to_rebuild_device(struct rp_test_cluster *c, struct rp_test_device *d,
                                           unsigned nservers, uint64_t pages, uint64_t seed)
 {
   cluster_start(c, nservers, "64M");
   const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
                           "timeout", "1000", NULL };
-  device_init(d, rp_test_engine_open(c, pages, extra), pages, seed);
+  rp_test_device_init(d, rp_test_engine_open(c, pages, extra), pages, seed);
 }
 
 static void test_parity_log_survives_kills(void **state)
 {
   (void)state;
   struct rp_test_cluster c;
-  struct device d;
+  struct rp_test_device d;
   start_quick_to_rebuild_device(&c, &d, 6, 4096, 99);
-  run_workload(&d, 200, 80, 5);
+  rp_test_device_workload(&d, 200, 80, 5);
   /* kill -9 in the middle of the write stream */
   rp_test_server_kill(&c.servers[1]);
-  run_workload(&d, 200, 80, 5);
-  verify_all(&d, false);
-  wait_rebuilt(&d, 60);
-  verify_all(&d, false);
+  rp_test_device_workload(&d, 200, 80, 5);
+  rp_test_device_verify(&d, false);
+  rp_test_device_wait_rebuilt(&d, 60);
+  rp_test_device_verify(&d, false);
   struct rampart_stats st;
-  stats(&d, &st);
+  rp_test_device_stats(&d, &st);
   assert_true(st.rebuild_pages_done > 0);
   print_message("after one loss: %llu degraded reads, %llu pages moved\n",
                 (unsigned long long)st.pages_degraded_reads,
                 (unsigned long long)st.rebuild_pages_done);
   /* a second server, after the rebuild: still nothing lost */
   rp_test_server_kill(&c.servers[3]);
-  run_workload(&d, 100, 80, 5);
-  verify_all(&d, false);
-  wait_rebuilt(&d, 60);
-  verify_all(&d, false);
-  stats(&d, &st);
+  rp_test_device_workload(&d, 100, 80, 5);
+  rp_test_device_verify(&d, false);
+  rp_test_device_wait_rebuilt(&d, 60);
+  rp_test_device_verify(&d, false);
+  rp_test_device_stats(&d, &st);
   assert_int_equal(st.read_errors, 0);
   assert_int_equal(st.pages_lost, 0);
   assert_int_equal(st.integrity_failures, 0); /* rebuilt pages verify like the rest */
-  device_free(&d);
+  rp_test_device_free(&d);
   rp_test_cluster_stop(&c);
 }
 
@@ -320,16 +132,16 @@ static void test_mirror_survives_a_kill(void **state)
   struct rp_test_cluster c;
   cluster_start(&c, 3, "64M");
   const char *extra[] = { "redundancy", "mirror", "lease", "1", "timeout", "1000", NULL };
-  struct device d;
+  struct rp_test_device d;
   uint64_t pages = 2048;
-  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 31);
-  run_workload(&d, 150, 80, 5);
+  rp_test_device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 31);
+  rp_test_device_workload(&d, 150, 80, 5);
   rp_test_server_kill(&c.servers[0]);
-  run_workload(&d, 150, 80, 5);
-  verify_all(&d, false);
-  wait_rebuilt(&d, 60);
-  verify_all(&d, false);
-  device_free(&d);
+  rp_test_device_workload(&d, 150, 80, 5);
+  rp_test_device_verify(&d, false);
+  rp_test_device_wait_rebuilt(&d, 60);
+  rp_test_device_verify(&d, false);
+  rp_test_device_free(&d);
   rp_test_cluster_stop(&c);
 }
 
@@ -341,17 +153,17 @@ static void test_none_loses_only_the_dead_servers_pages_as_eio(void **state)
   struct rp_test_cluster c;
   cluster_start(&c, 4, "64M");
   const char *extra[] = { "redundancy", "none", "lease", "1", "timeout", "1000", NULL };
-  struct device d;
+  struct rp_test_device d;
   uint64_t pages = 2048;
-  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 37);
-  run_workload(&d, 150, 90, 0);
+  rp_test_device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 37);
+  rp_test_device_workload(&d, 150, 90, 0);
   rp_test_server_kill(&c.servers[1]);
-  uint64_t eio = verify_all(&d, true);
+  uint64_t eio = rp_test_device_verify(&d, true);
   print_message("none: %llu of %llu pages lost with one server\n", (unsigned long long)eio,
                 (unsigned long long)pages);
   assert_true(eio > 0);
   assert_true(eio < pages / 2);
-  device_free(&d);
+  rp_test_device_free(&d);
   rp_test_cluster_stop(&c);
 }
 
@@ -364,14 +176,14 @@ static void test_restarted_server_rejoins_empty(void **state)
   cluster_start(&c, 5, "64M");
   const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
                           "timeout", "1000", NULL };
-  struct device d;
+  struct rp_test_device d;
   uint64_t pages = 2048;
-  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 41);
-  run_workload(&d, 100, 85, 5);
+  rp_test_device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 41);
+  rp_test_device_workload(&d, 100, 85, 5);
   char listen[96];
   snprintf(listen, sizeof listen, "%s", c.servers[3].addr);
   rp_test_server_kill(&c.servers[3]);
-  run_workload(&d, 50, 85, 5);
+  rp_test_device_workload(&d, 50, 85, 5);
   usleep(1500000); /* past lease=1: declared lost */
   const char *args[] = { rp_test_rampartd_path(), "--listen", listen, "--foreground",
                          "--memory", "64M", "--key", c.key_path, "--pressure-file",
@@ -380,17 +192,17 @@ static void test_restarted_server_rejoins_empty(void **state)
   struct rampart_stats st;
   bool rejoined = false;
   for (unsigned i = 0; i < 100 && !rejoined; i++) {
-    run_workload(&d, 2, 85, 5);
-    stats(&d, &st);
+    rp_test_device_workload(&d, 2, 85, 5);
+    rp_test_device_stats(&d, &st);
     rejoined = st.nservers == 6 && st.servers[5].state == RAMPART_SERVER_UP &&
                st.servers[5].pages_live > 0 && st.servers[3].state == RAMPART_SERVER_LOST;
     usleep(50000);
   }
   assert_true(rejoined);
-  wait_rebuilt(&d, 60);
-  verify_all(&d, false);
+  rp_test_device_wait_rebuilt(&d, 60);
+  rp_test_device_verify(&d, false);
   assert_int_equal(st.read_errors, 0);
-  device_free(&d);
+  rp_test_device_free(&d);
   rp_test_cluster_stop(&c);
 }
 
@@ -401,20 +213,20 @@ static void test_two_losses_in_a_group_give_eio_not_garbage(void **state)
   cluster_start(&c, 5, "64M");
   /* A long lease: the rebuild cannot start before both servers are gone. */
   const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "30", NULL };
-  struct device d;
+  struct rp_test_device d;
   uint64_t pages = 2048;
-  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 5);
-  run_workload(&d, 200, 90, 0);
+  rp_test_device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 5);
+  rp_test_device_workload(&d, 200, 90, 0);
   rp_test_server_kill(&c.servers[0]);
   rp_test_server_kill(&c.servers[2]);
-  uint64_t eio = verify_all(&d, true);
+  uint64_t eio = rp_test_device_verify(&d, true);
   struct rampart_stats st;
-  stats(&d, &st);
+  rp_test_device_stats(&d, &st);
   print_message("two losses: %llu pages EIO, %llu read errors counted\n",
                 (unsigned long long)eio, (unsigned long long)st.read_errors);
   assert_true(eio > 0);
   assert_true(st.read_errors >= eio);
-  device_free(&d);
+  rp_test_device_free(&d);
   rp_test_cluster_stop(&c);
 }
 
@@ -424,16 +236,16 @@ static void test_write_through_survives_losing_every_server(void **state)
   struct rp_test_cluster c;
   cluster_start(&c, 3, "64M");
   const char *extra[] = { "redundancy", "write-through", "lease", "1", "timeout", "1000", NULL };
-  struct device d;
+  struct rp_test_device d;
   uint64_t pages = 2048;
-  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 3);
-  run_workload(&d, 150, 80, 5);
+  rp_test_device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 3);
+  rp_test_device_workload(&d, 150, 80, 5);
   for (unsigned i = 0; i < c.n; i++)
     rp_test_server_kill(&c.servers[i]);
-  verify_all(&d, false);
-  run_workload(&d, 50, 80, 5); /* and it keeps working, on disk alone */
-  verify_all(&d, false);
-  device_free(&d);
+  rp_test_device_verify(&d, false);
+  rp_test_device_workload(&d, 50, 80, 5); /* and it keeps working, on disk alone */
+  rp_test_device_verify(&d, false);
+  rp_test_device_free(&d);
   rp_test_cluster_stop(&c);
 }
 
@@ -444,11 +256,11 @@ static void test_rebuild_is_counted_and_timed(void **state)
 {
   (void)state;
   struct rp_test_cluster c;
-  struct device d;
+  struct rp_test_device d;
   start_quick_to_rebuild_device(&c, &d, 5, 2048, 23);
-  run_workload(&d, 100, 100, 0);
+  rp_test_device_workload(&d, 100, 100, 0);
   struct rampart_stats st;
-  stats(&d, &st);
+  rp_test_device_stats(&d, &st);
   assert_int_equal(st.rebuilds_finished, 0);
   assert_false(st.rebuild_running);
   uint64_t held = st.servers[2].pages_live;
@@ -456,7 +268,7 @@ static void test_rebuild_is_counted_and_timed(void **state)
   rp_test_server_kill(&c.servers[2]);
   for (unsigned i = 0; i < 300 && st.rebuilds_finished == 0; i++) {
     usleep(100000);
-    stats(&d, &st);
+    rp_test_device_stats(&d, &st);
   }
   char report[8192];
   rampart_format_stats(&st, report, sizeof report);
@@ -467,8 +279,8 @@ static void test_rebuild_is_counted_and_timed(void **state)
   assert_true(st.rebuild_pages_moved <= st.rebuild_pages_done);
   assert_true(st.rebuild_seconds > 0 && st.rebuild_seconds < 30);
   assert_non_null(strstr(report, "\nrebuild         last: "));
-  verify_all(&d, false);
-  device_free(&d);
+  rp_test_device_verify(&d, false);
+  rp_test_device_free(&d);
   rp_test_cluster_stop(&c);
 }
 
@@ -481,11 +293,11 @@ static void test_server_memory_stays_bounded(void **state)
   struct rp_test_cluster c;
   cluster_start(&c, 5, "64M");
   const char *extra[] = { "redundancy", "parity-log", "group", "4", NULL };
-  struct device d;
+  struct rp_test_device d;
   uint64_t pages = 2048;
-  device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 17);
-  run_workload(&d, 2000, 95, 0); /* ~ 13 overwrites of every page */
-  verify_all(&d, false);
+  rp_test_device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 17);
+  rp_test_device_workload(&d, 2000, 95, 0); /* ~ 13 overwrites of every page */
+  rp_test_device_verify(&d, false);
   uint64_t live = 0;
   for (uint64_t p = 0; p < pages; p++) {
     static const uint8_t zero[PAGE];
@@ -518,7 +330,7 @@ static void test_server_memory_stays_bounded(void **state)
   }
   struct rampart_stats st;
   char report[8192];
-  stats(&d, &st);
+  rp_test_device_stats(&d, &st);
   rampart_format_stats(&st, report, sizeof report);
   print_message("%s", report);
   print_message("server pages %llu for %llu live pages: %.3f per live page "
@@ -526,30 +338,30 @@ static void test_server_memory_stays_bounded(void **state)
                 (unsigned long long)live, ratio, bound);
   assert_true(ratio <= bound);
   assert_int_equal(st.pages_spilled, 0);
-  verify_all(&d, false);
-  device_free(&d);
+  rp_test_device_verify(&d, false);
+  rp_test_device_free(&d);
   rp_test_cluster_stop(&c);
 }
 
 /* Five servers, parity-log with groups of 3, a 2048-page device mostly written. */
-static void start_busy_device(struct rp_test_cluster *c, struct device *d, uint64_t seed)
+static void start_busy_device(struct rp_test_cluster *c, struct rp_test_device *d, uint64_t seed)
 {
   cluster_start(c, 5, "64M");
   const char *extra[] = { "redundancy", "parity-log", "group", "3", NULL };
-  device_init(d, rp_test_engine_open(c, 2048, extra), 2048, seed);
-  run_workload(d, 150, 90, 0);
+  rp_test_device_init(d, rp_test_engine_open(c, 2048, extra), 2048, seed);
+  rp_test_device_workload(d, 150, 90, 0);
 }
 
 enum server_goal { SERVER_HOLDS_NO_LIVE_PAGE, SERVER_HOLDS_NOTHING, SERVER_TAKES_PAGES };
 
 /* Keeps the device in use (small batches, write_percent writes) until server i reaches
  * goal; false after tries rounds of 50 ms. */
-static bool busy_until(struct device *d, unsigned i, enum server_goal goal, unsigned tries,
+static bool busy_until(struct rp_test_device *d, unsigned i, enum server_goal goal, unsigned tries,
                        unsigned write_percent, struct rampart_stats *st)
 {
   for (unsigned t = 0; t < tries; t++) {
-    run_workload(d, 2, write_percent, 0);
-    stats(d, st);
+    rp_test_device_workload(d, 2, write_percent, 0);
+    rp_test_device_stats(d, st);
     const struct rampart_server_stats *s = &st->servers[i];
     bool reached = goal == SERVER_TAKES_PAGES
                      ? s->state == RAMPART_SERVER_UP && s->pages_live > 0
@@ -568,10 +380,10 @@ static void test_advise_moves_pages_off_a_server(void **state)
 {
   (void)state;
   struct rp_test_cluster c;
-  struct device d;
+  struct rp_test_device d;
   start_busy_device(&c, &d, 23);
   struct rampart_stats st;
-  stats(&d, &st);
+  rp_test_device_stats(&d, &st);
   uint64_t before = st.servers[2].pages_live;
   assert_true(before > 0);
   assert_int_equal(rp_test_write_file(c.psi[2], RP_TEST_PSI_HIGH), 0);
@@ -579,12 +391,12 @@ static void test_advise_moves_pages_off_a_server(void **state)
   print_message("advise: %llu live pages moved off the pressured server\n",
                 (unsigned long long)before);
   assert_true(moved);
-  verify_all(&d, false);
+  rp_test_device_verify(&d, false);
   /* Pressure over: the server takes new pages again. */
   assert_int_equal(rp_test_write_file(c.psi[2], RP_TEST_PSI_CALM), 0);
   assert_true(busy_until(&d, 2, SERVER_TAKES_PAGES, 100, 90, &st));
-  verify_all(&d, false);
-  device_free(&d);
+  rp_test_device_verify(&d, false);
+  rp_test_device_free(&d);
   rp_test_cluster_stop(&c);
 }
 
@@ -595,10 +407,10 @@ static void test_drained_server_empties_and_can_stop(void **state)
 {
   (void)state;
   struct rp_test_cluster c;
-  struct device d;
+  struct rp_test_device d;
   start_busy_device(&c, &d, 29);
   struct rampart_stats st;
-  stats(&d, &st);
+  rp_test_device_stats(&d, &st);
   uint64_t before = st.servers[1].pages_stored;
   assert_true(before > 0);
   assert_int_equal(kill(c.servers[1].pid, SIGUSR1), 0);
@@ -606,15 +418,15 @@ static void test_drained_server_empties_and_can_stop(void **state)
   print_message("drain: %llu pages moved off the drained server; now %llu stored there\n",
                 (unsigned long long)before, (unsigned long long)st.servers[1].pages_stored);
   assert_true(empty);
-  verify_all(&d, false);
+  rp_test_device_verify(&d, false);
   /* Stopping it now costs nothing: no read degrades, nothing is lost. */
   uint64_t degraded = st.pages_degraded_reads;
   assert_int_equal(rp_test_server_stop(&c.servers[1]), 0);
-  verify_all(&d, false);
-  stats(&d, &st);
+  rp_test_device_verify(&d, false);
+  rp_test_device_stats(&d, &st);
   assert_int_equal(st.pages_lost, 0);
   assert_int_equal(st.pages_degraded_reads, degraded);
-  device_free(&d);
+  rp_test_device_free(&d);
   rp_test_cluster_stop(&c);
 }
 
