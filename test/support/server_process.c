@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -247,10 +248,26 @@ int rp_test_server_start(struct rp_test_server *s, const char *dir,
   args[n++] = "--listen";
   args[n++] = "127.0.0.1:0";
   args[n++] = "--foreground";
+  bool own_pressure = false;
   for (size_t i = 0; extra_args && extra_args[i]; i++) {
-    if (n + 1 >= sizeof args / sizeof args[0])
+    if (n + 3 >= sizeof args / sizeof args[0])
       return -1;
+    own_pressure |= strcmp(extra_args[i], "--pressure-file") == 0 ||
+                    strcmp(extra_args[i], "--psi-threshold") == 0;
     args[n++] = extra_args[i];
+  }
+  /* A server reads the host's memory pressure and refuses reservations past its
+   * threshold. The machine running the tests is not what a test is about (a swap test
+   * in a memory cgroup alongside raises the host's PSI): unless the test chose, the
+   * server reads a calm pressure file of its own. */
+  static char calm[600];
+  if (!own_pressure) {
+    snprintf(calm, sizeof calm, "%s/calm-psi", dir);
+    if (rp_test_write_file(calm, "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+                                 "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n") < 0)
+      return -1;
+    args[n++] = "--pressure-file";
+    args[n++] = calm;
   }
   args[n] = NULL;
   return rp_test_server_start_argv(s, dir, args);
