@@ -119,6 +119,19 @@ static int connect_with_deadline(struct nbd_handle *nbd, const char *sock, unsig
 /* Runs nbdkit with the plugin and `params` (NULL-terminated key=value strings), waits
  * for its socket, and connects libnbd. Returns 0, or -1 if nbdkit exited (its log is in
  * s->log). */
+/* The plugin parameters naming this setup's cluster: servers=, key= and tmpdir=. */
+static void cluster_params(const struct setup *s, char servers[512], char keyp[700],
+                           char tmp[700])
+{
+  strcpy(servers, "servers=");
+  for (unsigned i = 0; i < s->n; i++) {
+    strcat(servers, s->servers[i].addr);
+    strcat(servers, i + 1 < s->n ? "," : "");
+  }
+  snprintf(keyp, 700, "key=%s", s->key_path);
+  snprintf(tmp, 700, "tmpdir=%s", s->dir);
+}
+
 static int start_nbdkit(struct setup *s, const char *const *params)
 {
   snprintf(s->sock, sizeof s->sock, "%s/nbd.sock", s->dir);
@@ -298,14 +311,8 @@ static void test_parity_log_through_nbdkit_survives_a_kill(void **state)
   (void)state;
   struct setup s = { .rng = 0x1234567 };
   start_servers(&s, 5);
-  char servers[512] = "servers=", keyp[700];
-  for (unsigned i = 0; i < s.n; i++) {
-    strcat(servers, s.servers[i].addr);
-    strcat(servers, i + 1 < s.n ? "," : "");
-  }
-  snprintf(keyp, sizeof keyp, "key=%s", s.key_path);
-  char tmp[700];
-  snprintf(tmp, sizeof tmp, "tmpdir=%s", s.dir);
+  char servers[512], keyp[700], tmp[700];
+  cluster_params(&s, servers, keyp, tmp);
   const char *params[] = { "size=256M", servers, keyp, tmp, "redundancy=parity-log",
                            "lease=1", "timeout=1000", NULL };
   if (start_nbdkit(&s, params) < 0) {
@@ -328,13 +335,8 @@ static void test_write_through_through_nbdkit_survives_losing_all_servers(void *
   (void)state;
   struct setup s = { .rng = 0x777 };
   start_servers(&s, 3);
-  char servers[512] = "servers=", keyp[700], tmp[700];
-  for (unsigned i = 0; i < s.n; i++) {
-    strcat(servers, s.servers[i].addr);
-    strcat(servers, i + 1 < s.n ? "," : "");
-  }
-  snprintf(keyp, sizeof keyp, "key=%s", s.key_path);
-  snprintf(tmp, sizeof tmp, "tmpdir=%s", s.dir);
+  char servers[512], keyp[700], tmp[700];
+  cluster_params(&s, servers, keyp, tmp);
   const char *params[] = { "size=32M", servers, keyp, tmp, "redundancy=write-through",
                            "lease=1", "timeout=1000", NULL };
   assert_int_equal(start_nbdkit(&s, params), 0);
@@ -415,13 +417,8 @@ static void test_concurrent_sub_page_writes_over_several_connections(void **stat
   (void)state;
   struct setup s = { .rng = 0x5151 };
   start_servers(&s, 3);
-  char servers[512] = "servers=", keyp[700], tmp[700];
-  for (unsigned i = 0; i < s.n; i++) {
-    strcat(servers, s.servers[i].addr);
-    strcat(servers, i + 1 < s.n ? "," : "");
-  }
-  snprintf(keyp, sizeof keyp, "key=%s", s.key_path);
-  snprintf(tmp, sizeof tmp, "tmpdir=%s", s.dir);
+  char servers[512], keyp[700], tmp[700];
+  cluster_params(&s, servers, keyp, tmp);
   const char *params[] = { "size=4M", servers, keyp, tmp, "redundancy=parity-log", NULL };
   assert_int_equal(start_nbdkit(&s, params), 0);
   struct subpage_writer writers[SUBPAGE_CONNECTIONS];

@@ -18,10 +18,6 @@
 
 #define RP_TEST_MAX_SERVERS 6
 
-#define RP_TEST_PSI_CALM "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n" \
-                         "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-#define RP_TEST_PSI_HIGH "some avg10=80.00 avg60=50.00 avg300=20.00 total=99999\n" \
-                         "full avg10=40.00 avg60=20.00 avg300=10.00 total=9999\n"
 
 struct rp_test_cluster {
   char dir[512];                 /* temporary directory: key, pressure files, logs */

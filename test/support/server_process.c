@@ -263,8 +263,7 @@ int rp_test_server_start(struct rp_test_server *s, const char *dir,
   static char calm[600];
   if (!own_pressure) {
     snprintf(calm, sizeof calm, "%s/calm-psi", dir);
-    if (rp_test_write_file(calm, "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-                                 "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n") < 0)
+    if (rp_test_write_file(calm, RP_TEST_PSI_CALM) < 0)
       return -1;
     args[n++] = "--pressure-file";
     args[n++] = calm;

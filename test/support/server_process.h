@@ -44,6 +44,13 @@ int rp_test_write_key(const char *dir, const char *name, char *path, size_t path
 /* Writes text to path (replacing it atomically via rename). 0 or -1. */
 int rp_test_write_file(const char *path, const char *text);
 
+/* Memory pressure files for rampartd --pressure-file: calm (what a test server reads
+ * unless the test chose), and high enough to make a server advise. */
+#define RP_TEST_PSI_CALM "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n" \
+                         "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+#define RP_TEST_PSI_HIGH "some avg10=80.00 avg60=50.00 avg300=20.00 total=99999\n" \
+                         "full avg10=40.00 avg60=20.00 avg300=10.00 total=9999\n"
+
 /* The rampartd binary: $RAMPARTD. NULL (with a message on stderr) when unset. */
 const char *rp_test_rampartd_path(void);
 /* The test-only rampartd with --test-fault: $RAMPARTD_FAULTS. NULL (with a message)
