@@ -361,7 +361,13 @@ static size_t forged(uint8_t *out, uint8_t op, uint64_t slot, uint32_t count, bo
 static void test_injected_frames_are_refused(void **state)
 {
   struct fixture *f = *state;
-  const char *args[] = {"--memory", "16M", "--lease", "60", "--key", f->key_path, NULL};
+  /* A pressure file of its own: other work on the test machine putting its memory
+   * under pressure must not make the server refuse this test's reservation. */
+  char psi[600];
+  snprintf(psi, sizeof psi, "%s/psi", f->dir);
+  assert_int_equal(rp_test_write_file(psi, "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"), 0);
+  const char *args[] = {"--memory", "16M", "--lease", "60", "--key", f->key_path,
+                        "--pressure-file", psi, NULL};
   assert_int_equal(rp_test_server_start(&f->srv, f->dir, args), 0);
   f->via = f->srv;
   relay_start(&f->relay, &f->srv);

@@ -614,6 +614,29 @@ static void test_tag_bound_to_direction_and_connection(void **state)
   pair_free(&p);
 }
 
+/* A frame in one buffer (one AAD pass) and the same frame in two: the same tag. */
+static void test_tag_same_contiguous_or_split(void **state)
+{
+  (void)state;
+  static uint8_t one[RP_HEADER_SIZE + RP_PAGE_SIZE];
+  uint8_t hdr[RP_HEADER_SIZE], page[RP_PAGE_SIZE], t1[RP_TAG_LEN], t2[RP_TAG_LEN];
+  make_frame(hdr, page, 9);
+  memcpy(one, hdr, RP_HEADER_SIZE);
+  memcpy(one + RP_HEADER_SIZE, page, RP_PAGE_SIZE);
+  for (size_t len = 0; len <= RP_PAGE_SIZE; len += RP_PAGE_SIZE / 4 + 1) {
+    struct tag_pair p;
+    pair_init(&p);
+    assert_int_equal(rp_frame_tag(&p.tx, one, one + RP_HEADER_SIZE, len, t1), 0);
+    assert_true(rp_frame_verify(&p.rx, hdr, page, len, t1));
+    pair_free(&p);
+    pair_init(&p);
+    assert_int_equal(rp_frame_tag(&p.tx, hdr, page, len, t2), 0);
+    assert_memory_equal(t1, t2, RP_TAG_LEN);
+    assert_true(rp_frame_verify(&p.rx, one, one + RP_HEADER_SIZE, len, t2));
+    pair_free(&p);
+  }
+}
+
 static void test_tag_without_context_fails_closed(void **state)
 {
   (void)state;
@@ -655,6 +678,7 @@ int main(void)
     cmocka_unit_test(test_tag_truncated_or_extended_fails),
     cmocka_unit_test(test_tag_replayed_or_reordered_fails),
     cmocka_unit_test(test_tag_bound_to_direction_and_connection),
+    cmocka_unit_test(test_tag_same_contiguous_or_split),
     cmocka_unit_test(test_tag_without_context_fails_closed),
   };
   return cmocka_run_group_tests_name("auth", tests, NULL, NULL);
