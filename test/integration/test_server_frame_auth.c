@@ -526,11 +526,64 @@ static void test_fake_server_never_gets_the_token(void **state)
   assert_int_equal(fk.got_len, RP_HEADER_SIZE + h.length);
 }
 
+/* A version 1 client (HELLO version 1, its resume token in HELLO) is told, in words,
+ * that the versions differ and to upgrade both sides, and gets nothing else. */
+static void test_version_1_client_told_to_upgrade(void **state)
+{
+  struct fixture *f = *state;
+  const char *args[] = {"--memory", "16M", "--key", f->key_path, NULL};
+  assert_int_equal(rp_test_server_start(&f->srv, f->dir, args), 0);
+  int fd = rp_test_raw_connect(&f->srv);
+  assert_true(fd >= 0);
+  uint8_t nonce[RP_NONCE_LEN] = {1}, token[RP_TOKEN_LEN] = {2};
+  Rampart__Hello hello = RAMPART__HELLO__INIT;
+  hello.magic = RP_HELLO_MAGIC;
+  hello.version = 1;
+  hello.client_nonce.data = nonce;
+  hello.client_nonce.len = sizeof nonce;
+  hello.client_name = "old-client";
+  uint8_t frame[512];
+  struct rp_header req = rp_request_header(RP_OP_HELLO, 1);
+  size_t n = rp_frame_build(frame, sizeof frame - 34, &req, &hello.base);
+  /* version 1's Hello.resume_token (field 5), appended by hand */
+  frame[n++] = 5 << 3 | 2;
+  frame[n++] = RP_TOKEN_LEN;
+  memcpy(frame + n, token, RP_TOKEN_LEN);
+  n += RP_TOKEN_LEN;
+  req.length = (uint32_t)(n - RP_HEADER_SIZE);
+  rp_header_encode(&req, frame);
+  assert_true(write_all(fd, frame, n));
+
+  uint8_t reply[4096];
+  size_t got = 0;
+  for (;;) {
+    ssize_t r = recv(fd, reply + got, sizeof reply - got, 0);
+    if (r <= 0)
+      break;
+    got += (size_t)r;
+  }
+  close(fd);
+  struct rp_header h;
+  assert_true(got >= RP_HEADER_SIZE);
+  assert_int_equal(rp_header_decode(reply, RP_FROM_SERVER, &h, NULL), RP_OK);
+  assert_int_equal(h.status, RP_ERR_VERSION);
+  assert_int_equal(got, RP_HEADER_SIZE + h.length); /* one untagged Error, then the end */
+  Rampart__Error *e = rampart__error__unpack(NULL, h.length, reply + RP_HEADER_SIZE);
+  assert_non_null(e);
+  printf("rampartd said: %s\n", e->message);
+  assert_non_null(strstr(e->message, "version 2"));
+  assert_non_null(strstr(e->message, "sent version 1"));
+  assert_non_null(strstr(e->message, "both sides"));
+  rampart__error__free_unpacked(e, NULL);
+  assert_int_equal(rp_test_server_stop_clean(&f->srv), 0);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_injected_frames_are_refused, setup, teardown),
     cmocka_unit_test_setup_teardown(test_fake_server_never_gets_the_token, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_version_1_client_told_to_upgrade, setup, teardown),
   };
   return cmocka_run_group_tests_name("server_frame_auth", tests, NULL, NULL);
 }
