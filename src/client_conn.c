@@ -1029,8 +1029,8 @@ static int handshake(struct rp_conn *c, const struct rp_conn_options *o, struct 
   rampart__challenge__free_unpacked(ch, NULL);
   if (!server_proved) {
     /* Nothing more goes to it: no MAC of ours, and above all no resume token. */
-    rp_error_set(err, RP_ERR_AUTH, "%s could not prove it holds the cluster key (%s); "
-              "nothing was sent to it: %s", hs->peer,
+    rp_error_set(err, RP_ERR_AUTH, "wrong cluster key: %s could not prove it holds ours "
+              "(%s); nothing was sent to it: %s", hs->peer,
               key->len ? "it was started with another key, or with none, or it is not "
                          "the server it claims to be"
                        : "it expects a key and this client has none",
