@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char CLIENT_LABEL[] = "rampart-v1 client";
-static const char SERVER_LABEL[] = "rampart-v1 server";
+static const char CLIENT_LABEL[] = "rampart-v2 client";
+static const char SERVER_LABEL[] = "rampart-v2 server";
 
 static const char *file_kind(mode_t mode)
 {

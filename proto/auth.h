@@ -1,9 +1,11 @@
 /* Cluster-key challenge-response, shared by rampartd and the client library.
  *
  * Both sides send a fresh random nonce; each proves it holds the key by an HMAC-SHA256
- * over both nonces with a side-specific label, so the key never crosses the wire, a
- * recorded exchange cannot be replayed, and a client can tell a server that lacks the
- * key. A server started without a key (loopback only) uses the empty key: the same
+ * over both nonces with a side-specific label ("rampart-v2 server" / "rampart-v2
+ * client"), so the key never crosses the wire, a recorded exchange cannot be replayed,
+ * and a client can tell a server that lacks the key. The server proves itself first
+ * (in its Challenge), so a client sends its resume token only to a server that holds
+ * the key. Every frame after the handshake is then authenticated (frame_auth.h). A server started without a key (loopback only) uses the empty key: the same
  * code path, no secret.
  */
 #ifndef RAMPART_PROTO_AUTH_H

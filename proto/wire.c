@@ -223,7 +223,9 @@ const char *rp_status_advice(uint16_t status)
     return "the peer does not speak this rampart protocol: check that HOST:PORT is a "
            "rampartd of the same version";
   case RP_ERR_VERSION:
-    return "client and server run different protocol versions: upgrade the older one";
+    return "client and server run different protocol versions, which do not talk to "
+           "each other (version 2 authenticates every frame; version 1 does not): upgrade "
+           "rampart on both sides";
   case RP_ERR_AUTH:
     return "the cluster key does not match the server's: pass the same --key FILE that "
            "rampartd was started with";

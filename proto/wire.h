@@ -15,6 +15,11 @@
  *   16     8    id       request id chosen by the client, echoed in its reply; 0 = push
  *   24     8    slot     WRITE/READ/FREE: page slot within the session's reservation
  *
+ * From AUTH (client to server) and the reply to AUTH (server to client) onward, every
+ * frame is followed by a 16-byte authentication tag (proto/frame_auth.h): `length`
+ * counts the payload only, so such a frame is RP_HEADER_SIZE + length + RP_TAG_LEN bytes
+ * on the wire. HELLO, its reply, and a refusal of AUTH are untagged.
+ *
  * A reply with status != RP_OK carries a protobuf `Error` with a message for a person.
  * Many requests may be in flight on one connection; replies may come in any order and
  * are matched by id. docs/protocol.md walks through the handshake and every op.
@@ -28,7 +33,7 @@
 
 #define RP_FRAME_MAGIC      0x464d5052u /* "RPMF" as bytes on the wire */
 #define RP_HELLO_MAGIC      0x52414d50u /* "PMAR": Hello.magic, a second check */
-#define RP_PROTOCOL_VERSION 1u
+#define RP_PROTOCOL_VERSION 2u
 #define RP_HEADER_SIZE      32u
 #define RP_PAGE_SIZE        4096u
 #define RP_NONCE_LEN        32u

@@ -33,6 +33,7 @@
 
 #include "admission.h"
 #include "fault_injection.h"
+#include "frame_auth.h"
 #include "log.h"
 #include "message.h"
 #include "server.h"
@@ -48,6 +49,7 @@
 #define CLOSE_LINGER       5.0
 #define CLOSE_LINGER_UNAUTHED 1.0
 #define ERROR_FRAME_MAX    (RP_HEADER_SIZE + 640u) /* Error text is at most 511 bytes */
+#define ERROR_FRAME_ROOM   (ERROR_FRAME_MAX + RP_TAG_LEN)
 
 enum conn_state { ST_HELLO, ST_AUTH, ST_READY, ST_CLOSING };
 
@@ -73,6 +75,10 @@ struct rps_conn {
   uint8_t server_nonce[RP_NONCE_LEN];
   uint8_t resume_token[RP_TOKEN_LEN];
   bool want_resume;
+  /* Frame authentication (frame_auth.h): rx checks the client's frames from AUTH on,
+   * tx tags ours from the reply to AUTH on (tagging_out). */
+  struct rp_frame_auth rx, tx;
+  bool tagging_out;
   char client_name[64];
   char peer[64];
   struct rps_session *session;
@@ -154,11 +160,28 @@ static bool in_fit(struct rps_conn *c, size_t need)
   return true;
 }
 
+/* Appends the frame of n bytes built at p (the end of the output buffer, with
+ * RP_TAG_LEN bytes of room after it) to what is sent: with its tag once the handshake
+ * has reached the reply to AUTH. */
+static void out_commit(struct rps_conn *c, uint8_t *p, size_t n)
+{
+  if (c->tagging_out) {
+    if (rp_frame_tag(&c->tx, p, p + RP_HEADER_SIZE, n - RP_HEADER_SIZE, p + n) < 0) {
+      rp_log(RP_LOG_ERROR, "%s: cannot compute a frame's authentication tag (libcrypto "
+             "failed); closing", c->peer);
+      c->dead = true;
+      return;
+    }
+    n += RP_TAG_LEN;
+  }
+  c->out_end += n;
+}
+
 static void send_msg(struct rps_conn *c, const struct rp_header *req,
                      const ProtobufCMessage *msg)
 {
   size_t need = RP_HEADER_SIZE + (msg ? protobuf_c_message_get_packed_size(msg) : 0);
-  uint8_t *p = out_reserve(c, need);
+  uint8_t *p = out_reserve(c, need + RP_TAG_LEN);
   if (!p)
     return;
   struct rp_header h;
@@ -170,7 +193,7 @@ static void send_msg(struct rps_conn *c, const struct rp_header *req,
     c->dead = true;
     return;
   }
-  c->out_end += n;
+  out_commit(c, p, n);
 }
 
 static void send_error(struct rps_conn *c, const struct rp_header *req, enum rp_status st,
@@ -184,10 +207,12 @@ static void send_error(struct rps_conn *c, const struct rp_header *req, enum rp_
   va_start(ap, fmt);
   vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
-  uint8_t *p = out_reserve(c, ERROR_FRAME_MAX);
+  uint8_t *p = out_reserve(c, ERROR_FRAME_ROOM);
   if (!p)
     return;
-  c->out_end += rp_frame_build_error(p, ERROR_FRAME_MAX, req, st, "%s", text);
+  size_t n = rp_frame_build_error(p, ERROR_FRAME_MAX, req, st, "%s", text);
+  if (n > 0)
+    out_commit(c, p, n);
 }
 
 /* Sends what the socket takes now; waits for writability for the rest. */
@@ -333,6 +358,19 @@ static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* ---- the handshake ---------------------------------------------------------------- */
 
+/* Both directions' frame authentication, keyed from the cluster key and both nonces.
+ * The client's frames are checked from AUTH on; ours are tagged from the reply to AUTH
+ * on (tagging_out), so that a refusal of AUTH goes out untagged. */
+static bool start_frame_auth(struct rps_conn *c)
+{
+  struct rp_session_keys keys;
+  rp_session_keys_derive(c->srv->key, c->client_nonce, c->server_nonce, &keys);
+  bool ok = rp_frame_auth_init(&c->rx, keys.client_to_server) == 0 &&
+            rp_frame_auth_init(&c->tx, keys.server_to_client) == 0;
+  rp_session_keys_wipe(&keys);
+  return ok;
+}
+
 static void handle_hello(struct rps_conn *c, const struct rp_header *h, const uint8_t *payload)
 {
   struct rps_server *srv = c->srv;
@@ -351,13 +389,8 @@ static void handle_hello(struct rps_conn *c, const struct rp_header *h, const ui
     begin_closing(c);
   } else if (m->client_nonce.len != RP_NONCE_LEN) {
     protocol_error(c, h, RP_ERR_BAD_FRAME, "Hello.client_nonce is not 32 bytes");
-  } else if (m->resume_token.len != 0 && m->resume_token.len != RP_TOKEN_LEN) {
-    protocol_error(c, h, RP_ERR_BAD_FRAME, "Hello.resume_token is neither empty nor 32 bytes");
   } else {
     memcpy(c->client_nonce, m->client_nonce.data, RP_NONCE_LEN);
-    c->want_resume = m->resume_token.len == RP_TOKEN_LEN;
-    if (c->want_resume)
-      memcpy(c->resume_token, m->resume_token.data, RP_TOKEN_LEN);
     size_t n = 0;
     for (const char *p = m->client_name ? m->client_name : ""; *p && n < sizeof c->client_name - 1; p++)
       c->client_name[n++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
@@ -366,12 +399,23 @@ static void handle_hello(struct rps_conn *c, const struct rp_header *h, const ui
       rp_log(RP_LOG_ERROR, "getrandom failed: %s", strerror(errno));
       send_error(c, h, RP_ERR_INTERNAL, "the server could not make a nonce");
       begin_closing(c);
+    } else if (!start_frame_auth(c)) {
+      rp_log(RP_LOG_ERROR, "%s: cannot set up frame authentication (libcrypto failed)",
+             c->peer);
+      send_error(c, h, RP_ERR_INTERNAL, "the server could not set up frame authentication");
+      begin_closing(c);
     } else {
+      /* The server proves the key first: the client sends its resume token (in AUTH)
+       * only to a server that has. */
+      uint8_t server_mac[RP_MAC_LEN];
+      rp_auth_server_mac(srv->key, c->client_nonce, c->server_nonce, server_mac);
       Rampart__Challenge ch = RAMPART__CHALLENGE__INIT;
       ch.version = RP_PROTOCOL_VERSION;
       ch.server_nonce.data = c->server_nonce;
       ch.server_nonce.len = RP_NONCE_LEN;
       ch.server_name = (char *)srv->opt->name;
+      ch.server_mac.data = server_mac;
+      ch.server_mac.len = RP_MAC_LEN;
       send_msg(c, h, &ch.base);
       c->state = ST_AUTH;
     }
@@ -476,7 +520,15 @@ static void handle_auth(struct rps_conn *c, const struct rp_header *h, const uin
   uint8_t expected[RP_MAC_LEN];
   rp_auth_client_mac(srv->key, c->server_nonce, c->client_nonce, expected);
   bool ok = rp_mac_matches(expected, m->client_mac.data, m->client_mac.len);
+  size_t token_len = m->resume_token.len;
+  if (ok && token_len == RP_TOKEN_LEN)
+    memcpy(c->resume_token, m->resume_token.data, RP_TOKEN_LEN);
   rampart__auth__free_unpacked(m, NULL);
+  if (ok && token_len != 0 && token_len != RP_TOKEN_LEN) {
+    protocol_error(c, h, RP_ERR_BAD_FRAME, "Auth.resume_token is neither empty nor 32 bytes");
+    return;
+  }
+  c->want_resume = ok && token_len == RP_TOKEN_LEN;
   if (!ok) {
     srv->stats.errors_auth++;
     rp_log(RP_LOG_WARN, "%s (%s): wrong cluster key; closing", c->peer, c->client_name);
@@ -504,11 +556,7 @@ static void handle_auth(struct rps_conn *c, const struct rp_header *h, const uin
   }
   struct rps_store_stats ss;
   rps_store_get_stats(srv->store, &ss);
-  uint8_t server_mac[RP_MAC_LEN];
-  rp_auth_server_mac(srv->key, c->client_nonce, c->server_nonce, server_mac);
   Rampart__Welcome w = RAMPART__WELCOME__INIT;
-  w.server_mac.data = server_mac;
-  w.server_mac.len = RP_MAC_LEN;
   w.session_token.data = c->session->token;
   w.session_token.len = RP_TOKEN_LEN;
   w.resumed = resumed;
@@ -518,6 +566,7 @@ static void handle_auth(struct rps_conn *c, const struct rp_header *h, const uin
   w.lease_seconds = (uint32_t)srv->opt->lease_seconds;
   w.reserved_pages = rps_account_reserved(c->session->acct);
   w.pressure = rps_pressure_active(srv->pressure);
+  c->tagging_out = true; /* from the Welcome on, every frame we send is tagged */
   send_msg(c, h, &w.base);
   c->state = ST_READY;
   unauth_leave(c);
@@ -607,15 +656,17 @@ static void handle_read(struct rps_conn *c, const struct rp_header *h)
     refused(c, h, st, msg);
     return;
   }
-  uint8_t *p = out_reserve(c, RP_HEADER_SIZE + RP_PAGE_SIZE);
+  uint8_t *p = out_reserve(c, RP_HEADER_SIZE + RP_PAGE_SIZE + RP_TAG_LEN);
   if (!p)
     return;
   struct rp_header r;
   rp_header_reply(&r, h, RP_OK, RP_PAGE_SIZE);
   rp_header_encode(&r, p);
   memcpy(p + RP_HEADER_SIZE, page, RP_PAGE_SIZE);
+  /* A corrupting server (fault injection) corrupts the page it stores, not the wire:
+   * the tag covers what the server meant to send. */
   rps_fault_read_reply(c->srv, c->session->acct, h->slot, p + RP_HEADER_SIZE);
-  c->out_end += RP_HEADER_SIZE + RP_PAGE_SIZE;
+  out_commit(c, p, RP_HEADER_SIZE + RP_PAGE_SIZE);
 }
 
 static void handle_free(struct rps_conn *c, const struct rp_header *h)
@@ -683,6 +734,29 @@ static void dispatch(struct rps_conn *c, const struct rp_header *h, const uint8_
 
 /* ---- reading ---------------------------------------------------------------------- */
 
+/* A frame whose tag is wrong. On AUTH, the client's key is not ours: an untagged
+ * refusal, as for a wrong MAC. After the handshake, the frame did not come from the
+ * client at this point of the stream (injected, replayed, reordered, altered or cut):
+ * nothing after it can be trusted, and nothing it asked is done. The connection is
+ * dropped without a reply (the stream is not the client's any more); the session goes
+ * into its lease, and the client resumes it. */
+static void tag_failed(struct rps_conn *c, const struct rp_header *h)
+{
+  c->srv->stats.errors_auth++;
+  if (c->state == ST_AUTH) {
+    rp_log(RP_LOG_WARN, "%s (%s): AUTH failed its authentication tag: wrong cluster key; "
+           "closing", c->peer, c->client_name);
+    send_error(c, h, RP_ERR_AUTH, "wrong cluster key: %s", rp_status_advice(RP_ERR_AUTH));
+    begin_closing(c);
+    return;
+  }
+  rp_log(RP_LOG_WARN, "%s (%s): a %s frame (id %llu) failed its authentication tag: "
+         "injected, replayed, reordered or altered on the way; dropping the connection "
+         "(session %s stays for its lease)", c->peer, c->client_name, rp_op_name(h->op),
+         (unsigned long long)h->id, c->session ? c->session->id : "-");
+  c->dead = true;
+}
+
 /* Handles every whole frame in the input buffer, unless the replies back up. */
 static void process_input(struct rps_conn *c)
 {
@@ -704,14 +778,23 @@ static void process_input(struct rps_conn *c)
       protocol_error(c, &h, st, why);
       break;
     }
-    if (avail - RP_HEADER_SIZE < h.length) {
-      in_fit(c, RP_HEADER_SIZE + h.length); /* a handshake buffer may be too small */
+    /* From AUTH on, the client's frames carry a tag after the payload. */
+    bool tagged = c->state == ST_READY || (c->state == ST_AUTH && h.op == RP_OP_AUTH);
+    size_t total = (size_t)RP_HEADER_SIZE + h.length + (tagged ? RP_TAG_LEN : 0);
+    if (avail < total) {
+      in_fit(c, total); /* a handshake buffer may be too small */
       break;
     }
-    dispatch(c, &h, c->in + c->in_start + RP_HEADER_SIZE);
+    const uint8_t *frame = c->in + c->in_start;
+    if (tagged && !rp_frame_verify(&c->rx, frame, frame + RP_HEADER_SIZE, h.length,
+                                   frame + RP_HEADER_SIZE + h.length)) {
+      tag_failed(c, &h);
+      break;
+    }
+    dispatch(c, &h, frame + RP_HEADER_SIZE);
     if (c->state == ST_CLOSING)
       break; /* begin_closing emptied the buffer */
-    c->in_start += RP_HEADER_SIZE + h.length;
+    c->in_start += total;
     completed = true;
     if (c->state == ST_READY && c->in_cap < IN_BUF_SIZE && !in_fit(c, IN_BUF_SIZE))
       break;
@@ -774,6 +857,14 @@ static void on_readable(struct ev_loop *loop, ev_io *w, int revents)
     }
     if (n < 0 && errno != ECONNRESET)
       rp_log(RP_LOG_DEBUG, "%s: read failed: %s", c->peer, strerror(errno));
+    if (c->state == ST_AUTH && c->in_end == 0) {
+      /* A client hangs up after our challenge when our MAC did not check out: the
+       * server proves the key first, so a key mismatch shows here. */
+      c->srv->stats.errors_auth++;
+      rp_log(RP_LOG_WARN, "%s (%s): the client hung up after our challenge without "
+             "AUTH: it holds another cluster key (or none), or it is not a rampart client",
+             c->peer, c->client_name);
+    }
     c->dead = true;
     finish(c);
     return;
@@ -879,6 +970,8 @@ static void conn_free(struct rps_conn *c)
   else
     unauth_leave(c);
   rp_log(RP_LOG_DEBUG, "%s (%s): connection closed", c->peer, c->client_name);
+  rp_frame_auth_free(&c->rx);
+  rp_frame_auth_free(&c->tx);
   free(c->in);
   free(c->out);
   free(c);

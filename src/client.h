@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "auth.h"
+#include "frame_auth.h"
 #include "wire.h"
 
 struct ev_loop;
@@ -57,10 +58,14 @@ struct rp_session_info {
   bool pressure;
 };
 
-/* Connects and runs the handshake (HELLO, challenge, AUTH, mutual MAC check) with a
- * blocking socket bounded by connect_timeout_ms, then switches the socket to
- * non-blocking. Returns NULL with err filled on failure: RP_ERR_CONNECT, RP_ERR_AUTH
- * (either side's MAC is wrong), RP_ERR_VERSION, RP_ERR_TIMEOUT. */
+/* Connects and runs the handshake (HELLO; the challenge, whose MAC proves the server
+ * holds the key before anything else is sent; AUTH with the client's MAC and the resume
+ * token; Welcome) with a blocking socket bounded by connect_timeout_ms, then switches
+ * the socket to non-blocking. From AUTH on every frame either side sends is
+ * authenticated (frame_auth.h); a frame from the server whose tag fails drops the
+ * connection like any other broken frame. Returns NULL with err filled on failure:
+ * RP_ERR_CONNECT, RP_ERR_AUTH (either side's MAC or the Welcome's tag is wrong),
+ * RP_ERR_VERSION, RP_ERR_TIMEOUT. */
 struct rp_conn *rp_conn_open(const struct rp_conn_options *opts, struct rp_session_info *info,
                              struct rp_error *err);
 
@@ -102,7 +107,9 @@ struct rp_request {
   uint64_t deadline_ns;
   struct rp_request *next_in_bucket;
   struct rp_request *next_queued;
-  uint32_t sent_bytes;     /* of header + payload, for partial writes */
+  uint32_t sent_bytes;     /* of header + payload + tag, for partial writes */
+  bool tagged;             /* tag computed: its sequence number is taken */
+  uint8_t tag[RP_TAG_LEN];
 };
 
 /* Queues a hot-path request. Never blocks and never allocates. If the connection is

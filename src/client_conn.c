@@ -16,8 +16,15 @@
  *     fails the connection, since its reply could still arrive later on the stream.
  *
  * A peer that breaks the protocol in any way (unknown id, reply before the request was
- * fully sent, wrong op, bad header, undecodable push) fails the connection: every
- * request in flight completes with RP_ERR_DISCONNECTED and on_disconnect runs once.
+ * fully sent, wrong op, bad header, undecodable push, a frame whose authentication tag
+ * fails) fails the connection: every request in flight completes with
+ * RP_ERR_DISCONNECTED and on_disconnect runs once.
+ *
+ * Frame authentication (proto/frame_auth.h): from AUTH on, every frame we send carries
+ * a tag under the client-to-server key, computed when the frame is first put in a
+ * sendmsg batch (queue order is wire order, so sequence numbers match), and every frame
+ * we receive is checked under the server-to-client key before anything looks further
+ * than its header.
  */
 #include "client.h"
 
@@ -39,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "message.h"
 #include "rampart.pb-c.h"
 
@@ -49,7 +57,8 @@
 #define DEFAULT_REQUEST_TIMEOUT_MS 10000u
 
 _Static_assert((NBUCKETS & (NBUCKETS - 1)) == 0, "NBUCKETS must be a power of two");
-_Static_assert(RBUF_SIZE >= 2 * RP_MAX_CONTROL_FRAME, "read buffer must hold a frame");
+#define MAX_FRAME (RP_MAX_CONTROL_FRAME + RP_TAG_LEN)
+_Static_assert(RBUF_SIZE >= 2 * MAX_FRAME, "read buffer must hold a frame");
 
 struct rp_conn {
   int fd;
@@ -75,6 +84,7 @@ struct rp_conn {
   rp_disconnect_fn on_disconnect;
   void *cb_user;
   struct rp_error why; /* why the connection failed */
+  struct rp_frame_auth tx, rx; /* client->server and server->client tags */
   uint8_t hdrs[MAX_BATCH][RP_HEADER_SIZE];
 };
 
@@ -146,7 +156,7 @@ static uint32_t payload_len(const struct rp_request *r)
 
 static uint32_t frame_len(const struct rp_request *r)
 {
-  return RP_HEADER_SIZE + payload_len(r);
+  return RP_HEADER_SIZE + payload_len(r) + RP_TAG_LEN;
 }
 
 /* ---- in-flight table ---- */
@@ -271,6 +281,8 @@ static void conn_destroy(struct rp_conn *c)
     close(c->fd);
   if (c->private_loop)
     ev_loop_destroy(c->private_loop);
+  rp_frame_auth_free(&c->tx);
+  rp_frame_auth_free(&c->rx);
   free(c->buckets);
   free(c->rbuf);
   free(c);
@@ -294,7 +306,7 @@ static void leave(struct rp_conn *c)
 static void flush_queue(struct rp_conn *c)
 {
   while (c->connected && c->q_head) {
-    struct iovec iov[2 * MAX_BATCH];
+    struct iovec iov[3 * MAX_BATCH];
     int niov = 0;
     unsigned k = 0;
     for (struct rp_request *r = c->q_head; r && k < MAX_BATCH; r = r->next_queued, k++) {
@@ -308,6 +320,14 @@ static void flush_queue(struct rp_conn *c)
         if (r->op == RP_OP_FREE)
           h.count = r->count;
         rp_header_encode(&h, c->hdrs[k]);
+        if (!r->tagged) {
+          if (rp_frame_tag(&c->tx, c->hdrs[k], r->page, plen, r->tag) < 0) {
+            conn_fail(c, RP_ERR_INTERNAL, NULL, "cannot compute a frame's authentication "
+                      "tag (libcrypto failed)");
+            return;
+          }
+          r->tagged = true;
+        }
         iov[niov].iov_base = c->hdrs[k] + off;
         iov[niov].iov_len = RP_HEADER_SIZE - off;
         niov++;
@@ -319,7 +339,13 @@ static void flush_queue(struct rp_conn *c)
         iov[niov].iov_base = r->page + off;
         iov[niov].iov_len = plen - off;
         niov++;
+        off = 0;
+      } else {
+        off -= plen;
       }
+      iov[niov].iov_base = r->tag + off;
+      iov[niov].iov_len = RP_TAG_LEN - off;
+      niov++;
     }
     struct msghdr msg;
     memset(&msg, 0, sizeof msg);
@@ -467,10 +493,19 @@ static void parse_frames(struct rp_conn *c)
     }
     /* decode bounded length to RP_MAX_CONTROL_PAYLOAD, so this cannot overflow and the
      * frame fits in the buffer once compacted. */
-    size_t total = (size_t)RP_HEADER_SIZE + h.length;
+    size_t total = (size_t)RP_HEADER_SIZE + h.length + RP_TAG_LEN;
     if (c->rend - c->rstart < total)
       return;
-    const uint8_t *payload = c->rbuf + c->rstart + RP_HEADER_SIZE;
+    const uint8_t *frame = c->rbuf + c->rstart;
+    const uint8_t *payload = frame + RP_HEADER_SIZE;
+    if (!rp_frame_verify(&c->rx, frame, payload, h.length, payload + h.length)) {
+      rp_log(RP_LOG_WARN, "%s: a %s frame (id %" PRIu64 ") from the server failed its "
+             "authentication tag; dropping the connection", c->peer, rp_op_name(h.op), h.id);
+      conn_fail(c, RP_ERR_BAD_FRAME, NULL, "a %s frame from the server failed its "
+                "authentication tag (altered, injected or replayed on the way)",
+                rp_op_name(h.op));
+      return;
+    }
     c->rstart += total;
     handle_frame(c, &h, payload);
   }
@@ -483,7 +518,7 @@ static void on_readable(struct ev_loop *loop, ev_io *w, int revents)
   struct rp_conn *c = w->data;
   enter(c);
   for (int round = 0; round < 8 && c->connected && !c->close_pending; round++) {
-    if (c->rstart > 0 && RBUF_SIZE - c->rend < RP_MAX_CONTROL_FRAME) {
+    if (c->rstart > 0 && RBUF_SIZE - c->rend < MAX_FRAME) {
       memmove(c->rbuf, c->rbuf + c->rstart, c->rend - c->rstart);
       c->rend -= c->rstart;
       c->rstart = 0;
@@ -564,6 +599,7 @@ static void submit_any(struct rp_conn *c, struct rp_request *r)
   r->next_in_bucket = NULL;
   r->next_queued = NULL;
   r->sent_bytes = 0;
+  r->tagged = false;
   r->id = 0;
   if (!c->connected || c->close_pending) {
     msgf(r->error_message, sizeof r->error_message, "connection to %s is closed",
@@ -773,20 +809,30 @@ static int hs_recv(struct handshake *hs, uint8_t *buf, size_t len, struct rp_err
   return 0;
 }
 
-/* Sends one control request and receives its reply. On success *payload is a malloc'd
- * copy of the reply's payload (*len bytes). A server error is turned into err with the
- * server's own sentence and our advice. */
+/* Sends one control request and receives its reply. With tx, the request is tagged;
+ * with rx, a successful reply must carry a valid tag (a refusal, status not OK, comes
+ * untagged: the server refuses AUTH before it tags anything). On success *payload is a
+ * malloc'd copy of the reply's payload (*len bytes). A server error is turned into err
+ * with the server's own sentence and our advice. */
 static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
-                       const ProtobufCMessage *msg, uint8_t **payload, size_t *len,
+                       const ProtobufCMessage *msg, struct rp_frame_auth *tx,
+                       struct rp_frame_auth *rx, uint8_t **payload, size_t *len,
                        struct rp_error *err)
 {
-  uint8_t *frame = malloc(RP_MAX_CONTROL_FRAME);
+  uint8_t *frame = malloc(MAX_FRAME);
   if (!frame) {
     rp_error_set(err, RP_ERR_INTERNAL, "out of memory");
     return -1;
   }
   struct rp_header h = rp_request_header(op, id);
   size_t flen = rp_frame_build(frame, RP_MAX_CONTROL_FRAME, &h, msg);
+  if (flen != 0 && tx) {
+    if (rp_frame_tag(tx, frame, frame + RP_HEADER_SIZE, flen - RP_HEADER_SIZE,
+                     frame + flen) < 0)
+      flen = 0;
+    else
+      flen += RP_TAG_LEN;
+  }
   if (flen == 0) {
     free(frame);
     rp_error_set(err, RP_ERR_INTERNAL, "cannot build the %s frame", rp_op_name(op));
@@ -808,13 +854,22 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
                 hs->peer, why ? why : "?", rp_status_advice(RP_ERR_BAD_FRAME));
       return -1;
     }
-    uint8_t *p = malloc(rh.length ? rh.length : 1); /* length <= 64 KiB: decode checked */
+    bool tagged = rx && rh.status == RP_OK;
+    size_t plen = rh.length + (tagged ? RP_TAG_LEN : 0);
+    uint8_t *p = malloc(plen ? plen : 1); /* length <= 64 KiB: decode checked */
     if (!p) {
       rp_error_set(err, RP_ERR_INTERNAL, "out of memory");
       return -1;
     }
-    if (hs_recv(hs, p, rh.length, err) < 0) {
+    if (hs_recv(hs, p, plen, err) < 0) {
       free(p);
+      return -1;
+    }
+    if (tagged && !rp_frame_verify(rx, hb, p, rh.length, p + rh.length)) {
+      free(p);
+      rp_error_set(err, RP_ERR_AUTH, "%s answered %s with a frame whose authentication tag "
+                   "is wrong (altered on the way, or a server with another key): %s",
+                   hs->peer, rp_op_name(op), rp_status_advice(RP_ERR_AUTH));
       return -1;
     }
     if (rh.id == 0 && rh.op == RP_OP_ADVISE) { /* a push before the session exists */
@@ -933,7 +988,10 @@ static int do_connect(const struct rp_conn_options *o, struct handshake *hs,
   return 0;
 }
 
-static int handshake(const struct rp_conn_options *o, struct handshake *hs,
+/* Version 2: HELLO (no token) -> Challenge, whose MAC proves the server holds the key
+ * before we send anything else -> AUTH (tagged: our MAC and the resume token) ->
+ * Welcome (tagged). */
+static int handshake(struct rp_conn *c, const struct rp_conn_options *o, struct handshake *hs,
                      struct rp_session_info *info, struct rp_error *err)
 {
   static const struct rp_key no_key = {.len = 0};
@@ -950,13 +1008,9 @@ static int handshake(const struct rp_conn_options *o, struct handshake *hs,
   hello.client_nonce.data = client_nonce;
   hello.client_nonce.len = sizeof client_nonce;
   hello.client_name = (char *)(o->client_name ? o->client_name : "rampart");
-  if (o->resume_token) {
-    hello.resume_token.data = (uint8_t *)o->resume_token;
-    hello.resume_token.len = RP_TOKEN_LEN;
-  }
   uint8_t *p = NULL;
   size_t len = 0;
-  if (hs_exchange(hs, RP_OP_HELLO, 1, &hello.base, &p, &len, err) < 0)
+  if (hs_exchange(hs, RP_OP_HELLO, 1, &hello.base, NULL, NULL, &p, &len, err) < 0)
     return -1;
   Rampart__Challenge *ch = rampart__challenge__unpack(NULL, len, p);
   free(p);
@@ -979,31 +1033,47 @@ static int handshake(const struct rp_conn_options *o, struct handshake *hs,
   }
   uint8_t server_nonce[RP_NONCE_LEN];
   memcpy(server_nonce, ch->server_nonce.data, RP_NONCE_LEN);
+  uint8_t expect[RP_MAC_LEN];
+  rp_auth_server_mac(key, client_nonce, server_nonce, expect);
+  bool server_proved = rp_mac_matches(expect, ch->server_mac.data, ch->server_mac.len);
   rampart__challenge__free_unpacked(ch, NULL);
+  if (!server_proved) {
+    /* Nothing more goes to it: no MAC of ours, and above all no resume token. */
+    rp_error_set(err, RP_ERR_AUTH, "wrong cluster key: %s could not prove it holds ours "
+              "(%s); nothing was sent to it: %s", hs->peer,
+              key->len ? "it was started with another key, or with none, or it is not "
+                         "the server it claims to be"
+                       : "it expects a key and this client has none",
+              rp_status_advice(RP_ERR_AUTH));
+    return -1;
+  }
+  struct rp_session_keys keys;
+  rp_session_keys_derive(key, client_nonce, server_nonce, &keys);
+  int rc = rp_frame_auth_init(&c->tx, keys.client_to_server) |
+           rp_frame_auth_init(&c->rx, keys.server_to_client);
+  rp_session_keys_wipe(&keys);
+  if (rc != 0) {
+    rp_error_set(err, RP_ERR_INTERNAL, "cannot set up frame authentication (libcrypto "
+                 "failed)");
+    return -1;
+  }
 
   uint8_t mac[RP_MAC_LEN];
   rp_auth_client_mac(key, server_nonce, client_nonce, mac);
   Rampart__Auth auth = RAMPART__AUTH__INIT;
   auth.client_mac.data = mac;
   auth.client_mac.len = sizeof mac;
-  if (hs_exchange(hs, RP_OP_AUTH, 2, &auth.base, &p, &len, err) < 0)
+  if (o->resume_token) {
+    auth.resume_token.data = (uint8_t *)o->resume_token;
+    auth.resume_token.len = RP_TOKEN_LEN;
+  }
+  if (hs_exchange(hs, RP_OP_AUTH, 2, &auth.base, &c->tx, &c->rx, &p, &len, err) < 0)
     return -1;
   Rampart__Welcome *wel = rampart__welcome__unpack(NULL, len, p);
   free(p);
   if (!wel) {
     rp_error_set(err, RP_ERR_BAD_FRAME, "%s sent a Welcome that does not decode: %s", hs->peer,
               rp_status_advice(RP_ERR_BAD_FRAME));
-    return -1;
-  }
-  uint8_t expect[RP_MAC_LEN];
-  rp_auth_server_mac(key, client_nonce, server_nonce, expect);
-  if (!rp_mac_matches(expect, wel->server_mac.data, wel->server_mac.len)) {
-    rp_error_set(err, RP_ERR_AUTH, "%s accepted us but could not prove it holds the cluster key "
-              "(%s): %s", hs->peer,
-              key->len ? "it was started with another key, or with none"
-                       : "it expects a key and this client has none",
-              rp_status_advice(RP_ERR_AUTH));
-    rampart__welcome__free_unpacked(wel, NULL);
     return -1;
   }
   if (wel->session_token.len != RP_TOKEN_LEN || wel->page_size != RP_PAGE_SIZE) {
@@ -1075,7 +1145,7 @@ struct rp_conn *rp_conn_open(const struct rp_conn_options *opts, struct rp_sessi
     return NULL;
   }
   c->fd = hs.fd;
-  if (handshake(opts, &hs, info, err) < 0) {
+  if (handshake(c, opts, &hs, info, err) < 0) {
     conn_destroy(c);
     return NULL;
   }

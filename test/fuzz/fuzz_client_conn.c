@@ -4,9 +4,14 @@
  * rp_conn_open. The first input byte picks the mode: odd, the input is the whole stream
  * from the start (challenge, Welcome, refusals, garbage: the handshake must refuse what
  * is wrong, with a message, and never hang past its timeout); even, the thread first
- * answers the handshake correctly (the challenge, then a Welcome with the right MAC under
- * the test key), and the input is what the server sends after it: replies to the reads,
- * writes and frees the client has in flight, unsolicited ADVISEs, and garbage.
+ * answers the handshake correctly (a challenge with the right MAC under the test key,
+ * then a tagged Welcome), and the input is what the server sends after it: replies to the
+ * reads, writes and frees the client has in flight, unsolicited ADVISEs, and garbage. The
+ * thread cuts it into frames at the lengths their headers claim and appends each whole
+ * frame's valid tag (proto/frame_auth.h), so the fuzzer reaches past the tag check. With
+ * bit 1 of the first byte also set (tamper mode), the next three bytes name one byte of
+ * that tagged stream (16-bit position) and a value XORed into it: the tag check itself
+ * is fuzzed.
  *
  * Properties: rp_conn_open fails with a message or succeeds; after it succeeds, every
  * request completes exactly once (the callbacks count) with a status, and a READ that
@@ -26,6 +31,7 @@
 
 #include "auth.h"
 #include "client.h"
+#include "frame_auth.h"
 #include "log.h"
 #include "message.h"
 #include "wire.h"
@@ -43,6 +49,10 @@ struct fake_server {
   const uint8_t *stream;
   size_t len;
   bool login;
+  bool tamper;
+  size_t tamper_pos;
+  uint8_t tamper_xor;
+  struct rp_frame_auth rx, tx;
 };
 
 static void quiet_sink(enum rp_log_level level, const char *line)
@@ -62,14 +72,23 @@ static bool read_exact(int fd, uint8_t *buf, size_t n)
   return true;
 }
 
-/* One whole client frame; false at EOF or on a frame the client should never send. */
-static bool read_frame(int fd, uint8_t *buf, size_t cap, struct rp_header *h)
+/* One whole client frame (with rx: and its tag, which must verify); false at EOF or
+ * on a frame the client should never send. */
+static bool read_frame(int fd, uint8_t *buf, size_t cap, struct rp_header *h,
+                       struct rp_frame_auth *rx)
 {
   if (!read_exact(fd, buf, RP_HEADER_SIZE))
     return false;
   if (rp_header_decode(buf, RP_FROM_CLIENT, h, NULL) != RP_OK)
     abort(); /* the client broke its own protocol */
-  return RP_HEADER_SIZE + h->length <= cap && read_exact(fd, buf + RP_HEADER_SIZE, h->length);
+  size_t tag = rx ? RP_TAG_LEN : 0;
+  if (RP_HEADER_SIZE + h->length + tag > cap ||
+      !read_exact(fd, buf + RP_HEADER_SIZE, h->length + tag))
+    return false;
+  if (rx && !rp_frame_verify(rx, buf, buf + RP_HEADER_SIZE, h->length,
+                             buf + RP_HEADER_SIZE + h->length))
+    abort(); /* the client tagged its AUTH wrongly */
+  return true;
 }
 
 static void write_all(int fd, const uint8_t *buf, size_t n)
@@ -82,12 +101,12 @@ static void write_all(int fd, const uint8_t *buf, size_t n)
   }
 }
 
-/* Answers HELLO and AUTH as an honest server with the test key. */
-static bool answer_handshake(int fd)
+/* Answers HELLO and AUTH as an honest server with the test key; keys fs->rx, fs->tx. */
+static bool answer_handshake(int fd, struct fake_server *fs)
 {
-  static uint8_t buf[RP_MAX_CONTROL_FRAME];
+  static uint8_t buf[RP_MAX_CONTROL_FRAME + RP_TAG_LEN];
   struct rp_header h, r;
-  if (!read_frame(fd, buf, sizeof buf, &h) || h.op != RP_OP_HELLO)
+  if (!read_frame(fd, buf, sizeof buf, &h, NULL) || h.op != RP_OP_HELLO)
     return false;
   Rampart__Hello *hello = rampart__hello__unpack(NULL, h.length, buf + RP_HEADER_SIZE);
   if (!hello || hello->client_nonce.len != RP_NONCE_LEN)
@@ -97,25 +116,58 @@ static bool answer_handshake(int fd)
   rampart__hello__free_unpacked(hello, NULL);
   memset(sn, 7, sizeof sn);
   memset(token, 9, sizeof token);
+  rp_auth_server_mac(&key, cn, sn, mac);
   Rampart__Challenge ch = RAMPART__CHALLENGE__INIT;
   ch.version = RP_PROTOCOL_VERSION;
   ch.server_nonce = (ProtobufCBinaryData){ RP_NONCE_LEN, sn };
   ch.server_name = "fuzz";
+  ch.server_mac = (ProtobufCBinaryData){ RP_MAC_LEN, mac };
   rp_header_reply(&r, &h, RP_OK, 0);
   write_all(fd, buf, rp_frame_build(buf, sizeof buf, &r, &ch.base));
-  if (!read_frame(fd, buf, sizeof buf, &h) || h.op != RP_OP_AUTH)
+  struct rp_session_keys keys;
+  rp_session_keys_derive(&key, cn, sn, &keys);
+  if (rp_frame_auth_init(&fs->rx, keys.client_to_server) < 0 ||
+      rp_frame_auth_init(&fs->tx, keys.server_to_client) < 0)
+    abort();
+  if (!read_frame(fd, buf, sizeof buf, &h, &fs->rx) || h.op != RP_OP_AUTH)
     return false;
-  rp_auth_server_mac(&key, cn, sn, mac);
   Rampart__Welcome w = RAMPART__WELCOME__INIT;
-  w.server_mac = (ProtobufCBinaryData){ RP_MAC_LEN, mac };
   w.session_token = (ProtobufCBinaryData){ RP_TOKEN_LEN, token };
   w.page_size = RP_PAGE_SIZE;
   w.capacity_pages = 1024;
   w.free_pages = 1024;
   w.lease_seconds = 60;
   rp_header_reply(&r, &h, RP_OK, 0);
-  write_all(fd, buf, rp_frame_build(buf, sizeof buf, &r, &w.base));
+  size_t n = rp_frame_build(buf, sizeof buf - RP_TAG_LEN, &r, &w.base);
+  if (rp_frame_tag(&fs->tx, buf, buf + RP_HEADER_SIZE, n - RP_HEADER_SIZE, buf + n) < 0)
+    abort();
+  write_all(fd, buf, n + RP_TAG_LEN);
   return true;
+}
+
+/* The input as an honest server would send it: whole frames (at the lengths their
+ * headers claim) each followed by its tag; what does not form one goes as it is. */
+static size_t tag_stream(struct fake_server *fs, uint8_t *out)
+{
+  const uint8_t *in = fs->stream;
+  size_t len = fs->len, o = 0, i = 0;
+  while (len - i >= RP_HEADER_SIZE) {
+    struct rp_header h;
+    if (rp_header_decode(in + i, RP_FROM_SERVER, &h, NULL) != RP_OK ||
+        len - i - RP_HEADER_SIZE < h.length)
+      break;
+    size_t n = RP_HEADER_SIZE + h.length;
+    memcpy(out + o, in + i, n);
+    if (rp_frame_tag(&fs->tx, out + o, out + o + RP_HEADER_SIZE, h.length, out + o + n) < 0)
+      abort();
+    o += n + RP_TAG_LEN;
+    i += n;
+  }
+  memcpy(out + o, in + i, len - i);
+  o += len - i;
+  if (fs->tamper && o > 0)
+    out[fs->tamper_pos % o] ^= fs->tamper_xor;
+  return o;
 }
 
 static void *fake_server_main(void *arg)
@@ -124,8 +176,14 @@ static void *fake_server_main(void *arg)
   int fd = accept(listen_fd, NULL, NULL);
   if (fd < 0)
     return NULL;
-  if (!fs->login || answer_handshake(fd))
+  if (!fs->login) {
     write_all(fd, fs->stream, fs->len);
+  } else if (answer_handshake(fd, fs)) {
+    static uint8_t tagged[128 * 1024 + 48 * 1024];
+    write_all(fd, tagged, tag_stream(fs, tagged));
+  }
+  rp_frame_auth_free(&fs->rx);
+  rp_frame_auth_free(&fs->tx);
   shutdown(fd, SHUT_WR);
   uint8_t sink[65536];
   while (read(fd, sink, sizeof sink) > 0) {
@@ -156,6 +214,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   if (size < 1 || size > 128 * 1024)
     return 0;
   struct fake_server fs = { .stream = data + 1, .len = size - 1, .login = !(data[0] & 1) };
+  if (fs.login && (data[0] & 2) && fs.len >= 3) {
+    fs.tamper = true;
+    fs.tamper_pos = (size_t)data[1] | (size_t)data[2] << 8;
+    fs.tamper_xor = data[3] ? data[3] : 0x80;
+    fs.stream += 3;
+    fs.len -= 3;
+  }
   pthread_t th;
   if (pthread_create(&th, NULL, fake_server_main, &fs) != 0)
     abort();
@@ -217,22 +282,36 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   snprintf(port, sizeof port, "%u", ntohs(a.sin_port));
   const char *dir = getenv("RAMPART_FUZZ_SEED_DIR");
   if (dir && *dir) {
-    /* A logged-in stream: an ADVISE, then an empty reply to id 1 (a good guess at the
-     * first request's id), then garbage. */
-    static uint8_t seed[256];
+    /* A logged-in stream: a page for READ id 1, an empty reply to WRITE id 2, then
+     * garbage; and the same in tamper mode with a byte of the page flipped. */
+    static uint8_t seed[8192];
     size_t n = 0;
     seed[n++] = 0;
-    struct rp_header req = rp_request_header(RP_OP_PING, 1), r;
+    struct rp_header req = rp_request_header(RP_OP_READ, 1), r;
+    rp_header_reply(&r, &req, RP_OK, RP_PAGE_SIZE);
+    rp_header_encode(&r, seed + n);
+    n += RP_HEADER_SIZE;
+    memset(seed + n, 0x3c, RP_PAGE_SIZE);
+    n += RP_PAGE_SIZE;
+    req = rp_request_header(RP_OP_WRITE, 2);
     rp_header_reply(&r, &req, RP_OK, 0);
     rp_header_encode(&r, seed + n);
     n += RP_HEADER_SIZE;
     memcpy(seed + n, "garbage", 7);
     n += 7;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/session", dir);
-    FILE *f = fopen(path, "w");
-    if (f) {
-      fwrite(seed, 1, n, f);
+    for (int tampered = 0; tampered < 2; tampered++) {
+      char path[4096];
+      snprintf(path, sizeof path, "%s/%s", dir, tampered ? "session-tampered" : "session");
+      FILE *f = fopen(path, "w");
+      if (!f)
+        continue;
+      if (tampered) {
+        static const uint8_t mode[4] = { 2, 100, 0, 0x40 }; /* flip a bit of the page */
+        fwrite(mode, 1, sizeof mode, f);
+        fwrite(seed + 1, 1, n - 1, f);
+      } else {
+        fwrite(seed, 1, n, f);
+      }
       fclose(f);
     }
   }

@@ -63,7 +63,7 @@ static void unpack_payload(const struct rp_header *h, enum rp_peer from, const u
   if (d == &rampart__hello__descriptor) {
     Rampart__Hello *x = rampart__hello__unpack(NULL, len, p);
     if (x) {
-      volatile size_t touch = x->client_nonce.len + x->resume_token.len +
+      volatile size_t touch = x->client_nonce.len +
                               (x->client_name ? strlen(x->client_name) : 0);
       (void)touch;
       repack(&x->base);
@@ -208,21 +208,21 @@ static void write_seeds(const char *dir)
   hello.client_nonce = (ProtobufCBinaryData){ RP_NONCE_LEN, nonce };
   hello.client_name = "seed-client";
   seed_message(dir, "hello", rp_request_header(RP_OP_HELLO, 1), &hello.base);
-  hello.resume_token = (ProtobufCBinaryData){ RP_TOKEN_LEN, token };
-  seed_message(dir, "hello-resume", rp_request_header(RP_OP_HELLO, 1), &hello.base);
 
   Rampart__Challenge ch = RAMPART__CHALLENGE__INIT;
   ch.version = RP_PROTOCOL_VERSION;
   ch.server_nonce = (ProtobufCBinaryData){ RP_NONCE_LEN, nonce };
   ch.server_name = "seed-server";
+  ch.server_mac = (ProtobufCBinaryData){ RP_MAC_LEN, mac };
   seed_message(dir, "challenge", reply(RP_OP_HELLO, 1), &ch.base);
 
   Rampart__Auth auth = RAMPART__AUTH__INIT;
   auth.client_mac = (ProtobufCBinaryData){ RP_MAC_LEN, mac };
   seed_message(dir, "auth", rp_request_header(RP_OP_AUTH, 2), &auth.base);
+  auth.resume_token = (ProtobufCBinaryData){ RP_TOKEN_LEN, token };
+  seed_message(dir, "auth-resume", rp_request_header(RP_OP_AUTH, 2), &auth.base);
 
   Rampart__Welcome w = RAMPART__WELCOME__INIT;
-  w.server_mac = (ProtobufCBinaryData){ RP_MAC_LEN, mac };
   w.session_token = (ProtobufCBinaryData){ RP_TOKEN_LEN, token };
   w.page_size = RP_PAGE_SIZE;
   w.capacity_pages = 16384;

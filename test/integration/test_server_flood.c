@@ -36,6 +36,7 @@
 #include "client.h"
 #include "message.h"
 #include "page_io.h"
+#include "frame_auth.h"
 #include "server_process.h"
 
 #define FLOOD_IDLE    1000
@@ -345,29 +346,65 @@ static void recv_all(int fd, void *buf, size_t len)
   }
 }
 
+/* A raw protocol-v2 connection: the socket and, once AUTH is sent, each direction's
+ * frame authentication (inactive before). */
+struct raw_conn {
+  int fd;
+  struct rp_frame_auth tx, rx;
+};
+
+/* Sends one frame (header + payload), tagged once tx is keyed. */
+static void raw_send(struct raw_conn *rc, const uint8_t *frame, size_t n)
+{
+  send_all(rc->fd, frame, n);
+  if (rp_frame_auth_active(&rc->tx)) {
+    uint8_t tag[RP_TAG_LEN];
+    assert_int_equal(rp_frame_tag(&rc->tx, frame, frame + RP_HEADER_SIZE,
+                                  n - RP_HEADER_SIZE, tag), 0);
+    send_all(rc->fd, tag, sizeof tag);
+  }
+}
+
+/* Receives one frame into hb/payload (payload_cap bytes), checking its tag once rx is
+ * keyed; returns the payload length. */
+static size_t raw_recv(struct raw_conn *rc, struct rp_header *h, uint8_t hb[RP_HEADER_SIZE],
+                       uint8_t *payload, size_t payload_cap)
+{
+  recv_all(rc->fd, hb, RP_HEADER_SIZE);
+  assert_int_equal(rp_header_decode(hb, RP_FROM_SERVER, h, NULL), RP_OK);
+  assert_true(h->length <= payload_cap);
+  recv_all(rc->fd, payload, h->length);
+  if (rp_frame_auth_active(&rc->rx)) {
+    uint8_t tag[RP_TAG_LEN];
+    recv_all(rc->fd, tag, sizeof tag);
+    assert_true(rp_frame_verify(&rc->rx, hb, payload, h->length, tag));
+  }
+  return h->length;
+}
+
 /* Sends one control request and returns its reply's payload (caller frees). */
-static uint8_t *exchange(int fd, enum rp_op op, uint64_t id, const ProtobufCMessage *msg,
-                         struct rp_header *reply)
+static uint8_t *exchange(struct raw_conn *rc, enum rp_op op, uint64_t id,
+                         const ProtobufCMessage *msg, struct rp_header *reply)
 {
   uint8_t frame[RP_MAX_CONTROL_FRAME];
   struct rp_header h = rp_request_header(op, id);
   size_t n = rp_frame_build(frame, sizeof frame, &h, msg);
   assert_true(n > 0);
-  send_all(fd, frame, n);
+  raw_send(rc, frame, n);
   uint8_t hb[RP_HEADER_SIZE];
-  recv_all(fd, hb, sizeof hb);
-  assert_int_equal(rp_header_decode(hb, RP_FROM_SERVER, reply, NULL), RP_OK);
-  uint8_t *p = malloc(reply->length + 1);
-  recv_all(fd, p, reply->length);
+  uint8_t *p = malloc(RP_MAX_CONTROL_FRAME);
+  assert_non_null(p);
+  raw_recv(rc, reply, hb, p, RP_MAX_CONTROL_FRAME);
   assert_int_equal(reply->status, RP_OK);
   return p;
 }
 
-/* A raw socket logged in with the key, holding one page at slot 0. */
-static int raw_login(const struct fixture *f)
+/* A raw connection logged in with the key (protocol v2: the server proves the key in
+ * its Challenge, every frame from AUTH on is tagged), holding one page at slot 0. */
+static struct raw_conn raw_login(const struct fixture *f)
 {
-  int fd = connect_from(f, "127.0.0.1");
-  assert_true(fd >= 0);
+  struct raw_conn rc = {.fd = connect_from(f, "127.0.0.1")};
+  assert_true(rc.fd >= 0);
   uint8_t cn[RP_NONCE_LEN];
   rp_random_bytes(cn, sizeof cn);
   Rampart__Hello hello = RAMPART__HELLO__INIT;
@@ -377,31 +414,45 @@ static int raw_login(const struct fixture *f)
   hello.client_nonce.len = sizeof cn;
   hello.client_name = "burst";
   struct rp_header rh;
-  uint8_t *p = exchange(fd, RP_OP_HELLO, 1, &hello.base, &rh);
+  uint8_t *p = exchange(&rc, RP_OP_HELLO, 1, &hello.base, &rh);
   Rampart__Challenge *ch = rampart__challenge__unpack(NULL, rh.length, p);
   assert_non_null(ch);
   assert_int_equal(ch->server_nonce.len, RP_NONCE_LEN);
+  uint8_t sn[RP_NONCE_LEN];
+  memcpy(sn, ch->server_nonce.data, sizeof sn);
   uint8_t mac[RP_MAC_LEN];
-  rp_auth_client_mac(&f->key, ch->server_nonce.data, cn, mac);
+  rp_auth_client_mac(&f->key, sn, cn, mac);
   rampart__challenge__free_unpacked(ch, NULL);
   free(p);
+  struct rp_session_keys keys;
+  rp_session_keys_derive(&f->key, cn, sn, &keys);
+  assert_int_equal(rp_frame_auth_init(&rc.tx, keys.client_to_server), 0);
+  assert_int_equal(rp_frame_auth_init(&rc.rx, keys.server_to_client), 0);
+  rp_session_keys_wipe(&keys);
   Rampart__Auth auth = RAMPART__AUTH__INIT;
   auth.client_mac.data = mac;
   auth.client_mac.len = sizeof mac;
-  free(exchange(fd, RP_OP_AUTH, 2, &auth.base, &rh));
+  free(exchange(&rc, RP_OP_AUTH, 2, &auth.base, &rh));
   Rampart__Reserve res = RAMPART__RESERVE__INIT;
   res.pages = 1;
-  free(exchange(fd, RP_OP_RESERVE, 3, &res.base, &rh));
+  free(exchange(&rc, RP_OP_RESERVE, 3, &res.base, &rh));
   uint8_t frame[RP_HEADER_SIZE + RP_PAGE_SIZE];
   struct rp_header w = rp_request_header(RP_OP_WRITE, 4);
   w.length = RP_PAGE_SIZE;
   rp_header_encode(&w, frame);
   rp_test_fill_page(frame + RP_HEADER_SIZE, 5, 0);
-  send_all(fd, frame, sizeof frame);
-  recv_all(fd, frame, RP_HEADER_SIZE);
-  assert_int_equal(rp_header_decode(frame, RP_FROM_SERVER, &rh, NULL), RP_OK);
+  raw_send(&rc, frame, sizeof frame);
+  uint8_t hb[RP_HEADER_SIZE];
+  raw_recv(&rc, &rh, hb, frame, sizeof frame);
   assert_int_equal(rh.status, RP_OK);
-  return fd;
+  return rc;
+}
+
+static void raw_close(struct raw_conn *rc)
+{
+  close(rc->fd);
+  rp_frame_auth_free(&rc->tx);
+  rp_frame_auth_free(&rc->rx);
 }
 
 /* The server's resident memory in KiB (VmRSS). */
@@ -436,30 +487,32 @@ static bool log_mentions(const struct fixture *f, const char *needle)
 static void test_reply_buffer_shrinks_after_burst(void **state)
 {
   struct fixture *f = *state;
-  int fd = raw_login(f);
+  struct raw_conn rc = raw_login(f);
   long before = server_rss_kib(f);
 
   /* 3000 READs sent at once while we read none of the 12 MiB of replies: the server
    * queues them until its reply buffer passes its high-water mark. */
-  static uint8_t reqs[BURST_READS * RP_HEADER_SIZE];
+  static uint8_t reqs[BURST_READS * (RP_HEADER_SIZE + RP_TAG_LEN)];
   for (uint32_t i = 0; i < BURST_READS; i++) {
+    uint8_t *at = reqs + (size_t)i * (RP_HEADER_SIZE + RP_TAG_LEN);
     struct rp_header h = rp_request_header(RP_OP_READ, 100 + i);
-    rp_header_encode(&h, reqs + (size_t)i * RP_HEADER_SIZE);
+    rp_header_encode(&h, at);
+    assert_int_equal(rp_frame_tag(&rc.tx, at, NULL, 0, at + RP_HEADER_SIZE), 0);
   }
-  send_all(fd, reqs, sizeof reqs);
+  send_all(rc.fd, reqs, sizeof reqs);
   sleep_ms(1000);
   long peak = server_rss_kib(f);
 
-  static uint8_t reply[RP_HEADER_SIZE + RP_PAGE_SIZE];
+  static uint8_t reply[RP_PAGE_SIZE];
+  uint8_t hb[RP_HEADER_SIZE];
   uint8_t expect[RP_PAGE_SIZE];
   rp_test_fill_page(expect, 5, 0);
   for (uint32_t i = 0; i < BURST_READS; i++) {
-    recv_all(fd, reply, sizeof reply);
     struct rp_header h;
-    assert_int_equal(rp_header_decode(reply, RP_FROM_SERVER, &h, NULL), RP_OK);
+    assert_int_equal(raw_recv(&rc, &h, hb, reply, sizeof reply), RP_PAGE_SIZE);
     assert_int_equal(h.status, RP_OK);
     assert_int_equal(h.id, 100 + i);
-    assert_memory_equal(reply + RP_HEADER_SIZE, expect, RP_PAGE_SIZE);
+    assert_memory_equal(reply, expect, RP_PAGE_SIZE);
   }
   long after = -1;
   bool logged = false;
@@ -471,7 +524,7 @@ static void test_reply_buffer_shrinks_after_burst(void **state)
   fprintf(stderr, "server RSS: %ld KiB before the burst, %ld KiB with replies queued, %ld "
           "KiB after they were read; shrink logged: %s\n", before, peak, after,
           logged ? "yes" : "no");
-  close(fd);
+  raw_close(&rc);
   assert_true(logged);
   assert_true(peak - before >= 6 * 1024); /* the burst did fill the buffer */
   /* The allocator is only predictable without the sanitizer's quarantine. */

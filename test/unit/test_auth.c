@@ -15,8 +15,15 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "frame_auth.h"
 
-#define KNOWN_CLIENT_MAC "582afd9c32c8b989a070e8846535dcccb2cffb574461fb278de19de9dd195588"
+#define KNOWN_CLIENT_MAC "9024e24cdc2c4ce19d45113eee4d1ab1d2175af64ad09c296442380c11998169"
+/* HMAC-SHA256("0123456789abcdef", "rampart-v2 key c->s" || 32x01 || 32x00) and the
+ * AES-256-GMAC under it of header 00..1f and 100 bytes 0x5a at sequence number 5,
+ * computed independently with Python (hmac, and cryptography's AESGCM with the frame as
+ * associated data and no plaintext). */
+#define KNOWN_C2S_KEY "f838e613a42f9a7d2f46271fc2f2b90c874c8117719f664729143dad03d40b28"
+#define KNOWN_TAG "b96d593e4bc94b8d523ce2a581b21f68"
 
 struct fixture {
   char dir[64];
@@ -156,7 +163,7 @@ static void test_mac_depends_on_key(void **state)
 static void test_known_answer(void **state)
 {
   (void)state;
-  /* HMAC-SHA256(key="0123456789abcdef", "rampart-v1 client" || 32x00 || 32x01),
+  /* HMAC-SHA256(key="0123456789abcdef", "rampart-v2 client" || 32x00 || 32x01),
    * computed independently with `openssl dgst -hmac`. Pins the construction so a change to
    * the label or nonce order (a protocol break) cannot slip in unnoticed. */
   struct rp_key k = make_key("0123456789abcdef");
@@ -382,6 +389,265 @@ static void test_random_bytes(void **state)
   assert_int_equal(rp_random_bytes(a, 0), 0);
 }
 
+/* ---- session keys and per-frame tags (frame_auth.h) ---- */
+
+static void hexof(const uint8_t *b, size_t n, char *out)
+{
+  for (size_t i = 0; i < n; i++)
+    snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+static void test_session_keys_known_answer(void **state)
+{
+  (void)state;
+  struct rp_key k = make_key("0123456789abcdef");
+  uint8_t cn[RP_NONCE_LEN], sn[RP_NONCE_LEN];
+  memset(cn, 1, sizeof cn);
+  memset(sn, 0, sizeof sn);
+  struct rp_session_keys keys;
+  rp_session_keys_derive(&k, cn, sn, &keys);
+  char hex[2 * RP_SESSION_KEY_LEN + 1];
+  hexof(keys.client_to_server, RP_SESSION_KEY_LEN, hex);
+  assert_string_equal(hex, KNOWN_C2S_KEY);
+
+  struct rp_frame_auth fa = {0};
+  assert_int_equal(rp_frame_auth_init(&fa, keys.client_to_server), 0);
+  uint8_t hdr[RP_HEADER_SIZE], payload[100], tag[RP_TAG_LEN];
+  for (unsigned i = 0; i < RP_HEADER_SIZE; i++)
+    hdr[i] = (uint8_t)i;
+  memset(payload, 0x5a, sizeof payload);
+  fa.seq = 5;
+  assert_int_equal(rp_frame_tag(&fa, hdr, payload, sizeof payload, tag), 0);
+  assert_int_equal(fa.seq, 6);
+  char thex[2 * RP_TAG_LEN + 1];
+  hexof(tag, RP_TAG_LEN, thex);
+  assert_string_equal(thex, KNOWN_TAG);
+  rp_frame_auth_free(&fa);
+  rp_session_keys_wipe(&keys);
+}
+
+static void test_session_keys_differ_by_direction_and_connection(void **state)
+{
+  (void)state;
+  struct rp_key k = make_key("0123456789abcdef0123456789abcdef");
+  uint8_t cn[RP_NONCE_LEN], sn[RP_NONCE_LEN];
+  nonces(cn, sn);
+  struct rp_session_keys a, b;
+  rp_session_keys_derive(&k, cn, sn, &a);
+  assert_memory_not_equal(a.client_to_server, a.server_to_client, RP_SESSION_KEY_LEN);
+  rp_session_keys_derive(&k, cn, sn, &b);
+  assert_memory_equal(&a, &b, sizeof a);
+  /* another connection (either nonce fresh) or another key: other keys */
+  cn[0] ^= 1;
+  rp_session_keys_derive(&k, cn, sn, &b);
+  assert_memory_not_equal(a.client_to_server, b.client_to_server, RP_SESSION_KEY_LEN);
+  assert_memory_not_equal(a.server_to_client, b.server_to_client, RP_SESSION_KEY_LEN);
+  cn[0] ^= 1;
+  sn[31] ^= 0x80;
+  rp_session_keys_derive(&k, cn, sn, &b);
+  assert_memory_not_equal(a.client_to_server, b.client_to_server, RP_SESSION_KEY_LEN);
+  sn[31] ^= 0x80;
+  struct rp_key k2 = make_key("0123456789abcdef0123456789abcdeF");
+  rp_session_keys_derive(&k2, cn, sn, &b);
+  assert_memory_not_equal(a.client_to_server, b.client_to_server, RP_SESSION_KEY_LEN);
+  /* the session keys are not the handshake MACs */
+  uint8_t m[RP_MAC_LEN];
+  rp_auth_client_mac(&k, sn, cn, m);
+  assert_memory_not_equal(m, a.client_to_server, RP_MAC_LEN);
+  rp_auth_server_mac(&k, cn, sn, m);
+  assert_memory_not_equal(m, a.server_to_client, RP_MAC_LEN);
+}
+
+/* A sender and a receiver of one direction, both at sequence number 0. */
+struct tag_pair {
+  struct rp_session_keys keys;
+  struct rp_frame_auth tx, rx;
+};
+
+static void pair_init(struct tag_pair *p)
+{
+  struct rp_key k = make_key("0123456789abcdef0123456789abcdef");
+  uint8_t cn[RP_NONCE_LEN], sn[RP_NONCE_LEN];
+  nonces(cn, sn);
+  memset(p, 0, sizeof *p);
+  rp_session_keys_derive(&k, cn, sn, &p->keys);
+  assert_int_equal(rp_frame_auth_init(&p->tx, p->keys.client_to_server), 0);
+  assert_int_equal(rp_frame_auth_init(&p->rx, p->keys.client_to_server), 0);
+}
+
+static void pair_free(struct tag_pair *p)
+{
+  rp_frame_auth_free(&p->tx);
+  rp_frame_auth_free(&p->rx);
+}
+
+static void make_frame(uint8_t hdr[RP_HEADER_SIZE], uint8_t page[RP_PAGE_SIZE], uint64_t slot)
+{
+  struct rp_header h;
+  memset(&h, 0, sizeof h);
+  h.magic = RP_FRAME_MAGIC;
+  h.op = RP_OP_WRITE;
+  h.length = RP_PAGE_SIZE;
+  h.id = 7 + slot;
+  h.slot = slot;
+  rp_header_encode(&h, hdr);
+  for (unsigned i = 0; i < RP_PAGE_SIZE; i++)
+    page[i] = (uint8_t)(i * 31 + slot);
+}
+
+static void test_tag_round_trip_in_sequence(void **state)
+{
+  (void)state;
+  struct tag_pair p;
+  pair_init(&p);
+  uint8_t hdr[RP_HEADER_SIZE], page[RP_PAGE_SIZE], tag[RP_TAG_LEN];
+  for (uint64_t i = 0; i < 100; i++) {
+    make_frame(hdr, page, i);
+    size_t len = i % 3 == 0 ? 0 : RP_PAGE_SIZE; /* header-only frames too */
+    assert_int_equal(rp_frame_tag(&p.tx, hdr, len ? page : NULL, len, tag), 0);
+    assert_true(rp_frame_verify(&p.rx, hdr, len ? page : NULL, len, tag));
+  }
+  assert_int_equal(p.tx.seq, 100);
+  assert_int_equal(p.rx.seq, 100);
+  pair_free(&p);
+}
+
+/* Every single flipped bit of the header, of the tag, and bits all over the page. */
+static void test_tag_flipped_bit_fails(void **state)
+{
+  (void)state;
+  uint8_t hdr[RP_HEADER_SIZE], page[RP_PAGE_SIZE], tag[RP_TAG_LEN];
+  make_frame(hdr, page, 3);
+  struct tag_pair p;
+  pair_init(&p);
+  assert_int_equal(rp_frame_tag(&p.tx, hdr, page, RP_PAGE_SIZE, tag), 0);
+  pair_free(&p);
+  unsigned failed = 0, tried = 0;
+  for (unsigned part = 0; part < 3; part++) {
+    size_t bits = part == 0 ? RP_HEADER_SIZE * 8 : part == 1 ? RP_PAGE_SIZE * 8 : RP_TAG_LEN * 8;
+    size_t step = part == 1 ? 61 : 1; /* a prime stride over the page's 32768 bits */
+    for (size_t bit = 0; bit < bits; bit += step) {
+      uint8_t *b = part == 0 ? hdr : part == 1 ? page : tag;
+      b[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+      pair_init(&p);
+      tried++;
+      failed += !rp_frame_verify(&p.rx, hdr, page, RP_PAGE_SIZE, tag);
+      pair_free(&p);
+      b[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    }
+  }
+  assert_int_equal(failed, tried);
+  /* and unflipped it passes */
+  pair_init(&p);
+  assert_true(rp_frame_verify(&p.rx, hdr, page, RP_PAGE_SIZE, tag));
+  pair_free(&p);
+}
+
+static void test_tag_truncated_or_extended_fails(void **state)
+{
+  (void)state;
+  uint8_t hdr[RP_HEADER_SIZE], page[RP_PAGE_SIZE], tag[RP_TAG_LEN];
+  make_frame(hdr, page, 1);
+  struct tag_pair p;
+  pair_init(&p);
+  assert_int_equal(rp_frame_tag(&p.tx, hdr, page, 100, tag), 0);
+  assert_false(rp_frame_verify(&p.rx, hdr, page, 99, tag));
+  pair_free(&p);
+  pair_init(&p);
+  assert_false(rp_frame_verify(&p.rx, hdr, page, 101, tag));
+  pair_free(&p);
+  pair_init(&p);
+  assert_false(rp_frame_verify(&p.rx, hdr, NULL, 0, tag));
+  pair_free(&p);
+}
+
+/* A recorded frame sent again later (or frames swapped) fails: the sequence number is
+ * part of the nonce. */
+static void test_tag_replayed_or_reordered_fails(void **state)
+{
+  (void)state;
+  struct tag_pair p;
+  pair_init(&p);
+  uint8_t h0[RP_HEADER_SIZE], p0[RP_PAGE_SIZE], t0[RP_TAG_LEN];
+  uint8_t h1[RP_HEADER_SIZE], p1[RP_PAGE_SIZE], t1[RP_TAG_LEN];
+  make_frame(h0, p0, 0);
+  make_frame(h1, p1, 1);
+  assert_int_equal(rp_frame_tag(&p.tx, h0, p0, RP_PAGE_SIZE, t0), 0);
+  assert_int_equal(rp_frame_tag(&p.tx, h1, p1, RP_PAGE_SIZE, t1), 0);
+  /* reordered: frame 1 arrives first */
+  assert_false(rp_frame_verify(&p.rx, h1, p1, RP_PAGE_SIZE, t1));
+  pair_free(&p);
+
+  pair_init(&p);
+  assert_int_equal(rp_frame_tag(&p.tx, h0, p0, RP_PAGE_SIZE, t0), 0);
+  assert_true(rp_frame_verify(&p.rx, h0, p0, RP_PAGE_SIZE, t0));
+  /* replayed at sequence number 1, 2, ... 50 */
+  for (int i = 0; i < 50; i++)
+    assert_false(rp_frame_verify(&p.rx, h0, p0, RP_PAGE_SIZE, t0));
+  pair_free(&p);
+}
+
+/* A frame one direction sent cannot be reflected back in the other, and a frame of one
+ * connection is not valid on another. */
+static void test_tag_bound_to_direction_and_connection(void **state)
+{
+  (void)state;
+  struct tag_pair p;
+  pair_init(&p);
+  uint8_t hdr[RP_HEADER_SIZE], page[RP_PAGE_SIZE], tag[RP_TAG_LEN];
+  make_frame(hdr, page, 2);
+  assert_int_equal(rp_frame_tag(&p.tx, hdr, page, RP_PAGE_SIZE, tag), 0);
+  struct rp_frame_auth other = {0};
+  assert_int_equal(rp_frame_auth_init(&other, p.keys.server_to_client), 0);
+  assert_false(rp_frame_verify(&other, hdr, page, RP_PAGE_SIZE, tag));
+  rp_frame_auth_free(&other);
+
+  struct rp_key k = make_key("0123456789abcdef0123456789abcdef");
+  uint8_t cn[RP_NONCE_LEN], sn[RP_NONCE_LEN];
+  nonces(cn, sn);
+  sn[5] ^= 4; /* the server's next connection */
+  struct rp_session_keys next;
+  rp_session_keys_derive(&k, cn, sn, &next);
+  assert_int_equal(rp_frame_auth_init(&other, next.client_to_server), 0);
+  assert_false(rp_frame_verify(&other, hdr, page, RP_PAGE_SIZE, tag));
+  rp_frame_auth_free(&other);
+  pair_free(&p);
+}
+
+/* A frame in one buffer (one AAD pass) and the same frame in two: the same tag. */
+static void test_tag_same_contiguous_or_split(void **state)
+{
+  (void)state;
+  static uint8_t one[RP_HEADER_SIZE + RP_PAGE_SIZE];
+  uint8_t hdr[RP_HEADER_SIZE], page[RP_PAGE_SIZE], t1[RP_TAG_LEN], t2[RP_TAG_LEN];
+  make_frame(hdr, page, 9);
+  memcpy(one, hdr, RP_HEADER_SIZE);
+  memcpy(one + RP_HEADER_SIZE, page, RP_PAGE_SIZE);
+  for (size_t len = 0; len <= RP_PAGE_SIZE; len += RP_PAGE_SIZE / 4 + 1) {
+    struct tag_pair p;
+    pair_init(&p);
+    assert_int_equal(rp_frame_tag(&p.tx, one, one + RP_HEADER_SIZE, len, t1), 0);
+    assert_true(rp_frame_verify(&p.rx, hdr, page, len, t1));
+    pair_free(&p);
+    pair_init(&p);
+    assert_int_equal(rp_frame_tag(&p.tx, hdr, page, len, t2), 0);
+    assert_memory_equal(t1, t2, RP_TAG_LEN);
+    assert_true(rp_frame_verify(&p.rx, one, one + RP_HEADER_SIZE, len, t2));
+    pair_free(&p);
+  }
+}
+
+static void test_tag_without_context_fails_closed(void **state)
+{
+  (void)state;
+  struct rp_frame_auth none = {0};
+  uint8_t hdr[RP_HEADER_SIZE] = {0}, tag[RP_TAG_LEN] = {0};
+  assert_false(rp_frame_auth_active(&none));
+  assert_int_equal(rp_frame_tag(&none, hdr, NULL, 0, tag), -1);
+  assert_false(rp_frame_verify(&none, hdr, NULL, 0, tag));
+  rp_frame_auth_free(&none); /* harmless */
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -405,6 +671,15 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_keygen, setup_dir, teardown_dir),
     cmocka_unit_test(test_keygen_bad_directory),
     cmocka_unit_test(test_random_bytes),
+    cmocka_unit_test(test_session_keys_known_answer),
+    cmocka_unit_test(test_session_keys_differ_by_direction_and_connection),
+    cmocka_unit_test(test_tag_round_trip_in_sequence),
+    cmocka_unit_test(test_tag_flipped_bit_fails),
+    cmocka_unit_test(test_tag_truncated_or_extended_fails),
+    cmocka_unit_test(test_tag_replayed_or_reordered_fails),
+    cmocka_unit_test(test_tag_bound_to_direction_and_connection),
+    cmocka_unit_test(test_tag_same_contiguous_or_split),
+    cmocka_unit_test(test_tag_without_context_fails_closed),
   };
   return cmocka_run_group_tests_name("auth", tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
-/* librampart against a fake server in a thread that lies: a Welcome whose MAC proves
+/* librampart against a fake server in a thread that lies: a Challenge whose MAC proves
  * nothing, replies to ids never sent, wrong ops, wrong lengths, 4 GiB headers, bad
- * pushes. Every lie must fail the connection cleanly (RP_ERR_AUTH at the handshake,
+ * pushes, a reply whose authentication tag is wrong. The fake server holds the key (but
+ * for BAD_SERVER_MAC) and tags its frames, so its lies reach the checks behind the tag. Every lie must fail the connection cleanly (RP_ERR_AUTH at the handshake,
  * otherwise every request RP_ERR_DISCONNECTED and on_disconnect once with
  * RP_ERR_BAD_FRAME), never crash or hand back wrong bytes; honest but awkward
  * behaviour (a reply dribbled one byte at a time, an undecodable Error) must work. */
@@ -22,11 +23,12 @@
 
 #include "auth.h"
 #include "client.h"
+#include "frame_auth.h"
 #include "message.h"
 
 enum scenario {
   HONEST_DRIBBLE,   /* READ reply sent one byte per write */
-  BAD_SERVER_MAC,   /* Welcome with a MAC made without the key */
+  BAD_SERVER_MAC,   /* Challenge with a MAC made without the key */
   SHORT_NONCE,      /* Challenge with a 5-byte nonce */
   UNKNOWN_ID,       /* reply to an id that was never sent */
   WRONG_OP,         /* WRITE reply to a READ */
@@ -35,6 +37,7 @@ enum scenario {
   BAD_PUSH,         /* id 0 frame that is not an ADVISE */
   JUNK_ERROR,       /* error status with an undecodable Error payload: request fails, conn lives */
   GARBAGE,          /* random bytes */
+  BAD_TAG,          /* an honest READ reply whose tag has one bit flipped */
 };
 
 struct fake {
@@ -75,14 +78,27 @@ static void write_full(int fd, const void *buf, size_t len)
 }
 
 /* Reads one client frame; payload into buf (<= cap). */
-static int read_frame(int fd, struct rp_header *h, uint8_t *buf, size_t cap)
+/* One client frame into buf (payload only); with rx, its tag is read and checked. */
+static int read_frame(int fd, struct rp_header *h, uint8_t *buf, size_t cap,
+                      struct rp_frame_auth *rx)
 {
-  uint8_t hb[RP_HEADER_SIZE];
+  uint8_t hb[RP_HEADER_SIZE], tag[RP_TAG_LEN];
   if (read_full(fd, hb, sizeof hb) < 0)
     return -1;
   if (rp_header_decode(hb, RP_FROM_CLIENT, h, NULL) != RP_OK || h->length > cap)
     return -1;
-  return read_full(fd, buf, h->length);
+  if (read_full(fd, buf, h->length) < 0)
+    return -1;
+  if (rx && (read_full(fd, tag, sizeof tag) < 0 || !rp_frame_verify(rx, hb, buf, h->length, tag)))
+    return -1;
+  return 0;
+}
+
+/* Tags the frame of n bytes at out (room for the tag after it); returns its new size. */
+static size_t tag_frame(struct rp_frame_auth *tx, uint8_t *out, size_t n)
+{
+  assert_int_equal(rp_frame_tag(tx, out, out + RP_HEADER_SIZE, n - RP_HEADER_SIZE, out + n), 0);
+  return n + RP_TAG_LEN;
 }
 
 static void *fake_main(void *arg)
@@ -95,8 +111,9 @@ static void *fake_main(void *arg)
   static uint8_t out[RP_MAX_CONTROL_FRAME + RP_PAGE_SIZE];
   struct rp_header h, r;
   uint8_t cnonce[RP_NONCE_LEN], snonce[RP_NONCE_LEN];
+  struct rp_frame_auth rx = {0}, tx = {0};
 
-  if (read_frame(fd, &h, buf, sizeof buf) < 0 || h.op != RP_OP_HELLO)
+  if (read_frame(fd, &h, buf, sizeof buf, NULL) < 0 || h.op != RP_OP_HELLO)
     goto out;
   Rampart__Hello *hello = rampart__hello__unpack(NULL, h.length, buf);
   if (!hello || hello->client_nonce.len != RP_NONCE_LEN)
@@ -104,37 +121,41 @@ static void *fake_main(void *arg)
   memcpy(cnonce, hello->client_nonce.data, RP_NONCE_LEN);
   rampart__hello__free_unpacked(hello, NULL);
   rp_random_bytes(snonce, sizeof snonce);
+  uint8_t mac[RP_MAC_LEN], token[RP_TOKEN_LEN];
+  if (f->scenario == BAD_SERVER_MAC) {
+    struct rp_key none = {.len = 0};
+    rp_auth_server_mac(&none, cnonce, snonce, mac); /* "proves" without knowing the key */
+  } else {
+    rp_auth_server_mac(&f->key, cnonce, snonce, mac);
+  }
   Rampart__Challenge ch = RAMPART__CHALLENGE__INIT;
   ch.version = RP_PROTOCOL_VERSION;
   ch.server_nonce.data = snonce;
   ch.server_nonce.len = f->scenario == SHORT_NONCE ? 5 : RP_NONCE_LEN;
   ch.server_name = "liar";
+  ch.server_mac.data = mac;
+  ch.server_mac.len = sizeof mac;
   rp_header_reply(&r, &h, RP_OK, 0);
   write_full(fd, out, rp_frame_build(out, sizeof out, &r, &ch.base));
 
-  if (read_frame(fd, &h, buf, sizeof buf) < 0 || h.op != RP_OP_AUTH)
+  struct rp_session_keys keys;
+  rp_session_keys_derive(&f->key, cnonce, snonce, &keys);
+  assert_int_equal(rp_frame_auth_init(&rx, keys.client_to_server), 0);
+  assert_int_equal(rp_frame_auth_init(&tx, keys.server_to_client), 0);
+  if (read_frame(fd, &h, buf, sizeof buf, &rx) < 0 || h.op != RP_OP_AUTH)
     goto out;
-  uint8_t mac[RP_MAC_LEN], token[RP_TOKEN_LEN];
-  if (f->scenario == BAD_SERVER_MAC) {
-    struct rp_key none = {.len = 0};
-    rp_auth_server_mac(&none, cnonce, snonce, mac); /* "accepts" without knowing the key */
-  } else {
-    rp_auth_server_mac(&f->key, cnonce, snonce, mac);
-  }
   rp_random_bytes(token, sizeof token);
   Rampart__Welcome w = RAMPART__WELCOME__INIT;
-  w.server_mac.data = mac;
-  w.server_mac.len = sizeof mac;
   w.session_token.data = token;
   w.session_token.len = sizeof token;
   w.page_size = RP_PAGE_SIZE;
   w.capacity_pages = w.free_pages = 100;
   w.lease_seconds = 60;
   rp_header_reply(&r, &h, RP_OK, 0);
-  write_full(fd, out, rp_frame_build(out, sizeof out, &r, &w.base));
+  write_full(fd, out, tag_frame(&tx, out, rp_frame_build(out, sizeof out, &r, &w.base)));
 
   /* The test's one READ (or the client closing). */
-  if (read_frame(fd, &h, buf, sizeof buf) < 0)
+  if (read_frame(fd, &h, buf, sizeof buf, &rx) < 0)
     goto out;
   size_t n = 0;
   switch (f->scenario) {
@@ -143,20 +164,29 @@ static void *fake_main(void *arg)
     rp_header_encode(&r, out);
     for (size_t i = 0; i < RP_PAGE_SIZE; i++)
       out[RP_HEADER_SIZE + i] = (uint8_t)(i * 7 + h.slot);
-    for (size_t i = 0; i < RP_HEADER_SIZE + RP_PAGE_SIZE; i++)
+    n = tag_frame(&tx, out, RP_HEADER_SIZE + RP_PAGE_SIZE);
+    for (size_t i = 0; i < n; i++)
       write_full(fd, out + i, 1);
+    n = 0;
+    break;
+  case BAD_TAG:
+    rp_header_reply(&r, &h, RP_OK, RP_PAGE_SIZE);
+    rp_header_encode(&r, out);
+    memset(out + RP_HEADER_SIZE, 0x11, RP_PAGE_SIZE);
+    n = tag_frame(&tx, out, RP_HEADER_SIZE + RP_PAGE_SIZE);
+    out[n - 1] ^= 1;
     break;
   case UNKNOWN_ID:
     rp_header_reply(&r, &h, RP_OK, RP_PAGE_SIZE);
     r.id += 1000;
     rp_header_encode(&r, out);
-    n = RP_HEADER_SIZE + RP_PAGE_SIZE;
+    n = tag_frame(&tx, out, RP_HEADER_SIZE + RP_PAGE_SIZE);
     break;
   case WRONG_OP:
     rp_header_reply(&r, &h, RP_OK, 0);
     r.op = RP_OP_WRITE;
     rp_header_encode(&r, out);
-    n = RP_HEADER_SIZE;
+    n = tag_frame(&tx, out, RP_HEADER_SIZE);
     break;
   case SHORT_PAGE:
     rp_header_reply(&r, &h, RP_OK, 100);
@@ -172,13 +202,13 @@ static void *fake_main(void *arg)
     rp_header_reply(&r, &h, RP_OK, RP_PAGE_SIZE);
     r.id = 0;
     rp_header_encode(&r, out);
-    n = RP_HEADER_SIZE + RP_PAGE_SIZE;
+    n = tag_frame(&tx, out, RP_HEADER_SIZE + RP_PAGE_SIZE);
     break;
   case JUNK_ERROR:
     rp_header_reply(&r, &h, RP_ERR_NOT_FOUND, 7);
     rp_header_encode(&r, out);
     memcpy(out + RP_HEADER_SIZE, "\xff\xff\xff\xff\xff\xff\xff", 7);
-    n = RP_HEADER_SIZE + 7;
+    n = tag_frame(&tx, out, RP_HEADER_SIZE + 7);
     break;
   case GARBAGE:
     rp_random_bytes(out, 2000);
@@ -194,6 +224,8 @@ static void *fake_main(void *arg)
   while (read(fd, buf, sizeof buf) > 0) {
   }
 out:
+  rp_frame_auth_free(&rx);
+  rp_frame_auth_free(&tx);
   close(fd);
   return NULL;
 }
@@ -360,6 +392,11 @@ static void test_garbage(void **state)
   expect_protocol_failure(GARBAGE);
 }
 
+static void test_bad_tag(void **state)
+{
+  expect_protocol_failure(BAD_TAG);
+}
+
 static void test_undecodable_error_payload(void **state)
 {
   struct watch w;
@@ -382,6 +419,7 @@ int main(void)
       cmocka_unit_test(test_huge_length),
       cmocka_unit_test(test_bad_push),
       cmocka_unit_test(test_garbage),
+    cmocka_unit_test(test_bad_tag),
       cmocka_unit_test(test_undecodable_error_payload),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

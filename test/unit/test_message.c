@@ -54,8 +54,6 @@ static void test_hello_roundtrip(void **state)
   hello.client_nonce.data = nonce;
   hello.client_nonce.len = sizeof nonce;
   hello.client_name = "test-client";
-  hello.resume_token.data = token;
-  hello.resume_token.len = sizeof token;
 
   struct rp_header req = rp_request_header(RP_OP_HELLO, 1);
   req.length = 12345; /* ignored: rp_frame_build sets it */
@@ -73,20 +71,33 @@ static void test_hello_roundtrip(void **state)
   assert_int_equal(got->client_nonce.len, RP_NONCE_LEN);
   assert_memory_equal(got->client_nonce.data, nonce, RP_NONCE_LEN);
   assert_string_equal(got->client_name, "test-client");
-  assert_int_equal(got->resume_token.len, RP_TOKEN_LEN);
-  assert_memory_equal(got->resume_token.data, token, RP_TOKEN_LEN);
   rampart__hello__free_unpacked(got, NULL);
+
+  /* Version 2: the token rides in AUTH, after the server proved the key. */
+  uint8_t mac[RP_MAC_LEN];
+  memset(mac, 0x77, sizeof mac);
+  Rampart__Auth auth = RAMPART__AUTH__INIT;
+  auth.client_mac.data = mac;
+  auth.client_mac.len = sizeof mac;
+  auth.resume_token.data = token;
+  auth.resume_token.len = sizeof token;
+  req = rp_request_header(RP_OP_AUTH, 2);
+  n = rp_frame_build(frame, sizeof frame, &req, &auth.base);
+  len = decode_ok(n, RP_FROM_CLIENT, &h);
+  Rampart__Auth *a = rampart__auth__unpack(NULL, len, frame + RP_HEADER_SIZE);
+  assert_non_null(a);
+  assert_memory_equal(a->client_mac.data, mac, RP_MAC_LEN);
+  assert_int_equal(a->resume_token.len, RP_TOKEN_LEN);
+  assert_memory_equal(a->resume_token.data, token, RP_TOKEN_LEN);
+  rampart__auth__free_unpacked(a, NULL);
 }
 
 static void test_welcome_roundtrip(void **state)
 {
   (void)state;
-  uint8_t mac[RP_MAC_LEN], token[RP_TOKEN_LEN];
-  memset(mac, 0x5a, sizeof mac);
+  uint8_t token[RP_TOKEN_LEN];
   memset(token, 0x33, sizeof token);
   Rampart__Welcome w = RAMPART__WELCOME__INIT;
-  w.server_mac.data = mac;
-  w.server_mac.len = sizeof mac;
   w.session_token.data = token;
   w.session_token.len = sizeof token;
   w.resumed = true;
@@ -108,7 +119,6 @@ static void test_welcome_roundtrip(void **state)
 
   Rampart__Welcome *got = rampart__welcome__unpack(NULL, len, frame + RP_HEADER_SIZE);
   assert_non_null(got);
-  assert_memory_equal(got->server_mac.data, mac, RP_MAC_LEN);
   assert_memory_equal(got->session_token.data, token, RP_TOKEN_LEN);
   assert_true(got->resumed);
   assert_int_equal(got->page_size, RP_PAGE_SIZE);
