@@ -1,10 +1,10 @@
 /* Per-frame AES-256-GMAC with implicit sequence numbers (see frame_auth.h), on OpenSSL
  * libcrypto's EVP AES-GCM: with no plaintext, GCM is GMAC (NIST SP 800-38D). */
 #include "frame_auth.h"
+#include "hmac_sha256.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <string.h>
 
 #define GCM_IV_LEN 12
@@ -16,13 +16,10 @@ static void derive_one(const struct rp_key *key, const char *label,
                        const uint8_t cn[RP_NONCE_LEN], const uint8_t sn[RP_NONCE_LEN],
                        uint8_t out[RP_SESSION_KEY_LEN])
 {
-  uint8_t msg[sizeof KEY_C2S_LABEL + 2 * RP_NONCE_LEN];
-  size_t label_len = strlen(label);
-  memcpy(msg, label, label_len);
-  memcpy(msg + label_len, cn, RP_NONCE_LEN);
-  memcpy(msg + label_len + RP_NONCE_LEN, sn, RP_NONCE_LEN);
-  unsigned int len = RP_SESSION_KEY_LEN;
-  HMAC(EVP_sha256(), key->bytes, (int)key->len, msg, label_len + 2 * RP_NONCE_LEN, out, &len);
+  _Static_assert(RP_SESSION_KEY_LEN == RP_HMAC_SHA256_LEN, "a session key is one HMAC");
+  const uint8_t *parts[] = {(const uint8_t *)label, cn, sn};
+  const size_t lens[] = {strlen(label), RP_NONCE_LEN, RP_NONCE_LEN};
+  rp_hmac_sha256(key->bytes, key->len, parts, lens, 3, out);
 }
 
 void rp_session_keys_derive(const struct rp_key *key, const uint8_t client_nonce[RP_NONCE_LEN],
@@ -41,7 +38,14 @@ void rp_session_keys_wipe(struct rp_session_keys *keys)
 
 int rp_frame_auth_init(struct rp_frame_auth *fa, const uint8_t key[RP_SESSION_KEY_LEN])
 {
-  rp_frame_auth_free(fa);
+  if (fa->ctx) { /* a context kept from an earlier connection: new key, no allocation */
+    fa->keyed = false;
+    fa->seq = 0;
+    if (EVP_EncryptInit_ex(fa->ctx, NULL, NULL, key, NULL) != 1)
+      return -1;
+    fa->keyed = true;
+    return 0;
+  }
   EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
   if (!ctx)
     return -1;
@@ -52,7 +56,17 @@ int rp_frame_auth_init(struct rp_frame_auth *fa, const uint8_t key[RP_SESSION_KE
   }
   fa->ctx = ctx;
   fa->seq = 0;
+  fa->keyed = true;
   return 0;
+}
+
+void rp_frame_auth_forget(struct rp_frame_auth *fa)
+{
+  static const uint8_t zero_key[RP_SESSION_KEY_LEN];
+  if (fa->ctx && fa->keyed)
+    EVP_EncryptInit_ex(fa->ctx, NULL, NULL, zero_key, NULL); /* overwrites the schedule */
+  fa->keyed = false;
+  fa->seq = 0;
 }
 
 void rp_frame_auth_free(struct rp_frame_auth *fa)
@@ -60,13 +74,14 @@ void rp_frame_auth_free(struct rp_frame_auth *fa)
   if (fa->ctx)
     EVP_CIPHER_CTX_free(fa->ctx);
   fa->ctx = NULL;
+  fa->keyed = false;
   fa->seq = 0;
 }
 
 static int compute(struct rp_frame_auth *fa, const uint8_t *header, const uint8_t *payload,
                    size_t payload_len, uint8_t tag[RP_TAG_LEN])
 {
-  EVP_CIPHER_CTX *ctx = fa->ctx;
+  EVP_CIPHER_CTX *ctx = fa->keyed ? fa->ctx : NULL;
   uint8_t iv[GCM_IV_LEN] = {0};
   uint64_t seq = fa->seq++;
   for (int i = 0; i < 8; i++)

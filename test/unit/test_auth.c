@@ -14,8 +14,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include "auth.h"
 #include "frame_auth.h"
+#include "hmac_sha256.h"
 
 #define KNOWN_CLIENT_MAC "9024e24cdc2c4ce19d45113eee4d1ab1d2175af64ad09c296442380c11998169"
 /* HMAC-SHA256("0123456789abcdef", "rampart-v2 key c->s" || 32x01 || 32x00) and the
@@ -175,6 +179,70 @@ static void test_known_answer(void **state)
   for (unsigned i = 0; i < RP_MAC_LEN; i++)
     snprintf(hex + 2 * i, 3, "%02x", m[i]);
   assert_string_equal(hex, KNOWN_CLIENT_MAC);
+}
+
+static void hexof(const uint8_t *b, size_t n, char *out)
+{
+  for (size_t i = 0; i < n; i++)
+    snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+/* RFC 4231 section 4: test cases 1, 2, 6 (a key longer than a block) and 7. */
+static void test_hmac_sha256_rfc4231(void **state)
+{
+  (void)state;
+  static const struct {
+    const char *key_hex, *data, *mac_hex;
+  } cases[] = {
+    {"0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b", "Hi There",
+     "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"},
+    {"4a656665", "what do ya want for nothing?",
+     "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"},
+    {NULL, "Test Using Larger Than Block-Size Key - Hash Key First",
+     "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"},
+    {NULL, "This is a test using a larger than block-size key and a larger than block-size "
+           "data. The key needs to be hashed before being used by the HMAC algorithm.",
+     "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    uint8_t key[131];
+    size_t key_len = sizeof key; /* cases 6 and 7: 131 bytes of 0xaa */
+    memset(key, 0xaa, sizeof key);
+    if (cases[c].key_hex) {
+      key_len = strlen(cases[c].key_hex) / 2;
+      for (size_t i = 0; i < key_len; i++)
+        sscanf(cases[c].key_hex + 2 * i, "%2hhx", &key[i]);
+    }
+    /* the message in two parts, to check that parts are concatenated */
+    size_t n = strlen(cases[c].data), half = n / 2;
+    const uint8_t *parts[] = {(const uint8_t *)cases[c].data,
+                              (const uint8_t *)cases[c].data + half};
+    const size_t lens[] = {half, n - half};
+    uint8_t mac[RP_HMAC_SHA256_LEN];
+    rp_hmac_sha256(key, key_len, parts, lens, 2, mac);
+    char hex[2 * RP_HMAC_SHA256_LEN + 1];
+    hexof(mac, sizeof mac, hex);
+    assert_string_equal(hex, cases[c].mac_hex);
+  }
+}
+
+/* The same as libcrypto's HMAC() for random keys (empty, short, a block, longer) and
+ * messages. */
+static void test_hmac_sha256_matches_libcrypto(void **state)
+{
+  (void)state;
+  for (unsigned t = 0; t < 200; t++) {
+    uint8_t key[150], msg[300], a[32], b[32];
+    size_t key_len = (size_t)(t * 7) % sizeof key, msg_len = (size_t)(t * 13) % sizeof msg;
+    assert_int_equal(rp_random_bytes(key, sizeof key), 0);
+    assert_int_equal(rp_random_bytes(msg, sizeof msg), 0);
+    const uint8_t *parts[] = {msg};
+    const size_t lens[] = {msg_len};
+    rp_hmac_sha256(key, key_len, parts, lens, 1, a);
+    unsigned int len = sizeof b;
+    assert_non_null(HMAC(EVP_sha256(), key, (int)key_len, msg, msg_len, b, &len));
+    assert_memory_equal(a, b, sizeof a);
+  }
 }
 
 static void test_mac_length_checked(void **state)
@@ -391,11 +459,6 @@ static void test_random_bytes(void **state)
 
 /* ---- session keys and per-frame tags (frame_auth.h) ---- */
 
-static void hexof(const uint8_t *b, size_t n, char *out)
-{
-  for (size_t i = 0; i < n; i++)
-    snprintf(out + 2 * i, 3, "%02x", b[i]);
-}
 
 static void test_session_keys_known_answer(void **state)
 {
@@ -656,6 +719,8 @@ int main(void)
     cmocka_unit_test(test_mac_depends_on_both_nonces),
     cmocka_unit_test(test_mac_depends_on_key),
     cmocka_unit_test(test_known_answer),
+    cmocka_unit_test(test_hmac_sha256_rfc4231),
+    cmocka_unit_test(test_hmac_sha256_matches_libcrypto),
     cmocka_unit_test(test_mac_length_checked),
     cmocka_unit_test_setup_teardown(test_load_missing_file, setup_dir, teardown_dir),
     cmocka_unit_test_setup_teardown(test_load_too_short, setup_dir, teardown_dir),
