@@ -51,16 +51,22 @@ void rp_session_keys_wipe(struct rp_session_keys *keys);
  * sequence number of the next frame. Zero-initialised means "not keyed". */
 struct rp_frame_auth {
   void *ctx; /* EVP_CIPHER_CTX */
+  bool keyed;
   uint64_t seq;
 };
 
-/* Keys fa with one direction's key; seq starts at 0. 0, or -1 when libcrypto fails. */
+/* Keys fa with one direction's key; seq starts at 0. A context kept by
+ * rp_frame_auth_forget is keyed again without allocating. 0, or -1 when libcrypto
+ * fails. */
 int rp_frame_auth_init(struct rp_frame_auth *fa, const uint8_t key[RP_SESSION_KEY_LEN]);
+/* Unkeys fa (the key schedule overwritten) but keeps its context for the next
+ * rp_frame_auth_init: a connection's memory reused for the next connection. */
+void rp_frame_auth_forget(struct rp_frame_auth *fa);
 /* Frees the context (safe on a zeroed or already freed one). */
 void rp_frame_auth_free(struct rp_frame_auth *fa);
 static inline bool rp_frame_auth_active(const struct rp_frame_auth *fa)
 {
-  return fa->ctx != NULL;
+  return fa->keyed;
 }
 
 /* The tag of the next frame sent (header, then payload_len bytes of payload; payload

@@ -15,6 +15,7 @@
 #define RAMPART_CLIENT_H
 
 #include <stdbool.h>
+#include <sys/socket.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,7 +45,25 @@ struct rp_conn_options {
   const uint8_t *resume_token;     /* RP_TOKEN_LEN bytes to resume a session, or NULL */
   uint32_t connect_timeout_ms;     /* 0: 5000; covers connect + handshake */
   uint32_t request_timeout_ms;     /* 0: 10000; a request not answered by then fails */
+  /* Optional: the server's address resolved already (then host/port only name it in
+   * messages), and a pool to take the connection's memory from. With both, opening a
+   * connection allocates nothing, which a pager reconnecting inside a memory shortage
+   * needs. */
+  const struct sockaddr *addr;
+  socklen_t addr_len;
+  struct rp_conn_pool *pool;
 };
+
+/* Memory for n connections, allocated now: each a connection with its buffers and
+ * cipher contexts. A connection opened with the pool takes a free entry (or, when none
+ * is free, heap memory as without one) and gives it back when closed. Thread-safe.
+ * NULL when out of memory. */
+struct rp_conn_pool;
+struct rp_conn_pool *rp_conn_pool_new(unsigned n);
+/* Bytes the pool holds (libcrypto's two cipher contexts per entry not included). */
+size_t rp_conn_pool_bytes(const struct rp_conn_pool *pool);
+/* Frees the pool; every connection opened from it must be closed first. */
+void rp_conn_pool_free(struct rp_conn_pool *pool);
 
 /* What the server said in its Welcome. */
 struct rp_session_info {
@@ -134,7 +153,12 @@ void rp_conn_set_callbacks(struct rp_conn *conn, rp_advise_fn on_advise,
                            rp_disconnect_fn on_disconnect, void *user);
 
 bool rp_conn_is_connected(const struct rp_conn *conn);
-const char *rp_conn_peer(const struct rp_conn *conn); /* "host:port" */
+const char *rp_conn_peer(const struct rp_conn *conn);
+
+/* The address the connection reached (getpeername): a caller that reconnects later can
+ * pass it as rp_conn_options.addr and skip resolving the name again. 0, or -1. */
+int rp_conn_peer_address(const struct rp_conn *conn, struct sockaddr_storage *addr,
+                         socklen_t *addr_len); /* "host:port" */
 
 /* ---- Blocking helpers (rampartctl, tests, engine start-up). Each runs the attached
  * loop (or a private one if none is attached) until its request completes. They must

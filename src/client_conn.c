@@ -37,6 +37,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,7 +86,19 @@ struct rp_conn {
   void *cb_user;
   struct rp_error why; /* why the connection failed */
   struct rp_frame_auth tx, rx; /* client->server and server->client tags */
+  struct rp_conn_pool *pool;   /* the pool this connection's memory belongs to, or NULL */
   uint8_t hdrs[MAX_BATCH][RP_HEADER_SIZE];
+};
+
+/* Memory for connections, made once (see client.h): each entry is a whole connection
+ * with its bucket array and receive buffer, and keeps its frame-authentication cipher
+ * contexts between uses, so a connection opened from the pool allocates nothing. */
+struct rp_conn_pool {
+  unsigned n;
+  struct pool_entry {
+    _Atomic bool taken;
+    struct rp_conn *conn;
+  } entries[];
 };
 
 /* A request made by the blocking helpers. Control ops (RESERVE, STAT, GOODBYE) are
@@ -271,6 +284,68 @@ static void conn_fail(struct rp_conn *c, uint16_t code, struct rp_request *timed
   }
 }
 
+/* A connection's memory, ready for a connection: from the pool when it has a free entry,
+ * else from the heap. */
+static struct rp_conn *conn_take(struct rp_conn_pool *pool)
+{
+  if (pool) {
+    for (unsigned i = 0; i < pool->n; i++) {
+      bool expected = false;
+      if (atomic_compare_exchange_strong(&pool->entries[i].taken, &expected, true))
+        return pool->entries[i].conn;
+    }
+  }
+  struct rp_conn *c = calloc(1, sizeof *c);
+  if (!c)
+    return NULL;
+  c->buckets = calloc(NBUCKETS, sizeof *c->buckets);
+  c->rbuf = malloc(RBUF_SIZE);
+  if (!c->buckets || !c->rbuf) {
+    free(c->buckets);
+    free(c->rbuf);
+    free(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* Back to the pool (its buffers and cipher contexts kept, the keys overwritten), or
+ * freed if it came from the heap. */
+static void conn_give_back(struct rp_conn *c)
+{
+  struct rp_conn_pool *pool = c->pool;
+  if (pool) {
+    for (unsigned i = 0; i < pool->n; i++)
+      if (pool->entries[i].conn == c) {
+        rp_frame_auth_forget(&c->tx);
+        rp_frame_auth_forget(&c->rx);
+        atomic_store(&pool->entries[i].taken, false);
+        return;
+      }
+  }
+  rp_frame_auth_free(&c->tx);
+  rp_frame_auth_free(&c->rx);
+  free(c->buckets);
+  free(c->rbuf);
+  free(c);
+}
+
+/* Every field as a new connection has it, keeping the memory it owns. */
+static void conn_reset(struct rp_conn *c, struct rp_conn_pool *pool)
+{
+  struct rp_request **buckets = c->buckets;
+  uint8_t *rbuf = c->rbuf;
+  struct rp_frame_auth tx = c->tx, rx = c->rx;
+  memset(c, 0, offsetof(struct rp_conn, hdrs));
+  memset(buckets, 0, NBUCKETS * sizeof *buckets);
+  c->buckets = buckets;
+  c->rbuf = rbuf;
+  c->tx = tx;
+  c->rx = rx;
+  c->pool = pool;
+  c->fd = -1;
+}
+
 static void conn_destroy(struct rp_conn *c)
 {
   c->depth++; /* a nested rp_conn_close from a callback must not free twice */
@@ -281,11 +356,45 @@ static void conn_destroy(struct rp_conn *c)
     close(c->fd);
   if (c->private_loop)
     ev_loop_destroy(c->private_loop);
-  rp_frame_auth_free(&c->tx);
-  rp_frame_auth_free(&c->rx);
-  free(c->buckets);
-  free(c->rbuf);
-  free(c);
+  conn_give_back(c);
+}
+
+struct rp_conn_pool *rp_conn_pool_new(unsigned n)
+{
+  struct rp_conn_pool *pool = calloc(1, sizeof *pool + n * sizeof pool->entries[0]);
+  if (!pool)
+    return NULL;
+  for (unsigned i = 0; i < n; i++) {
+    struct rp_conn *c = conn_take(NULL);
+    if (!c) {
+      rp_conn_pool_free(pool);
+      return NULL;
+    }
+    c->pool = pool;
+    pool->entries[i].conn = c;
+    pool->n = i + 1;
+  }
+  return pool;
+}
+
+size_t rp_conn_pool_bytes(const struct rp_conn_pool *pool)
+{
+  if (!pool)
+    return 0;
+  return sizeof *pool + pool->n * (sizeof pool->entries[0] + sizeof(struct rp_conn) +
+                                   NBUCKETS * sizeof(struct rp_request *) + RBUF_SIZE);
+}
+
+void rp_conn_pool_free(struct rp_conn_pool *pool)
+{
+  if (!pool)
+    return;
+  for (unsigned i = 0; i < pool->n; i++) {
+    struct rp_conn *c = pool->entries[i].conn;
+    c->pool = NULL; /* so conn_give_back frees it */
+    conn_give_back(c);
+  }
+  free(pool);
 }
 
 /* Every libev callback brackets its work with enter/leave, so that rp_conn_close
@@ -709,6 +818,17 @@ const char *rp_conn_peer(const struct rp_conn *conn)
   return conn->peer;
 }
 
+int rp_conn_peer_address(const struct rp_conn *conn, struct sockaddr_storage *addr,
+                         socklen_t *addr_len)
+{
+  *addr_len = sizeof *addr;
+  if (conn->fd < 0 || getpeername(conn->fd, (struct sockaddr *)addr, addr_len) < 0) {
+    *addr_len = 0;
+    return -1;
+  }
+  return 0;
+}
+
 void rp_conn_close(struct rp_conn *conn)
 {
   if (!conn)
@@ -725,11 +845,39 @@ void rp_conn_close(struct rp_conn *conn)
 
 /* ---- handshake ---- */
 
+/* The handshake runs in the connection's receive buffer, unused until it ends: the
+ * request frame, the reply's payload, and the decoded messages (a bump arena given to
+ * protobuf-c), so a handshake allocates nothing. */
+#define HS_FRAME_AT 0u
+#define HS_REPLY_AT MAX_FRAME
+#define HS_ARENA_AT (2u * MAX_FRAME)
+_Static_assert(RBUF_SIZE - HS_ARENA_AT >= RP_MAX_CONTROL_PAYLOAD + 16384u,
+               "room to decode the largest control message (its bytes, the structs, alignment)");
+
 struct handshake {
   int fd;
   uint64_t deadline_ns;
   const char *peer;
+  uint8_t *buf;              /* the connection's receive buffer */
+  size_t arena_used;
+  ProtobufCAllocator arena;
 };
+
+static void *arena_alloc(void *data, size_t size)
+{
+  struct handshake *hs = data;
+  size_t at = (hs->arena_used + 15u) & ~(size_t)15u;
+  if (size > RBUF_SIZE - HS_ARENA_AT || at > RBUF_SIZE - HS_ARENA_AT - size)
+    return NULL;
+  hs->arena_used = at + size;
+  return hs->buf + HS_ARENA_AT + at;
+}
+
+static void arena_free(void *data, void *p)
+{
+  (void)data;
+  (void)p; /* the whole arena is dropped with the handshake */
+}
 
 static int remaining_ms(uint64_t deadline_ns)
 {
@@ -812,18 +960,14 @@ static int hs_recv(struct handshake *hs, uint8_t *buf, size_t len, struct rp_err
 /* Sends one control request and receives its reply. With tx, the request is tagged;
  * with rx, a successful reply must carry a valid tag (a refusal, status not OK, comes
  * untagged: the server refuses AUTH before it tags anything). On success *payload is a
- * malloc'd copy of the reply's payload (*len bytes). A server error is turned into err
+ * pointer into the handshake's buffer (*len bytes), valid until the next exchange. A server error is turned into err
  * with the server's own sentence and our advice. */
 static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
                        const ProtobufCMessage *msg, struct rp_frame_auth *tx,
                        struct rp_frame_auth *rx, uint8_t **payload, size_t *len,
                        struct rp_error *err)
 {
-  uint8_t *frame = malloc(MAX_FRAME);
-  if (!frame) {
-    rp_error_set(err, RP_ERR_INTERNAL, "out of memory");
-    return -1;
-  }
+  uint8_t *frame = hs->buf + HS_FRAME_AT;
   struct rp_header h = rp_request_header(op, id);
   size_t flen = rp_frame_build(frame, RP_MAX_CONTROL_FRAME, &h, msg);
   if (flen != 0 && tx) {
@@ -834,13 +978,10 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
       flen += RP_TAG_LEN;
   }
   if (flen == 0) {
-    free(frame);
     rp_error_set(err, RP_ERR_INTERNAL, "cannot build the %s frame", rp_op_name(op));
     return -1;
   }
-  int rc = hs_send(hs, frame, flen, err);
-  free(frame);
-  if (rc < 0)
+  if (hs_send(hs, frame, flen, err) < 0)
     return -1;
 
   for (;;) {
@@ -856,24 +997,16 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
     }
     bool tagged = rx && rh.status == RP_OK;
     size_t plen = rh.length + (tagged ? RP_TAG_LEN : 0);
-    uint8_t *p = malloc(plen ? plen : 1); /* length <= 64 KiB: decode checked */
-    if (!p) {
-      rp_error_set(err, RP_ERR_INTERNAL, "out of memory");
+    uint8_t *p = hs->buf + HS_REPLY_AT; /* length <= 64 KiB: decode checked */
+    if (hs_recv(hs, p, plen, err) < 0)
       return -1;
-    }
-    if (hs_recv(hs, p, plen, err) < 0) {
-      free(p);
-      return -1;
-    }
     if (tagged && !rp_frame_verify(rx, hb, p, rh.length, p + rh.length)) {
-      free(p);
       rp_error_set(err, RP_ERR_AUTH, "%s answered %s with a frame whose authentication tag "
                    "is wrong (altered on the way, or a server with another key): %s",
                    hs->peer, rp_op_name(op), rp_status_advice(RP_ERR_AUTH));
       return -1;
     }
     if (rh.id == 0 && rh.op == RP_OP_ADVISE) { /* a push before the session exists */
-      free(p);
       continue;
     }
     /* A server that refuses the connection before reading our request (rampartd at
@@ -881,7 +1014,6 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
      * reason, whatever frame it came in. */
     bool refused_unread = rh.id == 0 && rh.status != RP_OK;
     if (!refused_unread && (rh.id != id || rh.op != op)) {
-      free(p);
       rp_error_set(err, RP_ERR_BAD_FRAME, "%s answered %s with an unexpected %s frame: %s",
                 hs->peer, rp_op_name(op), rp_op_name(rh.op),
                 rp_status_advice(RP_ERR_BAD_FRAME));
@@ -890,7 +1022,6 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
     if (rh.status != RP_OK) {
       char said[200];
       copy_server_message(said, sizeof said, p, rh.length, rh.status);
-      free(p);
       if (refused_unread) {
         /* The sentence is all there is to say: our advice for the status code (NO_SPACE
          * would suggest asking for less) does not fit a refused connection. */
@@ -957,25 +1088,31 @@ static int connect_one(const struct addrinfo *ai, struct handshake *hs, int *las
 static int do_connect(const struct rp_conn_options *o, struct handshake *hs,
                       struct rp_error *err)
 {
-  struct addrinfo hints;
-  memset(&hints, 0, sizeof hints);
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  struct addrinfo *res = NULL;
-  int gai = getaddrinfo(o->host, o->port, &hints, &res);
-  if (gai != 0) {
-    rp_error_set(err, RP_ERR_CONNECT, "cannot resolve %s: %s: %s", hs->peer, gai_strerror(gai),
-              rp_status_advice(RP_ERR_CONNECT));
-    return -1;
-  }
   int last_errno = ECONNREFUSED;
   int fd = -1;
-  for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
-    fd = connect_one(ai, hs, &last_errno);
-    if (last_errno == ETIMEDOUT && fd < 0)
-      break;
+  if (o->addr) { /* resolved once by the caller: no getaddrinfo (it allocates) */
+    struct addrinfo ai = {.ai_family = o->addr->sa_family, .ai_socktype = SOCK_STREAM,
+                          .ai_addr = (struct sockaddr *)o->addr, .ai_addrlen = o->addr_len};
+    fd = connect_one(&ai, hs, &last_errno);
+  } else {
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    struct addrinfo *res = NULL;
+    int gai = getaddrinfo(o->host, o->port, &hints, &res);
+    if (gai != 0) {
+      rp_error_set(err, RP_ERR_CONNECT, "cannot resolve %s: %s: %s", hs->peer,
+                   gai_strerror(gai), rp_status_advice(RP_ERR_CONNECT));
+      return -1;
+    }
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+      fd = connect_one(ai, hs, &last_errno);
+      if (last_errno == ETIMEDOUT && fd < 0)
+        break;
+    }
+    freeaddrinfo(res);
   }
-  freeaddrinfo(res);
   if (fd < 0) {
     uint16_t code = last_errno == ETIMEDOUT ? RP_ERR_TIMEOUT : RP_ERR_CONNECT;
     rp_error_set(err, code, "cannot connect to %s: %s: %s", hs->peer, strerror(last_errno),
@@ -1012,8 +1149,7 @@ static int handshake(struct rp_conn *c, const struct rp_conn_options *o, struct 
   size_t len = 0;
   if (hs_exchange(hs, RP_OP_HELLO, 1, &hello.base, NULL, NULL, &p, &len, err) < 0)
     return -1;
-  Rampart__Challenge *ch = rampart__challenge__unpack(NULL, len, p);
-  free(p);
+  Rampart__Challenge *ch = rampart__challenge__unpack(&hs->arena, len, p);
   if (!ch) {
     rp_error_set(err, RP_ERR_BAD_FRAME, "%s sent a Challenge that does not decode: %s",
               hs->peer, rp_status_advice(RP_ERR_BAD_FRAME));
@@ -1022,13 +1158,13 @@ static int handshake(struct rp_conn *c, const struct rp_conn_options *o, struct 
   if (ch->version != RP_PROTOCOL_VERSION) {
     rp_error_set(err, RP_ERR_VERSION, "%s speaks protocol version %u, this client %u: %s",
               hs->peer, ch->version, RP_PROTOCOL_VERSION, rp_status_advice(RP_ERR_VERSION));
-    rampart__challenge__free_unpacked(ch, NULL);
+    rampart__challenge__free_unpacked(ch, &hs->arena);
     return -1;
   }
   if (ch->server_nonce.len != RP_NONCE_LEN) {
     rp_error_set(err, RP_ERR_BAD_FRAME, "%s sent a %zu-byte nonce instead of %u: %s", hs->peer,
               ch->server_nonce.len, RP_NONCE_LEN, rp_status_advice(RP_ERR_BAD_FRAME));
-    rampart__challenge__free_unpacked(ch, NULL);
+    rampart__challenge__free_unpacked(ch, &hs->arena);
     return -1;
   }
   uint8_t server_nonce[RP_NONCE_LEN];
@@ -1036,7 +1172,7 @@ static int handshake(struct rp_conn *c, const struct rp_conn_options *o, struct 
   uint8_t expect[RP_MAC_LEN];
   rp_auth_server_mac(key, client_nonce, server_nonce, expect);
   bool server_proved = rp_mac_matches(expect, ch->server_mac.data, ch->server_mac.len);
-  rampart__challenge__free_unpacked(ch, NULL);
+  rampart__challenge__free_unpacked(ch, &hs->arena);
   if (!server_proved) {
     /* Nothing more goes to it: no MAC of ours, and above all no resume token. */
     rp_error_set(err, RP_ERR_AUTH, "wrong cluster key: %s could not prove it holds ours "
@@ -1069,8 +1205,7 @@ static int handshake(struct rp_conn *c, const struct rp_conn_options *o, struct 
   }
   if (hs_exchange(hs, RP_OP_AUTH, 2, &auth.base, &c->tx, &c->rx, &p, &len, err) < 0)
     return -1;
-  Rampart__Welcome *wel = rampart__welcome__unpack(NULL, len, p);
-  free(p);
+  Rampart__Welcome *wel = rampart__welcome__unpack(&hs->arena, len, p);
   if (!wel) {
     rp_error_set(err, RP_ERR_BAD_FRAME, "%s sent a Welcome that does not decode: %s", hs->peer,
               rp_status_advice(RP_ERR_BAD_FRAME));
@@ -1080,7 +1215,7 @@ static int handshake(struct rp_conn *c, const struct rp_conn_options *o, struct 
     rp_error_set(err, RP_ERR_VERSION, "%s sent a session token of %zu bytes and a page size "
               "of %u (expected %u and %u): %s", hs->peer, wel->session_token.len,
               wel->page_size, RP_TOKEN_LEN, RP_PAGE_SIZE, rp_status_advice(RP_ERR_VERSION));
-    rampart__welcome__free_unpacked(wel, NULL);
+    rampart__welcome__free_unpacked(wel, &hs->arena);
     return -1;
   }
   if (info) {
@@ -1094,7 +1229,7 @@ static int handshake(struct rp_conn *c, const struct rp_conn_options *o, struct 
     info->reserved_pages = wel->reserved_pages;
     info->pressure = wel->pressure;
   }
-  rampart__welcome__free_unpacked(wel, NULL);
+  rampart__welcome__free_unpacked(wel, &hs->arena);
   return 0;
 }
 
@@ -1109,23 +1244,16 @@ struct rp_conn *rp_conn_open(const struct rp_conn_options *opts, struct rp_sessi
     rp_error_set(err, RP_ERR_CONNECT, "no server address given: pass HOST:PORT");
     return NULL;
   }
-  struct rp_conn *c = calloc(1, sizeof *c);
+  struct rp_conn *c = conn_take(opts->pool);
   if (!c) {
     rp_error_set(err, RP_ERR_INTERNAL, "out of memory");
     return NULL;
   }
-  c->fd = -1;
+  conn_reset(c, c->pool);
   if (strchr(opts->host, ':'))
     msgf(c->peer, sizeof c->peer, "[%s]:%s", opts->host, opts->port);
   else
     msgf(c->peer, sizeof c->peer, "%s:%s", opts->host, opts->port);
-  c->buckets = calloc(NBUCKETS, sizeof *c->buckets);
-  c->rbuf = malloc(RBUF_SIZE);
-  if (!c->buckets || !c->rbuf) {
-    rp_error_set(err, RP_ERR_INTERNAL, "out of memory");
-    conn_destroy(c);
-    return NULL;
-  }
   c->request_timeout_ms = opts->request_timeout_ms ? opts->request_timeout_ms
                                                    : DEFAULT_REQUEST_TIMEOUT_MS;
   c->next_id = 1;
@@ -1139,7 +1267,9 @@ struct rp_conn *rp_conn_open(const struct rp_conn_options *opts, struct rp_sessi
   uint32_t cto = opts->connect_timeout_ms ? opts->connect_timeout_ms
                                           : DEFAULT_CONNECT_TIMEOUT_MS;
   struct handshake hs = {.fd = -1, .deadline_ns = now_ns() + (uint64_t)cto * 1000000u,
-                         .peer = c->peer};
+                         .peer = c->peer, .buf = c->rbuf};
+  hs.arena = (ProtobufCAllocator){.alloc = arena_alloc, .free = arena_free,
+                                  .allocator_data = &hs};
   if (do_connect(opts, &hs, err) < 0) {
     conn_destroy(c);
     return NULL;
