@@ -549,7 +549,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
     (uint64_t)ENGINE_DEGRADED_READS * (sizeof(struct degraded_read) +
                                        (GROUP_MAX_DATA + 1) * RAMPART_PAGE_SIZE) +
     (uint64_t)ENGINE_FREE_REQUESTS * sizeof(struct free_request) + sizeof *e +
-    rampart_event_arena_bytes();
+    rampart_event_arena_bytes() + rp_conn_pool_bytes(e->conn_pool);
   /* What grows with the device: map, pending bits, groups, per-server slot stacks. */
   st->client_memory_bytes = st->client_memory_fixed_bytes + page_map_memory_bytes(&e->map) +
                             page_sealer_memory_bytes(&e->sealer) +

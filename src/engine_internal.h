@@ -56,6 +56,7 @@ struct server_health {
   bool writes_given_up;         /* this outage: writes no longer wait for it */
   bool replaced;                /* LOST, and a new incarnation took its address */
   pthread_t attempt_thread;
+  struct reconnect_attempt *attempt; /* made with the server, reused by every attempt */
   ev_timer retry;               /* starts the next attempt */
   /* Requests that must reach this server's session (writes, frees) and were in flight
    * when its connection dropped or were sent since: resent in order on resume. */
@@ -70,6 +71,10 @@ struct server {
   char address[RAMPART_ADDRESS_LEN];
   char host[256];
   char port[16];
+  /* The address its first connection reached: reconnects use it, so they neither
+   * block the loop nor allocate in getaddrinfo (addr_len 0: not known yet). */
+  struct sockaddr_storage addr;
+  socklen_t addr_len;
   enum rampart_server_state state;
   struct rp_conn *conn;
   uint8_t token[RP_TOKEN_LEN];
@@ -216,6 +221,7 @@ struct rampart_engine {
   /* server health (server_health.c) */
   uint64_t io_timeout_ns;       /* io-timeout=: longest a request waits for a server */
   _Atomic(struct reconnect_attempt *) attempts_done; /* pushed by helper threads */
+  struct rp_conn_pool *conn_pool; /* every server connection's memory, made at open */
   ev_async attempt_wake;
   bool closing;                 /* server_set_close runs: no reconnects, no replays */
   /* page ops waiting for a reconnecting server, started over when any server's state
@@ -301,7 +307,10 @@ void server_release_slot(struct rampart_engine *e, unsigned server, uint32_t slo
  * callback must do nothing more. */
 bool server_request_failed(struct rampart_engine *e, unsigned server, struct rp_request *req,
                            bool may_wait);
-struct server *server_new(struct rampart_engine *e, const char *address);
+/* A new server (or incarnation) at address; like, when given, is an earlier incarnation
+ * whose resolved address it takes. NULL when the engine has no room or memory. */
+struct server *server_new(struct rampart_engine *e, const char *address,
+                          const struct server *like);
 void server_adopt(struct rampart_engine *e, struct server *s, struct rp_conn *conn,
                   const struct rp_session_info *info);
 uint64_t server_reservation_wanted(const struct rampart_engine *e);
@@ -313,7 +322,9 @@ size_t rampart_event_arena_bytes(void); /* resident for the process's lifetime *
 
 /* server_health.c */
 void server_health_init(struct rampart_engine *e);
-void server_health_init_server(struct rampart_engine *e, struct server *s);
+int server_health_init_server(struct rampart_engine *e, struct server *s); /* 0 or -1 (memory) */
+/* Frees what init_server made, once no attempt runs (after server_health_close). */
+void server_health_free(struct rampart_engine *e);
 /* s's connection failed (or a request on it did): UP -> RECONNECTING. silent: it failed
  * by not answering within timeout= (stalled or cut off), not by a closed connection. */
 void server_health_failed(struct rampart_engine *e, struct server *s, const char *why,

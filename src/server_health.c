@@ -45,6 +45,9 @@ struct reconnect_attempt {
   unsigned server;                  /* incarnation it is for (read by the loop only) */
   /* copied by the loop before the thread starts */
   char host[256], port[16];
+  struct sockaddr_storage addr;     /* addr_len 0: resolve host (first connection) */
+  socklen_t addr_len;
+  struct rp_conn_pool *pool;        /* the engine's, which outlives every attempt */
   const struct rp_key *key;         /* the engine's, which outlives every attempt */
   uint8_t token[RP_TOKEN_LEN];
   bool token_is_stale;              /* the server is LOST: end that session, do not use it */
@@ -68,7 +71,8 @@ static struct rp_conn *attempt_open(struct reconnect_attempt *a, const uint8_t *
   struct rp_conn_options o = {
     .host = a->host, .port = a->port, .key = a->key, .client_name = "rampart-engine",
     .resume_token = token, .connect_timeout_ms = a->timeout_ms,
-    .request_timeout_ms = a->timeout_ms,
+    .request_timeout_ms = a->timeout_ms, .pool = a->pool,
+    .addr = a->addr_len ? (const struct sockaddr *)&a->addr : NULL, .addr_len = a->addr_len,
   };
   return rp_conn_open(&o, &a->info, &a->err);
 }
@@ -118,11 +122,17 @@ static void *attempt_main(void *arg)
   return NULL;
 }
 
-static void attempt_free(struct reconnect_attempt *a)
+/* The attempt's result has been taken: its struct waits for the server's next attempt. */
+static void attempt_release(struct reconnect_attempt *a)
 {
   OPENSSL_cleanse(a->token, sizeof a->token);
-  free(a);
+  a->conn = NULL;
+  a->stale = NULL;
 }
+
+/* Attempts run in threads with a small stack: under mlockall(MCL_FUTURE) every byte of
+ * a thread's stack is locked when the thread starts, and glibc's default is 8 MiB. */
+#define ATTEMPT_STACK_BYTES (256u * 1024u)
 
 /* ---- on the loop: starting attempts ----------------------------------------------------- */
 
@@ -139,31 +149,36 @@ static void start_attempt(struct rampart_engine *e, struct server *s, struct rp_
       rp_conn_close(stale);
     return;
   }
-  struct reconnect_attempt *a = calloc(1, sizeof *a);
-  if (!a) {
-    if (stale)
-      rp_conn_close(stale);
-    schedule_retry(e, s);
-    return;
-  }
+  struct reconnect_attempt *a = h->attempt; /* free: at most one attempt at a time */
   a->server = s->index;
   snprintf(a->host, sizeof a->host, "%s", s->host);
   snprintf(a->port, sizeof a->port, "%s", s->port);
+  a->addr = s->addr;
+  a->addr_len = s->addr_len;
+  a->pool = e->conn_pool;
   a->key = e->key;
   memcpy(a->token, s->token, RP_TOKEN_LEN);
   a->token_is_stale = s->state == RAMPART_SERVER_LOST;
   a->stale = stale;
+  a->conn = NULL;
   a->reserve_pages = server_reservation_wanted(e);
   a->timeout_ms = e->config.timeout_ms;
   a->loop = e->loop;
   a->wake = &e->attempt_wake;
   a->done = &e->attempts_done;
-  if (pthread_create(&h->attempt_thread, NULL, attempt_main, a) != 0) {
+  pthread_attr_t attr;
+  int rc = pthread_attr_init(&attr);
+  if (rc == 0) {
+    pthread_attr_setstacksize(&attr, ATTEMPT_STACK_BYTES);
+    rc = pthread_create(&h->attempt_thread, &attr, attempt_main, a);
+    pthread_attr_destroy(&attr);
+  }
+  if (rc != 0) {
     rp_log(RP_LOG_WARN, "server %s: cannot start a reconnect attempt: %s", s->address,
-           strerror(errno));
+           strerror(rc));
     if (stale)
       rp_conn_close(stale);
-    attempt_free(a);
+    attempt_release(a);
     schedule_retry(e, s);
     return;
   }
@@ -462,12 +477,14 @@ static void join_as_new(struct rampart_engine *e, struct server *s, struct recon
 {
   s->health.replaced = true;
   ev_timer_stop(e->loop, &s->health.retry);
-  struct server *fresh = server_new(e, s->address);
+  struct server *fresh = server_new(e, s->address, s);
   if (!fresh || slot_allocator_init(&fresh->slots, (uint32_t)a->reserved) < 0) {
     rp_log(RP_LOG_ERROR, "server %s came back but the engine has no room for it: restart "
            "the device to use it again", s->address);
-    if (fresh)
+    if (fresh) {
       e->nservers--;
+      free(fresh->health.attempt);
+    }
     rp_conn_close(a->conn);
     return;
   }
@@ -500,6 +517,7 @@ static void attempt_finished(struct rampart_engine *e, struct reconnect_attempt 
   struct server *s = &e->servers[a->server];
   pthread_join(s->health.attempt_thread, NULL);
   s->health.attempting = false;
+  struct rp_conn *stale = NULL;
   if (!a->conn) {
     attempt_failed(e, s, a->err.message);
   } else if (a->info.resumed && s->state == RAMPART_SERVER_RECONNECTING) {
@@ -510,13 +528,15 @@ static void attempt_finished(struct rampart_engine *e, struct reconnect_attempt 
     rp_log(RP_LOG_WARN, "server %s came back with its session %llu ms after it was declared "
            "lost: ending that session and joining again empty", s->address,
            (unsigned long long)ms_since(s->health.lost_at_ns));
-    start_attempt(e, s, a->conn);
+    stale = a->conn;
   } else {
     if (s->state == RAMPART_SERVER_RECONNECTING)
       declare_lost(e, s, "it came back without its session: restarted, or its lease ran out");
     join_as_new(e, s, a);
   }
-  attempt_free(a);
+  attempt_release(a);
+  if (stale) /* after the release: the next attempt reuses the same struct */
+    start_attempt(e, s, stale);
 }
 
 static void on_attempt_done(struct ev_loop *loop, ev_async *w, int revents)
@@ -611,11 +631,16 @@ void server_health_init(struct rampart_engine *e)
   ev_async_start(e->loop, &e->attempt_wake);
 }
 
-void server_health_init_server(struct rampart_engine *e, struct server *s)
+int server_health_init_server(struct rampart_engine *e, struct server *s)
 {
+  (void)e;
   memset(&s->health, 0, sizeof s->health);
+  s->health.attempt = calloc(1, sizeof *s->health.attempt);
+  if (!s->health.attempt)
+    return -1;
   ev_timer_init(&s->health.retry, on_retry, 0.0, 0.0);
   s->health.retry.data = s;
+  return 0;
 }
 
 void server_health_stats(struct rampart_engine *e, struct rampart_stats *st)
@@ -651,7 +676,15 @@ void server_health_close(struct rampart_engine *e)
     struct reconnect_attempt *next = list->next;
     if (list->conn)
       end_session(list->conn);
-    attempt_free(list);
+    attempt_release(list);
     list = next;
+  }
+}
+
+void server_health_free(struct rampart_engine *e)
+{
+  for (unsigned i = 0; i < e->nservers; i++) {
+    free(e->servers[i].health.attempt);
+    e->servers[i].health.attempt = NULL;
   }
 }

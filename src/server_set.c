@@ -165,7 +165,7 @@ static int server_connect(struct rampart_engine *e, struct server *s, const uint
   struct rp_conn_options o = {
     .host = s->host, .port = s->port, .key = e->key, .client_name = "rampart-engine",
     .resume_token = token, .connect_timeout_ms = timeout_ms,
-    .request_timeout_ms = e->config.timeout_ms,
+    .request_timeout_ms = e->config.timeout_ms, .pool = e->conn_pool,
   };
   *out = rp_conn_open(&o, info, err);
   return *out ? 0 : -1;
@@ -188,6 +188,8 @@ void server_adopt(struct rampart_engine *e, struct server *s, struct rp_conn *co
                   const struct rp_session_info *info)
 {
   s->conn = conn;
+  if (s->addr_len == 0)
+    rp_conn_peer_address(conn, &s->addr, &s->addr_len);
   memcpy(s->token, info->token, RP_TOKEN_LEN);
   s->advised = info->pressure;
   s->state = info->pressure ? RAMPART_SERVER_ADVISED : RAMPART_SERVER_UP;
@@ -195,17 +197,24 @@ void server_adopt(struct rampart_engine *e, struct server *s, struct rp_conn *co
   rp_conn_set_callbacks(conn, on_advise, on_disconnect, s);
 }
 
-struct server *server_new(struct rampart_engine *e, const char *address)
+struct server *server_new(struct rampart_engine *e, const char *address,
+                          const struct server *like)
 {
   if (e->nservers == ENGINE_MAX_INCARNATIONS)
     return NULL;
   struct server *s = &e->servers[e->nservers];
   memset(s, 0, sizeof *s);
-  s->index = e->nservers++;
+  s->index = e->nservers;
   snprintf(s->address, sizeof s->address, "%s", address);
   char err[200];
   rp_parse_hostport(address, s->host, sizeof s->host, s->port, sizeof s->port, err, sizeof err);
-  server_health_init_server(e, s);
+  if (like) {
+    s->addr = like->addr;
+    s->addr_len = like->addr_len;
+  }
+  if (server_health_init_server(e, s) < 0)
+    return NULL;
+  e->nservers++;
   return s;
 }
 
@@ -214,8 +223,19 @@ struct server *server_new(struct rampart_engine *e, const char *address)
 int server_set_open(struct rampart_engine *e, char *err, size_t errlen)
 {
   unsigned n = e->config.nservers;
+  /* Two connections' memory per server (its connection, and a reconnect's while the old
+   * one is still being closed), and two for a rejoin and an ending stale session. */
+  e->conn_pool = rp_conn_pool_new(2 * n + 2);
+  if (!e->conn_pool) {
+    snprintf(err, errlen, "out of memory for %u server connections", n);
+    return -1;
+  }
   for (unsigned i = 0; i < n; i++) {
-    struct server *s = server_new(e, e->config.servers[i]);
+    struct server *s = server_new(e, e->config.servers[i], NULL);
+    if (!s) {
+      snprintf(err, errlen, "out of memory");
+      return -1;
+    }
     struct rp_conn *conn;
     struct rp_session_info info;
     struct rp_error rerr;
@@ -265,4 +285,7 @@ void server_set_close(struct rampart_engine *e)
   /* Only now: completions run inside later goodbyes may still release slots. */
   for (unsigned i = 0; i < e->nservers; i++)
     slot_allocator_destroy(&e->servers[i].slots);
+  server_health_free(e);
+  rp_conn_pool_free(e->conn_pool);
+  e->conn_pool = NULL;
 }

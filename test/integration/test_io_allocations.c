@@ -8,7 +8,13 @@
  * __libc_* functions), under AddressSanitizer through its malloc hook (ASan owns the
  * allocator there). The first few allocations in the window are printed with a
  * backtrace, so a failure says where. The servers are separate processes and are not
- * counted; the engine, its I/O thread and the client library are.
+ * counted; the engine, its I/O thread, its reconnect attempts and the client library
+ * are (and the test's TCP relay thread, which allocates nothing after its start).
+ *
+ * Besides requests, the two events a pager must ride out inside a memory shortage are
+ * counted too: a dropped connection that is reconnected and its session resumed, and a
+ * lost server whose pages are rebuilt onto the others. Each is warmed up once first, as
+ * the request path is (thread stacks, the reconnect slots, the mover's buffers).
  */
 #include <execinfo.h>
 #include <setjmp.h>
@@ -25,6 +31,7 @@
 
 #include "engine_cluster.h"
 #include "rampart.h"
+#include "tcp_relay.h"
 
 #define PAGE RAMPART_PAGE_SIZE
 #define PAGES 4096u            /* 16 MiB device */
@@ -198,6 +205,158 @@ static void steady_state_allocates_nothing(const char *policy, unsigned nservers
   assert_int_equal(n, 0);
 }
 
+static void window_open(void)
+{
+  atomic_store(&allocations, 0);
+  atomic_store(&traced, 0);
+  atomic_store(&counting, true);
+}
+
+static unsigned long window_close(void)
+{
+  atomic_store(&counting, false);
+  return atomic_load(&allocations);
+}
+
+static void warm_up(struct rampart_engine *e, uint64_t *versions, uint64_t *seed,
+                    uint8_t *buf, uint8_t *expect)
+{
+  for (uint64_t round = 0; round < 2; round++)
+    for (uint64_t p = 0; p < PAGES; p++) {
+      versions[p]++;
+      fill(buf, p, versions[p]);
+      assert_int_equal(rampart_pwrite(e, buf, PAGE, p * PAGE, 0), 0);
+    }
+  run_requests(e, versions, 20000, seed, buf, expect);
+}
+
+/* Requests until the engine reports `done` (or 60 s): each event below completes while
+ * the device is in use, as it would under swap. */
+static void run_until(struct rampart_engine *e, uint64_t *versions, uint64_t *seed,
+                      uint8_t *buf, uint8_t *expect,
+                      bool (*done)(const struct rampart_stats *, uint64_t), uint64_t arg)
+{
+  struct rampart_stats st;
+  for (int i = 0; i < 600; i++) {
+    run_requests(e, versions, 200, seed, buf, expect);
+    rampart_get_stats(e, &st);
+    if (done(&st, arg))
+      return;
+    usleep(100 * 1000);
+  }
+  fail_msg("the engine did not settle within 60 s");
+}
+
+static bool resumed(const struct rampart_stats *st, uint64_t want)
+{
+  return st->resumes >= want && st->servers_reconnecting == 0 && st->requests_waiting == 0;
+}
+
+static bool rebuilt(const struct rampart_stats *st, uint64_t want)
+{
+  return st->rebuilds_finished >= want && !st->rebuild_running &&
+         st->rebuild_pages_pending == 0 && st->moves_in_flight == 0;
+}
+
+struct rig {
+  struct rp_test_cluster c;
+  struct rp_test_relay *relay;
+  struct rampart_engine *e;
+  uint64_t *versions;
+  uint8_t *buf, *expect;
+  uint64_t seed;
+};
+
+/* relayed: the engine reaches the servers through a TCP relay the test can reset. */
+static void rig_open(struct rig *r, unsigned nservers, bool relayed, const char *const *extra)
+{
+  memset(r, 0, sizeof *r);
+  assert_int_equal(rp_test_cluster_start(&r->c, nservers, "64M", NULL), 0);
+  const char *addrs[RP_TEST_MAX_SERVERS];
+  if (relayed) {
+    r->relay = rp_test_relay_start(nservers, r->c.servers);
+    assert_non_null(r->relay);
+    for (unsigned i = 0; i < nservers; i++)
+      addrs[i] = rp_test_relay_addr(r->relay, i);
+  }
+  r->e = rp_test_engine_open_at(&r->c, relayed ? addrs : NULL, PAGES, extra);
+  r->versions = calloc(PAGES, sizeof *r->versions);
+  r->buf = aligned_alloc(PAGE, PAGE);
+  r->expect = aligned_alloc(PAGE, PAGE);
+  assert_non_null(r->versions);
+  assert_non_null(r->buf);
+  assert_non_null(r->expect);
+  void *frames[4];
+  backtrace(frames, 4);
+  r->seed = 0x5eed;
+  warm_up(r->e, r->versions, &r->seed, r->buf, r->expect);
+}
+
+static void rig_close(struct rig *r)
+{
+  free(r->versions);
+  free(r->buf);
+  free(r->expect);
+  rampart_close(r->e);
+  if (r->relay)
+    rp_test_relay_stop(r->relay);
+  rp_test_cluster_stop(&r->c);
+}
+
+#define RECONNECTS 4u
+
+/* Every connection of one server reset (as a router losing its state does), under a
+ * running writer: the engine reconnects, resumes the session and replays what was
+ * unanswered, each time without touching the heap. */
+static void test_reconnect_allocates_nothing(void **state)
+{
+  (void)state;
+  struct rig r;
+  const char *extra[] = {"redundancy", "parity-log", NULL};
+  rig_open(&r, 5, true, extra);
+  rp_test_relay_reset(r.relay, 1); /* warm-up: one reconnect */
+  run_until(r.e, r.versions, &r.seed, r.buf, r.expect, resumed, 1);
+
+  window_open();
+  for (unsigned k = 0; k < RECONNECTS; k++) {
+    rp_test_relay_reset(r.relay, k % 5);
+    run_until(r.e, r.versions, &r.seed, r.buf, r.expect, resumed, 2 + k);
+  }
+  unsigned long n = window_close();
+  struct rampart_stats st;
+  rampart_get_stats(r.e, &st);
+  print_message("reconnect: %lu heap allocations over %u reconnects (%llu sessions resumed, "
+                "%llu requests replayed)\n", n, RECONNECTS, (unsigned long long)st.resumes,
+                (unsigned long long)st.requests_replayed);
+  rig_close(&r);
+  assert_int_equal(n, 0);
+}
+
+/* A server killed under a running writer: the engine gives it up and rebuilds its pages
+ * onto the others while requests go on; the rebuild allocates nothing. Six servers in
+ * groups of 2 + 1, so the warm-up can lose one and the window another. */
+static void test_rebuild_allocates_nothing(void **state)
+{
+  (void)state;
+  struct rig r;
+  const char *extra[] = {"redundancy", "parity-log", "group", "2", "lease", "1",
+                         "timeout", "300", NULL};
+  rig_open(&r, 6, false, extra);
+  rp_test_server_kill(&r.c.servers[5]);
+  run_until(r.e, r.versions, &r.seed, r.buf, r.expect, rebuilt, 1);
+
+  window_open();
+  rp_test_server_kill(&r.c.servers[4]);
+  run_until(r.e, r.versions, &r.seed, r.buf, r.expect, rebuilt, 2);
+  unsigned long n = window_close();
+  struct rampart_stats st;
+  rampart_get_stats(r.e, &st);
+  print_message("rebuild: %lu heap allocations while %llu pages were rebuilt in %.1f s\n", n,
+                (unsigned long long)st.rebuild_pages_moved, st.rebuild_seconds);
+  rig_close(&r);
+  assert_int_equal(n, 0);
+}
+
 static void test_parity_log_allocates_nothing(void **state)
 {
   (void)state;
@@ -222,6 +381,8 @@ int main(void)
     cmocka_unit_test(test_parity_log_allocates_nothing),
     cmocka_unit_test(test_mirror_allocates_nothing),
     cmocka_unit_test(test_write_through_allocates_nothing),
+    cmocka_unit_test(test_reconnect_allocates_nothing),
+    cmocka_unit_test(test_rebuild_allocates_nothing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
