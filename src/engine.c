@@ -20,6 +20,7 @@
 #include "engine_internal.h"
 #include "log.h"
 #include "secret.h"
+#include "stats_file.h"
 
 #define RAMPART_OP_STATS 100 /* internal: snapshot stats on the I/O thread */
 
@@ -240,25 +241,13 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
     spill_store_flush_submissions(e->spill);
 }
 
-/* Publishes the stats report for rampartctl: whole-file replace via rename, so readers
- * never see half a report. Best effort; a failure is logged once. */
-static void write_stats_file(struct rampart_engine *e)
+/* Formats the stats report for rampartctl; stats_file.c's thread writes it. */
+static void publish_stats(struct rampart_engine *e)
 {
-  static char report[16384];
   struct rampart_stats st;
   engine_snapshot_stats(e, &st);
-  rampart_format_stats(&st, report, sizeof report);
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", e->config.stats_path);
-  FILE *f = fopen(tmp, "we");
-  bool ok = f && fputs(report, f) >= 0;
-  if (f)
-    ok &= fclose(f) == 0;
-  ok = ok && rename(tmp, e->config.stats_path) == 0;
-  if (!ok && !e->stats_file_failed)
-    rp_log(RP_LOG_WARN, "cannot write stats-file=%s: %s", e->config.stats_path,
-           strerror(errno));
-  e->stats_file_failed = !ok;
+  rampart_format_stats(&st, e->stats_report, sizeof e->stats_report);
+  stats_file_publish(e->stats_file, e->stats_report, strlen(e->stats_report));
 }
 
 static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
@@ -275,8 +264,8 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
       rp_log(RP_LOG_ERROR, "%u more pages could not be read or were lost in the last "
              "second (EIO)", e->read_errors_logged - 10);
     e->read_errors_logged = 0;
-    if (e->config.stats_path[0])
-      write_stats_file(e);
+    if (e->stats_file)
+      publish_stats(e);
   }
   server_health_tick(e);
   page_mover_tick(e);
@@ -767,6 +756,9 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
     goto fail;
   if (engine_start_loop(e, err, errlen) < 0)
     goto fail;
+  if (e->config.stats_path[0] && !(e->stats_file = stats_file_start(e->config.stats_path, err,
+                                                                    errlen)))
+    goto fail;
   if (server_set_open(e, err, errlen) < 0)
     goto fail;
   if (pthread_create(&e->thread, NULL, io_thread_main, e) != 0) {
@@ -792,8 +784,7 @@ void rampart_close(struct rampart_engine *e)
     ev_async_send(e->loop, &e->wake);
     pthread_join(e->thread, NULL);
   }
-  if (e->config.stats_path[0])
-    unlink(e->config.stats_path); /* a stale report would mislead rampartctl */
+  stats_file_stop(e->stats_file); /* removes it: a stale report would mislead rampartctl */
   /* The I/O thread is gone, and saying goodbye below runs the loop on this thread:
    * only the connections may act now, not the mover, the tick or the wake-ups. */
   if (e->loop) {

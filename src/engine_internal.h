@@ -29,6 +29,7 @@
 #include "slot_allocator.h"
 #include "spill_quarantine.h"
 #include "spill_store.h"
+#include "stats_file.h"
 
 #define ENGINE_PAGE_OPS 512u        /* per-page operations in flight at once */
 #define ENGINE_DEGRADED_READS 16u   /* degraded reads in flight at once */
@@ -247,7 +248,8 @@ struct rampart_engine {
 
   uint64_t ticks;
   uint32_t read_errors_logged;  /* this second; see page_read.c */
-  bool stats_file_failed;
+  struct stats_file *stats_file; /* stats-file=: its writer, or NULL */
+  char stats_report[STATS_FILE_MAX_REPORT]; /* the loop formats the report here */
 
   /* counters */
   uint64_t pages_written, wire_bytes_written;

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -164,7 +165,10 @@ static void steady_state_allocates_nothing(const char *policy, unsigned nservers
 {
   struct rp_test_cluster c;
   assert_int_equal(rp_test_cluster_start(&c, nservers, "64M", NULL), 0);
-  const char *extra[] = { "redundancy", policy, NULL };
+  /* With a stats file, as rampart-swap runs it: the report written every second. */
+  char stats[700];
+  snprintf(stats, sizeof stats, "%s/stats", c.dir);
+  const char *extra[] = { "redundancy", policy, "stats-file", stats, NULL };
   struct rampart_engine *e = rp_test_engine_open(&c, PAGES, extra);
   uint64_t *versions = calloc(PAGES, sizeof *versions);
   uint8_t *buf = aligned_alloc(PAGE, PAGE), *expect = aligned_alloc(PAGE, PAGE);
@@ -194,15 +198,19 @@ static void steady_state_allocates_nothing(const char *policy, unsigned nservers
   unsigned long n = atomic_load(&allocations);
   struct rampart_stats st;
   rampart_get_stats(e, &st);
+  struct stat sb;
+  bool stats_written = stat(stats, &sb) == 0 && sb.st_size > 0;
   print_message("%s: %lu heap allocations in %u requests after warm-up (%.4f per request); "
-                "%llu groups cleaned meanwhile\n", policy, n, REQUESTS,
-                (double)n / REQUESTS, (unsigned long long)st.groups_cleaned);
+                "%llu groups cleaned meanwhile; stats file %s\n", policy, n, REQUESTS,
+                (double)n / REQUESTS, (unsigned long long)st.groups_cleaned,
+                stats_written ? "written" : "MISSING");
   free(versions);
   free(buf);
   free(expect);
   rampart_close(e);
   rp_test_cluster_stop(&c);
   assert_int_equal(n, 0);
+  assert_true(stats_written);
 }
 
 static void window_open(void)

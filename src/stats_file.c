@@ -1,0 +1,143 @@
+/* The stats-file writer thread (see stats_file.h). */
+#include "stats_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+/* Small, as every thread of a process under mlockall has its whole stack locked. */
+#define WRITER_STACK_BYTES (128u * 1024u)
+
+struct stats_file {
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  bool stop;                                /* under lock */
+  bool pending;                             /* under lock: handed[] holds a new report */
+  size_t handed_len;
+  char handed[STATS_FILE_MAX_REPORT];       /* under lock */
+  char writing[STATS_FILE_MAX_REPORT];      /* the writer's own copy */
+  bool failed;                              /* the last write failed (logged once) */
+  char path[4096];
+  char tmp[4100];
+};
+
+static bool write_all(int fd, const char *p, size_t n)
+{
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return false;
+    p += w;
+    n -= (size_t)w;
+  }
+  return true;
+}
+
+static void write_report(struct stats_file *sf, size_t len)
+{
+  int fd = open(sf->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0 && write_all(fd, sf->writing, len);
+  int saved = errno;
+  if (fd >= 0 && close(fd) != 0 && ok) {
+    ok = false;
+    saved = errno;
+  }
+  if (ok && rename(sf->tmp, sf->path) != 0) {
+    ok = false;
+    saved = errno;
+  }
+  if (!ok && !sf->failed)
+    rp_log(RP_LOG_WARN, "cannot write stats-file=%s: %s (rampartctl device will show an "
+           "old report until it can: check the directory exists and has room)", sf->path,
+           strerror(saved));
+  else if (ok && sf->failed)
+    rp_log(RP_LOG_INFO, "stats-file=%s is written again", sf->path);
+  sf->failed = !ok;
+}
+
+static void *writer_main(void *arg)
+{
+  struct stats_file *sf = arg;
+  pthread_mutex_lock(&sf->lock);
+  for (;;) {
+    while (!sf->pending && !sf->stop)
+      pthread_cond_wait(&sf->wake, &sf->lock);
+    if (sf->stop)
+      break;
+    size_t len = sf->handed_len;
+    memcpy(sf->writing, sf->handed, len);
+    sf->pending = false;
+    pthread_mutex_unlock(&sf->lock);
+    write_report(sf, len);
+    pthread_mutex_lock(&sf->lock);
+  }
+  pthread_mutex_unlock(&sf->lock);
+  return NULL;
+}
+
+struct stats_file *stats_file_start(const char *path, char *err, size_t errlen)
+{
+  struct stats_file *sf = calloc(1, sizeof *sf);
+  if (!sf) {
+    snprintf(err, errlen, "out of memory for the stats-file writer");
+    return NULL;
+  }
+  snprintf(sf->path, sizeof sf->path, "%s", path);
+  snprintf(sf->tmp, sizeof sf->tmp, "%s.tmp", path);
+  pthread_mutex_init(&sf->lock, NULL);
+  pthread_cond_init(&sf->wake, NULL);
+  pthread_attr_t attr;
+  int rc = pthread_attr_init(&attr);
+  if (rc == 0) {
+    pthread_attr_setstacksize(&attr, WRITER_STACK_BYTES);
+    rc = pthread_create(&sf->thread, &attr, writer_main, sf);
+    pthread_attr_destroy(&attr);
+  }
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot start the stats-file writer thread: %s", strerror(rc));
+    pthread_cond_destroy(&sf->wake);
+    pthread_mutex_destroy(&sf->lock);
+    free(sf);
+    return NULL;
+  }
+  return sf;
+}
+
+void stats_file_publish(struct stats_file *sf, const char *report, size_t len)
+{
+  if (!sf || pthread_mutex_trylock(&sf->lock) != 0)
+    return; /* the writer is taking the last report: this one is skipped */
+  if (len > sizeof sf->handed)
+    len = sizeof sf->handed;
+  memcpy(sf->handed, report, len);
+  sf->handed_len = len;
+  sf->pending = true;
+  pthread_cond_signal(&sf->wake);
+  pthread_mutex_unlock(&sf->lock);
+}
+
+void stats_file_stop(struct stats_file *sf)
+{
+  if (!sf)
+    return;
+  pthread_mutex_lock(&sf->lock);
+  sf->stop = true;
+  pthread_cond_signal(&sf->wake);
+  pthread_mutex_unlock(&sf->lock);
+  pthread_join(sf->thread, NULL);
+  unlink(sf->path);
+  unlink(sf->tmp);
+  pthread_cond_destroy(&sf->wake);
+  pthread_mutex_destroy(&sf->lock);
+  free(sf);
+}
