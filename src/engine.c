@@ -170,6 +170,46 @@ out:
 
 static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats *st);
 
+/* ---- flush under write-through: one fdatasync for every flush waiting --------------
+ *
+ * A flush must cover every write completed before it arrived. One fdatasync in flight
+ * covers the flushes that were waiting when it was submitted; flushes arriving meanwhile
+ * wait for the next one, which starts when it ends (group commit): one spill_io, no
+ * allocation, and the loop never blocks on the disk. */
+static void flush_synced(struct spill_io *sio);
+
+static void flush_submit(struct rampart_engine *e)
+{
+  e->flush_running = e->flush_waiting;
+  e->flush_waiting = NULL;
+  memset(&e->flush_sync, 0, sizeof e->flush_sync);
+  e->flush_sync.done = flush_synced;
+  e->flush_sync.user = e;
+  spill_store_submit_sync(e->spill, &e->flush_sync);
+}
+
+static void flush_synced(struct spill_io *sio)
+{
+  struct rampart_engine *e = sio->user;
+  struct rampart_io *list = e->flush_running;
+  e->flush_running = NULL;
+  if (e->flush_waiting)
+    flush_submit(e);
+  while (list) {
+    struct rampart_io *next = list->next;
+    list->done(list, sio->result);
+    list = next;
+  }
+}
+
+static void flush_begin(struct rampart_engine *e, struct rampart_io *io)
+{
+  io->next = e->flush_waiting;
+  e->flush_waiting = io;
+  if (!e->flush_running)
+    flush_submit(e);
+}
+
 static void io_begin(struct rampart_engine *e, struct rampart_io *io)
 {
   io->result = 0;
@@ -186,8 +226,10 @@ static void io_begin(struct rampart_engine *e, struct rampart_io *io)
   uint32_t npages = io->length / RAMPART_PAGE_SIZE;
   switch (io->op) {
   case RAMPART_OP_FLUSH:
-    io->done(io, e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH && e->spill
-                     ? spill_store_sync(e->spill) : 0);
+    if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH && e->spill)
+      flush_begin(e, io);
+    else
+      io->done(io, 0);
     return;
   case RAMPART_OP_TRIM:
   case RAMPART_OP_ZERO:

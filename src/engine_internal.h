@@ -249,6 +249,9 @@ struct rampart_engine {
   uint64_t ticks;
   uint32_t read_errors_logged;  /* this second; see page_read.c */
   struct stats_file *stats_file; /* stats-file=: its writer, or NULL */
+  /* write-through flushes: those the fdatasync in flight covers, and those after it */
+  struct rampart_io *flush_running, *flush_waiting;
+  struct spill_io flush_sync;
   char stats_report[STATS_FILE_MAX_REPORT]; /* the loop formats the report here */
 
   /* counters */

@@ -68,6 +68,8 @@ struct spill_store {
   struct spill_io **owner; /* request using each buffer, or NULL */
   uint8_t *retries;        /* per buffer: resubmissions of the current request */
 
+  uint32_t syncs_in_flight; /* fdatasyncs in the ring (they hold no bounce buffer) */
+
   /* Requests waiting for a buffer, oldest first. */
   struct spill_io *queue_head, *queue_tail;
   /* Requests that failed before reaching the kernel; reap delivers them so callbacks
@@ -552,7 +554,9 @@ static bool prep_sqe(struct spill_store *s, struct spill_io *io, uint32_t index)
       return false;
   }
   off_t offset = (off_t)(io->slot * SPILL_PAGE_SIZE);
-  if (io->write)
+  if (io->sync)
+    io_uring_prep_fsync(sqe, s->fd, IORING_FSYNC_DATASYNC);
+  else if (io->write)
     io_uring_prep_write_fixed(sqe, s->fd, bounce_of(s, index), SPILL_PAGE_SIZE, offset, 0);
   else
     io_uring_prep_read_fixed(sqe, s->fd, bounce_of(s, index), SPILL_PAGE_SIZE, offset, 0);
@@ -593,8 +597,30 @@ static void release_bounce(struct spill_store *s, uint32_t index)
   s->free_bounce[s->free_bounce_count++] = index;
 }
 
+/* Completed O_DIRECT writes may still sit in the device's volatile cache, and writes
+ * into preallocated (unwritten) extents change metadata: fdatasync covers both. Through
+ * the ring, so the engine's loop never waits on the disk for a flush. */
+void spill_store_submit_sync(struct spill_store *s, struct spill_io *io)
+{
+  io->sync = true;
+  io->next_queued = NULL;
+  io->bounce_index = -1;
+  io->result = 0;
+  if (s->closing) {
+    fail_later(s, io, -ECANCELED);
+    return;
+  }
+  if (!prep_sqe(s, io, 0)) {
+    rp_log(RP_LOG_ERROR, "spill store: no submission queue entry free for a sync");
+    fail_later(s, io, -EIO);
+    return;
+  }
+  s->syncs_in_flight++;
+}
+
 void spill_store_submit(struct spill_store *s, struct spill_io *io)
 {
+  io->sync = false;
   io->next_queued = NULL;
   io->bounce_index = -1;
   io->result = 0;
@@ -629,8 +655,21 @@ static void drain_event_fd(struct spill_store *s)
 static bool is_transient(int res) { return res == -EAGAIN || res == -EINTR; }
 
 /* Handles one CQE; returns the finished request, or NULL if it was resubmitted. */
+static struct spill_io *complete_sync(struct spill_store *s, struct spill_io *io, int res)
+{
+  if (is_transient(res) && prep_sqe(s, io, 0))
+    return NULL;
+  s->syncs_in_flight--;
+  io->result = res;
+  if (res < 0)
+    rp_log(RP_LOG_ERROR, "spill store: fdatasync failed: %s", strerror(-res));
+  return io;
+}
+
 static struct spill_io *complete(struct spill_store *s, struct spill_io *io, int res)
 {
+  if (io->sync)
+    return complete_sync(s, io, res);
   uint32_t index = (uint32_t)io->bounce_index;
   if (is_transient(res) && s->retries[index] < SPILL_MAX_RETRIES) {
     s->retries[index]++;
@@ -696,7 +735,7 @@ unsigned spill_store_reap(struct spill_store *s)
 
 static uint32_t in_flight(const struct spill_store *s)
 {
-  return s->queue_depth - s->free_bounce_count;
+  return s->queue_depth - s->free_bounce_count + s->syncs_in_flight;
 }
 
 /* Blocks until a completion is available (submitting anything prepared first). */
@@ -738,15 +777,16 @@ int spill_store_read_sync(struct spill_store *s, uint64_t slot, uint8_t *page)
 
 int spill_store_sync(struct spill_store *s)
 {
-  /* Completed O_DIRECT writes may still sit in the device's volatile cache, and
-   * writes into preallocated (unwritten) extents change metadata: fdatasync covers
-   * both. It blocks the I/O thread, which is acceptable because swap almost never
-   * flushes; only write-through with an explicit flush/FUA gets here. */
-  while (fdatasync(s->fd) != 0) {
-    if (errno != EINTR)
-      return -errno;
+  bool done = false;
+  struct spill_io io = { .done = mark_done, .user = &done };
+  spill_store_submit_sync(s, &io);
+  spill_store_flush_submissions(s);
+  while (!done) {
+    if (spill_store_reap(s) > 0 || done)
+      continue;
+    wait_for_completion(s);
   }
-  return 0;
+  return io.result;
 }
 
 void spill_store_close(struct spill_store *s)

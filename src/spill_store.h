@@ -55,6 +55,7 @@ typedef void (*spill_io_done_fn)(struct spill_io *io);
  * first). done always runs from spill_store_reap (or close), never from submit. */
 struct spill_io {
   bool write;
+  bool sync;             /* set by spill_store_submit_sync: an fdatasync, no slot or page */
   uint64_t slot;
   uint8_t *page;         /* 4096 bytes: copied into a bounce buffer (write) or out of it (read) */
   spill_io_done_fn done;
@@ -79,7 +80,12 @@ unsigned spill_store_reap(struct spill_store *store);
 int spill_store_write_sync(struct spill_store *store, uint64_t slot, const uint8_t *page);
 int spill_store_read_sync(struct spill_store *store, uint64_t slot, uint8_t *page);
 
-/* fdatasync the file (flush/FUA from the frontend when write-through is on). 0 or -errno. */
+/* fdatasync through the ring (a flush from the frontend when write-through is on): done
+ * runs from spill_store_reap with result 0 or -errno once every write that completed
+ * before the submit is durable. Takes no bounce buffer; never blocks or allocates. */
+void spill_store_submit_sync(struct spill_store *store, struct spill_io *io);
+
+/* The same, blocking (start-up, tests and tools). 0 or -errno. */
 int spill_store_sync(struct spill_store *store);
 
 #endif
