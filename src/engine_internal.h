@@ -56,8 +56,8 @@ struct server_health {
                                    not a reset): writes go elsewhere rather than wait */
   bool writes_given_up;         /* this outage: writes no longer wait for it */
   bool replaced;                /* LOST, and a new incarnation took its address */
-  pthread_t attempt_thread;
-  struct reconnect_attempt *attempt; /* made with the server, reused by every attempt */
+  struct reconnect_attempt *attempt; /* its helper thread and the attempt it runs, made
+                                        with the server, reused by every attempt */
   ev_timer retry;               /* starts the next attempt */
   /* Requests that must reach this server's session (writes, frees) and were in flight
    * when its connection dropped or were sent since: resent in order on resume. */

@@ -12,10 +12,11 @@
  * (ADVISED is UP under memory pressure; rampart.h holds the one state enum.) Every
  * server has its own state, backoff and deadlines, all kept and driven on the engine's
  * loop, so a server slow to come back never delays another's reconnect. An attempt
- * (connect, handshake, RESERVE for a fresh session) blocks, so it runs in a helper
- * thread of its own: the loop hands it a copy of everything it needs, the thread reads
- * nothing else of the engine and hands its result back on a lock-free stack with
- * ev_async. At most one attempt per server runs at a time.
+ * (connect, handshake, RESERVE for a fresh session) blocks, so it runs in the server's
+ * own helper thread, started with the server and asleep until needed: the loop hands it
+ * a copy of everything it needs, the thread reads nothing else of the engine and hands
+ * its result back on a lock-free stack with ev_async. At most one attempt per server
+ * runs at a time, and none allocates (connections come from the engine's pool).
  *
  * While a server reconnects, requests that must reach its session (member and parity
  * writes, frees) wait in its replay queue: those in flight when the connection dropped
@@ -39,8 +40,15 @@
 #define BACKOFF_FIRST_MS 50u
 #define BACKOFF_MAX_MS 500u
 
-/* One reconnect attempt: the helper thread's only input and output. */
+/* A server's reconnect helper: its thread, which waits for an attempt to run, and the
+ * attempt itself, the thread's only input and output. */
 struct reconnect_attempt {
+  pthread_t thread;
+  bool thread_started;
+  pthread_mutex_t lock;
+  pthread_cond_t wake_thread;
+  bool work;                        /* under lock: an attempt is handed over */
+  bool quit;                        /* under lock: the engine is closing */
   struct reconnect_attempt *next;   /* on the engine's attempts_done stack */
   unsigned server;                  /* incarnation it is for (read by the loop only) */
   /* copied by the loop before the thread starts */
@@ -86,9 +94,8 @@ static void end_session(struct rp_conn *conn)
   rp_conn_close(conn);
 }
 
-static void *attempt_main(void *arg)
+static void attempt_run(struct reconnect_attempt *a)
 {
-  struct reconnect_attempt *a = arg;
   if (a->stale) {
     end_session(a->stale);
     a->stale = NULL;
@@ -119,6 +126,27 @@ static void *attempt_main(void *arg)
     a->next = head;
   while (!atomic_compare_exchange_weak(done, &head, a));
   ev_async_send(loop, wake);
+}
+
+/* The server's helper thread, started with the server: it sleeps until the loop hands
+ * it an attempt. Made once rather than per attempt, as creating a thread is itself an
+ * allocation (the sanitizers' thread records, a stack when glibc's cache has none),
+ * and a reconnect must not allocate. */
+static void *attempt_thread_main(void *arg)
+{
+  struct reconnect_attempt *a = arg;
+  pthread_mutex_lock(&a->lock);
+  for (;;) {
+    while (!a->work && !a->quit)
+      pthread_cond_wait(&a->wake_thread, &a->lock);
+    if (a->quit)
+      break;
+    a->work = false;
+    pthread_mutex_unlock(&a->lock);
+    attempt_run(a);
+    pthread_mutex_lock(&a->lock);
+  }
+  pthread_mutex_unlock(&a->lock);
   return NULL;
 }
 
@@ -128,6 +156,30 @@ static void attempt_release(struct reconnect_attempt *a)
   OPENSSL_cleanse(a->token, sizeof a->token);
   a->conn = NULL;
   a->stale = NULL;
+}
+
+/* Stops a helper's thread once its attempt, if any, has finished (the attempt pushes its
+ * result first). */
+static void attempt_helper_stop(struct reconnect_attempt *a)
+{
+  if (!a || !a->thread_started)
+    return;
+  pthread_mutex_lock(&a->lock);
+  a->quit = true;
+  pthread_cond_signal(&a->wake_thread);
+  pthread_mutex_unlock(&a->lock);
+  pthread_join(a->thread, NULL);
+  a->thread_started = false;
+}
+
+static void attempt_helper_free(struct reconnect_attempt *a)
+{
+  if (!a)
+    return;
+  attempt_helper_stop(a);
+  pthread_cond_destroy(&a->wake_thread);
+  pthread_mutex_destroy(&a->lock);
+  free(a);
 }
 
 /* Attempts run in threads with a small stack: under mlockall(MCL_FUTURE) every byte of
@@ -166,22 +218,10 @@ static void start_attempt(struct rampart_engine *e, struct server *s, struct rp_
   a->loop = e->loop;
   a->wake = &e->attempt_wake;
   a->done = &e->attempts_done;
-  pthread_attr_t attr;
-  int rc = pthread_attr_init(&attr);
-  if (rc == 0) {
-    pthread_attr_setstacksize(&attr, ATTEMPT_STACK_BYTES);
-    rc = pthread_create(&h->attempt_thread, &attr, attempt_main, a);
-    pthread_attr_destroy(&attr);
-  }
-  if (rc != 0) {
-    rp_log(RP_LOG_WARN, "server %s: cannot start a reconnect attempt: %s", s->address,
-           strerror(rc));
-    if (stale)
-      rp_conn_close(stale);
-    attempt_release(a);
-    schedule_retry(e, s);
-    return;
-  }
+  pthread_mutex_lock(&a->lock); /* held by the thread only between attempts */
+  a->work = true;
+  pthread_cond_signal(&a->wake_thread);
+  pthread_mutex_unlock(&a->lock);
   h->attempting = true;
   h->attempts++;
 }
@@ -483,7 +523,7 @@ static void join_as_new(struct rampart_engine *e, struct server *s, struct recon
            "the device to use it again", s->address);
     if (fresh) {
       e->nservers--;
-      free(fresh->health.attempt);
+      attempt_helper_free(fresh->health.attempt);
     }
     rp_conn_close(a->conn);
     return;
@@ -515,7 +555,6 @@ static void attempt_failed(struct rampart_engine *e, struct server *s, const cha
 static void attempt_finished(struct rampart_engine *e, struct reconnect_attempt *a)
 {
   struct server *s = &e->servers[a->server];
-  pthread_join(s->health.attempt_thread, NULL);
   s->health.attempting = false;
   struct rp_conn *stale = NULL;
   if (!a->conn) {
@@ -635,9 +674,26 @@ int server_health_init_server(struct rampart_engine *e, struct server *s)
 {
   (void)e;
   memset(&s->health, 0, sizeof s->health);
-  s->health.attempt = calloc(1, sizeof *s->health.attempt);
-  if (!s->health.attempt)
+  struct reconnect_attempt *a = calloc(1, sizeof *a);
+  if (!a)
     return -1;
+  pthread_mutex_init(&a->lock, NULL);
+  pthread_cond_init(&a->wake_thread, NULL);
+  pthread_attr_t attr;
+  int rc = pthread_attr_init(&attr);
+  if (rc == 0) {
+    pthread_attr_setstacksize(&attr, ATTEMPT_STACK_BYTES);
+    rc = pthread_create(&a->thread, &attr, attempt_thread_main, a);
+    pthread_attr_destroy(&attr);
+  }
+  if (rc != 0) {
+    rp_log(RP_LOG_ERROR, "server %s: cannot start its reconnect thread: %s", s->address,
+           strerror(rc));
+    attempt_helper_free(a);
+    return -1;
+  }
+  a->thread_started = true;
+  s->health.attempt = a;
   ev_timer_init(&s->health.retry, on_retry, 0.0, 0.0);
   s->health.retry.data = s;
   return 0;
@@ -661,10 +717,8 @@ void server_health_close(struct rampart_engine *e)
   for (unsigned i = 0; i < e->nservers; i++) {
     struct server_health *h = &e->servers[i].health;
     ev_timer_stop(e->loop, &h->retry);
-    if (h->attempting) {
-      pthread_join(h->attempt_thread, NULL);
-      h->attempting = false;
-    }
+    attempt_helper_stop(h->attempt); /* waits for an attempt running now */
+    h->attempting = false;
     /* Whatever still waits for this server belongs to pools about to be freed. */
     h->replay_head = h->replay_tail = NULL;
     h->replay_count = h->replay_writes = 0;
@@ -684,7 +738,7 @@ void server_health_close(struct rampart_engine *e)
 void server_health_free(struct rampart_engine *e)
 {
   for (unsigned i = 0; i < e->nservers; i++) {
-    free(e->servers[i].health.attempt);
+    attempt_helper_free(e->servers[i].health.attempt);
     e->servers[i].health.attempt = NULL;
   }
 }
