@@ -64,6 +64,7 @@ struct relay {
   uint8_t inject[RP_HEADER_SIZE + RP_PAGE_SIZE + 64];
   size_t inject_len;   /* > 0: waiting to be injected */
   unsigned sessions;   /* connections relayed so far */
+  bool alter_next_write; /* set the count field of the client's next WRITE header */
   bool stop;
   struct recorded rec[MAX_RECORDED];
   unsigned nrec;
@@ -138,6 +139,12 @@ static void relay_one(struct relay *r, int cfd)
           rec->slot = h.slot;
           rec->len = total;
           memcpy(rec->bytes, cbuf, total);
+        }
+        if (h.op == RP_OP_WRITE && r->alter_next_write) {
+          /* an attacker flips one header byte of a frame in flight: count = 1, which
+           * no WRITE may carry */
+          cbuf[12] = 1;
+          r->alter_next_write = false;
         }
         pthread_mutex_unlock(&r->mu);
         if (!write_all(sfd, cbuf, total))
@@ -413,6 +420,62 @@ static void test_injected_frames_are_refused(void **state)
   assert_int_equal(rp_test_server_stop_clean(&f->srv), 0);
 }
 
+/* An attacker without the key alters one byte of a WRITE's header in flight (count = 1,
+ * which no WRITE may carry). The frame must fail like any altered frame: the connection
+ * drops and the write completes RP_ERR_DISCONNECTED, so the engine resends it on the
+ * resumed session. On 83b068b, rampartd refuses the undecodable header with an Error
+ * that echoes the header's id and op and is *tagged* under the session key
+ * (connection.c process_input -> protocol_error -> send_error -> out_commit), so the
+ * client verifies it and completes its own WRITE with RP_ERR_BAD_FRAME, as if the server
+ * had answered it: the attacker chooses which in-flight request (by id and op) gets an
+ * authenticated refusal, and the engine treats it as answered (server_request_failed
+ * does not resend it; on_member_written marks the group member lost). */
+static void test_altered_header_is_not_an_answer(void **state)
+{
+  struct fixture *f = *state;
+  char psi[600];
+  snprintf(psi, sizeof psi, "%s/psi", f->dir);
+  assert_int_equal(rp_test_write_file(psi, "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"), 0);
+  const char *args[] = {"--memory", "16M", "--lease", "60", "--key", f->key_path,
+                        "--pressure-file", psi, NULL};
+  assert_int_equal(rp_test_server_start(&f->srv, f->dir, args), 0);
+  f->via = f->srv;
+  relay_start(&f->relay, &f->srv);
+  snprintf(f->via.port, sizeof f->via.port, "%s", f->relay.port);
+
+  struct rp_session_info info;
+  struct rp_conn *c = connect_via_relay(f, NULL, &info);
+  memcpy(f->token, info.token, RP_TOKEN_LEN);
+  struct rp_error err;
+  assert_int_equal(rp_reserve_sync(c, NPAGES, NULL, NULL, &err), 0);
+  for (uint64_t s = 0; s < NPAGES; s++) {
+    rp_test_fill_page(f->pages[s], 1, s);
+    assert_int_equal(rp_write_sync(c, s, f->pages[s], &err), 0);
+  }
+
+  pthread_mutex_lock(&f->relay.mu);
+  f->relay.alter_next_write = true;
+  pthread_mutex_unlock(&f->relay.mu);
+  uint8_t newer[RP_PAGE_SIZE];
+  rp_test_fill_page(newer, 3, 5);
+  memset(&err, 0, sizeof err);
+  int rc = rp_write_sync(c, 5, newer, &err);
+  printf("the altered WRITE completed: rc %d, status %u: %s\n", rc, err.code, err.message);
+  assert_int_equal(rc, -1);
+  if (err.code != RP_ERR_DISCONNECTED)
+    fail_msg("an altered WRITE completed with status %u (%s), an authenticated answer from "
+             "the server, instead of %u (disconnected): the attacker chose a request's "
+             "answer", err.code, rp_status_name(err.code), RP_ERR_DISCONNECTED);
+  if (!rp_conn_wait(c, disconnected, c, 5000))
+    fail_msg("the server did not drop the connection");
+  rp_conn_close(c);
+  c = resume_and_verify(f, "an altered WRITE header"); /* slot 5 as first written */
+  assert_int_equal(rp_goodbye_sync(c, &err), 0);
+  rp_conn_close(c);
+  relay_stop(&f->relay);
+  assert_int_equal(rp_test_server_stop_clean(&f->srv), 0);
+}
+
 /* ---- a fake server without the key ---- */
 
 struct fake {
@@ -582,6 +645,7 @@ int main(void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_injected_frames_are_refused, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_altered_header_is_not_an_answer, setup, teardown),
     cmocka_unit_test_setup_teardown(test_fake_server_never_gets_the_token, setup, teardown),
     cmocka_unit_test_setup_teardown(test_version_1_client_told_to_upgrade, setup, teardown),
   };
