@@ -774,6 +774,21 @@ static void process_input(struct rps_conn *c)
     struct rp_header h;
     const char *why;
     enum rp_status st = rp_header_decode(c->in + c->in_start, RP_FROM_CLIENT, &h, &why);
+    if (st != RP_OK && c->state == ST_READY) {
+      /* After the handshake a header that does not decode cannot have its tag checked
+       * (its length is not to be trusted), so it may be anyone's: an attacker who
+       * altered a byte of a real request, or reflected one of our own replies. Answer
+       * it and the reply, tagged and carrying the request's id, would be an
+       * authenticated refusal of a request the client did send. Drop the connection
+       * unanswered, as for a failed tag: the client resumes and resends. */
+      c->srv->stats.errors_protocol++;
+      rp_log(RP_LOG_WARN, "%s (%s): a frame header that does not decode (%s) after the "
+             "handshake: altered on the way, or a client that is not rampart; dropping "
+             "the connection (session %s stays for its lease)", c->peer, c->client_name,
+             why, c->session ? c->session->id : "-");
+      c->dead = true;
+      break;
+    }
     if (st != RP_OK) {
       protocol_error(c, &h, st, why);
       break;
