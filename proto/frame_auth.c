@@ -60,6 +60,23 @@ int rp_frame_auth_init(struct rp_frame_auth *fa, const uint8_t key[RP_SESSION_KE
   return 0;
 }
 
+int rp_frame_auth_prepare(struct rp_frame_auth *fa)
+{
+  if (fa->ctx)
+    return 0;
+  EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+  if (!ctx)
+    return -1;
+  if (EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, NULL, NULL) != 1) {
+    EVP_CIPHER_CTX_free(ctx);
+    return -1;
+  }
+  fa->ctx = ctx;
+  fa->keyed = false;
+  fa->seq = 0;
+  return 0;
+}
+
 void rp_frame_auth_forget(struct rp_frame_auth *fa)
 {
   static const uint8_t zero_key[RP_SESSION_KEY_LEN];

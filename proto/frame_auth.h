@@ -59,6 +59,9 @@ struct rp_frame_auth {
  * rp_frame_auth_forget is keyed again without allocating. 0, or -1 when libcrypto
  * fails. */
 int rp_frame_auth_init(struct rp_frame_auth *fa, const uint8_t key[RP_SESSION_KEY_LEN]);
+/* Makes fa's cipher context now, unkeyed, so that a later rp_frame_auth_init allocates
+ * nothing (libcrypto allocates the context and fetches the cipher). 0 or -1. */
+int rp_frame_auth_prepare(struct rp_frame_auth *fa);
 /* Unkeys fa (the key schedule overwritten) but keeps its context for the next
  * rp_frame_auth_init: a connection's memory reused for the next connection. */
 void rp_frame_auth_forget(struct rp_frame_auth *fa);

@@ -366,6 +366,10 @@ struct rp_conn_pool *rp_conn_pool_new(unsigned n)
     return NULL;
   for (unsigned i = 0; i < n; i++) {
     struct rp_conn *c = conn_take(NULL);
+    if (c && (rp_frame_auth_prepare(&c->tx) < 0 || rp_frame_auth_prepare(&c->rx) < 0)) {
+      conn_give_back(c);
+      c = NULL;
+    }
     if (!c) {
       rp_conn_pool_free(pool);
       return NULL;

@@ -700,6 +700,38 @@ static void test_tag_same_contiguous_or_split(void **state)
   }
 }
 
+/* A context made ahead (rp_frame_auth_prepare), or kept from an earlier connection and
+ * keyed again (rp_frame_auth_forget, then init), tags exactly as a fresh one; a
+ * forgotten one tags nothing. */
+static void test_tag_reused_context_matches_fresh(void **state)
+{
+  (void)state;
+  uint8_t k1[RP_SESSION_KEY_LEN], k2[RP_SESSION_KEY_LEN], hdr[RP_HEADER_SIZE] = {1, 2, 3};
+  uint8_t page[4096], fresh_tag[RP_TAG_LEN], reused_tag[RP_TAG_LEN];
+  memset(k1, 0x11, sizeof k1);
+  memset(k2, 0x22, sizeof k2);
+  memset(page, 0x5a, sizeof page);
+  struct rp_frame_auth fresh = {0}, reused = {0};
+  assert_int_equal(rp_frame_auth_prepare(&reused), 0);
+  assert_false(rp_frame_auth_active(&reused));
+  assert_int_equal(rp_frame_auth_init(&reused, k1), 0);
+  assert_int_equal(rp_frame_auth_init(&fresh, k1), 0);
+  assert_int_equal(rp_frame_tag(&fresh, hdr, page, sizeof page, fresh_tag), 0);
+  assert_int_equal(rp_frame_tag(&reused, hdr, page, sizeof page, reused_tag), 0);
+  assert_memory_equal(fresh_tag, reused_tag, RP_TAG_LEN);
+  rp_frame_auth_forget(&reused);
+  assert_false(rp_frame_auth_active(&reused));
+  assert_int_equal(rp_frame_tag(&reused, hdr, page, sizeof page, reused_tag), -1);
+  rp_frame_auth_free(&fresh);
+  assert_int_equal(rp_frame_auth_init(&reused, k2), 0); /* sequence back at 0 */
+  assert_int_equal(rp_frame_auth_init(&fresh, k2), 0);
+  assert_int_equal(rp_frame_tag(&fresh, hdr, page, sizeof page, fresh_tag), 0);
+  assert_int_equal(rp_frame_tag(&reused, hdr, page, sizeof page, reused_tag), 0);
+  assert_memory_equal(fresh_tag, reused_tag, RP_TAG_LEN);
+  rp_frame_auth_free(&fresh);
+  rp_frame_auth_free(&reused);
+}
+
 static void test_tag_without_context_fails_closed(void **state)
 {
   (void)state;
@@ -745,6 +777,7 @@ int main(void)
     cmocka_unit_test(test_tag_bound_to_direction_and_connection),
     cmocka_unit_test(test_tag_same_contiguous_or_split),
     cmocka_unit_test(test_tag_without_context_fails_closed),
+    cmocka_unit_test(test_tag_reused_context_matches_fresh),
   };
   return cmocka_run_group_tests_name("auth", tests, NULL, NULL);
 }
