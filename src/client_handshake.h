@@ -1,0 +1,45 @@
+/* Internal to the client library (client_conn.c and client_handshake.c): connecting and
+ * the handshake, and the few helpers both halves use. Not part of client.h's API. */
+#ifndef RAMPART_CLIENT_HANDSHAKE_H
+#define RAMPART_CLIENT_HANDSHAKE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "client.h"
+#include "frame_auth.h"
+#include "wire.h"
+
+/* Largest frame the handshake sends or receives, with its tag. */
+#define CLIENT_MAX_FRAME (RP_MAX_CONTROL_FRAME + RP_TAG_LEN)
+/* The handshake's working space: its request frame, the reply, and an arena to decode
+ * the reply's message into (the largest control payload, its structs, alignment). */
+#define CLIENT_HANDSHAKE_BUF (2u * CLIENT_MAX_FRAME + RP_MAX_CONTROL_PAYLOAD + 16384u)
+
+/* Connects to o's server (o->addr if given, else resolving o->host/o->port) and runs the
+ * handshake within timeout_ms, in buf (at least CLIENT_HANDSHAKE_BUF bytes). On success
+ * *fd is the connected, non-blocking socket, tx and rx are keyed, info holds the
+ * Welcome. 0, or -1 with err (RP_ERR_CONNECT, RP_ERR_AUTH, RP_ERR_VERSION,
+ * RP_ERR_TIMEOUT) and nothing left open. */
+int client_connect(const struct rp_conn_options *o, const char *peer, uint32_t timeout_ms,
+                   uint8_t *buf, size_t buf_len, struct rp_frame_auth *tx,
+                   struct rp_frame_auth *rx, int *fd, struct rp_session_info *info,
+                   struct rp_error *err);
+
+/* The server's sentence in an Error payload, or the status's name. */
+void client_copy_server_message(char *out, size_t outlen, const uint8_t *payload,
+                                uint32_t len, uint16_t status);
+/* Our advice for a status, unless the server's sentence already carries it, and the
+ * separator to put before it. */
+const char *client_advice_text(const char *said, uint16_t status);
+const char *client_advice_sep(const char *said, uint16_t status);
+
+static inline uint64_t client_now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+#endif
