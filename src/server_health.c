@@ -36,6 +36,7 @@
 
 #include "engine_internal.h"
 #include "log.h"
+#include "thread_start.h"
 
 #define BACKOFF_FIRST_MS 50u
 #define BACKOFF_MAX_MS 500u
@@ -679,13 +680,7 @@ int server_health_init_server(struct rampart_engine *e, struct server *s)
     return -1;
   pthread_mutex_init(&a->lock, NULL);
   pthread_cond_init(&a->wake_thread, NULL);
-  pthread_attr_t attr;
-  int rc = pthread_attr_init(&attr);
-  if (rc == 0) {
-    pthread_attr_setstacksize(&attr, ATTEMPT_STACK_BYTES);
-    rc = pthread_create(&a->thread, &attr, attempt_thread_main, a);
-    pthread_attr_destroy(&attr);
-  }
+  int rc = rp_thread_start(&a->thread, ATTEMPT_STACK_BYTES, attempt_thread_main, a);
   if (rc != 0) {
     rp_log(RP_LOG_ERROR, "server %s: cannot start its reconnect thread: %s", s->address,
            strerror(rc));

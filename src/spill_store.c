@@ -600,16 +600,25 @@ static void release_bounce(struct spill_store *s, uint32_t index)
 /* Completed O_DIRECT writes may still sit in the device's volatile cache, and writes
  * into preallocated (unwritten) extents change metadata: fdatasync covers both. Through
  * the ring, so the engine's loop never waits on the disk for a flush. */
-void spill_store_submit_sync(struct spill_store *s, struct spill_io *io)
+/* What every submit does first: the store's fields of io reset, and a closing store
+ * refuses it (delivered from reap, never from here). false: io is taken care of. */
+static bool submit_begin(struct spill_store *s, struct spill_io *io, bool sync)
 {
-  io->sync = true;
+  io->sync = sync;
   io->next_queued = NULL;
   io->bounce_index = -1;
   io->result = 0;
   if (s->closing) {
     fail_later(s, io, -ECANCELED);
-    return;
+    return false;
   }
+  return true;
+}
+
+void spill_store_submit_sync(struct spill_store *s, struct spill_io *io)
+{
+  if (!submit_begin(s, io, true))
+    return;
   if (!prep_sqe(s, io, 0)) {
     rp_log(RP_LOG_ERROR, "spill store: no submission queue entry free for a sync");
     fail_later(s, io, -EIO);
@@ -620,14 +629,8 @@ void spill_store_submit_sync(struct spill_store *s, struct spill_io *io)
 
 void spill_store_submit(struct spill_store *s, struct spill_io *io)
 {
-  io->sync = false;
-  io->next_queued = NULL;
-  io->bounce_index = -1;
-  io->result = 0;
-  if (s->closing) {
-    fail_later(s, io, -ECANCELED);
+  if (!submit_begin(s, io, false))
     return;
-  }
   if (io->slot >= s->pages || !io->page) {
     fail_later(s, io, -EINVAL);
     return;

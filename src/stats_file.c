@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "thread_start.h"
 
 /* Small, as every thread of a process under mlockall has its whole stack locked. */
 #define WRITER_STACK_BYTES (128u * 1024u)
@@ -125,13 +126,7 @@ struct stats_file *stats_file_start(const char *path, char *err, size_t errlen)
   snprintf(sf->tmp, sizeof sf->tmp, "%s.tmp", path);
   pthread_mutex_init(&sf->lock, NULL);
   pthread_cond_init(&sf->wake, NULL);
-  pthread_attr_t attr;
-  int rc = pthread_attr_init(&attr);
-  if (rc == 0) {
-    pthread_attr_setstacksize(&attr, WRITER_STACK_BYTES);
-    rc = pthread_create(&sf->thread, &attr, writer_main, sf);
-    pthread_attr_destroy(&attr);
-  }
+  int rc = rp_thread_start(&sf->thread, WRITER_STACK_BYTES, writer_main, sf);
   if (rc != 0) {
     snprintf(err, errlen, "cannot start the stats-file writer thread: %s", strerror(rc));
     pthread_cond_destroy(&sf->wake);
