@@ -20,6 +20,7 @@ static const struct {
   { "fft", workload_fft, "complex FFT of 2^k points, forward and inverse" },
   { "matvec", workload_matvec, "matrix-vector products, 4 passes over the matrix" },
   { "pages", workload_pages, "fill every page with its own pattern, check all in random order" },
+  { "forks", workload_forks, "16 processes at once, each running pages on 1/16 of the size" },
 };
 enum { WORKLOAD_COUNT = sizeof workloads / sizeof workloads[0] };
 
@@ -76,7 +77,7 @@ int main(int argc, char **argv)
       which = i;
   if (which < 0) {
     fprintf(stderr, "rampart-workload: unknown workload '%s': use quicksort, gauss, fft, "
-            "matvec or pages (--help lists them)\n", argv[1]);
+            "matvec, pages or forks (--help lists them)\n", argv[1]);
     return 2;
   }
   uint64_t size = 0, seed = 1;

@@ -22,6 +22,7 @@ int workload_gauss(uint64_t size, uint64_t seed, struct workload_result *result)
 int workload_fft(uint64_t size, uint64_t seed, struct workload_result *result);
 int workload_matvec(uint64_t size, uint64_t seed, struct workload_result *result);
 int workload_pages(uint64_t size, uint64_t seed, struct workload_result *result);
+int workload_forks(uint64_t size, uint64_t seed, struct workload_result *result);
 
 /* Deterministic data: the value at an index, for a seed and a stream (so that
  * verification can regenerate inputs instead of keeping a copy in memory). */
