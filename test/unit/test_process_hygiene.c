@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -77,6 +78,12 @@ static void test_harden_locks_what_is_used_not_what_is_mapped(void **state)
       _exit(1); /* the untouched mapping was faulted in */
     if (after_map - after_harden < LATER / 1024)
       _exit(2); /* a later mapping was not locked when mapped */
+    /* Every later thread's stack is populated whole: 1 MiB, not RLIMIT_STACK's 8. */
+    pthread_attr_t attr;
+    size_t stack = 0;
+    if (pthread_getattr_default_np(&attr) != 0 || pthread_attr_getstacksize(&attr, &stack) != 0 ||
+        stack > (1 << 20))
+      _exit(5);
     _exit(0);
   }
   int status;
