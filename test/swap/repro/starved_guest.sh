@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# NOT IN THE SUITE: the reproduction of an open defect (issue 22, docs/faults.md "Not
+# covered yet"). With the daemon inside the shortage it relieves, swap-out deadlocks:
+# the engine's TCP send to a rampartd needs fresh kernel pages below the min watermark,
+# and a userspace process cannot use the kernel's reserves. Every rampart run hangs
+# within the first 2-20 MiB swapped; the swap-disk baselines pass. Once the defect is
+# fixed this moves back to test/swap/test_guest_starved.sh, where ctest runs it.
+# Run it by hand (as root, RAMPARTD= etc. as ctest sets them, see test/CMakeLists.txt):
+#   RAMPART_GUEST_CONSOLE=/tmp/starved.log bash test/swap/repro/starved_guest.sh
+#
+# The real single-host topology (issue 22): the swap daemon runs inside the shortage it
+# relieves. A Debian kernel booted under qemu (as test_guest_nbd_client.sh boots it) runs
+# nbdkit rampart itself, attaches it with nbd-client -swap over a unix socket inside the
+# guest, and the guest as a whole is starved: no cgroup, GUEST_MB of RAM, verifying
+# workloads of twice that. The five rampartd run on this host; the guest reaches each
+# through a qemu forward (restricted user network: nothing leaves qemu but these five
+# connections to 127.0.0.1).
+#
+# One boot runs, in order (starved_guest_init.sh is the guest's /init):
+#   plain     pages, quicksort, forks on rampart
+#   kill      quicksort on rampart, one rampartd SIGKILLed once 64 MiB are swapped out;
+#             then the guest waits for the rebuild (it runs while the guest is starved)
+#   outage    pages on rampart, every live rampartd SIGSTOPped for 3 s
+#   baseline  pages, quicksort, forks on a swap disk in the same guest (/dev/vda, a file
+#             on this host): each rampart run's time is reported against it as a ratio
+# A watchdog in the guest fails the run when pswpin+pswpout stand still for 120 s while a
+# workload runs, after printing nbdkit's thread stacks and the NBD queue.
+#
+# The outage stops the servers (SIGSTOP) rather than resetting their connections with
+# nftables as test_host_swap_blip.sh does: through qemu's forward a reset on this host's
+# loopback reaches the guest only as a closed connection, and a stopped server is the
+# harder case for the daemon (requests in flight get no answer at all and must time out
+# while it holds them), with no firewall change on a shared machine.
+#
+# Environment: RAMPART_GUEST_KERNEL_DIR (default /var/cache/rampart/guest-kernel),
+# RAMPART_GUEST_MEM_MB (192), RAMPART_STARVED_RUNS (the runs, as starved_guest_init.sh
+# reads them: name:nbd|disk:workload[:kill|outage] ...), RAMPART_GUEST_CONSOLE (where the
+# guest's console log goes, to keep it; default: the test's temporary directory).
+# For digging into a failure: RAMPART_STARVED_TIMEOUT (1380 s for the whole guest),
+# RAMPART_STARVED_STALL_SECONDS (120), RAMPART_STARVED_SYSCTL ("vm/NAME=VALUE ..." set in
+# the guest before nbdkit starts), RAMPART_STARVED_NBDKIT_DEBUG (-v), RAMPART_STARVED_EXTRA_PROGS
+# (host programs copied into the guest with their libraries, e.g. strace),
+# RAMPART_STARVED_CONF_EXTRA (a line for the guest's /etc/starved.conf, e.g. an export).
+. "$(dirname "$0")/../lib.sh"
+
+[[ $(id -u) == 0 ]] || skip "needs root to fetch the guest kernel package"
+qemu=$(command -v qemu-system-x86_64 || true)
+[[ -n $qemu ]] || skip "qemu-system-x86_64 is missing (package qemu-system-x86)"
+busybox=$(command -v busybox || true)
+[[ -n $busybox ]] && ! ldd "$busybox" >/dev/null 2>&1 \
+  || skip "no static busybox for the guest's initramfs (package busybox-static)"
+nbd_client=$(command -v nbd-client || true)
+[[ -n $nbd_client ]] || skip "nbd-client is missing (package nbd-client)"
+nbdkit=$(command -v nbdkit || true)
+[[ -n $nbdkit ]] || skip "nbdkit is missing (package nbdkit)"
+command -v cpio >/dev/null || skip "cpio is missing (package cpio)"
+command -v nc >/dev/null || skip "nc is missing (package netcat-openbsd): qemu's forwards run it"
+# A sanitizer build's plugin needs the ASan runtime preloaded and must not lock memory
+# (plugin_extra in lib.sh): a daemon that is neither small nor locked, in a 192 MiB
+# guest, is not the topology under test. The release stage runs this test.
+[[ -z ${RAMPART_ASAN_RUNTIME:-} ]] \
+  || skip "a sanitizer build's daemon cannot run locked in a 192 MiB guest (the release build runs this test)"
+
+kdir=${RAMPART_GUEST_KERNEL_DIR:-/var/cache/rampart/guest-kernel}
+if [[ ! -s $kdir/vmlinuz || ! -s $kdir/modules/order ]]; then
+  "$src_root/scripts/fetch-guest-kernel" "$kdir" >"$work/fetch.out" 2>&1 \
+    || skip "no guest kernel with virtio modules in $kdir and fetching one failed: $(tail -n 2 "$work/fetch.out")"
+fi
+log "guest kernel: $(cat "$kdir/version" 2>/dev/null)"
+
+guest_mb=${RAMPART_GUEST_MEM_MB:-192}
+program_mb=$((guest_mb * 2))
+runs=${RAMPART_STARVED_RUNS:-"pages:nbd:pages quicksort:nbd:quicksort forks:nbd:forks kill:nbd:quicksort:kill outage:nbd:pages:outage disk-pages:disk:pages disk-quicksort:disk:quicksort disk-forks:disk:forks"}
+# The device holds one program at a time (each run swaps off before the next).
+device_mb=$((program_mb * 3 / 2))
+
+# ---- the cluster, on this host -------------------------------------------------------
+key=$work/key
+"$RAMPARTCTL" keygen "$key" >/dev/null
+# Each server holds a quarter of the device plus parity and overflow, and after the kill
+# a third of it: 256 MiB each is room for both.
+cluster_start "$work" 5 256M "$key" starved || fail "could not start the servers"
+
+# The guest sees server I at 10.0.2.10I:7070. Each forward runs nc per connection (the
+# daemon reconnects after a fault; a chardev forward is one connection for qemu's
+# lifetime). nc -N passes the guest's close on, so a dropped session ends at the server.
+guest_addrs=()
+fwds=
+for i in "${!CLUSTER_ADDRS[@]}"; do
+  guest_addrs+=("10.0.2.10$((i + 1)):7070")
+  fwds+=",guestfwd=tcp:10.0.2.10$((i + 1)):7070-cmd:nc -N ${CLUSTER_ADDRS[$i]%:*} ${CLUSTER_ADDRS[$i]##*:}"
+done
+victim=2
+
+# ---- the initramfs: busybox, nbdkit + plugin, nbd-client, the workload, their libraries --
+root=$work/initramfs
+mkdir -p "$root"/{bin,dev,proc,sys,tmp,run,etc/rampart,lib/modules,lib/nbdkit}
+cp "$busybox" "$root/bin/busybox"
+cp "$kdir"/modules/*.ko "$kdir/modules/order" "$root/lib/modules/"
+copy_libs() { # file: its shared libraries, where ldd says they live
+  local lib
+  for lib in $(ldd "$1" | grep -o '/[^ ]*'); do
+    mkdir -p "$root$(dirname "$lib")"
+    cp -L "$lib" "$root$lib"
+  done
+}
+for prog in "$nbd_client" "$nbdkit" "$RAMPART_WORKLOAD" ${RAMPART_STARVED_EXTRA_PROGS:-}; do
+  cp "$prog" "$root/bin/"
+  copy_libs "$prog"
+done
+# nbdkit loads the plugin by path; its libraries (OpenSSL, libev, liburing, protobuf-c)
+# come along the same way.
+cp "$RAMPART_PLUGIN" "$root/lib/nbdkit/rampart.so"
+copy_libs "$RAMPART_PLUGIN"
+install -m 0600 "$key" "$root/etc/rampart/key"
+servers=$(IFS=,; echo "${guest_addrs[*]}")
+cat >"$root/etc/starved.conf" <<EOF
+SERVERS=$servers
+KILL_ADDR=${guest_addrs[$victim]}
+PROGRAM_MB=$program_mb
+DEVICE_SIZE=${device_mb}M
+STALL_SECONDS=${RAMPART_STARVED_STALL_SECONDS:-120}
+RUNS="$runs"
+NBDKIT_DEBUG=${RAMPART_STARVED_NBDKIT_DEBUG:-}
+GUEST_SYSCTL="${RAMPART_STARVED_SYSCTL:-}"
+${RAMPART_STARVED_CONF_EXTRA:-}
+EOF
+install -m 0755 "$src_root/test/swap/repro/starved_guest_init.sh" "$root/init"
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initrd.gz"
+log "initramfs: $(du -h "$work/initrd.gz" | cut -f1)"
+
+# The baseline swap disk and the daemon's spill disk: sparse files on this host.
+truncate -s "$((program_mb * 3 / 2))M" "$work/swap.img"
+truncate -s "${device_mb}M" "$work/spill.img"
+
+# ---- the guest ---------------------------------------------------------------------------
+# /dev/kvm here is a hypervisor a stock kernel cannot run on: software emulation, one vCPU
+# (as test_guest_nbd_client.sh says). -cpu max: the daemon seals every page with
+# AES-256-GCM, and qemu's default CPU model has no AES-NI, so OpenSSL would run its
+# table-driven AES in emulation.
+console=${RAMPART_GUEST_CONSOLE:-$work/console.log}
+: >"$console"
+log "booting the guest: ${guest_mb} MiB of RAM, ${program_mb} MiB programs, runs: $runs"
+"$qemu" -accel tcg -cpu max -m "$guest_mb" -smp 1 -nographic -no-reboot \
+  -monitor unix:"$work/monitor.sock",server=on,wait=off \
+  -kernel "$kdir/vmlinuz" -initrd "$work/initrd.gz" \
+  -append "console=ttyS0 panic=-1 quiet" \
+  -drive file="$work/swap.img",format=raw,if=virtio,cache=writeback \
+  -drive file="$work/spill.img",format=raw,if=virtio,cache=writeback \
+  -netdev "user,id=n0,restrict=on$fwds" -device e1000,netdev=n0 \
+  -serial file:"$console" </dev/null >"$work/qemu.out" 2>&1 &
+qemu_pid=$!
+bg_pids+=("$qemu_pid")
+
+# outage SECONDS: every live server stopped, then continued.
+outage() {
+  local i
+  for i in "${!CLUSTER_PIDS[@]}"; do
+    [[ -n ${CLUSTER_KILLED[$i]:-} ]] || kill -STOP "${CLUSTER_PIDS[$i]}"
+  done
+  sleep "$1"
+  for i in "${!CLUSTER_PIDS[@]}"; do
+    [[ -n ${CLUSTER_KILLED[$i]:-} ]] || kill -CONT "${CLUSTER_PIDS[$i]}"
+  done
+}
+
+# hung_guest: what every guest task is blocked in, onto the console (SysRq 8: every
+# message to the console; w: blocked tasks; m: memory; t: every task's stack), before the
+# test fails on the host's timeout.
+hung_guest() {
+  local k
+  for k in 8 w m t; do
+    echo "sendkey alt-sysrq-$k" | nc -N -U "$work/monitor.sock" >/dev/null 2>&1 || true
+    sleep 5
+  done
+  sed -n '/sysrq: Changing Loglevel/,$p' "$console" | head -n 1500 >&2
+}
+
+t0=$SECONDS
+limit=${RAMPART_STARVED_TIMEOUT:-1380}
+# The guest's watchdog needs the guest's userspace, which a starved guest can lose whole
+# (every task blocked in reclaim, the watchdog's own fork included). So the host watches
+# too: while a workload runs the watchdog says "progress" every 30 s, and a guest silent
+# for the stall limit and a minute more is hung.
+silent_limit=$((${RAMPART_STARVED_STALL_SECONDS:-120} + 60))
+last_line=$SECONDS
+seen=0
+while kill -0 "$qemu_pid" 2>/dev/null; do
+  ((SECONDS - t0 < limit)) || { hung_guest; fail "the guest did not finish within $limit s (its tasks above)"; }
+  ((SECONDS - last_line < silent_limit)) \
+    || { hung_guest; fail "the guest said nothing for $silent_limit s (no progress, no watchdog): hung; its tasks above"; }
+  mapfile -t lines < <(grep -a '^rampart-guest:' "$console" | tail -n +$((seen + 1)))
+  for line in "${lines[@]}"; do
+    seen=$((seen + 1))
+    last_line=$SECONDS
+    line=${line%$'\r'}
+    [[ $line == "rampart-guest: stats "* ]] && continue
+    log "${line#rampart-guest: }"
+    case $line in
+      *": fault kill "*)
+        log "kill -9 rampartd ${CLUSTER_ADDRS[$victim]} (pid ${CLUSTER_PIDS[$victim]}), ${guest_addrs[$victim]} in the guest"
+        cluster_kill9 "$victim" ;;
+      *": fault outage "*)
+        log "every live rampartd stopped for 3 s"
+        outage 3 ;;
+    esac
+  done
+  sleep 0.2
+done
+wait "$qemu_pid" || true
+guest_seconds=$((SECONDS - t0))
+
+if grep -aq '^rampart-guest: stall' "$console"; then
+  sed -n '/^rampart-guest: stall/,$p' "$console" | head -n 400 >&2
+  fail "the watchdog saw swap stand still for 120 s (stacks above)"
+fi
+grep -aq '^rampart-guest: end 0' "$console" \
+  || fail "the guest did not finish cleanly: $(grep -a -E 'rampart-guest|workload|Kernel panic|Out of memory|oom|nbd|nbdkit|I/O error' "$console" | tail -n 20)"
+
+# ---- the verdict and the report ------------------------------------------------------------
+declare -A secs=()
+for r in $runs; do
+  name=${r%%:*}
+  line=$(grep -a "^rampart-guest: result $name " "$console" || true)
+  [[ $line == *" rc=0 "*verified=yes* ]] || fail "run $name did not verify: ${line:-no result line}"
+  secs[$name]=$(sed -n 's/.* seconds=\([0-9.]*\).*/\1/p' <<<"$line")
+  swaps=$(sed -n 's/.* swaps=\([0-9]*\).*/\1/p' <<<"$line")
+  # Twice RAM: at least what exceeds RAM went out and came back.
+  ((swaps >= guest_mb * 256 * 2)) || fail "run $name moved only $swaps pages through swap"
+done
+grep -a '^rampart-guest: stats ' "$console" | sed 's/^rampart-guest: stats /    /' >"$work/stats"
+grep -q 'lost pages 0, read errors 0' "$work/stats" \
+  || fail "the daemon lost pages or failed reads: $(grep '^ *failures' "$work/stats")"
+log "engine at the end:"
+cat "$work/stats"
+log "time against the same workload on the swap disk:"
+for r in $runs; do
+  IFS=: read -r name dev wl _ <<<"$r"
+  [[ $dev == nbd && -n ${secs[disk-$wl]:-} ]] || continue
+  log "  $(printf '%-10s %-9s %8.1f s vs %8.1f s  ratio %.2f' "$name" "$wl" "${secs[$name]}" \
+    "${secs[disk-$wl]}" "$(awk -v a="${secs[$name]}" -v b="${secs[disk-$wl]}" 'BEGIN {print a / b}')")"
+done
+log "daemon memory (VmRSS: what it holds, all of it locked; VmLck counts its locked mappings whole, touched or not):"
+grep -a '^rampart-guest: daemon ' "$console" | sed 's/^rampart-guest: daemon /    /'
+grep -a 'warning:\|PR_SET_IO_FLUSHER\|mlockall' "$console" | sed 's/^/    nbdkit: /' || true
+log "PASS (${guest_seconds} s in the guest)"

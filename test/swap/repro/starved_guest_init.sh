@@ -1,0 +1,159 @@
+#!/bin/busybox sh
+# /init of the starved guest (test_guest_starved.sh builds the initramfs around it): the
+# swap daemon, nbdkit rampart, runs in this guest, inside the very memory shortage its
+# swap relieves. No cgroup: the guest as a whole has RAM_MB and runs programs of twice
+# that. Everything the host must see goes to the serial console as "rampart-guest: ..."
+# lines; the host parses "result", "fault", "stall" and "end". /etc/starved.conf (written
+# by the host) sets SERVERS, KILL_ADDR, PROGRAM_MB, DEVICE_SIZE, RUNS and STALL_SECONDS.
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+mkdir -p /tmp /run; mount -t tmpfs -o size=16m tmpfs /tmp
+. /etc/starved.conf
+say() { echo "rampart-guest: $*"; }
+# A failure shows the kernel's last words too (a segfault, the OOM killer, an NBD error).
+finish() {
+  [ "$1" = 0 ] || { echo "---- dmesg (last lines)"; dmesg | tail -n 40; }
+  say "end $1"; sync; poweroff -f
+}
+
+for m in $(cat /lib/modules/order); do
+  insmod /lib/modules/$m || finish "cannot load $m"
+done
+ip link set lo up; ip link set eth0 up
+ip addr add 10.0.2.15/24 dev eth0
+# The kernel must still be able to send swap-out traffic when memory is short (what the
+# host-side guest test found: the default stalled the NBD socket in half the runs).
+echo 16384 >/proc/sys/vm/min_free_kbytes
+# Debian's nbdkit 1.32 has a 192 MiB zero-filled (bss) segment. The default heuristic
+# overcommit refuses a single mapping larger than RAM + swap, so in this guest (145 MiB
+# of RAM, and no swap before nbdkit serves it) the exec itself fails and nbdkit dies of
+# SIGSEGV. The segment is never touched (and the plugin locks only what is touched), so
+# overcommit it.
+echo 1 >/proc/sys/vm/overcommit_memory
+# If the guest hangs past the host's timeout, the host sends SysRq w and t through qemu's
+# monitor (blocked tasks, then every task's stack): allow them.
+echo 1 >/proc/sys/kernel/sysrq
+[ -n "${GUEST_SYSCTL:-}" ] && for kv in $GUEST_SYSCTL; do echo ${kv#*=} >/proc/sys/${kv%%=*}; done
+say "memory $(awk '/MemTotal/ {print $2}' /proc/meminfo) KiB, $(nproc) cpu"
+
+# ---- the daemon, in here -------------------------------------------------------------
+# stderr goes to the console, so its warnings (mlockall, PR_SET_IO_FLUSHER) are in the
+# host's log. lease=10: a killed server is declared lost (and its pages rebuilt) 10 s
+# after the kill, while the 3 s outage stays well inside it. The spill store is a disk
+# (/dev/vdb), not a file in this RAM-backed root.
+nbdkit ${NBDKIT_DEBUG:-} --foreground --unix /run/nbd.sock /lib/nbdkit/rampart.so size=$DEVICE_SIZE \
+  servers="$SERVERS" key=/etc/rampart/key redundancy=parity-log group=4 lease=10 \
+  spill=/dev/vdb stats-file=/tmp/stats </dev/null &
+nbdkit_pid=$!
+i=0
+until [ -S /run/nbd.sock ]; do
+  i=$((i + 1)); [ $i -le 300 ] || finish "nbdkit did not create its socket within 30 s"
+  kill -0 $nbdkit_pid 2>/dev/null || { wait $nbdkit_pid; finish "nbdkit exited with status $?"; }
+  sleep 0.1
+done
+nbd-client -u /run/nbd.sock /dev/nbd0 -N rampart -nonetlink -swap -block-size 4096 \
+  || finish "nbd-client failed"
+# nbd-client (ioctl mode) returns before its daemon child enters NBD_DO_IT, and only
+# there does the kernel give /dev/nbd0 its size.
+i=0
+while [ ! -e /sys/block/nbd0/pid ] || [ "$(cat /sys/block/nbd0/size)" = 0 ]; do
+  i=$((i + 1)); [ $i -le 60 ] || finish "nbd-client did not bring /dev/nbd0 up within 60 s"
+  sleep 1
+done
+mkswap /dev/nbd0 >/dev/null || finish "mkswap /dev/nbd0 failed"
+mkswap /dev/vda >/dev/null || finish "mkswap /dev/vda failed"
+swaps() { awk '/^pswpin / {i = $2} /^pswpout / {o = $2} END {print i + o}' /proc/vmstat; }
+# VmLck counts locked mappings whole, touched or not; VmRSS is what the daemon holds.
+daemon_memory() {
+  echo "$(awk '/^(VmLck|VmRSS|VmHWM):/ {printf "%s %s kB ", $1, $2}' /proc/$nbdkit_pid/status)"
+}
+say "nbdkit pid $nbdkit_pid, threads $(ls /proc/$nbdkit_pid/task | wc -l), $(daemon_memory)"
+
+
+# The watchdog: while a workload runs, pswpin + pswpout must move. If they stand still
+# for STALL_SECONDS, print what the daemon's threads are blocked in and what the NBD
+# device has in flight, and end the run as a failure (the host fails the test on
+# "stall"). Everything it runs is busybox, already in memory with the rest of the root.
+watchdog() { # workload-pid
+  local last=$(swaps) still=0 now ticks=0
+  while kill -0 $1 2>/dev/null; do
+    sleep 5
+    now=$(swaps)
+    ticks=$((ticks + 1))
+    [ $((ticks % 6)) = 0 ] && say "progress: $now pages swapped, $(awk '$1 ~ /^\/dev/ {printf "%s %d MiB ", $1, $4 / 1024}' /proc/swaps)free $(awk '/^MemFree/ {print int($2 / 1024)}' /proc/meminfo) MiB"
+    if [ "$now" = "$last" ]; then still=$((still + 5)); else still=0; last=$now; fi
+    if [ $still -ge $STALL_SECONDS ]; then
+      say "stall: pswpin+pswpout stuck at $now for $still s"
+      for t in /proc/$nbdkit_pid/task/*; do
+        echo "---- nbdkit thread ${t##*/} $(cat $t/comm) $(awk '{print $3}' $t/stat)"
+        cat $t/stack
+      done
+      for p in $(pidof nbd-client); do echo "---- nbd-client $p"; cat /proc/$p/stack; done
+      for f in pid size inflight stat; do echo "---- /sys/block/nbd0/$f"; cat /sys/block/nbd0/$f; done
+      echo "---- /sys/kernel/debug/nbd/nbd0/tasks"; cat /sys/kernel/debug/nbd/nbd0/tasks 2>&1
+      echo "---- /proc/meminfo"; cat /proc/meminfo
+      echo "---- daemon: $(daemon_memory)"
+      echo "---- /tmp/stats"; cat /tmp/stats
+      finish stall
+    fi
+  done
+}
+
+# fault_when_swapped KIB WHAT: says "fault WHAT" (the host then kills a server or stops
+# them all) once KIB of the running workload are on /dev/nbd0, so the fault hits while
+# the guest is starved and the daemon holds pages.
+fault_when_swapped() { # kib what workload-pid
+  while kill -0 $3 2>/dev/null; do
+    used=$(awk '$1 == "/dev/nbd0" {print $4}' /proc/swaps)
+    if [ "${used:-0}" -ge $1 ]; then say "fault $2 at $((used / 1024)) MiB swapped out"; return; fi
+    sleep 1
+  done
+}
+
+# run NAME DEVICE WORKLOAD [FAULT]: one workload of PROGRAM_MB on swap DEVICE alone.
+run() {
+  local name=$1 dev=$2 wl=$3 fault=${4:-} out=/tmp/$1.out rc before after t0
+  swapon $dev || finish "swapon $dev failed"
+  say "run $name: $wl ${PROGRAM_MB}M on $dev"
+  before=$(swaps)
+  rampart-workload $wl --size ${PROGRAM_MB}M >$out 2>&1 &
+  wpid=$!
+  watchdog $wpid &
+  dog=$!
+  [ -n "$fault" ] && fault_when_swapped 65536 $fault $wpid
+  wait $wpid
+  rc=$?
+  kill $dog 2>/dev/null; wait $dog 2>/dev/null
+  after=$(swaps)
+  swapoff $dev || finish "swapoff $dev failed after run $name"
+  say "result $name rc=$rc swaps=$((after - before)) $(grep '^workload' $out || tail -n 3 $out | tr '\n' ' ')"
+  [ $dev = /dev/nbd0 ] && say "daemon $name: $(daemon_memory)"
+  [ $rc = 0 ] || { cat $out; finish "run $name failed"; }
+}
+
+# wait_rebuilt: after a server was killed, the engine must declare it lost and rebuild
+# every page it held (kill9's check: nothing pending, a finished rebuild).
+wait_rebuilt() {
+  i=0
+  until grep -q "$KILL_ADDR *lost" /tmp/stats && grep -q 'rebuild pending 0,' /tmp/stats \
+        && grep -q '^rebuild *last' /tmp/stats; do
+    i=$((i + 1)); [ $i -le 60 ] || { cat /tmp/stats; finish "no finished rebuild 60 s after the run"; }
+    sleep 1
+  done
+}
+
+for r in $RUNS; do
+  # name:device:workload[:fault]
+  IFS=: read name dev wl fault <<EOF2
+$r
+EOF2
+  case $dev in nbd) dev=/dev/nbd0 ;; disk) dev=/dev/vda ;; esac
+  run $name $dev $wl $fault
+  [ "$fault" = kill ] && wait_rebuilt
+done
+say "daemon at the end: $(daemon_memory)"
+say "stats:"; sed 's/^/rampart-guest: stats /' /tmp/stats
+nbd-client -d /dev/nbd0 >/dev/null 2>&1
+finish 0
