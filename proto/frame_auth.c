@@ -1,10 +1,12 @@
 /* Per-frame AES-256-GMAC with implicit sequence numbers (see frame_auth.h), on OpenSSL
- * libcrypto's EVP AES-GCM: with no plaintext, GCM is GMAC (NIST SP 800-38D). */
+ * libcrypto's GCM: with no plaintext, GCM is GMAC (NIST SP 800-38D). */
 #include "frame_auth.h"
 #include "hmac_sha256.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/modes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define GCM_IV_LEN 12
@@ -36,44 +38,76 @@ void rp_session_keys_wipe(struct rp_session_keys *keys)
   OPENSSL_cleanse(keys, sizeof *keys);
 }
 
-int rp_frame_auth_init(struct rp_frame_auth *fa, const uint8_t key[RP_SESSION_KEY_LEN])
+/* One direction's GMAC state, behind rp_frame_auth.ctx: GCM's block cipher (AES-256 in
+ * ECB mode, which GCM needs for H and for each frame's E(J0)) and libcrypto's GCM
+ * context. The modes-level API (openssl/modes.h) is used rather than EVP's AES-GCM: the
+ * same GHASH code, without EVP's per-call parameter handling, which measured 263 -> 67
+ * ns per header-only tag and 996 -> 637 ns per tag over a 4 KiB page. */
+struct frame_gmac {
+  EVP_CIPHER_CTX *aes;
+  GCM128_CONTEXT *gcm;
+  bool block_failed; /* the block cipher failed since the last check: the tag is wrong */
+};
+
+static void aes_block(const unsigned char in[16], unsigned char out[16], const void *key)
 {
-  if (fa->ctx) { /* a context kept from an earlier connection: new key, no allocation */
-    fa->keyed = false;
-    fa->seq = 0;
-    if (EVP_EncryptInit_ex(fa->ctx, NULL, NULL, key, NULL) != 1)
-      return -1;
-    fa->keyed = true;
-    return 0;
+  struct frame_gmac *g = (struct frame_gmac *)(uintptr_t)key;
+  int outl = 0;
+  if (EVP_EncryptUpdate(g->aes, out, &outl, in, 16) != 1 || outl != 16) {
+    memset(out, 0, 16);
+    g->block_failed = true;
   }
-  EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
-  if (!ctx)
-    return -1;
-  /* The IV length is GCM's default 12 bytes; only the IV changes per frame. */
-  if (EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, key, NULL) != 1) {
-    EVP_CIPHER_CTX_free(ctx);
-    return -1;
-  }
-  fa->ctx = ctx;
-  fa->seq = 0;
-  fa->keyed = true;
-  return 0;
+}
+
+/* Keys g (GCM's H derived again); false if the block cipher failed, which would leave
+ * H zero and every tag independent of the frame: never use g then. */
+static bool gmac_key(struct frame_gmac *g, const uint8_t key[RP_SESSION_KEY_LEN])
+{
+  g->block_failed = EVP_EncryptInit_ex(g->aes, NULL, NULL, key, NULL) != 1;
+  if (!g->block_failed)
+    CRYPTO_gcm128_init(g->gcm, g, aes_block);
+  return !g->block_failed;
+}
+
+static void gmac_free(struct frame_gmac *g)
+{
+  if (!g)
+    return;
+  if (g->gcm)
+    CRYPTO_gcm128_release(g->gcm); /* cleansed by libcrypto */
+  EVP_CIPHER_CTX_free(g->aes);
+  free(g);
 }
 
 int rp_frame_auth_prepare(struct rp_frame_auth *fa)
 {
   if (fa->ctx)
     return 0;
-  EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
-  if (!ctx)
+  static const uint8_t zero_key[RP_SESSION_KEY_LEN];
+  struct frame_gmac *g = calloc(1, sizeof *g);
+  if (!g)
     return -1;
-  if (EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, NULL, NULL) != 1) {
-    EVP_CIPHER_CTX_free(ctx);
+  g->aes = EVP_CIPHER_CTX_new();
+  /* Keyed with zeros from the start, so the block cipher never runs unkeyed. */
+  if (!g->aes || EVP_EncryptInit_ex(g->aes, EVP_aes_256_ecb(), NULL, zero_key, NULL) != 1 ||
+      EVP_CIPHER_CTX_set_padding(g->aes, 0) != 1 ||
+      !(g->gcm = CRYPTO_gcm128_new(g, aes_block)) || g->block_failed) {
+    gmac_free(g);
     return -1;
   }
-  fa->ctx = ctx;
+  fa->ctx = g;
   fa->keyed = false;
   fa->seq = 0;
+  return 0;
+}
+
+int rp_frame_auth_init(struct rp_frame_auth *fa, const uint8_t key[RP_SESSION_KEY_LEN])
+{
+  fa->keyed = false;
+  fa->seq = 0;
+  if (rp_frame_auth_prepare(fa) < 0 || !gmac_key(fa->ctx, key))
+    return -1;
+  fa->keyed = true;
   return 0;
 }
 
@@ -81,15 +115,14 @@ void rp_frame_auth_forget(struct rp_frame_auth *fa)
 {
   static const uint8_t zero_key[RP_SESSION_KEY_LEN];
   if (fa->ctx && fa->keyed)
-    EVP_EncryptInit_ex(fa->ctx, NULL, NULL, zero_key, NULL); /* overwrites the schedule */
+    gmac_key(fa->ctx, zero_key); /* overwrites the key schedule and H */
   fa->keyed = false;
   fa->seq = 0;
 }
 
 void rp_frame_auth_free(struct rp_frame_auth *fa)
 {
-  if (fa->ctx)
-    EVP_CIPHER_CTX_free(fa->ctx);
+  gmac_free(fa->ctx);
   fa->ctx = NULL;
   fa->keyed = false;
   fa->seq = 0;
@@ -98,22 +131,20 @@ void rp_frame_auth_free(struct rp_frame_auth *fa)
 static int compute(struct rp_frame_auth *fa, const uint8_t *header, const uint8_t *payload,
                    size_t payload_len, uint8_t tag[RP_TAG_LEN])
 {
-  EVP_CIPHER_CTX *ctx = fa->keyed ? fa->ctx : NULL;
+  struct frame_gmac *g = fa->keyed ? fa->ctx : NULL;
+  if (!g)
+    return -1;
   uint8_t iv[GCM_IV_LEN] = {0};
   uint64_t seq = fa->seq++;
   for (int i = 0; i < 8; i++)
     iv[GCM_IV_LEN - 1 - i] = (uint8_t)(seq >> (8 * i));
-  int outl = 0;
-  if (!ctx || EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, iv) != 1 ||
-      EVP_EncryptUpdate(ctx, NULL, &outl, header, RP_HEADER_SIZE) != 1)
+  g->block_failed = false;
+  CRYPTO_gcm128_setiv(g->gcm, iv, GCM_IV_LEN);
+  if (CRYPTO_gcm128_aad(g->gcm, header, RP_HEADER_SIZE) != 0 ||
+      (payload_len > 0 && CRYPTO_gcm128_aad(g->gcm, payload, payload_len) != 0))
     return -1;
-  if (payload_len > 0 && EVP_EncryptUpdate(ctx, NULL, &outl, payload, (int)payload_len) != 1)
-    return -1;
-  uint8_t none[16];
-  if (EVP_EncryptFinal_ex(ctx, none, &outl) != 1 ||
-      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, RP_TAG_LEN, tag) != 1)
-    return -1;
-  return 0;
+  CRYPTO_gcm128_tag(g->gcm, tag, RP_TAG_LEN);
+  return g->block_failed ? -1 : 0;
 }
 
 int rp_frame_tag(struct rp_frame_auth *fa, const uint8_t header[RP_HEADER_SIZE],

@@ -19,8 +19,8 @@
  * The header's `length` counts the payload only; after the handshake a frame on the
  * wire is RP_HEADER_SIZE + length + RP_TAG_LEN bytes.
  *
- * One EVP_CIPHER_CTX per direction per connection, keyed once; each frame sets only the
- * IV, so a tag costs one GHASH pass over the frame (many GB/s with PCLMULQDQ).
+ * One GCM context per direction per connection, keyed once; each frame sets only the
+ * IV, so a tag costs one AES block and one GHASH pass over the frame (PCLMULQDQ).
  */
 #ifndef RAMPART_PROTO_FRAME_AUTH_H
 #define RAMPART_PROTO_FRAME_AUTH_H
@@ -50,7 +50,7 @@ void rp_session_keys_wipe(struct rp_session_keys *keys);
 /* One direction of one connection: its key (inside the cipher context) and the
  * sequence number of the next frame. Zero-initialised means "not keyed". */
 struct rp_frame_auth {
-  void *ctx; /* EVP_CIPHER_CTX */
+  void *ctx; /* frame_auth.c's GMAC state */
   bool keyed;
   uint64_t seq;
 };
