@@ -240,25 +240,44 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
     spill_store_flush_submissions(e->spill);
 }
 
-/* Publishes the stats report for rampartctl: whole-file replace via rename, so readers
- * never see half a report. Best effort; a failure is logged once. */
-static void write_stats_file(struct rampart_engine *e)
+/* Replaces path with text via rename, so readers (rampartctl, node_exporter) never see
+ * half a file. Best effort: a failure is logged once, until a write succeeds again. */
+static void publish_file(const char *path, const char *what, const char *text, bool *failed)
 {
-  static char report[16384];
-  struct rampart_stats st;
-  engine_snapshot_stats(e, &st);
-  rampart_format_stats(&st, report, sizeof report);
   char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", e->config.stats_path);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "we");
-  bool ok = f && fputs(report, f) >= 0;
+  bool ok = f && fputs(text, f) >= 0;
   if (f)
     ok &= fclose(f) == 0;
-  ok = ok && rename(tmp, e->config.stats_path) == 0;
-  if (!ok && !e->stats_file_failed)
-    rp_log(RP_LOG_WARN, "cannot write stats-file=%s: %s", e->config.stats_path,
-           strerror(errno));
-  e->stats_file_failed = !ok;
+  ok = ok && rename(tmp, path) == 0;
+  if (!ok && !*failed)
+    rp_log(RP_LOG_WARN, "cannot write %s=%s: %s", what, path, strerror(errno));
+  *failed = !ok;
+}
+
+/* The stats report for rampartctl and the Prometheus metrics, once a second. The
+ * buffers are static: the I/O thread is the only writer, and the tick is not on any
+ * request's path. */
+static void write_stats_files(struct rampart_engine *e)
+{
+  static char report[16384];
+  static char metrics[256 * 1024];
+  static struct rampart_stats st;
+  engine_snapshot_stats(e, &st);
+  if (e->config.stats_path[0]) {
+    rampart_format_stats(&st, report, sizeof report);
+    publish_file(e->config.stats_path, "stats-file", report, &e->stats_file_failed);
+  }
+  if (e->config.metrics_path[0]) {
+    if (rampart_format_metrics(&st, metrics, sizeof metrics) < sizeof metrics) {
+      publish_file(e->config.metrics_path, "metrics-file", metrics, &e->metrics_file_failed);
+    } else if (!e->metrics_file_failed) {
+      rp_log(RP_LOG_WARN, "metrics-file=%s: the metrics outgrew their %zu-byte buffer; "
+             "not written", e->config.metrics_path, sizeof metrics);
+      e->metrics_file_failed = true;
+    }
+  }
 }
 
 static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
@@ -275,8 +294,8 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
       rp_log(RP_LOG_ERROR, "%u more pages could not be read or were lost in the last "
              "second (EIO)", e->read_errors_logged - 10);
     e->read_errors_logged = 0;
-    if (e->config.stats_path[0])
-      write_stats_file(e);
+    if (e->config.stats_path[0] || e->config.metrics_path[0])
+      write_stats_files(e);
   }
   server_health_tick(e);
   page_mover_tick(e);
@@ -358,15 +377,34 @@ static void sync_done(struct rampart_io *io, int result)
   syscall(SYS_futex, &w->done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
+/* Bucket k counts requests of at most 2^k microseconds (rampart.h). */
+static unsigned latency_bucket(uint64_t ns)
+{
+  uint64_t us = (ns + 999) / 1000;
+  unsigned k = us <= 1 ? 0 : 64u - (unsigned)__builtin_clzll(us - 1);
+  return k < RAMPART_LATENCY_BUCKETS - 1 ? k : RAMPART_LATENCY_BUCKETS - 1;
+}
+
+/* Counted in place by the waiting frontend thread: two relaxed atomic adds, no lock. */
+static void count_latency(struct rampart_engine *e, int op, uint64_t ns)
+{
+  atomic_fetch_add_explicit(&e->latency_count[op][latency_bucket(ns)], 1,
+                            memory_order_relaxed);
+  atomic_fetch_add_explicit(&e->latency_sum_ns[op], ns, memory_order_relaxed);
+}
+
 int engine_run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length,
                     uint64_t offset, uint32_t flags)
 {
   struct sync_wait w = { .done = 0 };
   struct rampart_io io = { .op = (enum rampart_op)op, .flags = flags, .offset = offset,
                            .length = length, .buf = buf, .done = sync_done, .user = &w };
+  uint64_t start = op < (int)RAMPART_LATENCY_OPS ? engine_now_ns() : 0;
   rampart_submit(e, &io);
   while (atomic_load_explicit(&w.done, memory_order_acquire) == 0)
     syscall(SYS_futex, &w.done, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+  if (op < (int)RAMPART_LATENCY_OPS)
+    count_latency(e, op, engine_now_ns() - start);
   return w.result;
 }
 
@@ -542,6 +580,14 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   if (e->spill) {
     st->spill_capacity_pages = spill_store_capacity(e->spill);
     st->spill_used_pages = spill_store_used(e->spill);
+  }
+  memcpy(st->moves_by_reason, e->moves_by_reason, sizeof st->moves_by_reason);
+  for (unsigned op = 0; op < RAMPART_LATENCY_OPS; op++) {
+    for (unsigned k = 0; k < RAMPART_LATENCY_BUCKETS; k++)
+      st->latency_count[op][k] = atomic_load_explicit(&e->latency_count[op][k],
+                                                      memory_order_relaxed);
+    st->latency_sum_ns[op] = atomic_load_explicit(&e->latency_sum_ns[op],
+                                                  memory_order_relaxed);
   }
   st->client_memory_fixed_bytes =
     (uint64_t)ENGINE_PAGE_OPS * (sizeof(struct page_op) + RAMPART_PAGE_SIZE) +
@@ -794,6 +840,9 @@ void rampart_close(struct rampart_engine *e)
   }
   if (e->config.stats_path[0])
     unlink(e->config.stats_path); /* a stale report would mislead rampartctl */
+  /* ... and stale metrics would show a device that is gone as healthy. */
+  if (e->config.metrics_path[0])
+    unlink(e->config.metrics_path);
   /* The I/O thread is gone, and saying goodbye below runs the loop on this thread:
    * only the connections may act now, not the mover, the tick or the wake-ups. */
   if (e->loop) {

@@ -242,6 +242,12 @@ struct rampart_engine {
   uint64_t ticks;
   uint32_t read_errors_logged;  /* this second; see page_read.c */
   bool stats_file_failed;
+  bool metrics_file_failed;
+  /* Pages moves started by reason (page_mover.c; I/O thread only), and the frontend's
+   * request latency (engine_run_sync, any frontend thread: hence atomic, relaxed). */
+  uint64_t moves_by_reason[RAMPART_MOVE_REASONS];
+  _Atomic uint64_t latency_count[RAMPART_LATENCY_OPS][RAMPART_LATENCY_BUCKETS];
+  _Atomic uint64_t latency_sum_ns[RAMPART_LATENCY_OPS];
 
   /* counters */
   uint64_t pages_written, wire_bytes_written;
