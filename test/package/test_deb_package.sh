@@ -43,6 +43,7 @@ expect_file -rwxr-xr-x /usr/sbin/rampart-swap
 expect_file -rw-r--r-- "$plugindir/nbdkit-rampart-plugin.so"
 expect_file -rw-r--r-- /lib/systemd/system/rampartd.service
 expect_file -rw-r--r-- /lib/systemd/system/rampart-swap.service
+expect_file -rw-r--r-- /lib/systemd/system/rampartd@.service
 for f in rampartd.conf.example swap.conf.example cluster.example; do
   expect_file -rw-r--r-- "/etc/rampart/$f"
 done

@@ -8,7 +8,7 @@ units=$work/units
 mkdir -p "$units"
 bindir=$(dirname "$RAMPARTD")
 sbindir=$(dirname "$RAMPART_SWAP")
-for u in rampartd.service rampart-swap.service; do
+for u in rampartd.service rampartd@.service rampart-swap.service; do
   sed -e "s|@BINDIR@|$bindir|g" -e "s|@SBINDIR@|$sbindir|g" \
     -e "s|@DOCDIR@|/usr/share/doc/rampart|g" "$src_root/systemd/$u" >"$units/$u"
 done
