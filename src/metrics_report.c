@@ -4,7 +4,10 @@
  *
  * Every metric is rampart_pager_*, has one HELP and one TYPE line, and carries its
  * unit in its name (_pages, _bytes, _seconds, _total for counters). Per-server
- * metrics carry a server="HOST:PORT" label. */
+ * metrics carry server="HOST:PORT" and incarnation="N" labels: a server that comes back
+ * after it was declared lost joins as a new incarnation at the same address, and the
+ * old one stays listed (its pages are being rebuilt), so the address alone would give
+ * two samples of one series, which Prometheus rejects. */
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -126,7 +129,8 @@ static void server_metrics(struct prom_out *o, const struct rampart_stats *st)
       uint64_t v;
       memcpy(&v, (const char *)s + per_server[m].offset, sizeof v);
       prom_escape_label(s->address, label, sizeof label);
-      prom_put(o, "%s{server=\"%s\"} %llu\n", per_server[m].name, label, (unsigned long long)v);
+      prom_put(o, "%s{server=\"%s\",incarnation=\"%u\"} %llu\n", per_server[m].name, label, i,
+               (unsigned long long)v);
     }
   }
   /* A state set: one sample per state, 1 for the current one, so an alert can say
@@ -139,8 +143,8 @@ static void server_metrics(struct prom_out *o, const struct rampart_stats *st)
   for (unsigned i = 0; i < st->nservers; i++) {
     prom_escape_label(st->servers[i].address, label, sizeof label);
     for (size_t k = 0; k < sizeof states / sizeof states[0]; k++)
-      prom_put(o, "rampart_pager_server_state{server=\"%s\",state=\"%s\"} %d\n", label,
-          state_name(states[k]), st->servers[i].state == states[k]);
+      prom_put(o, "rampart_pager_server_state{server=\"%s\",incarnation=\"%u\",state=\"%s\"} "
+               "%d\n", label, i, state_name(states[k]), st->servers[i].state == states[k]);
   }
 }
 

@@ -128,11 +128,33 @@ static double value_of(const char *samples, const char *sample)
   return 0;
 }
 
-static double server_value(const char *samples, const char *name, const char *addr)
+/* A per-server sample of the pager: labels sorted, as prom_parse.py prints them. */
+static double server_value(const char *samples, const char *name, unsigned incarnation,
+                           const char *addr)
 {
   char sample[256];
-  snprintf(sample, sizeof sample, "%s{server=\"%s\"}", name, addr);
+  snprintf(sample, sizeof sample, "%s{incarnation=\"%u\",server=\"%s\"}", name, incarnation,
+           addr);
   return value_of(samples, sample);
+}
+
+/* No two samples of one series: Prometheus rejects a scrape that repeats one. */
+static void assert_no_duplicate_series(const char *samples)
+{
+  static char copy[512 * 1024];
+  snprintf(copy, sizeof copy, "%s", samples);
+  size_t n = 0;
+  static char *lines[8192];
+  for (char *save = NULL, *l = strtok_r(copy, "\n", &save); l && n < 8192;
+       l = strtok_r(NULL, "\n", &save)) {
+    char *space = strrchr(l, ' ');
+    if (space)
+      *space = '\0';
+    for (size_t k = 0; k < n; k++)
+      if (strcmp(lines[k], l) == 0)
+        fail_msg("the series %s appears twice", l);
+    lines[n++] = l;
+  }
 }
 
 /* ---- the rig ------------------------------------------------------------------------------ */
@@ -216,9 +238,10 @@ static void test_counters_after_writes(void **state)
   double live = 0;
   for (unsigned i = 0; i < NSERVERS; i++) {
     const char *addr = r.cluster.servers[i].addr;
-    live += server_value(pager, "rampart_pager_server_live_pages", addr);
+    live += server_value(pager, "rampart_pager_server_live_pages", i, addr);
     char up[256];
-    snprintf(up, sizeof up, "rampart_pager_server_state{server=\"%s\",state=\"up\"}", addr);
+    snprintf(up, sizeof up, "rampart_pager_server_state{incarnation=\"%u\",server=\"%s\","
+             "state=\"up\"}", i, addr);
     assert_int_equal(value_of(pager, up), 1);
   }
   assert_int_equal(live, NPAGES);
@@ -239,7 +262,7 @@ static void test_counters_after_writes(void **state)
       assert_true(writes >= scraped);
       assert_int_equal(value_of(server, "rampart_server_capacity_pages{}"), 8192);
       assert_int_equal(value_of(server, "rampart_server_sessions{state=\"attached\"}"), 1);
-      expected = server_value(parse(r.prom), "rampart_pager_server_stored_pages", addr);
+      expected = server_value(parse(r.prom), "rampart_pager_server_stored_pages", i, addr);
     }
     print_message("rampartd %s: %g pages stored, scraped; the pager keeps %g there\n", addr,
                   scraped, expected);
@@ -254,7 +277,8 @@ static void test_counters_after_writes(void **state)
 /* kill -9 of one server: reading every page back rebuilds from parity (degraded reads),
  * then past the lease the server is lost and its groups are rebuilt: the metrics show
  * the degraded reads, one finished rebuild with its duration, moves for reason
- * "rebuild", the server's state "lost", and no lost page. */
+ * "rebuild", the server's state "lost", and no lost page. Restarted, the server joins
+ * again as a new incarnation with series of its own. */
 static void test_degraded_reads_and_rebuild(void **state)
 {
   (void)state;
@@ -271,9 +295,20 @@ static void test_degraded_reads_and_rebuild(void **state)
   }
   char *pager = await_pager(&r, "rampart_pager_rebuilds_total{}", 1);
   char lost[256];
-  snprintf(lost, sizeof lost, "rampart_pager_server_state{server=\"%s\",state=\"lost\"}",
-           r.cluster.servers[0].addr);
+  snprintf(lost, sizeof lost, "rampart_pager_server_state{incarnation=\"0\",server=\"%s\","
+           "state=\"lost\"}", r.cluster.servers[0].addr);
   assert_int_equal(value_of(pager, lost), 1);
+  assert_no_duplicate_series(pager);
+
+  /* The server comes back at the same address: it joins as a new incarnation, listed
+   * beside the lost one, and the two must stay two series. (In the systemd guest, where
+   * systemd restarted a killed rampartd, they were one series sampled twice.) */
+  assert_int_equal(rp_test_cluster_restart(&r.cluster, 0, NULL), 0);
+  char rejoined[256];
+  snprintf(rejoined, sizeof rejoined, "rampart_pager_server_state{incarnation=\"%u\","
+           "server=\"%s\",state=\"up\"}", NSERVERS, r.cluster.servers[0].addr);
+  pager = await_pager(&r, rejoined, 1);
+  assert_no_duplicate_series(pager);
   double degraded = value_of(pager, "rampart_pager_degraded_reads_total{}");
   double seconds = value_of(pager, "rampart_pager_rebuild_duration_seconds{}");
   double moved = value_of(pager, "rampart_pager_moves_total{reason=\"rebuild\"}");
