@@ -30,6 +30,7 @@
 #include "auth.h"
 #include "listener.h"
 #include "log.h"
+#include "metrics_http.h"
 #include "options.h"
 #include "parse.h"
 #include "secret.h"
@@ -53,7 +54,7 @@ static void syslog_sink(enum rp_log_level level, const char *line)
 /* Double fork: the daemon is not a session leader, so it can never reacquire a
  * terminal. Returns the write end of a pipe the daemon uses to report readiness; the
  * original process never returns (it exits with the daemon's verdict). */
-static int daemonize(const char *bound)
+static int daemonize(const char *bound, const char *metrics_bound)
 {
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) < 0) {
@@ -79,6 +80,8 @@ static int daemonize(const char *bound)
       exit(1);
     }
     printf("rampartd: listening on %s\n", bound);
+    if (metrics_bound[0])
+      printf("rampartd: metrics on http://%s/metrics\n", metrics_bound);
     fflush(stdout);
     exit(0);
   }
@@ -221,12 +224,27 @@ static int run(const struct rps_options *opt)
     fprintf(stderr, "rampartd: %s\n", err);
     return exit_code;
   }
-  int ready_fd = opt->foreground ? -1 : daemonize(bound);
+  /* Bound before daemonizing too, so a taken metrics port is an error on the terminal.
+   * No key rule here: the counters hold no page and no key. */
+  char metrics_bound[128] = "";
+  int metrics_fd = -1;
+  if (opt->metrics_host[0]) {
+    metrics_fd = rps_listener_open(opt->metrics_host, opt->metrics_port, true, metrics_bound,
+                                   sizeof metrics_bound, &exit_code, err, sizeof err);
+    if (metrics_fd < 0) {
+      fprintf(stderr, "rampartd: --metrics: %s\n", err);
+      close(fd);
+      return exit_code;
+    }
+  }
+  int ready_fd = opt->foreground ? -1 : daemonize(bound, metrics_bound);
   raise_nofile(opt);
   tune_malloc();
   if (opt->mlock && lock_memory(err, sizeof err) < 0) {
     rp_log(RP_LOG_ERROR, "%s", err);
     close(fd);
+    if (metrics_fd >= 0)
+      close(metrics_fd);
     return 1;
   }
 
@@ -235,15 +253,27 @@ static int run(const struct rps_options *opt)
   if (!loop) {
     rp_log(RP_LOG_ERROR, "cannot start the event loop");
     close(fd);
+    if (metrics_fd >= 0)
+      close(metrics_fd);
     return 1;
   }
   struct rps_server srv;
   if (rps_server_init(&srv, loop, opt, cluster_key, fd, err, sizeof err) < 0) {
     rp_log(RP_LOG_ERROR, "%s", err);
+    if (metrics_fd >= 0)
+      close(metrics_fd);
+    ev_loop_destroy(loop);
+    return 1;
+  }
+  struct rps_metrics_http *metrics = NULL;
+  if (metrics_fd >= 0 && !(metrics = rps_metrics_http_start(loop, metrics_fd, &srv))) {
+    rp_log(RP_LOG_ERROR, "--metrics: out of memory for the metrics listener");
+    rps_server_cleanup(&srv);
     ev_loop_destroy(loop);
     return 1;
   }
   if (opt->pid_file[0] && write_pid_file(opt->pid_file) < 0) {
+    rps_metrics_http_stop(metrics);
     rps_server_cleanup(&srv);
     ev_loop_destroy(loop);
     return 1;
@@ -260,11 +290,14 @@ static int run(const struct rps_options *opt)
     close(ready_fd);
   } else {
     printf("rampartd: listening on %s\n", bound);
+    if (metrics_bound[0])
+      printf("rampartd: metrics on http://%s/metrics\n", metrics_bound);
     fflush(stdout);
   }
 
   rps_server_run(&srv);
 
+  rps_metrics_http_stop(metrics);
   rps_server_cleanup(&srv);
   rps_fault_release();
   ev_loop_destroy(loop);

@@ -16,7 +16,7 @@
 
 #define RAMPARTD_VERSION "0.1.0"
 
-enum kind { K_LISTEN, K_SIZE, K_PATH, K_UINT, K_DOUBLE, K_FLAG, K_NAME, K_FAULT };
+enum kind { K_LISTEN, K_METRICS, K_SIZE, K_PATH, K_UINT, K_DOUBLE, K_FLAG, K_NAME, K_FAULT };
 
 struct option_def {
   const char *name;
@@ -26,6 +26,7 @@ struct option_def {
 
 static const struct option_def defs[] = {
   { "listen", K_LISTEN, 0, 0 },
+  { "metrics", K_METRICS, 0, 0 },
   { "memory", K_SIZE, 0, 0 },
   { "key", K_PATH, 0, 0 },
   { "lease", K_UINT, 0, 7 * 24 * 3600 },
@@ -54,6 +55,8 @@ static const char usage[] =
   "  --listen HOST:PORT         address to serve, e.g. 127.0.0.1:7070, [::1]:7070,\n"
   "                             0.0.0.0:7070; port 0 picks a free port\n"
   "  --memory SIZE              RAM to lend, e.g. 4G (pages of 4 KiB)\n"
+  "  --metrics [HOST:]PORT      serve counters for Prometheus at HOST:PORT/metrics\n"
+  "                             (HOST defaults to 127.0.0.1; default: no metrics)\n"
   "  --key FILE                 cluster key (make one with 'rampartctl keygen FILE');\n"
   "                             required unless listening on loopback only\n"
   "  --lease SECONDS            keep a dropped client's pages this long (default 60)\n"
@@ -133,8 +136,8 @@ static int copy_string(const char *what, const char *value, char *dst, size_t ca
 
 /* rp_parse_hostport refuses port 0, which is how tests ask for a free port, so port 0
  * is swapped for 1 while parsing and put back after. */
-static int parse_listen(const char *what, const char *value, struct rps_options *o, char *err,
-                        size_t errlen)
+static int parse_hostport0(const char *what, const char *value, char *host, size_t hostlen,
+                           char *port, size_t portlen, char *err, size_t errlen)
 {
   char copy[300], dummy[256];
   size_t n = strlen(value);
@@ -144,16 +147,44 @@ static int parse_listen(const char *what, const char *value, struct rps_options 
   bool port_zero = n >= 2 && strcmp(value + n - 2, ":0") == 0;
   if (port_zero)
     copy[n - 1] = '1';
-  if (rp_parse_hostport(copy, o->listen_host, sizeof o->listen_host, o->listen_port,
-                        sizeof o->listen_port, dummy, sizeof dummy) < 0)
+  if (rp_parse_hostport(copy, host, hostlen, port, portlen, dummy, sizeof dummy) < 0)
     goto bad;
   if (port_zero)
-    snprintf(o->listen_port, sizeof o->listen_port, "0");
+    snprintf(port, portlen, "0");
   return 0;
 bad:
   snprintf(err, errlen, "%s '%s' is not HOST:PORT: write it as 127.0.0.1:7070, [::1]:7070 "
            "or 0.0.0.0:7070 (port 0 picks a free port)", what, value);
   return -1;
+}
+
+static int parse_listen(const char *what, const char *value, struct rps_options *o, char *err,
+                        size_t errlen)
+{
+  return parse_hostport0(what, value, o->listen_host, sizeof o->listen_host, o->listen_port,
+                         sizeof o->listen_port, err, errlen);
+}
+
+/* --metrics PORT means loopback: counters say how much this host lends and to how many
+ * clients, which the network at large has no need to read. Reaching it from a
+ * Prometheus server elsewhere takes an explicit HOST:PORT. */
+static int parse_metrics(const char *what, const char *value, struct rps_options *o,
+                         char *err, size_t errlen)
+{
+  char with_host[300];
+  size_t digits = strspn(value, "0123456789");
+  if (digits > 0 && value[digits] == '\0' && digits < 6) {
+    snprintf(with_host, sizeof with_host, "127.0.0.1:%s", value);
+    value = with_host;
+  }
+  if (parse_hostport0(what, value, o->metrics_host, sizeof o->metrics_host, o->metrics_port,
+                      sizeof o->metrics_port, err, errlen) < 0) {
+    snprintf(err, errlen, "%s '%s' is not PORT or HOST:PORT: write it as 9470 (loopback), "
+             "127.0.0.1:9470, or 0.0.0.0:9470 to let a Prometheus server elsewhere scrape it",
+             what, value);
+    return -1;
+  }
+  return 0;
 }
 
 static int parse_flag(const char *what, const char *value, bool *out, char *err, size_t errlen)
@@ -219,6 +250,8 @@ static int apply(struct rps_options *o, const struct option_def *d, const char *
   switch (d->kind) {
   case K_LISTEN:
     return parse_listen(what, value, o, err, errlen);
+  case K_METRICS:
+    return parse_metrics(what, value, o, err, errlen);
   case K_SIZE:
     if (rp_parse_size(what, value, &u, err, errlen) < 0)
       return -1;

@@ -18,6 +18,8 @@
 struct rps_options {
   char listen_host[256];
   char listen_port[16];         /* "0": pick an ephemeral port */
+  char metrics_host[256];       /* --metrics: "" when off (the default) */
+  char metrics_port[16];
   uint64_t memory;              /* bytes; a multiple of the page size */
   char key_path[PATH_MAX];      /* "" when none */
   uint64_t lease_seconds;

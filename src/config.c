@@ -28,6 +28,8 @@ const char rampart_config_help[] =
   "                          fails as its policy says (default: the lease)\n"
   "tmpdir=DIR                where the temporary spill file goes\n"
   "stats-file=PATH           rewrite engine stats here every second (rampartctl device)\n"
+  "metrics-file=PATH         rewrite its counters here every second in the Prometheus\n"
+  "                          text format (node_exporter textfile collector: NAME.prom)\n"
   "encrypt=on|off            seal pages with AES-256-GCM before they leave (default on;\n"
   "                          off: checksummed plaintext, for benchmarks)\n"
   "enckey=FILE               key material for the page key (default: random per attach)";
@@ -183,6 +185,8 @@ int rampart_config_set(struct rampart_config *c, const char *key, const char *v,
     return copy_path(c->spill_path, sizeof c->spill_path, key, v, err, errlen);
   if (strcmp(key, "stats-file") == 0)
     return copy_path(c->stats_path, sizeof c->stats_path, key, v, err, errlen);
+  if (strcmp(key, "metrics-file") == 0)
+    return copy_path(c->metrics_path, sizeof c->metrics_path, key, v, err, errlen);
   if (strcmp(key, "encrypt") == 0) {
     if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
       snprintf(err, errlen, "encrypt=%s: use encrypt=on (the default) or encrypt=off", v);

@@ -20,6 +20,7 @@ struct rampart_config {
   char spill_path[4096];      /* "": temporary file */
   char temp_dir[4096];        /* "": $TMPDIR or /var/tmp */
   char stats_path[4096];      /* "": no stats file */
+  char metrics_path[4096];    /* "": no Prometheus metrics file */
   char enckey_path[4096];     /* "": a random page key per attach */
   bool encrypt_off;           /* encrypt=off: checksummed plaintext (benchmarks) */
   uint64_t spill_size;        /* 0: device size */

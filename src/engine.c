@@ -283,13 +283,26 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
     spill_store_flush_submissions(e->spill);
 }
 
-/* Formats the stats report for rampartctl; stats_file.c's thread writes it. */
-static void publish_stats(struct rampart_engine *e)
+/* The stats report for rampartctl and the Prometheus metrics, once a second: formatted
+ * here, written by stats_file.c's threads. */
+static void publish_reports(struct rampart_engine *e)
 {
   struct rampart_stats st;
   engine_snapshot_stats(e, &st);
-  rampart_format_stats(&st, e->stats_report, sizeof e->stats_report);
-  stats_file_publish(e->stats_file, e->stats_report, strlen(e->stats_report));
+  if (e->stats_file) {
+    rampart_format_stats(&st, e->report, STATS_FILE_MAX_REPORT);
+    stats_file_publish(e->stats_file, e->report, strlen(e->report));
+  }
+  if (e->metrics_file) {
+    size_t n = rampart_format_metrics(&st, e->report, STATS_FILE_MAX_REPORT);
+    if (n < STATS_FILE_MAX_REPORT) {
+      stats_file_publish(e->metrics_file, e->report, n);
+    } else if (!e->metrics_too_big_logged) {
+      rp_log(RP_LOG_WARN, "metrics-file=%s: the metrics outgrew their %u-byte buffer; not "
+             "written", e->config.metrics_path, STATS_FILE_MAX_REPORT);
+      e->metrics_too_big_logged = true;
+    }
+  }
 }
 
 static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
@@ -306,8 +319,8 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
       rp_log(RP_LOG_ERROR, "%u more pages could not be read or were lost in the last "
              "second (EIO)", e->read_errors_logged - 10);
     e->read_errors_logged = 0;
-    if (e->stats_file)
-      publish_stats(e);
+    if (e->stats_file || e->metrics_file)
+      publish_reports(e);
   }
   server_health_tick(e);
   page_mover_tick(e);
@@ -389,15 +402,34 @@ static void sync_done(struct rampart_io *io, int result)
   syscall(SYS_futex, &w->done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
+/* Bucket k counts requests of at most 2^k microseconds (rampart.h). */
+static unsigned latency_bucket(uint64_t ns)
+{
+  uint64_t us = (ns + 999) / 1000;
+  unsigned k = us <= 1 ? 0 : 64u - (unsigned)__builtin_clzll(us - 1);
+  return k < RAMPART_LATENCY_BUCKETS - 1 ? k : RAMPART_LATENCY_BUCKETS - 1;
+}
+
+/* Counted in place by the waiting frontend thread: two relaxed atomic adds, no lock. */
+static void count_latency(struct rampart_engine *e, int op, uint64_t ns)
+{
+  atomic_fetch_add_explicit(&e->latency_count[op][latency_bucket(ns)], 1,
+                            memory_order_relaxed);
+  atomic_fetch_add_explicit(&e->latency_sum_ns[op], ns, memory_order_relaxed);
+}
+
 int engine_run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length,
                     uint64_t offset, uint32_t flags)
 {
   struct sync_wait w = { .done = 0 };
   struct rampart_io io = { .op = (enum rampart_op)op, .flags = flags, .offset = offset,
                            .length = length, .buf = buf, .done = sync_done, .user = &w };
+  uint64_t start = op < (int)RAMPART_LATENCY_OPS ? engine_now_ns() : 0;
   rampart_submit(e, &io);
   while (atomic_load_explicit(&w.done, memory_order_acquire) == 0)
     syscall(SYS_futex, &w.done, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+  if (op < (int)RAMPART_LATENCY_OPS)
+    count_latency(e, op, engine_now_ns() - start);
   return w.result;
 }
 
@@ -573,6 +605,14 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   if (e->spill) {
     st->spill_capacity_pages = spill_store_capacity(e->spill);
     st->spill_used_pages = spill_store_used(e->spill);
+  }
+  memcpy(st->moves_by_reason, e->moves_by_reason, sizeof st->moves_by_reason);
+  for (unsigned op = 0; op < RAMPART_LATENCY_OPS; op++) {
+    for (unsigned k = 0; k < RAMPART_LATENCY_BUCKETS; k++)
+      st->latency_count[op][k] = atomic_load_explicit(&e->latency_count[op][k],
+                                                      memory_order_relaxed);
+    st->latency_sum_ns[op] = atomic_load_explicit(&e->latency_sum_ns[op],
+                                                  memory_order_relaxed);
   }
   st->client_memory_fixed_bytes =
     (uint64_t)ENGINE_PAGE_OPS * (sizeof(struct page_op) + RAMPART_PAGE_SIZE) +
@@ -798,8 +838,19 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
     goto fail;
   if (engine_start_loop(e, err, errlen) < 0)
     goto fail;
-  if (e->config.stats_path[0] && !(e->stats_file = stats_file_start(e->config.stats_path, err,
-                                                                    errlen)))
+  if (e->config.stats_path[0] || e->config.metrics_path[0]) {
+    e->report = malloc(STATS_FILE_MAX_REPORT);
+    if (!e->report) {
+      snprintf(err, errlen, "out of memory for the stats report");
+      goto fail;
+    }
+  }
+  if (e->config.stats_path[0] &&
+      !(e->stats_file = stats_file_start(e->config.stats_path, "stats-file", true, err, errlen)))
+    goto fail;
+  if (e->config.metrics_path[0] &&
+      !(e->metrics_file = stats_file_start(e->config.metrics_path, "metrics-file", false, err,
+                                           errlen)))
     goto fail;
   if (server_set_open(e, err, errlen) < 0)
     goto fail;
@@ -826,7 +877,8 @@ void rampart_close(struct rampart_engine *e)
     ev_async_send(e->loop, &e->wake);
     pthread_join(e->thread, NULL);
   }
-  stats_file_stop(e->stats_file); /* removes it: a stale report would mislead rampartctl */
+  stats_file_stop(e->stats_file); /* each removes its file */
+  stats_file_stop(e->metrics_file);
   /* The I/O thread is gone, and saying goodbye below runs the loop on this thread:
    * only the connections may act now, not the mover, the tick or the wake-ups. */
   if (e->loop) {
@@ -850,6 +902,7 @@ void rampart_close(struct rampart_engine *e)
   free(e->write_pending);
   pthread_mutex_destroy(&e->stats_lock);
   page_rmw_destroy(e);
+  free(e->report);
   rp_secret_free(e->key, sizeof *e->key);
   free(e);
 }

@@ -248,11 +248,19 @@ struct rampart_engine {
 
   uint64_t ticks;
   uint32_t read_errors_logged;  /* this second; see page_read.c */
-  struct stats_file *stats_file; /* stats-file=: its writer, or NULL */
+  /* stats-file= and metrics-file=: their writer threads (or NULL), and the buffer the
+   * loop formats each report into before handing it over */
+  struct stats_file *stats_file, *metrics_file;
+  char *report;
+  bool metrics_too_big_logged;
   /* write-through flushes: those the fdatasync in flight covers, and those after it */
   struct rampart_io *flush_running, *flush_waiting;
   struct spill_io flush_sync;
-  char stats_report[STATS_FILE_MAX_REPORT]; /* the loop formats the report here */
+  /* Pages moves started by reason (page_mover.c; I/O thread only), and the frontend's
+   * request latency (engine_run_sync, any frontend thread: hence atomic, relaxed). */
+  uint64_t moves_by_reason[RAMPART_MOVE_REASONS];
+  _Atomic uint64_t latency_count[RAMPART_LATENCY_OPS][RAMPART_LATENCY_BUCKETS];
+  _Atomic uint64_t latency_sum_ns[RAMPART_LATENCY_OPS];
 
   /* counters */
   uint64_t pages_written, wire_bytes_written;

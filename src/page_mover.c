@@ -87,41 +87,55 @@ static void update_cleaning(struct rampart_engine *e)
            "groups", (unsigned long long)held, (unsigned long long)e->groups.live_pages);
 }
 
-/* Why group g must be moved, or NULL. Records lost servers met in this pass. */
-static const char *group_move_reason(struct rampart_engine *e, const struct group *g)
+/* Why group g must be moved, or RAMPART_MOVE_REASONS when it need not be. Records lost
+ * servers met in this pass. */
+static enum rampart_move_reason group_move_reason(struct rampart_engine *e,
+                                                  const struct group *g)
 {
-  const char *why = NULL;
+  enum rampart_move_reason why = RAMPART_MOVE_REASONS;
   unsigned slots = g->members + (g->has_parity ? 1u : 0u);
   for (unsigned k = 0; k < slots; k++) {
     uint8_t srv = g->server[k < g->members ? k : g->capacity];
+    bool none_yet = why == RAMPART_MOVE_REASONS;
     if (server_is_lost(e, srv)) {
       e->lost_seen[srv] = true;
-      why = "rebuild";
-    } else if (srv != GROUP_NO_SERVER && e->servers[srv].suspect && !why) {
-      why = "evacuate"; /* off a server whose copies failed verification */
-    } else if (srv != GROUP_NO_SERVER && e->servers[srv].advised && !why) {
+      why = RAMPART_MOVE_REBUILD;
+    } else if (srv != GROUP_NO_SERVER && e->servers[srv].suspect && none_yet) {
+      why = RAMPART_MOVE_EVACUATE; /* off a server whose copies failed verification */
+    } else if (srv != GROUP_NO_SERVER && e->servers[srv].advised && none_yet) {
       /* The parity too: a group sealed while its parity server was already advising
        * (its slot was reserved earlier) still frees that server once moved. */
-      why = "migrate";
+      why = RAMPART_MOVE_MIGRATE;
     }
   }
-  if (why)
+  if (why != RAMPART_MOVE_REASONS)
     return why;
   if (g->unprotected && server_set_placeable(e) >= 2)
-    return "protect";
+    return RAMPART_MOVE_PROTECT;
   if (e->cleaning && g->live <= e->clean_live_max && g->live < g->members)
-    return "clean";
-  return NULL;
+    return RAMPART_MOVE_CLEAN;
+  return RAMPART_MOVE_REASONS;
+}
+
+const char *rampart_move_reason_name(enum rampart_move_reason reason)
+{
+  static const char *const names[RAMPART_MOVE_REASONS] = {
+    [RAMPART_MOVE_REBUILD] = "rebuild", [RAMPART_MOVE_EVACUATE] = "evacuate",
+    [RAMPART_MOVE_MIGRATE] = "migrate", [RAMPART_MOVE_PROTECT] = "protect",
+    [RAMPART_MOVE_CLEAN] = "clean", [RAMPART_MOVE_UNSPILL] = "unspill",
+  };
+  return (unsigned)reason < RAMPART_MOVE_REASONS ? names[reason] : "?";
 }
 
 static bool start_move(struct rampart_engine *e, uint64_t page, page_entry expected,
-                       uint32_t group, bool rebuilds)
+                       uint32_t group, enum rampart_move_reason why)
 {
   struct page_op *op = engine_op_get(e);
   if (!op)
     return false;
+  e->moves_by_reason[why]++;
   op->kind = PAGE_OP_MOVE;
-  op->move_rebuilds = rebuilds;
+  op->move_rebuilds = why == RAMPART_MOVE_REBUILD;
   op->page = page;
   op->expected = expected;
   op->group = group;
@@ -252,14 +266,14 @@ static void scan_groups(struct rampart_engine *e)
     struct group *g = group_get(&e->groups, id);
     if (g->state != GROUP_SEALED || g->pins > 0)
       continue;
-    const char *why = group_move_reason(e, g);
-    if (!why)
+    enum rampart_move_reason why = group_move_reason(e, g);
+    if (why == RAMPART_MOVE_REASONS)
       continue;
     if (g->live == 0) {
       page_write_reclaim(e, id);
       continue;
     }
-    if (why[0] == 'c') {
+    if (why == RAMPART_MOVE_CLEAN) {
       e->groups_cleaned++;
       e->pass_cleaned++;
     }
@@ -267,7 +281,7 @@ static void scan_groups(struct rampart_engine *e)
       if (!group_member_is_live(&e->groups, &e->map, id, m) ||
           page_write_is_pending(e, g->page[m]))
         continue;
-      if (!start_move(e, g->page[m], page_entry_remote(id, m), id, why[0] == 'r')) {
+      if (!start_move(e, g->page[m], page_entry_remote(id, m), id, why)) {
         e->move_cursor = id; /* out of ops: come back to this group */
         return;
       }
@@ -290,7 +304,7 @@ static void scan_spill(struct rampart_engine *e)
     page_entry entry = page_map_get(&e->map, page);
     if (page_entry_kind(entry) == PAGE_SPILL && entry != LOST_ENTRY &&
         !page_write_is_pending(e, page))
-      if (!start_move(e, page, entry, GROUP_NONE, false))
+      if (!start_move(e, page, entry, GROUP_NONE, RAMPART_MOVE_UNSPILL))
         return;
   }
 }

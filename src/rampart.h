@@ -56,6 +56,8 @@ enum rampart_redundancy {
  *                         before it fails as its policy says: rebuilt, spilled, or EIO
  *                         (default: the lease)
  *   stats-file=PATH       the engine rewrites its stats report here every second
+ *   metrics-file=PATH     ... and its counters in the Prometheus text format (for
+ *                         node_exporter's textfile collector: a NAME.prom file)
  *   enckey=FILE           (page encryption, later) key for sealing pages
  */
 struct rampart_config;
@@ -136,6 +138,22 @@ struct rampart_server_stats {
   uint64_t integrity_failures; /* copies from it that failed verification */
 };
 
+/* Why the mover rewrote a page (page_mover.c): its group touched a lost server
+ * (rebuild), a server whose copies failed verification (evacuate), a server under
+ * memory pressure (migrate); its group could no longer rebuild it (protect); its group
+ * was sparse (clean); it came back from the spill store (unspill). */
+enum rampart_move_reason { RAMPART_MOVE_REBUILD, RAMPART_MOVE_EVACUATE, RAMPART_MOVE_MIGRATE,
+                           RAMPART_MOVE_PROTECT, RAMPART_MOVE_CLEAN, RAMPART_MOVE_UNSPILL,
+                           RAMPART_MOVE_REASONS };
+const char *rampart_move_reason_name(enum rampart_move_reason reason);
+
+/* Request latency as the frontend sees it (the blocking calls, submit to wake-up), per
+ * op (READ..FLUSH), in power-of-two buckets counted in place: bucket k holds requests
+ * that took at most 2^k microseconds (k < RAMPART_LATENCY_BUCKETS - 1), the last one the
+ * rest. Not cumulative; the Prometheus renderer sums them. */
+#define RAMPART_LATENCY_OPS 5u
+#define RAMPART_LATENCY_BUCKETS 24u
+
 struct rampart_stats {
   uint64_t device_pages;
   enum rampart_redundancy redundancy;
@@ -173,6 +191,9 @@ struct rampart_stats {
   uint64_t spill_capacity_pages, spill_used_pages;
   uint64_t client_memory_bytes;                 /* everything below */
   uint64_t client_memory_fixed_bytes;           /* buffers and pools, whatever the size */
+  uint64_t moves_by_reason[RAMPART_MOVE_REASONS];  /* pages moves started, since open */
+  uint64_t latency_count[RAMPART_LATENCY_OPS][RAMPART_LATENCY_BUCKETS];
+  uint64_t latency_sum_ns[RAMPART_LATENCY_OPS];
 };
 
 void rampart_get_stats(struct rampart_engine *engine, struct rampart_stats *stats);
@@ -187,5 +208,10 @@ void rampart_set_log_sink(void (*sink)(int level, const char *line));
 
 /* Writes a human-readable report of stats (what rampartctl and the plugin print). */
 void rampart_format_stats(const struct rampart_stats *stats, char *buf, size_t buflen);
+
+/* Writes stats in the Prometheus text exposition format (rampart_pager_* metrics, one
+ * HELP and TYPE line each). Returns the length the whole text needs: when that is
+ * buflen or more, buf holds a truncated text that must not be published. */
+size_t rampart_format_metrics(const struct rampart_stats *stats, char *buf, size_t buflen);
 
 #endif

@@ -1,4 +1,4 @@
-/* The stats-file writer thread (see stats_file.h). */
+/* The stats-file and metrics-file writer threads (see stats_file.h). */
 #include "stats_file.h"
 
 #include <errno.h>
@@ -21,11 +21,14 @@ struct stats_file {
   pthread_mutex_t lock;
   pthread_cond_t wake;
   bool stop;                                /* under lock */
-  bool pending;                             /* under lock: handed[] holds a new report */
+  bool pending;                             /* under lock: handed holds a new report */
   size_t handed_len;
-  char handed[STATS_FILE_MAX_REPORT];       /* under lock */
-  char writing[STATS_FILE_MAX_REPORT];      /* the writer's own copy */
+  char *handed;                             /* under lock; STATS_FILE_MAX_REPORT bytes */
+  char *writing;                            /* the writer's own copy, with room to append */
+  size_t writing_cap;
+  bool process_memory;                      /* append the process's memory line */
   bool failed;                              /* the last write failed (logged once) */
+  char what[32];
   char path[4096];
   char tmp[4100];
 };
@@ -65,7 +68,7 @@ static size_t append_process_memory(struct stats_file *sf, size_t len)
     if (at)
       kib[k] = strtoull(at + strlen(keys[k]), NULL, 10);
   }
-  size_t room = sizeof sf->writing - len;
+  size_t room = sf->writing_cap - len;
   int w = snprintf(sf->writing + len, room, "process         resident %.1f MiB, locked "
                    "%.1f MiB, peak resident %.1f MiB (the process the engine runs in)\n",
                    kib[0] / 1024.0, kib[1] / 1024.0, kib[2] / 1024.0);
@@ -74,7 +77,8 @@ static size_t append_process_memory(struct stats_file *sf, size_t len)
 
 static void write_report(struct stats_file *sf, size_t len)
 {
-  len = append_process_memory(sf, len);
+  if (sf->process_memory)
+    len = append_process_memory(sf, len);
   int fd = open(sf->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   bool ok = fd >= 0 && write_all(fd, sf->writing, len);
   int saved = errno;
@@ -87,11 +91,10 @@ static void write_report(struct stats_file *sf, size_t len)
     saved = errno;
   }
   if (!ok && !sf->failed)
-    rp_log(RP_LOG_WARN, "cannot write stats-file=%s: %s (rampartctl device will show an "
-           "old report until it can: check the directory exists and has room)", sf->path,
-           strerror(saved));
+    rp_log(RP_LOG_WARN, "cannot write %s=%s: %s (readers see an old report until it can: "
+           "check the directory exists and has room)", sf->what, sf->path, strerror(saved));
   else if (ok && sf->failed)
-    rp_log(RP_LOG_INFO, "stats-file=%s is written again", sf->path);
+    rp_log(RP_LOG_INFO, "%s=%s is written again", sf->what, sf->path);
   sf->failed = !ok;
 }
 
@@ -115,23 +118,41 @@ static void *writer_main(void *arg)
   return NULL;
 }
 
-struct stats_file *stats_file_start(const char *path, char *err, size_t errlen)
+static void stats_file_free(struct stats_file *sf)
+{
+  pthread_cond_destroy(&sf->wake);
+  pthread_mutex_destroy(&sf->lock);
+  free(sf->handed);
+  free(sf->writing);
+  free(sf);
+}
+
+struct stats_file *stats_file_start(const char *path, const char *what, bool process_memory,
+                                    char *err, size_t errlen)
 {
   struct stats_file *sf = calloc(1, sizeof *sf);
   if (!sf) {
-    snprintf(err, errlen, "out of memory for the stats-file writer");
+    snprintf(err, errlen, "out of memory for the %s writer", what);
     return NULL;
   }
   snprintf(sf->path, sizeof sf->path, "%s", path);
   snprintf(sf->tmp, sizeof sf->tmp, "%s.tmp", path);
+  snprintf(sf->what, sizeof sf->what, "%s", what);
+  sf->process_memory = process_memory;
+  sf->writing_cap = STATS_FILE_MAX_REPORT + 256; /* the appended line */
+  sf->handed = malloc(STATS_FILE_MAX_REPORT);
+  sf->writing = malloc(sf->writing_cap);
   pthread_mutex_init(&sf->lock, NULL);
   pthread_cond_init(&sf->wake, NULL);
+  if (!sf->handed || !sf->writing) {
+    snprintf(err, errlen, "out of memory for the %s writer", what);
+    stats_file_free(sf);
+    return NULL;
+  }
   int rc = rp_thread_start(&sf->thread, WRITER_STACK_BYTES, writer_main, sf);
   if (rc != 0) {
-    snprintf(err, errlen, "cannot start the stats-file writer thread: %s", strerror(rc));
-    pthread_cond_destroy(&sf->wake);
-    pthread_mutex_destroy(&sf->lock);
-    free(sf);
+    snprintf(err, errlen, "cannot start the %s writer thread: %s", what, strerror(rc));
+    stats_file_free(sf);
     return NULL;
   }
   return sf;
@@ -141,8 +162,8 @@ void stats_file_publish(struct stats_file *sf, const char *report, size_t len)
 {
   if (!sf || pthread_mutex_trylock(&sf->lock) != 0)
     return; /* the writer is taking the last report: this one is skipped */
-  if (len > sizeof sf->handed)
-    len = sizeof sf->handed;
+  if (len > STATS_FILE_MAX_REPORT)
+    len = STATS_FILE_MAX_REPORT;
   memcpy(sf->handed, report, len);
   sf->handed_len = len;
   sf->pending = true;
@@ -161,7 +182,5 @@ void stats_file_stop(struct stats_file *sf)
   pthread_join(sf->thread, NULL);
   unlink(sf->path);
   unlink(sf->tmp);
-  pthread_cond_destroy(&sf->wake);
-  pthread_mutex_destroy(&sf->lock);
-  free(sf);
+  stats_file_free(sf);
 }

@@ -164,10 +164,13 @@ static void steady_state_allocates_nothing(const char *policy, unsigned nservers
 {
   struct rp_test_cluster c;
   assert_int_equal(rp_test_cluster_start(&c, nservers, "64M", NULL), 0);
-  /* With a stats file, as rampart-swap runs it: the report written every second. */
-  char stats[700];
+  /* With a stats file, as rampart-swap runs it, and a metrics file: both written every
+   * second. */
+  char stats[700], metrics[700];
   snprintf(stats, sizeof stats, "%s/stats", c.dir);
-  const char *extra[] = { "redundancy", policy, "stats-file", stats, NULL };
+  snprintf(metrics, sizeof metrics, "%s/metrics.prom", c.dir);
+  const char *extra[] = { "redundancy", policy, "stats-file", stats, "metrics-file", metrics,
+                          NULL };
   struct rampart_engine *e = rp_test_engine_open(&c, PAGES, extra);
   uint64_t *versions = calloc(PAGES, sizeof *versions);
   uint8_t *buf = aligned_alloc(PAGE, PAGE), *expect = aligned_alloc(PAGE, PAGE);

@@ -36,14 +36,18 @@ static int start_member(struct rp_test_cluster *c, unsigned i, const char *fault
                          fault ? "--test-fault" : NULL, fault, NULL };
   for (size_t j = 0; args[j]; j++)
     argv[k++] = args[j];
+  for (size_t j = 0; c->member_args && c->member_args[j] && k < 39; j++)
+    argv[k++] = c->member_args[j];
   argv[k] = NULL;
   return rp_test_server_start_argv(&c->servers[i], c->dir, argv);
 }
 
 static int cluster_start(struct rp_test_cluster *c, unsigned n, const char *memory,
-                         const char *const *faults, bool in_netns)
+                         const char *const *faults, bool in_netns,
+                         const char *const *member_args)
 {
   memset(c, 0, sizeof *c);
+  c->member_args = member_args;
   if (n > RP_TEST_MAX_SERVERS || rp_test_tmpdir(c->dir, sizeof c->dir) < 0 ||
       rp_test_write_key(c->dir, "key", c->key_path, sizeof c->key_path, &c->key) < 0)
     return -1;
@@ -79,12 +83,18 @@ int rp_test_cluster_restart(struct rp_test_cluster *c, unsigned i, const char *f
 int rp_test_cluster_start(struct rp_test_cluster *c, unsigned n, const char *memory,
                           const char *const *faults)
 {
-  return cluster_start(c, n, memory, faults, false);
+  return cluster_start(c, n, memory, faults, false, NULL);
 }
 
 int rp_test_cluster_start_netns(struct rp_test_cluster *c, unsigned n, const char *memory)
 {
-  return cluster_start(c, n, memory, NULL, true);
+  return cluster_start(c, n, memory, NULL, true, NULL);
+}
+
+int rp_test_cluster_start_args(struct rp_test_cluster *c, unsigned n, const char *memory,
+                               const char *const *member_args)
+{
+  return cluster_start(c, n, memory, NULL, false, member_args);
 }
 
 void rp_test_cluster_stop(struct rp_test_cluster *c)

@@ -29,6 +29,9 @@ struct rp_test_cluster {
   struct rp_test_server servers[RP_TEST_MAX_SERVERS];
   /* With rp_test_cluster_start_netns: each server's own network namespace. */
   struct rp_test_netns netns[RP_TEST_MAX_SERVERS];
+  /* Arguments every server gets after the usual ones (rp_test_cluster_start_args);
+   * NULL for none. */
+  const char *const *member_args;
 };
 
 /* Starts n servers lending `memory` each. faults (may be NULL) names, per server, a
@@ -39,6 +42,10 @@ int rp_test_cluster_start(struct rp_test_cluster *c, unsigned n, const char *mem
  * that namespace's address, so a test can partition or impair one server's link. The
  * caller checks rp_test_netns_supported first. */
 int rp_test_cluster_start_netns(struct rp_test_cluster *c, unsigned n, const char *memory);
+/* Like rp_test_cluster_start, every server also given member_args (NULL-terminated;
+ * they must outlive the cluster, as restarts pass them again), such as --metrics. */
+int rp_test_cluster_start_args(struct rp_test_cluster *c, unsigned n, const char *memory,
+                               const char *const *member_args);
 /* Starts server i again on the address it had (killing it first if it runs), as a
  * fresh process with no sessions, and with --test-fault fault unless that is NULL. 0 or
  * -1. */

@@ -8,8 +8,9 @@ units=$work/units
 mkdir -p "$units"
 bindir=$(dirname "$RAMPARTD")
 sbindir=$(dirname "$RAMPART_SWAP")
-for u in rampartd.service rampart-swap.service; do
-  sed -e "s|@BINDIR@|$bindir|g" -e "s|@SBINDIR@|$sbindir|g" "$src_root/systemd/$u" >"$units/$u"
+for u in rampartd.service rampartd@.service rampart-swap.service; do
+  sed -e "s|@BINDIR@|$bindir|g" -e "s|@SBINDIR@|$sbindir|g" \
+    -e "s|@DOCDIR@|/usr/share/doc/rampart|g" "$src_root/systemd/$u" >"$units/$u"
 done
 if ! systemd-analyze verify "$units"/*.service >"$work/verify.out" 2>&1 || [[ -s $work/verify.out ]]; then
   cat "$work/verify.out"
@@ -41,6 +42,7 @@ fi
 conf=$work/rampartd.conf
 sed -e "s|^listen = .*|listen = 127.0.0.1:0|" -e "s|^memory = .*|memory = 16M|" \
   -e "s|^key = .*|key = $work/key|" -e "s|^min-available = .*|min-available = 1M|" \
+  -e "s|^metrics = .*|metrics = 127.0.0.1:0|" \
   "$src_root/systemd/rampartd.conf.example" >"$conf"
 "$RAMPARTCTL" keygen "$work/key" >/dev/null
 "$RAMPARTD" --config "$conf" --foreground >"$work/rampartd.out" 2>&1 &

@@ -1,0 +1,185 @@
+/* The engine's stats in the Prometheus text exposition format (version 0.0.4): what
+ * metrics-file= publishes for node_exporter's textfile collector. Kept apart from the
+ * engine, like stats_report.c, so metric names can be reviewed in one place.
+ *
+ * Every metric is rampart_pager_*, has one HELP and one TYPE line, and carries its
+ * unit in its name (_pages, _bytes, _seconds, _total for counters). Per-server
+ * metrics carry server="HOST:PORT" and incarnation="N" labels: a server that comes back
+ * after it was declared lost joins as a new incarnation at the same address, and the
+ * old one stays listed (its pages are being rebuilt), so the address alone would give
+ * two samples of one series, which Prometheus rejects. */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "prom_text.h"
+#include "rampart.h"
+
+static const char *state_name(enum rampart_server_state s)
+{
+  switch (s) {
+  case RAMPART_SERVER_UP: return "up";
+  case RAMPART_SERVER_ADVISED: return "advised";
+  case RAMPART_SERVER_RECONNECTING: return "reconnecting";
+  case RAMPART_SERVER_LOST: return "lost";
+  }
+  return "?";
+}
+
+static void device_metrics(struct prom_out *o, const struct rampart_stats *st)
+{
+  prom_metric(o, "rampart_pager_device_size_pages", "gauge",
+         "Size of the device in 4 KiB pages.", (double)st->device_pages);
+  prom_header(o, "rampart_pager_pages", "gauge",
+         "Pages of the device by where they are held now.");
+  prom_put(o, "rampart_pager_pages{where=\"remote\"} %llu\n",
+           (unsigned long long)st->pages_remote);
+  prom_put(o, "rampart_pager_pages{where=\"spilled\"} %llu\n",
+      (unsigned long long)st->pages_spilled);
+  prom_put(o, "rampart_pager_pages{where=\"local_ram\"} %llu\n",
+      (unsigned long long)st->pages_local_ram);
+  prom_put(o, "rampart_pager_pages{where=\"zero\"} %llu\n", (unsigned long long)st->pages_zero);
+  prom_metric(o, "rampart_pager_unprotected_pages", "gauge",
+         "Live pages one server loss from gone until the mover rewrites them.",
+         (double)st->pages_unprotected);
+  prom_metric(o, "rampart_pager_spill_used_pages", "gauge", "Pages used in the spill store.",
+         (double)st->spill_used_pages);
+  prom_metric(o, "rampart_pager_spill_capacity_pages", "gauge", "Capacity of the spill store.",
+         (double)st->spill_capacity_pages);
+  prom_metric(o, "rampart_pager_client_memory_bytes", "gauge",
+         "Memory the engine holds (locked) on this host.", (double)st->client_memory_bytes);
+}
+
+static void failure_metrics(struct prom_out *o, const struct rampart_stats *st)
+{
+  prom_metric(o, "rampart_pager_degraded_reads_total", "counter",
+         "Pages read by rebuilding them from parity or a mirror because a copy was "
+         "unavailable.", (double)st->pages_degraded_reads);
+  prom_metric(o, "rampart_pager_lost_pages_total", "counter",
+         "Pages lost: more copies gone than the redundancy covers (reads fail with EIO).",
+         (double)st->pages_lost);
+  prom_metric(o, "rampart_pager_read_errors_total", "counter",
+         "Reads that failed with EIO.", (double)st->read_errors);
+  prom_metric(o, "rampart_pager_integrity_failures_total", "counter",
+         "Stored pages that failed verification.", (double)st->integrity_failures);
+  prom_metric(o, "rampart_pager_servers_reconnecting", "gauge",
+         "Servers whose connection dropped and that are not yet declared lost.",
+         (double)st->servers_reconnecting);
+  prom_metric(o, "rampart_pager_requests_waiting", "gauge",
+         "Reads and writes waiting for a reconnecting server.",
+         (double)st->requests_waiting);
+  prom_metric(o, "rampart_pager_sessions_resumed_total", "counter",
+         "Server sessions resumed after a dropped connection.", (double)st->resumes);
+  prom_metric(o, "rampart_pager_requests_replayed_total", "counter",
+         "Requests sent again on a resumed session.", (double)st->requests_replayed);
+}
+
+static void rebuild_metrics(struct prom_out *o, const struct rampart_stats *st)
+{
+  prom_metric(o, "rampart_pager_rebuilds_total", "counter",
+         "Rebuilds finished after losing a server.", (double)st->rebuilds_finished);
+  prom_metric(o, "rampart_pager_rebuild_running", "gauge", "1 while a rebuild runs.",
+         st->rebuild_running ? 1.0 : 0.0);
+  prom_metric(o, "rampart_pager_rebuild_duration_seconds", "gauge",
+         "Duration of the running rebuild, or else of the last one.", st->rebuild_seconds);
+  prom_metric(o, "rampart_pager_rebuild_moved_pages", "gauge",
+         "Pages written again by the running rebuild, or else by the last one.",
+         (double)st->rebuild_pages_moved);
+  prom_metric(o, "rampart_pager_rebuild_pending_pages", "gauge",
+         "Live pages still to rewrite before every lost server's groups are whole.",
+         (double)st->rebuild_pages_pending);
+  prom_header(o, "rampart_pager_moves_total", "counter",
+         "Page moves started by the background mover, by reason.");
+  for (unsigned r = 0; r < RAMPART_MOVE_REASONS; r++)
+    prom_put(o, "rampart_pager_moves_total{reason=\"%s\"} %llu\n",
+        rampart_move_reason_name((enum rampart_move_reason)r),
+        (unsigned long long)st->moves_by_reason[r]);
+  prom_metric(o, "rampart_pager_moves_in_flight", "gauge", "Page moves in flight.",
+         (double)st->moves_in_flight);
+  prom_metric(o, "rampart_pager_groups_cleaned_total", "counter",
+         "Sparse parity groups rewritten by cleaning.", (double)st->groups_cleaned);
+  prom_metric(o, "rampart_pager_written_pages_total", "counter",
+         "Pages written by the frontend.", (double)st->pages_written);
+  prom_metric(o, "rampart_pager_wire_written_bytes_total", "counter",
+         "Bytes sent to servers for frontend writes (pages, parity, headers).",
+         (double)st->wire_bytes_written);
+}
+
+static void server_metrics(struct prom_out *o, const struct rampart_stats *st)
+{
+  static const struct {
+    const char *name, *help;
+    size_t offset;
+  } per_server[] = {
+    { "rampart_pager_server_live_pages", "Current versions of device pages stored on "
+      "the server.", offsetof(struct rampart_server_stats, pages_live) },
+    { "rampart_pager_server_stored_pages", "Pages this device keeps on the server: live, "
+      "old versions and parity.", offsetof(struct rampart_server_stats, pages_stored) },
+    { "rampart_pager_server_reserved_pages", "Pages reserved on the server.",
+      offsetof(struct rampart_server_stats, pages_reserved) },
+    { "rampart_pager_server_integrity_failures_total", "Copies from the server that "
+      "failed verification.", offsetof(struct rampart_server_stats, integrity_failures) },
+  };
+  char label[200];
+  for (size_t m = 0; m < sizeof per_server / sizeof per_server[0]; m++) {
+    const char *type = strstr(per_server[m].name, "_total") ? "counter" : "gauge";
+    prom_header(o, per_server[m].name, type, per_server[m].help);
+    for (unsigned i = 0; i < st->nservers; i++) {
+      const struct rampart_server_stats *s = &st->servers[i];
+      uint64_t v;
+      memcpy(&v, (const char *)s + per_server[m].offset, sizeof v);
+      prom_escape_label(s->address, label, sizeof label);
+      prom_put(o, "%s{server=\"%s\",incarnation=\"%u\"} %llu\n", per_server[m].name, label, i,
+               (unsigned long long)v);
+    }
+  }
+  /* A state set: one sample per state, 1 for the current one, so an alert can say
+   * rampart_pager_server_state{state="lost"} == 1. */
+  prom_header(o, "rampart_pager_server_state", "gauge",
+         "The engine's view of each server: 1 for its current state.");
+  static const enum rampart_server_state states[] = {
+    RAMPART_SERVER_UP, RAMPART_SERVER_ADVISED, RAMPART_SERVER_RECONNECTING,
+    RAMPART_SERVER_LOST };
+  for (unsigned i = 0; i < st->nservers; i++) {
+    prom_escape_label(st->servers[i].address, label, sizeof label);
+    for (size_t k = 0; k < sizeof states / sizeof states[0]; k++)
+      prom_put(o, "rampart_pager_server_state{server=\"%s\",incarnation=\"%u\",state=\"%s\"} "
+               "%d\n", label, i, state_name(states[k]), st->servers[i].state == states[k]);
+  }
+}
+
+static void latency_metrics(struct prom_out *o, const struct rampart_stats *st)
+{
+  static const char *const ops[RAMPART_LATENCY_OPS] = { "read", "write", "trim", "zero",
+                                                        "flush" };
+  const char *name = "rampart_pager_request_duration_seconds";
+  prom_header(o, name, "histogram",
+         "Frontend requests from submission to completion, by operation.");
+  for (unsigned op = 0; op < RAMPART_LATENCY_OPS; op++) {
+    uint64_t cumulative = 0;
+    for (unsigned k = 0; k < RAMPART_LATENCY_BUCKETS; k++) {
+      cumulative += st->latency_count[op][k];
+      if (k + 1 < RAMPART_LATENCY_BUCKETS)
+        prom_put(o, "%s_bucket{op=\"%s\",le=\"%.6f\"} %llu\n", name, ops[op],
+            (double)(1ull << k) / 1e6, (unsigned long long)cumulative);
+      else
+        prom_put(o, "%s_bucket{op=\"%s\",le=\"+Inf\"} %llu\n", name, ops[op],
+            (unsigned long long)cumulative);
+    }
+    prom_put(o, "%s_sum{op=\"%s\"} %.9f\n", name, ops[op],
+             (double)st->latency_sum_ns[op] / 1e9);
+    prom_put(o, "%s_count{op=\"%s\"} %llu\n", name, ops[op], (unsigned long long)cumulative);
+  }
+}
+
+size_t rampart_format_metrics(const struct rampart_stats *st, char *buf, size_t buflen)
+{
+  struct prom_out o;
+  prom_begin(&o, buf, buflen);
+  device_metrics(&o, st);
+  server_metrics(&o, st);
+  failure_metrics(&o, st);
+  rebuild_metrics(&o, st);
+  latency_metrics(&o, st);
+  return o.len;
+}
