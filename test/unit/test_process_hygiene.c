@@ -35,6 +35,22 @@ static void test_harden_makes_the_process_not_dumpable(void **state)
   assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* Under AddressSanitizer the process maps terabytes of shadow memory, which mlockall
+ * cannot lock (the plugin runs with mlock=false in that build too): what is locked is
+ * checked in the release build only, and the sanitizer build does not list the case
+ * rather than report a skip that could never become a pass there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define RP_CAN_LOCK_MEMORY 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RP_CAN_LOCK_MEMORY 0
+#endif
+#endif
+#ifndef RP_CAN_LOCK_MEMORY
+#define RP_CAN_LOCK_MEMORY 1
+#endif
+
+#if RP_CAN_LOCK_MEMORY
 static long status_kib(const char *field)
 {
   FILE *f = fopen("/proc/self/status", "r");
@@ -55,6 +71,7 @@ static long status_kib(const char *field)
  * once. Here 64 MiB of untouched memory stands in for the segment. */
 static void test_harden_locks_what_is_used_not_what_is_mapped(void **state)
 {
+  (void)state;
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
@@ -93,12 +110,15 @@ static void test_harden_locks_what_is_used_not_what_is_mapped(void **state)
     skip();
   assert_int_equal(WEXITSTATUS(status), 0);
 }
+#endif
 
 int main(void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_harden_makes_the_process_not_dumpable),
+#if RP_CAN_LOCK_MEMORY
     cmocka_unit_test(test_harden_locks_what_is_used_not_what_is_mapped),
+#endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
