@@ -15,17 +15,6 @@
 #include "prom_text.h"
 #include "rampart.h"
 
-static const char *state_name(enum rampart_server_state s)
-{
-  switch (s) {
-  case RAMPART_SERVER_UP: return "up";
-  case RAMPART_SERVER_ADVISED: return "advised";
-  case RAMPART_SERVER_RECONNECTING: return "reconnecting";
-  case RAMPART_SERVER_LOST: return "lost";
-  }
-  return "?";
-}
-
 static void device_metrics(struct prom_out *o, const struct rampart_stats *st)
 {
   prom_metric(o, "rampart_pager_device_size_pages", "gauge",
@@ -144,7 +133,7 @@ static void server_metrics(struct prom_out *o, const struct rampart_stats *st)
     prom_escape_label(st->servers[i].address, label, sizeof label);
     for (size_t k = 0; k < sizeof states / sizeof states[0]; k++)
       prom_put(o, "rampart_pager_server_state{server=\"%s\",incarnation=\"%u\",state=\"%s\"} "
-               "%d\n", label, i, state_name(states[k]), st->servers[i].state == states[k]);
+               "%d\n", label, i, rampart_server_state_name(states[k]), st->servers[i].state == states[k]);
   }
 }
 

@@ -209,6 +209,9 @@ void rampart_set_log_sink(void (*sink)(int level, const char *line));
 /* Writes a human-readable report of stats (what rampartctl and the plugin print). */
 void rampart_format_stats(const struct rampart_stats *stats, char *buf, size_t buflen);
 
+/* A server state's name as reports and metrics print it ("up", "lost", ...). */
+const char *rampart_server_state_name(enum rampart_server_state state);
+
 /* Writes stats in the Prometheus text exposition format (rampart_pager_* metrics, one
  * HELP and TYPE line each). Returns the length the whole text needs: when that is
  * buflen or more, buf holds a truncated text that must not be published. */
