@@ -7,7 +7,10 @@
 #include <pthread.h>
 #include <stddef.h>
 
-/* pthread_create with a stack of stack_bytes. 0, or the error number. */
-int rp_thread_start(pthread_t *thread, size_t stack_bytes, void *(*fn)(void *), void *arg);
+/* pthread_create with a stack of stack_bytes (0: the default), named `name` (at most 15
+ * characters: what top -H, ps -L and /proc/PID/task/TID/comm show an operator, and what
+ * bench/device's per-thread table groups by). 0, or the error number. */
+int rp_thread_start(pthread_t *thread, const char *name, size_t stack_bytes,
+                    void *(*fn)(void *), void *arg);
 
 #endif

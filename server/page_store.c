@@ -11,17 +11,27 @@
  * kept mapped so that a client writing and freeing around a chunk boundary does not
  * make us map and unmap 2 MiB on every page.
  *
- * A freed page goes back to the host at once (MADV_DONTNEED). Parity logging frees
- * pages all over the pool as old versions are cleaned, so chunks rarely empty: without
- * this, a server that had churned through overwrites kept 4.6 KiB mapped per stored
- * page (seen in bench/device), RAM it was lent to give back. The price is a system call
- * per freed page and a fresh zero page when the slot is reused. So resident memory is
- * the stored pages plus metadata, whatever the churn.
+ * A page a client frees goes back to the host (MADV_DONTNEED) unless the small warm pool
+ * has room for it. Parity logging frees pages all over the pool as old versions are
+ * cleaned, so chunks rarely empty: without giving pages back, a server that had churned
+ * through overwrites kept 4.6 KiB mapped per stored page (seen in bench/device), RAM it
+ * was lent to give back. But under that churn a client frees a page for nearly every
+ * page it writes, and giving each one back cost a system call, a TLB flush and, when
+ * the slot was written again, a page fault and a zeroed page: a quarter of rampartd's
+ * CPU per write in a profile of 4 KiB random overwrites. The warm pool keeps up to
+ * RPS_WARM_PAGES freed pages resident (a sixteenth of the store's capacity, if less)
+ * and hands them out first, so a write after a free reuses a page that is already
+ * mapped. Resident memory is the stored pages, at most the warm pool, and metadata,
+ * whatever the churn; under memory pressure the server empties the pool and keeps
+ * none (rps_store_keep_warm). Pages of a whole session that ends go back at once: that
+ * is not churn.
  *
  * The pages are other hosts' memory, so they are treated as secrets (issue 14): chunks
  * are excluded from core dumps (MADV_DONTDUMP), every page is wiped (OPENSSL_cleanse)
- * when freed and when the store is destroyed, because MADV_DONTNEED and munmap hand
- * the frame back to the kernel with its bytes intact. With --mlock the process runs
+ * when it goes back to the host and when the store is destroyed, because MADV_DONTNEED
+ * and munmap hand the frame back to the kernel with its bytes intact. A warm page is
+ * not wiped while it stays in the pool: it never leaves this process, and the write
+ * that reuses it replaces all 4 KiB before anyone can read the slot. With --mlock the process runs
  * under mlockall(MCL_FUTURE | MCL_ONFAULT), so chunks are locked page by page as
  * pages are written (not all 2 MiB at map time); plain MADV_DONTNEED is refused
  * (EINVAL) on locked memory, so a locked store frees with MADV_DONTNEED_LOCKED
@@ -66,6 +76,11 @@ struct rps_store {
   uint64_t meta_bytes;     /* every byte of metadata we allocated */
   bool locked;             /* the process runs under mlockall: free with DONTNEED_LOCKED */
   bool dontneed_refused;   /* the kernel lacks DONTNEED_LOCKED: stop asking */
+  /* Freed pages kept mapped for the next writes (ids + 1, a stack: the most recently
+   * freed page is the likeliest still in the CPU's caches). */
+  uint64_t *warm;
+  uint32_t warm_count, warm_max;
+  bool warm_off;           /* memory pressure: keep none */
 };
 
 struct leaf {
@@ -173,6 +188,10 @@ static void chunk_unmap(struct rps_store *s, struct chunk *c)
 /* Returns a page id + 1, or 0 when the system refuses memory. */
 static uint64_t page_alloc(struct rps_store *s)
 {
+  if (s->warm_count > 0) {
+    s->stored++;
+    return s->warm[--s->warm_count];
+  }
   struct chunk *c = s->avail_head;
   if (!c && !(c = chunk_map(s)))
     return 0;
@@ -198,7 +217,8 @@ static void page_give_back(struct rps_store *s, uint8_t *page)
     s->dontneed_refused = true;
 }
 
-static void page_release(struct rps_store *s, uint64_t id_plus_one)
+/* Returns a page to its chunk, wiped, and its frame to the host. */
+static void page_return(struct rps_store *s, uint64_t id_plus_one)
 {
   uint64_t id = id_plus_one - 1;
   struct chunk *c = s->chunks[id / RPS_CHUNK_PAGES];
@@ -221,6 +241,33 @@ static void page_release(struct rps_store *s, uint64_t id_plus_one)
   page_give_back(s, page);
 }
 
+/* A page that no slot holds any more. keep_warm: the client freed it and will likely
+ * write another soon (churn), so it may stay mapped in the warm pool. */
+static void page_release(struct rps_store *s, uint64_t id_plus_one, bool keep_warm)
+{
+  if (keep_warm && !s->warm_off && s->warm_count < s->warm_max) {
+    s->warm[s->warm_count++] = id_plus_one;
+    s->stored--;
+    return;
+  }
+  page_return(s, id_plus_one);
+}
+
+static void release_warm(struct rps_store *s)
+{
+  while (s->warm_count > 0) {
+    s->stored++; /* page_return counts a stored page out */
+    page_return(s, s->warm[--s->warm_count]);
+  }
+}
+
+void rps_store_keep_warm(struct rps_store *s, bool keep)
+{
+  s->warm_off = !keep;
+  if (!keep)
+    release_warm(s);
+}
+
 static uint8_t *page_addr(const struct rps_store *s, uint64_t id_plus_one)
 {
   uint64_t id = id_plus_one - 1;
@@ -239,11 +286,17 @@ struct rps_store *rps_store_create(uint64_t capacity_pages)
   s->capacity = capacity_pages;
   s->nchunks = (capacity_pages + RPS_CHUNK_PAGES - 1) / RPS_CHUNK_PAGES;
   s->chunks = calloc(s->nchunks, sizeof *s->chunks);
-  if (!s->chunks) {
+  s->warm_max = (uint32_t)(capacity_pages / 16 < RPS_WARM_PAGES ? capacity_pages / 16
+                                                                 : RPS_WARM_PAGES);
+  s->warm = calloc(s->warm_max ? s->warm_max : 1, sizeof *s->warm);
+  if (!s->chunks || !s->warm) {
+    free(s->chunks);
+    free(s->warm);
     free(s);
     return NULL;
   }
-  s->meta_bytes = sizeof *s + s->nchunks * sizeof *s->chunks;
+  s->meta_bytes = sizeof *s + s->nchunks * sizeof *s->chunks +
+                  (uint64_t)s->warm_max * sizeof *s->warm;
   return s;
 }
 
@@ -268,6 +321,7 @@ void rps_store_destroy(struct rps_store *s)
 {
   if (!s)
     return;
+  release_warm(s); /* wipes them: warm pages were not wiped when freed */
   for (uint64_t i = 0; i < s->nchunks; i++) {
     struct chunk *c = s->chunks[i];
     if (c) {
@@ -277,6 +331,7 @@ void rps_store_destroy(struct rps_store *s)
     }
   }
   free(s->chunks);
+  free(s->warm);
   free(s);
 }
 
@@ -287,8 +342,9 @@ void rps_store_get_stats(const struct rps_store *s, struct rps_store_stats *out)
   out->free_pages = s->capacity - s->reserved;
   out->stored_pages = s->stored;
   out->chunks_mapped = s->chunks_mapped;
+  out->warm_pages = s->warm_count;
   /* Untouched and released pages of mapped chunks cost the host nothing. */
-  out->resident_bytes = s->stored * RP_PAGE_SIZE + s->meta_bytes;
+  out->resident_bytes = (s->stored + s->warm_count) * RP_PAGE_SIZE + s->meta_bytes;
 }
 
 /* ---- accounts ----------------------------------------------------------------- */
@@ -313,14 +369,14 @@ static void leaf_free(struct rps_store *s, struct rps_account *a, uint64_t li)
 
 /* Frees the pages of slots [from, to) of one leaf, and the leaf when it empties. */
 static void leaf_clear_range(struct rps_store *s, struct rps_account *a, uint64_t li,
-                             uint32_t from, uint32_t to)
+                             uint32_t from, uint32_t to, bool keep_warm)
 {
   struct leaf *l = a->root[li];
   if (!l)
     return;
   for (uint32_t i = from; i < to && l->used > 0; i++) {
     if (l->ids[i]) {
-      page_release(s, l->ids[i]);
+      page_release(s, l->ids[i], keep_warm);
       l->ids[i] = 0;
       l->used--;
       a->stored--;
@@ -331,15 +387,16 @@ static void leaf_clear_range(struct rps_store *s, struct rps_account *a, uint64_
 }
 
 /* Frees every page in slots [from, to), walking leaf by leaf so that an unwritten
- * stretch costs one NULL check per 512 slots. */
-static void clear_range(struct rps_store *s, struct rps_account *a, uint64_t from, uint64_t to)
+ * stretch costs one NULL check per 512 slots. keep_warm: see page_release. */
+static void clear_range(struct rps_store *s, struct rps_account *a, uint64_t from, uint64_t to,
+                        bool keep_warm)
 {
   while (from < to) {
     uint64_t li = from / LEAF_SLOTS;
     uint64_t leaf_end = (li + 1) * LEAF_SLOTS;
     uint64_t end = to < leaf_end ? to : leaf_end;
     leaf_clear_range(s, a, li, (uint32_t)(from % LEAF_SLOTS),
-                     (uint32_t)(end - li * LEAF_SLOTS));
+                     (uint32_t)(end - li * LEAF_SLOTS), keep_warm);
     from = end;
   }
 }
@@ -371,7 +428,7 @@ void rps_account_destroy(struct rps_store *s, struct rps_account *a)
 {
   if (!a)
     return;
-  clear_range(s, a, 0, a->reserved);
+  clear_range(s, a, 0, a->reserved, false);
   root_resize(s, a, 0);
   s->reserved -= a->reserved;
   s->meta_bytes -= sizeof *a;
@@ -397,7 +454,7 @@ enum rp_status rps_store_reserve(struct rps_store *s, struct rps_account *a, uin
       return RP_ERR_NO_SPACE;
     }
   } else {
-    clear_range(s, a, pages, a->reserved);
+    clear_range(s, a, pages, a->reserved, false);
   }
   uint64_t nleaves = (pages + LEAF_SLOTS - 1) / LEAF_SLOTS;
   if (root_resize(s, a, nleaves) < 0) {
@@ -477,6 +534,6 @@ enum rp_status rps_store_free(struct rps_store *s, struct rps_account *a, uint64
 {
   if (count > a->reserved || slot > a->reserved - count)
     return out_of_range(a, slot, count, msg, msglen);
-  clear_range(s, a, slot, slot + count);
+  clear_range(s, a, slot, slot + count, true);
   return RP_OK;
 }

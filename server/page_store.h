@@ -68,7 +68,8 @@ struct rps_store_stats {
   uint64_t free_pages;     /* capacity_pages - reserved_pages */
   uint64_t stored_pages;   /* pages holding data */
   uint64_t chunks_mapped;
-  uint64_t resident_bytes; /* stored pages + chunk and slot-table metadata */
+  uint64_t warm_pages;     /* freed pages kept mapped for the next writes */
+  uint64_t resident_bytes; /* stored and warm pages + chunk and slot-table metadata */
 };
 
 void rps_store_get_stats(const struct rps_store *store, struct rps_store_stats *out);
@@ -77,5 +78,12 @@ uint64_t rps_account_stored(const struct rps_account *acct);
 
 /* Pages per chunk: 2 MiB chunks. Exposed for tests that check resident_bytes. */
 #define RPS_CHUNK_PAGES 512u
+/* Most freed pages kept mapped for reuse (4 MiB; a sixteenth of a smaller store). */
+#define RPS_WARM_PAGES 1024u
+
+/* false: gives every warm page back to the host and keeps none until called with true
+ * (memory pressure: the server's own host needs the RAM more than the next writes need
+ * to skip a page fault). Pages are kept warm from creation. */
+void rps_store_keep_warm(struct rps_store *store, bool keep);
 
 #endif

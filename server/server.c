@@ -109,6 +109,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 static void on_pressure_change(void *arg, bool pressure, const char *reason)
 {
   struct rps_server *srv = arg;
+  rps_store_keep_warm(srv->store, !pressure);
   struct rps_store_stats ss;
   rps_store_get_stats(srv->store, &ss);
   uint64_t n = rps_conn_broadcast_advise(srv, pressure, reason, ss.free_pages);

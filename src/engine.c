@@ -21,6 +21,7 @@
 #include "log.h"
 #include "secret.h"
 #include "stats_file.h"
+#include "thread_start.h"
 
 #define RAMPART_OP_STATS 100 /* internal: snapshot stats on the I/O thread */
 
@@ -854,8 +855,9 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
     goto fail;
   if (server_set_open(e, err, errlen) < 0)
     goto fail;
-  if (pthread_create(&e->thread, NULL, io_thread_main, e) != 0) {
-    snprintf(err, errlen, "cannot start the I/O thread");
+  int rc = rp_thread_start(&e->thread, "rampart-io", 0, io_thread_main, e);
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot start the I/O thread: %s", strerror(rc));
     goto fail;
   }
   e->thread_started = true;

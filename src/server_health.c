@@ -680,7 +680,8 @@ int server_health_init_server(struct rampart_engine *e, struct server *s)
     return -1;
   pthread_mutex_init(&a->lock, NULL);
   pthread_cond_init(&a->wake_thread, NULL);
-  int rc = rp_thread_start(&a->thread, ATTEMPT_STACK_BYTES, attempt_thread_main, a);
+  int rc = rp_thread_start(&a->thread, "rampart-reconn", ATTEMPT_STACK_BYTES,
+                           attempt_thread_main, a);
   if (rc != 0) {
     rp_log(RP_LOG_ERROR, "server %s: cannot start its reconnect thread: %s", s->address,
            strerror(rc));

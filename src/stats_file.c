@@ -149,7 +149,8 @@ struct stats_file *stats_file_start(const char *path, const char *what, bool pro
     stats_file_free(sf);
     return NULL;
   }
-  int rc = rp_thread_start(&sf->thread, WRITER_STACK_BYTES, writer_main, sf);
+  int rc = rp_thread_start(&sf->thread, "rampart-stats", WRITER_STACK_BYTES, writer_main,
+                           sf);
   if (rc != 0) {
     snprintf(err, errlen, "cannot start the %s writer thread: %s", what, strerror(rc));
     stats_file_free(sf);

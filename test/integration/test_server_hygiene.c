@@ -255,7 +255,8 @@ static void test_mlock_locks_pages_and_still_frees_them(void **state)
   if (!asan || !asan[0])
     assert_true(lck1 >= 32 * 1024);      /* the stored pages are locked */
   assert_true(rss1 - rss0 >= 30 * 1024);
-  assert_true(rss1 - rss2 >= 28 * 1024); /* and freeing them still gives them back */
+  /* and freeing them still gives them back, all but the warm pool's 4 MiB (page_store.c) */
+  assert_true(rss1 - rss2 >= 24 * 1024);
 }
 
 static void test_mlock_refused_without_memlock_limit(void **state)

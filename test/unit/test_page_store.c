@@ -277,9 +277,9 @@ static void test_resident_bytes_per_page(void **state)
   struct rps_store *s = rps_store_create(capacity);
   struct rps_store_stats empty, full;
   rps_store_get_stats(s, &empty);
-  /* Nothing mapped yet: only the chunk index. */
+  /* Nothing mapped yet: only the chunk index and the warm pool's list of page ids. */
   assert_int_equal(empty.chunks_mapped, 0);
-  assert_true(empty.resident_bytes < 4096);
+  assert_true(empty.resident_bytes < 4096 + RPS_WARM_PAGES * sizeof(uint64_t));
 
   struct rps_account *a = rps_account_create(s);
   char msg[256];
@@ -335,15 +335,86 @@ static void test_freed_pages_go_back_to_the_host(void **state)
   rps_store_get_stats(s, &st);
   assert_int_equal(st.chunks_mapped, 16); /* no chunk emptied */
   assert_int_equal(st.stored_pages, n / 2);
-  assert_true(st.resident_bytes >= n / 2 * RP_PAGE_SIZE);
-  assert_true(st.resident_bytes <= n / 2 * RP_PAGE_SIZE + n * 16);
-  /* The kernel agrees: 16 MiB of pages were released (allow a little for the test). */
-  assert_true(rss_half + n / 2 * RP_PAGE_SIZE * 9 / 10 <= rss_full);
+  /* The warm pool keeps a sixteenth of this small store mapped for reuse; no more. */
+  assert_int_equal(st.warm_pages, n / 16);
+  uint64_t released = n / 2 - st.warm_pages;
+  assert_true(st.resident_bytes >= (n / 2 + st.warm_pages) * RP_PAGE_SIZE);
+  assert_true(st.resident_bytes <= (n / 2 + st.warm_pages) * RP_PAGE_SIZE + n * 16);
+  /* The kernel agrees: the rest (14 MiB) was released (allow a little for the test). */
+  assert_true(rss_half + released * RP_PAGE_SIZE * 9 / 10 <= rss_full);
   /* Reused slots come back zeroed by the kernel and then hold what was written. */
   for (uint64_t i = 0; i < n; i += 2)
     write_tag(s, a, i, (uint32_t)(i + 7));
   for (uint64_t i = 0; i < n; i++)
     assert_page(s, a, i, (uint32_t)(i % 2 ? i : i + 7));
+  rps_account_destroy(s, a);
+  rps_store_destroy(s);
+}
+
+static void test_warm_pages_are_reused_without_faults(void **state)
+{
+  /* Under parity-log churn a client frees about a page for every page it writes: the
+   * next writes take the freed pages, still mapped, instead of faulting in new ones. */
+  const uint64_t n = 4 * RPS_CHUNK_PAGES, churn = n / 16; /* the warm pool's bound */
+  struct rps_store *s = rps_store_create(n);
+  struct rps_account *a = rps_account_create(s);
+  char msg[256];
+  assert_int_equal(rps_store_reserve(s, a, n, false, msg, sizeof msg), RP_OK);
+  for (uint64_t i = 0; i < n / 2; i++)
+    write_tag(s, a, i, (uint32_t)i);
+  assert_int_equal(rps_store_free(s, a, 0, churn, msg, sizeof msg), RP_OK);
+  struct rps_store_stats st;
+  rps_store_get_stats(s, &st);
+  assert_int_equal(st.warm_pages, churn);
+  assert_int_equal(st.stored_pages, n / 2 - churn);
+  uint64_t rss_before = process_resident_bytes();
+  /* New slots, never written: without the pool each would fault in a fresh page. */
+  for (uint64_t i = n / 2; i < n / 2 + churn; i++)
+    write_tag(s, a, i, (uint32_t)(i * 3));
+  uint64_t rss_after = process_resident_bytes();
+  rps_store_get_stats(s, &st);
+  assert_int_equal(st.warm_pages, 0);
+  assert_int_equal(st.stored_pages, n / 2);
+  assert_true(rss_after < rss_before + churn * RP_PAGE_SIZE / 4);
+  /* A reused page holds the new write in full, nothing of the freed one. */
+  for (uint64_t i = n / 2; i < n / 2 + churn; i++)
+    assert_page(s, a, i, (uint32_t)(i * 3));
+  for (uint64_t i = 0; i < churn; i++)
+    assert_int_equal(read_status(s, a, i), RP_ERR_NOT_FOUND);
+  rps_account_destroy(s, a);
+  rps_store_destroy(s);
+}
+
+static void test_pressure_empties_the_warm_pool(void **state)
+{
+  const uint64_t n = 4 * RPS_CHUNK_PAGES;
+  struct rps_store *s = rps_store_create(n);
+  struct rps_account *a = rps_account_create(s);
+  char msg[256];
+  assert_int_equal(rps_store_reserve(s, a, n, false, msg, sizeof msg), RP_OK);
+  for (uint64_t i = 0; i < n; i++)
+    write_tag(s, a, i, (uint32_t)i);
+  /* Free more than the pool holds: the pool stops at its bound, the rest goes back. */
+  assert_int_equal(rps_store_free(s, a, 0, n / 2, msg, sizeof msg), RP_OK);
+  struct rps_store_stats st;
+  rps_store_get_stats(s, &st);
+  assert_int_equal(st.warm_pages, n / 16);
+  uint64_t rss_warm = process_resident_bytes();
+  rps_store_keep_warm(s, false);
+  rps_store_get_stats(s, &st);
+  assert_int_equal(st.warm_pages, 0);
+  assert_true(process_resident_bytes() + n / 16 * RP_PAGE_SIZE * 9 / 10 <= rss_warm);
+  /* While the pressure lasts, frees keep nothing. */
+  assert_int_equal(rps_store_free(s, a, n / 2, 8, msg, sizeof msg), RP_OK);
+  rps_store_get_stats(s, &st);
+  assert_int_equal(st.warm_pages, 0);
+  rps_store_keep_warm(s, true);
+  assert_int_equal(rps_store_free(s, a, n / 2 + 8, 8, msg, sizeof msg), RP_OK);
+  rps_store_get_stats(s, &st);
+  assert_int_equal(st.warm_pages, 8);
+  assert_int_equal(st.stored_pages, n / 2 - 16);
+  for (uint64_t i = n / 2 + 16; i < n; i++)
+    assert_page(s, a, i, (uint32_t)i);
   rps_account_destroy(s, a);
   rps_store_destroy(s);
 }
@@ -426,6 +497,8 @@ int main(void)
     cmocka_unit_test(test_capacity_returned_after_session_free),
     cmocka_unit_test(test_resident_bytes_per_page),
     cmocka_unit_test(test_freed_pages_go_back_to_the_host),
+    cmocka_unit_test(test_warm_pages_are_reused_without_faults),
+    cmocka_unit_test(test_pressure_empties_the_warm_pool),
     cmocka_unit_test(test_last_chunk_is_short),
     cmocka_unit_test(test_churn_keeps_counts),
   };
