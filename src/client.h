@@ -95,6 +95,14 @@ void rp_conn_close(struct rp_conn *conn);
 
 /* Binds the connection to a loop. Must be called once before rp_conn_submit. */
 void rp_conn_attach(struct rp_conn *conn, struct ev_loop *loop);
+/* For an owner that submits and flushes from another thread while the attached loop
+ * sleeps in its poll, holding the loop's lock (libev's thread-locking pattern; the
+ * engine's inline submission): a count of the watchers this connection started that
+ * the sleeping loop must be woken to see (its request timer; its write watcher, when
+ * the socket did not take everything). A write watcher started by rp_conn_submit and
+ * stopped again by a flush that sent everything is not counted: the loop never
+ * needed to know. */
+unsigned rp_conn_loop_changes(const struct rp_conn *conn);
 
 /* The loop the connection is attached to; if none, a private loop (owned by the
  * connection, destroyed by rp_conn_close) is made and attached first. NULL only if that

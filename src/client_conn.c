@@ -71,6 +71,8 @@ struct rp_conn {
   bool close_pending;
   bool disconnect_reported;
   int depth; /* > 0 while inside one of our libev callbacks */
+  /* Watchers started that a sleeping loop must be woken to see (rp_conn_loop_changes) */
+  unsigned loop_changes;
   uint32_t request_timeout_ms;
   uint64_t next_id;
   uint64_t oldest_id; /* no request with a smaller id is in flight */
@@ -461,6 +463,7 @@ static void flush_queue(struct rp_conn *c)
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         if (!ev_is_active(&c->wio))
           ev_io_start(c->loop, &c->wio);
+        c->loop_changes++; /* the loop must now wait for the socket to drain */
         return;
       }
       conn_fail(c, RP_ERR_DISCONNECTED, NULL, "cannot send: %s", strerror(errno));
@@ -728,7 +731,13 @@ static void submit_any(struct rp_conn *c, struct rp_request *r)
   if (!ev_is_active(&c->tick)) {
     ev_timer_set(&c->tick, tick_interval(c), tick_interval(c));
     ev_timer_start(c->loop, &c->tick);
+    c->loop_changes++;
   }
+}
+
+unsigned rp_conn_loop_changes(const struct rp_conn *c)
+{
+  return c->loop_changes;
 }
 
 void rp_conn_submit(struct rp_conn *conn, struct rp_request *req)

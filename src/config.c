@@ -32,7 +32,10 @@ const char rampart_config_help[] =
   "                          text format (node_exporter textfile collector: NAME.prom)\n"
   "encrypt=on|off            seal pages with AES-256-GCM before they leave (default on;\n"
   "                          off: checksummed plaintext, for benchmarks)\n"
-  "enckey=FILE               key material for the page key (default: random per attach)";
+  "enckey=FILE               key material for the page key (default: random per attach)\n"
+  "submit=inline|handover    who starts a request: the frontend's own thread, when the\n"
+  "                          engine's thread is idle (default), or always the engine's\n"
+  "                          thread (the hand-over, kept for comparison: bench/device)";
 
 struct rampart_config *rampart_config_new(void)
 {
@@ -207,6 +210,15 @@ int rampart_config_set(struct rampart_config *c, const char *key, const char *v,
     if (rp_parse_uint("overflow", v, 400, &n, err, errlen) < 0)
       return -1;
     c->overflow_percent = (unsigned)n;
+    return 0;
+  }
+  if (strcmp(key, "submit") == 0) {
+    if (strcmp(v, "inline") && strcmp(v, "handover")) {
+      snprintf(err, errlen, "submit=%s: write submit=inline (the default) or "
+               "submit=handover", v);
+      return -1;
+    }
+    c->submit_handover = strcmp(v, "handover") == 0;
     return 0;
   }
   if (strcmp(key, "timeout") == 0) {

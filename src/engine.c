@@ -1,10 +1,18 @@
 /* The engine's life cycle and its I/O thread (see engine_internal.h for the map).
  *
- * Frontend threads never touch engine state: rampart_submit pushes the request on a
- * lock-free stack and wakes the I/O thread with ev_async; everything else happens on
- * that thread, so the page map, the groups and the connections need no locks. Each
- * request is split into per-page operations from a fixed pool; when the pool is empty
- * the request waits its turn, so a burst of I/O never allocates.
+ * One lock makes the engine single-threaded without making every request cross to
+ * another thread. The I/O thread holds it except while its loop sleeps in the poll
+ * (libev's release/acquire callbacks, the pattern of libev's own thread-locking
+ * example). A frontend thread that finds the lock free starts its request itself:
+ * seals the pages, places them and sends the frames on its own time slice, then sleeps
+ * until the reply wakes it. That saves the I/O thread a wake-up and a pass through its
+ * loop per request, and with two frontends and two cores their sends run side by side
+ * with the I/O thread's reply handling (docs/engine.md, "Run to completion"). A
+ * frontend that finds the lock taken does what every request did before: pushes the
+ * request on a lock-free stack and wakes the I/O thread with ev_async, which starts it
+ * on its next pass. Replies, timers, the mover and reconnects always run on the I/O
+ * thread. Each request is split into per-page operations from a fixed pool; when the
+ * pool is empty the request waits its turn, so a burst of I/O never allocates.
  */
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -365,15 +373,71 @@ static void on_mover_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
     spill_store_flush_submissions(e->spill);
 }
 
+/* libev calls these around its blocking poll and nowhere else: the engine is free for a
+ * frontend exactly while the I/O thread has nothing to do. */
+static void loop_release(struct ev_loop *loop)
+{
+  struct rampart_engine *e = ev_userdata(loop);
+  e->loop_sleeping = true;
+  pthread_mutex_unlock(&e->lock);
+}
+
+static void loop_acquire(struct ev_loop *loop)
+{
+  struct rampart_engine *e = ev_userdata(loop);
+  pthread_mutex_lock(&e->lock);
+  e->loop_sleeping = false;
+}
+
 static void *io_thread_main(void *arg)
 {
   struct rampart_engine *e = arg;
+  pthread_mutex_lock(&e->lock);
   ev_run(e->loop, 0);
+  e->loop_sleeping = false; /* no loop to run a request started inline from now on */
+  pthread_mutex_unlock(&e->lock);
   return NULL;
+}
+
+static unsigned loop_changes(const struct rampart_engine *e)
+{
+  unsigned n = e->loop_changes;
+  for (unsigned i = 0; i < e->nservers; i++)
+    if (e->servers[i].conn)
+      n += rp_conn_loop_changes(e->servers[i].conn);
+  return n;
+}
+
+/* Starts io on the calling frontend thread, if the I/O thread sleeps in its poll: true
+ * when done (the reply still comes through the loop). The loop must be woken when the
+ * start left it something it does not know of yet: a watcher started, or an op parked
+ * until a parity buffer, a move or a server frees up (only the loop's passes start
+ * those again). */
+static bool submit_inline(struct rampart_engine *e, struct rampart_io *io)
+{
+  if (e->config.submit_handover || pthread_mutex_trylock(&e->lock) != 0)
+    return false;
+  if (!e->loop_sleeping || atomic_load(&e->stopping)) {
+    pthread_mutex_unlock(&e->lock); /* not started yet, or closing: the hand-over */
+    return false;
+  }
+  unsigned changes = loop_changes(e);
+  io_begin(e, io);
+  server_set_flush(e);
+  if (e->spill)
+    spill_store_flush_submissions(e->spill);
+  bool wake = loop_changes(e) != changes || e->io_head || e->wait_head ||
+              e->health_wait_head || e->mover_wakeup;
+  pthread_mutex_unlock(&e->lock);
+  if (wake)
+    ev_async_send(e->loop, &e->wake);
+  return true;
 }
 
 void rampart_submit(struct rampart_engine *e, struct rampart_io *io)
 {
+  if (submit_inline(e, io))
+    return;
   struct rampart_io *head = atomic_load(&e->incoming);
   do
     io->next = head;
@@ -748,6 +812,8 @@ static int engine_start_loop(struct rampart_engine *e, char *err, size_t errlen)
     snprintf(err, errlen, "cannot create the event loop");
     return -1;
   }
+  ev_set_userdata(e->loop, e);
+  ev_set_loop_release_cb(e->loop, loop_release, loop_acquire);
   ev_async_init(&e->wake, on_wake);
   e->wake.data = e;
   ev_async_start(e->loop, &e->wake);
@@ -803,6 +869,7 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
   e->open_group = GROUP_NONE;
   e->clean_live_max = (uint8_t)(e->group_size / 2);
   pthread_mutex_init(&e->stats_lock, NULL);
+  pthread_mutex_init(&e->lock, NULL);
   page_rmw_init(e);
 
   /* The cluster key lives on a page of its own: not in core dumps, never swapped,
@@ -903,6 +970,7 @@ void rampart_close(struct rampart_engine *e)
   page_sealer_destroy(&e->sealer);
   free(e->write_pending);
   pthread_mutex_destroy(&e->stats_lock);
+  pthread_mutex_destroy(&e->lock);
   page_rmw_destroy(e);
   free(e->report);
   rp_secret_free(e->key, sizeof *e->key);

@@ -8,7 +8,8 @@
  *   page_rmw.c      sub-page reads and writes (read-modify-write), serialised per page
  *   local_store.c   standalone RAM pages
  *   page_seal.c     encryption and verification of every page (its own header)
- * Everything here is owned by the I/O thread unless a comment says otherwise.
+ * Everything here is owned by whoever holds the engine's lock (the I/O thread, or a
+ * frontend thread starting its request: see `lock`) unless a comment says otherwise.
  */
 #ifndef RAMPART_ENGINE_INTERNAL_H
 #define RAMPART_ENGINE_INTERNAL_H
@@ -207,7 +208,17 @@ struct rampart_engine {
   struct page_op *wait_head, *wait_tail;      /* ops waiting for a parity buffer / degraded ctx */
   bool starting_ios;
 
-  /* thread hand-over: frontend threads push onto `incoming` (lock-free stack) */
+  /* Who runs the engine: the holder of `lock`. The I/O thread holds it except while
+   * its loop sleeps in the poll (libev's release/acquire callbacks); a frontend thread
+   * that finds it free starts its own request and sends it (engine.c, "run to
+   * completion"). loop_sleeping: the I/O thread let go of it to poll (read under it).
+   * loop_changes: watchers the engine started (with those of each connection,
+   * rp_conn_loop_changes): a frontend that changed them wakes the loop to see them. */
+  pthread_mutex_t lock;
+  bool loop_sleeping;
+  unsigned loop_changes;
+  /* thread hand-over: frontend threads that find the engine busy push onto `incoming`
+   * (lock-free stack) and wake the I/O thread */
   _Atomic(struct rampart_io *) incoming;
   struct ev_loop *loop;
   ev_async wake;

@@ -244,6 +244,7 @@ static void schedule_retry(struct rampart_engine *e, struct server *s)
     h->backoff_ms = BACKOFF_MAX_MS;
   ev_timer_set(&h->retry, h->backoff_ms / 1000.0, 0.0);
   ev_timer_start(e->loop, &h->retry);
+  e->loop_changes++; /* a frontend that failed the request wakes the loop for it */
 }
 
 /* ---- page operations waiting for a server ---------------------------------------------------- */

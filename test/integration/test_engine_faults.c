@@ -108,6 +108,7 @@ static void test_rebuild_past_a_corrupting_server_counts_what_it_cannot_verify(v
    * emptied first and the rebuild find no second fault). */
   rp_test_device_fill(&d, 0, 2048);
   rp_test_server_kill(&c.servers[3]);
+  rp_test_device_wait_noticed(&d, 3, 10);
   rp_test_device_wait_rebuilt(&d, 30);
   uint64_t eio = rp_test_device_verify(&d, true);
   struct rampart_stats st;

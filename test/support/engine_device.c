@@ -213,6 +213,18 @@ uint64_t rp_test_device_verify(struct rp_test_device *d, bool allow_eio)
   return eio;
 }
 
+void rp_test_device_wait_noticed(struct rp_test_device *d, unsigned server, unsigned timeout_s)
+{
+  struct rampart_stats st;
+  for (unsigned i = 0; i < timeout_s * 100; i++) {
+    rp_test_device_stats(d, &st);
+    if (server < st.nservers && st.servers[server].state != RAMPART_SERVER_UP)
+      return;
+    usleep(10000);
+  }
+  fail_msg("the engine did not notice server %u's failure within %u s", server, timeout_s);
+}
+
 void rp_test_device_wait_rebuilt(struct rp_test_device *d, unsigned timeout_s)
 {
   struct rampart_stats st;

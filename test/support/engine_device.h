@@ -46,8 +46,15 @@ uint64_t rp_test_device_verify(struct rp_test_device *d, bool allow_eio);
 
 void rp_test_device_stats(struct rp_test_device *d, struct rampart_stats *st);
 
+/* Waits until the engine's stats show server `server` (its index in the stats, which is
+ * its place in the cluster until one is replaced) no longer up: a kill is seen when the
+ * engine reads the connection's end, not when the process dies, and the stats answer
+ * from the engine's state at that instant. Fails the test after timeout_s. */
+void rp_test_device_wait_noticed(struct rp_test_device *d, unsigned server, unsigned timeout_s);
+
 /* Waits until no server is reconnecting, every lost server holds no live page and no
- * rebuild is pending; fails the test after timeout_s, printing the stats. */
+ * rebuild is pending; fails the test after timeout_s, printing the stats. After a kill,
+ * wait for the engine to notice it first (rp_test_device_wait_noticed). */
 void rp_test_device_wait_rebuilt(struct rp_test_device *d, unsigned timeout_s);
 
 #endif
