@@ -23,7 +23,7 @@ struct rampart_config {
   char metrics_path[4096];    /* "": no Prometheus metrics file */
   char enckey_path[4096];     /* "": a random page key per attach */
   bool encrypt_off;           /* encrypt=off: checksummed plaintext (benchmarks) */
-  bool submit_handover;       /* submit=handover: every request through the I/O thread */
+  bool submit_inline;         /* submit=inline: frontends start requests when the loop idles */
   uint64_t spill_size;        /* 0: device size */
   uint64_t memory;            /* standalone RAM before spilling; UINT64_MAX: not given */
   unsigned overflow_percent;

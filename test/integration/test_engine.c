@@ -78,6 +78,71 @@ static void policy_round_trip(const char *policy, unsigned nservers)
   rp_test_cluster_stop(&c);
 }
 
+/* submit=inline: the test's own threads start their requests while the I/O thread
+ * sleeps (engine.c); kills, replays and the rebuild then run with requests started on
+ * both sides of the engine's lock. Several submitting threads at once. */
+struct inline_writer {
+  struct rampart_engine *engine;
+  uint64_t first, pages;
+  uint8_t tag;
+  int failures;
+};
+
+static void *inline_writer_main(void *arg)
+{
+  struct inline_writer *w = arg;
+  uint8_t page[PAGE];
+  for (unsigned round = 0; round < 4; round++) {
+    for (uint64_t p = w->first; p < w->first + w->pages; p++) {
+      memset(page, (int)(w->tag + round + p), sizeof page);
+      if (rampart_pwrite(w->engine, page, PAGE, p * PAGE, 0) != 0)
+        w->failures++;
+    }
+    for (uint64_t p = w->first; p < w->first + w->pages; p++) {
+      if (rampart_pread(w->engine, page, PAGE, p * PAGE) != 0 ||
+          page[0] != (uint8_t)(w->tag + round + p) || page[PAGE - 1] != page[0])
+        w->failures++;
+    }
+  }
+  return NULL;
+}
+
+static void test_inline_start_survives_a_kill(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  cluster_start(&c, 6, "64M");
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
+                          "timeout", "1000", "submit", "inline", NULL };
+  struct rp_test_device d;
+  const uint64_t pages = 4096;
+  rp_test_device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 13);
+  rp_test_device_workload(&d, 100, 80, 5); /* the harness's own batches, async */
+  enum { WRITERS = 4 };
+  struct inline_writer w[WRITERS];
+  pthread_t t[WRITERS];
+  /* The writers own the top quarter of the device; the harness's shadow the rest. */
+  for (unsigned i = 0; i < WRITERS; i++) {
+    w[i] = (struct inline_writer){ .engine = d.engine, .first = pages * 3 / 4 + i * 256,
+                                   .pages = 256, .tag = (uint8_t)(i * 61) };
+    assert_int_equal(pthread_create(&t[i], NULL, inline_writer_main, &w[i]), 0);
+  }
+  usleep(200000);
+  rp_test_server_kill(&c.servers[2]); /* while they write and read */
+  for (unsigned i = 0; i < WRITERS; i++) {
+    pthread_join(t[i], NULL);
+    assert_int_equal(w[i].failures, 0);
+  }
+  rp_test_device_wait_noticed(&d, 2, 10);
+  rp_test_device_wait_rebuilt(&d, 60);
+  struct rampart_stats st;
+  rp_test_device_stats(&d, &st);
+  assert_int_equal(st.read_errors, 0);
+  assert_int_equal(st.pages_lost, 0);
+  rp_test_device_free(&d);
+  rp_test_cluster_stop(&c);
+}
+
 static void test_policy_none(void **state) { (void)state; policy_round_trip("none", 4); }
 static void test_policy_mirror(void **state) { (void)state; policy_round_trip("mirror", 3); }
 static void test_policy_parity_log(void **state) { (void)state; policy_round_trip("parity-log", 5); }
@@ -476,6 +541,7 @@ int main(void)
     cmocka_unit_test(test_policy_parity_log),
     cmocka_unit_test(test_policy_write_through),
     cmocka_unit_test(test_parity_log_survives_kills),
+    cmocka_unit_test(test_inline_start_survives_a_kill),
     cmocka_unit_test(test_rebuild_is_counted_and_timed),
     cmocka_unit_test(test_mirror_survives_a_kill),
     cmocka_unit_test(test_restarted_server_rejoins_empty),
