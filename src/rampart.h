@@ -58,7 +58,10 @@ enum rampart_redundancy {
  *   stats-file=PATH       the engine rewrites its stats report here every second
  *   metrics-file=PATH     ... and its counters in the Prometheus text format (for
  *                         node_exporter's textfile collector: a NAME.prom file)
- *   enckey=FILE           (page encryption, later) key for sealing pages
+ *   encrypt=on|off        seal pages with AES-256-GCM (default on; off for benchmarks)
+ *   enckey=FILE           key material for the page key (default: random per attach)
+ *   submit=handover|inline  who starts a request: the I/O thread (default), or the
+ *                         calling thread while the I/O thread sleeps (docs/engine.md)
  */
 struct rampart_config;
 
