@@ -316,17 +316,30 @@ static uint64_t process_resident_bytes(void)
   return (uint64_t)resident * 4096u;
 }
 
+/* A store of `capacity` pages, one account reserving all of it, the first `written`
+ * slots written with their own index as tag. */
+static struct rps_store *store_written(uint64_t capacity, uint64_t written,
+                                       struct rps_account **acct)
+{
+  struct rps_store *s = rps_store_create(capacity);
+  assert_non_null(s);
+  struct rps_account *a = rps_account_create(s);
+  char msg[256];
+  assert_int_equal(rps_store_reserve(s, a, capacity, false, msg, sizeof msg), RP_OK);
+  for (uint64_t i = 0; i < written; i++)
+    write_tag(s, a, i, (uint32_t)i);
+  *acct = a;
+  return s;
+}
+
 static void test_freed_pages_go_back_to_the_host(void **state)
 {
   /* Parity-log cleaning frees pages all over the pool, so chunks rarely empty: freeing
    * every other page of 16 chunks must still hand half their memory back. */
   const uint64_t n = 16 * RPS_CHUNK_PAGES;
-  struct rps_store *s = rps_store_create(n);
-  struct rps_account *a = rps_account_create(s);
+  struct rps_account *a;
+  struct rps_store *s = store_written(n, n, &a);
   char msg[256];
-  assert_int_equal(rps_store_reserve(s, a, n, false, msg, sizeof msg), RP_OK);
-  for (uint64_t i = 0; i < n; i++)
-    write_tag(s, a, i, (uint32_t)i);
   uint64_t rss_full = process_resident_bytes();
   for (uint64_t i = 0; i < n; i += 2)
     assert_int_equal(rps_store_free(s, a, i, 1, msg, sizeof msg), RP_OK);
@@ -356,12 +369,9 @@ static void test_warm_pages_are_reused_without_faults(void **state)
   /* Under parity-log churn a client frees about a page for every page it writes: the
    * next writes take the freed pages, still mapped, instead of faulting in new ones. */
   const uint64_t n = 4 * RPS_CHUNK_PAGES, churn = n / 16; /* the warm pool's bound */
-  struct rps_store *s = rps_store_create(n);
-  struct rps_account *a = rps_account_create(s);
+  struct rps_account *a;
+  struct rps_store *s = store_written(n, n / 2, &a);
   char msg[256];
-  assert_int_equal(rps_store_reserve(s, a, n, false, msg, sizeof msg), RP_OK);
-  for (uint64_t i = 0; i < n / 2; i++)
-    write_tag(s, a, i, (uint32_t)i);
   assert_int_equal(rps_store_free(s, a, 0, churn, msg, sizeof msg), RP_OK);
   struct rps_store_stats st;
   rps_store_get_stats(s, &st);
@@ -388,12 +398,9 @@ static void test_warm_pages_are_reused_without_faults(void **state)
 static void test_pressure_empties_the_warm_pool(void **state)
 {
   const uint64_t n = 4 * RPS_CHUNK_PAGES;
-  struct rps_store *s = rps_store_create(n);
-  struct rps_account *a = rps_account_create(s);
+  struct rps_account *a;
+  struct rps_store *s = store_written(n, n, &a);
   char msg[256];
-  assert_int_equal(rps_store_reserve(s, a, n, false, msg, sizeof msg), RP_OK);
-  for (uint64_t i = 0; i < n; i++)
-    write_tag(s, a, i, (uint32_t)i);
   /* Free more than the pool holds: the pool stops at its bound, the rest goes back. */
   assert_int_equal(rps_store_free(s, a, 0, n / 2, msg, sizeof msg), RP_OK);
   struct rps_store_stats st;
