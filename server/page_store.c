@@ -31,12 +31,12 @@
  * when it goes back to the host and when the store is destroyed, because MADV_DONTNEED
  * and munmap hand the frame back to the kernel with its bytes intact. A warm page is
  * not wiped while it stays in the pool: it never leaves this process, and the write
- * that reuses it replaces all 4 KiB before anyone can read the slot. With --mlock the process runs
- * under mlockall(MCL_FUTURE | MCL_ONFAULT), so chunks are locked page by page as
- * pages are written (not all 2 MiB at map time); plain MADV_DONTNEED is refused
- * (EINVAL) on locked memory, so a locked store frees with MADV_DONTNEED_LOCKED
- * (Linux 5.18), and on an older kernel a freed page simply stays resident and locked
- * until it is reused or its chunk empties and is unmapped.
+ * that reuses it replaces all 4 KiB before anyone can read the slot. With --mlock the
+ * process runs under mlockall(MCL_FUTURE | MCL_ONFAULT), so chunks are locked page by
+ * page as pages are written (not all 2 MiB at map time); plain MADV_DONTNEED is refused
+ * (EINVAL) on locked memory, so a locked store frees with MADV_DONTNEED_LOCKED (Linux
+ * 5.18), and on an older kernel a freed page simply stays resident and locked until it
+ * is reused or its chunk empties and is unmapped.
  */
 #include "page_store.h"
 
@@ -217,7 +217,8 @@ static void page_give_back(struct rps_store *s, uint8_t *page)
     s->dontneed_refused = true;
 }
 
-/* Returns a page to its chunk, wiped, and its frame to the host. */
+/* Returns a page no slot holds (not counted as stored) to its chunk, wiped, and its
+ * frame to the host. */
 static void page_return(struct rps_store *s, uint64_t id_plus_one)
 {
   uint64_t id = id_plus_one - 1;
@@ -228,7 +229,6 @@ static void page_return(struct rps_store *s, uint64_t id_plus_one)
   uint8_t *page = c->base + (size_t)pos * RP_PAGE_SIZE;
   OPENSSL_cleanse(page, RP_PAGE_SIZE);
   c->free_stack[c->nfree++] = pos;
-  s->stored--;
   if (c->nfree == c->npages) {
     s->empty_chunks++;
     if (s->empty_chunks > 1) {
@@ -245,20 +245,17 @@ static void page_return(struct rps_store *s, uint64_t id_plus_one)
  * write another soon (churn), so it may stay mapped in the warm pool. */
 static void page_release(struct rps_store *s, uint64_t id_plus_one, bool keep_warm)
 {
-  if (keep_warm && !s->warm_off && s->warm_count < s->warm_max) {
+  s->stored--;
+  if (keep_warm && !s->warm_off && s->warm_count < s->warm_max)
     s->warm[s->warm_count++] = id_plus_one;
-    s->stored--;
-    return;
-  }
-  page_return(s, id_plus_one);
+  else
+    page_return(s, id_plus_one);
 }
 
 static void release_warm(struct rps_store *s)
 {
-  while (s->warm_count > 0) {
-    s->stored++; /* page_return counts a stored page out */
+  while (s->warm_count > 0)
     page_return(s, s->warm[--s->warm_count]);
-  }
 }
 
 void rps_store_keep_warm(struct rps_store *s, bool keep)
