@@ -30,6 +30,9 @@ const char rampart_config_help[] =
   "stats-file=PATH           rewrite engine stats here every second (rampartctl device)\n"
   "metrics-file=PATH         rewrite its counters here every second in the Prometheus\n"
   "                          text format (node_exporter textfile collector: NAME.prom)\n"
+  "control=PATH              unix socket for rampartctl device PATH add|drain|remove|\n"
+  "                          reload|servers: change the servers of the running device\n"
+  "rebalance=PAGES           pages a second rewritten to even out the servers (256)\n"
   "encrypt=on|off            seal pages with AES-256-GCM before they leave (default on;\n"
   "                          off: checksummed plaintext, for benchmarks)\n"
   "enckey=FILE               key material for the page key (default: random per attach)\n"
@@ -46,6 +49,7 @@ struct rampart_config *rampart_config_new(void)
   c->overflow_percent = 10;
   c->timeout_ms = 2000;
   c->lease_seconds = 10;
+  c->rebalance_pages = 256;
   return c;
 }
 
@@ -125,6 +129,13 @@ static int parse_cluster_file(struct rampart_config *c, const char *path, char *
   return rc;
 }
 
+int config_read_cluster_file(struct rampart_config *c, const char *path, char *err,
+                             size_t errlen)
+{
+  c->nservers = 0;
+  return parse_cluster_file(c, path, err, errlen);
+}
+
 static int parse_redundancy(const char *v, enum rampart_redundancy *out, char *err,
                             size_t errlen)
 {
@@ -168,8 +179,19 @@ int rampart_config_set(struct rampart_config *c, const char *key, const char *v,
   }
   if (strcmp(key, "servers") == 0)
     return parse_server_list(c, v, err, errlen);
-  if (strcmp(key, "cluster") == 0)
+  if (strcmp(key, "cluster") == 0) {
+    if (copy_path(c->cluster_path, sizeof c->cluster_path, key, v, err, errlen) < 0)
+      return -1;
     return parse_cluster_file(c, v, err, errlen);
+  }
+  if (strcmp(key, "control") == 0)
+    return copy_path(c->control_path, sizeof c->control_path, key, v, err, errlen);
+  if (strcmp(key, "rebalance") == 0) {
+    if (rp_parse_uint("rebalance", v, 1000000, &n, err, errlen) < 0)
+      return -1;
+    c->rebalance_pages = (unsigned)n;
+    return 0;
+  }
   if (strcmp(key, "key") == 0)
     return copy_path(c->key_path, sizeof c->key_path, key, v, err, errlen);
   if (strcmp(key, "redundancy") == 0)

@@ -21,6 +21,9 @@ struct rampart_config {
   char temp_dir[4096];        /* "": $TMPDIR or /var/tmp */
   char stats_path[4096];      /* "": no stats file */
   char metrics_path[4096];    /* "": no Prometheus metrics file */
+  char control_path[4096];    /* "": no control socket */
+  char cluster_path[4096];    /* cluster=, for reload; "": servers= or none */
+  unsigned rebalance_pages;   /* rebalance=: pages a second; 0: off */
   char enckey_path[4096];     /* "": a random page key per attach */
   bool encrypt_off;           /* encrypt=off: checksummed plaintext (benchmarks) */
   bool submit_inline;         /* submit=inline: frontends start requests when the loop idles */
@@ -38,6 +41,10 @@ struct rampart_config {
  * number of servers. group is 1 for mirror. */
 void rampart_config_effective(const struct rampart_config *c, enum rampart_redundancy *policy,
                               unsigned *group);
+
+/* Reads a cluster file's servers into c->servers, replacing those there (reload). */
+int config_read_cluster_file(struct rampart_config *c, const char *path, char *err,
+                             size_t errlen);
 
 const char *rampart_redundancy_name(enum rampart_redundancy r);
 

@@ -32,6 +32,12 @@
 #include "thread_start.h"
 
 #define RAMPART_OP_STATS 100 /* internal: snapshot stats on the I/O thread */
+#define RAMPART_OP_CALL 101  /* internal: run a function on the engine (engine_call) */
+
+struct engine_call {
+  void (*fn)(struct rampart_engine *e, void *arg);
+  void *arg;
+};
 
 uint64_t engine_now_ns(void)
 {
@@ -225,6 +231,12 @@ static void io_begin(struct rampart_engine *e, struct rampart_io *io)
   io->pages_started = 0;
   if ((int)io->op == RAMPART_OP_STATS) {
     engine_snapshot_stats(e, io->buf);
+    io->done(io, 0);
+    return;
+  }
+  if ((int)io->op == RAMPART_OP_CALL) {
+    struct engine_call *call = io->buf;
+    call->fn(e, call->arg);
     io->done(io, 0);
     return;
   }
@@ -634,6 +646,10 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
     ss->pages_reserved = s->reserved_pages;
     ss->suspect = s->suspect;
     ss->integrity_failures = s->integrity_failures;
+    ss->pages_dependent = at_risk[i];
+    ss->draining = s->leaving && !s->drained && s->state != RAMPART_SERVER_REMOVED;
+    ss->drained = s->leaving && s->drained;
+    ss->removing = s->remove_when_drained && s->state != RAMPART_SERVER_REMOVED;
   }
   st->groups_open = e->groups.in_use;
   st->groups_sealed = e->groups.sealed;
@@ -697,6 +713,13 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
 void rampart_get_stats(struct rampart_engine *e, struct rampart_stats *stats)
 {
   engine_run_sync(e, RAMPART_OP_STATS, stats, 0, 0, 0);
+}
+
+void engine_call(struct rampart_engine *e, void (*fn)(struct rampart_engine *e, void *arg),
+                 void *arg)
+{
+  struct engine_call call = { .fn = fn, .arg = arg };
+  engine_run_sync(e, RAMPART_OP_CALL, &call, 0, 0, 0);
 }
 
 static void (*frontend_log_sink)(int level, const char *line);
@@ -928,6 +951,10 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
     goto fail;
   }
   e->thread_started = true;
+  /* Last: a command may come in as soon as the socket exists. */
+  if (e->config.control_path[0] &&
+      !(e->control = control_socket_open(e, e->config.control_path, err, errlen)))
+    goto fail;
   rp_log(RP_LOG_INFO, "device of %llu pages, %u servers, redundancy %s, group %u",
          (unsigned long long)e->pages, e->nservers, rampart_redundancy_name(e->policy),
          e->group_size);
@@ -941,6 +968,7 @@ void rampart_close(struct rampart_engine *e)
 {
   if (!e)
     return;
+  control_socket_close(e->control); /* first: its commands need the I/O thread */
   if (e->thread_started) {
     atomic_store(&e->stopping, true);
     ev_async_send(e->loop, &e->wake);

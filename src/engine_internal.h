@@ -5,6 +5,8 @@
  *   page_write.c    placement, the open group, sealing, reclaim
  *   page_read.c     reads, degraded reads
  *   page_mover.c    rebuild after a loss, cleaning, migration off advised servers
+ *   server_membership.c  servers added, drained and removed under a running device
+ *   control_socket.c     the control= socket: rampartctl's commands to the above
  *   page_rmw.c      sub-page reads and writes (read-modify-write), serialised per page
  *   local_store.c   standalone RAM pages
  *   page_seal.c     encryption and verification of every page (its own header)
@@ -87,6 +89,16 @@ struct server {
                                    new, move everything off (page_read.c) */
   uint64_t integrity_failures;  /* copies from it that failed verification */
   bool rebuild_needed;          /* LOST, and its groups not yet all moved */
+  /* Membership (server_membership.c). leaving: a drain or remove was asked: nothing new
+   * is placed there and the mover rewrites every group with a copy there; once it holds
+   * no slot it is drained (and, remove_when_drained, its session ended and it REMOVED). */
+  bool leaving;
+  bool remove_when_drained;
+  bool drained;                 /* leaving, and found holding nothing */
+  uint64_t leaving_since_ns;
+  /* Where its connections' memory comes from: the engine's pool, or for a server added
+   * to the running device a pool of its own (shared by its later incarnations). */
+  struct rp_conn_pool *pool;
   struct server_health health;
 };
 
@@ -257,6 +269,11 @@ struct rampart_engine {
   ev_prepare mover_watcher;
   bool lost_seen[ENGINE_MAX_INCARNATIONS]; /* this pass met a group on that lost server */
 
+  uint32_t rebalance_budget;    /* pages the mover may still rewrite to rebalance, this tick */
+  bool rebalancing;             /* some server is much fuller than the emptiest */
+  double rebalance_threshold;   /* groups on servers fuller than this move (0..1) */
+  struct control_socket *control; /* control=, or NULL */
+
   uint64_t ticks;
   uint32_t read_errors_logged;  /* this second; see page_read.c */
   /* stats-file= and metrics-file=: their writer threads (or NULL), and the buffer the
@@ -314,6 +331,10 @@ void engine_op_put(struct rampart_engine *e, struct page_op *op);
 void engine_op_wait(struct rampart_engine *e, struct page_op *op);
 void engine_op_finished(struct page_op *op, int result);
 void engine_run_waiting(struct rampart_engine *e);
+/* Runs fn(e, arg) on the engine (holding it, on the I/O thread or inline) and waits for
+ * it; from a thread that is not the engine's own. */
+void engine_call(struct rampart_engine *e, void (*fn)(struct rampart_engine *e, void *arg),
+                 void *arg);
 
 /* server_set.c */
 int server_set_open(struct rampart_engine *e, char *err, size_t errlen);
@@ -338,6 +359,22 @@ struct server *server_new(struct rampart_engine *e, const char *address,
 void server_adopt(struct rampart_engine *e, struct server *s, struct rp_conn *conn,
                   const struct rp_session_info *info);
 uint64_t server_reservation_wanted(const struct rampart_engine *e);
+
+/* The server that is address now (its newest incarnation, not removed), or NULL. */
+struct server *server_set_find(struct rampart_engine *e, const char *address);
+/* Servers counted as members of the device (neither replaced by a newer incarnation
+ * nor removed). */
+unsigned server_set_members(const struct rampart_engine *e);
+
+/* server_membership.c (on the loop) */
+/* A pass of the mover ended: drains that finished end (and removes happen). */
+void server_membership_pass_done(struct rampart_engine *e);
+
+/* control_socket.c */
+struct control_socket;
+struct control_socket *control_socket_open(struct rampart_engine *e, const char *path,
+                                           char *err, size_t errlen);
+void control_socket_close(struct control_socket *c);
 
 /* event_arena.c: libev's arrays come from a preallocated arena, not the heap (process-
  * wide, once; before the first loop). */
@@ -370,6 +407,9 @@ bool server_health_any_reconnecting(const struct rampart_engine *e);
 void server_health_close(struct rampart_engine *e);
 struct rampart_stats;
 void server_health_stats(struct rampart_engine *e, struct rampart_stats *st);
+/* s was removed: it must never reconnect; its session (if it has one) is ended by its
+ * helper thread with GOODBYE, so the server frees our pages now, not after a lease. */
+void server_health_retire(struct rampart_engine *e, struct server *s);
 
 static inline bool page_write_is_pending(const struct rampart_engine *e, uint64_t page)
 {

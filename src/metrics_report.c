@@ -108,6 +108,9 @@ static void server_metrics(struct prom_out *o, const struct rampart_stats *st)
       offsetof(struct rampart_server_stats, pages_reserved) },
     { "rampart_pager_server_integrity_failures_total", "Copies from the server that "
       "failed verification.", offsetof(struct rampart_server_stats, integrity_failures) },
+    { "rampart_pager_server_dependent_pages", "Live pages that depend on the server (stored "
+      "there, or in a group with a copy there): what a drain of it has left to move.",
+      offsetof(struct rampart_server_stats, pages_dependent) },
   };
   char label[200];
   for (size_t m = 0; m < sizeof per_server / sizeof per_server[0]; m++) {
@@ -128,12 +131,19 @@ static void server_metrics(struct prom_out *o, const struct rampart_stats *st)
          "The engine's view of each server: 1 for its current state.");
   static const enum rampart_server_state states[] = {
     RAMPART_SERVER_UP, RAMPART_SERVER_ADVISED, RAMPART_SERVER_RECONNECTING,
-    RAMPART_SERVER_LOST };
+    RAMPART_SERVER_LOST, RAMPART_SERVER_REMOVED };
   for (unsigned i = 0; i < st->nservers; i++) {
     prom_escape_label(st->servers[i].address, label, sizeof label);
     for (size_t k = 0; k < sizeof states / sizeof states[0]; k++)
       prom_put(o, "rampart_pager_server_state{server=\"%s\",incarnation=\"%u\",state=\"%s\"} "
                "%d\n", label, i, rampart_server_state_name(states[k]), st->servers[i].state == states[k]);
+  }
+  prom_header(o, "rampart_pager_server_draining", "gauge",
+         "1 while the server is being drained (or removed): nothing new is placed there.");
+  for (unsigned i = 0; i < st->nservers; i++) {
+    prom_escape_label(st->servers[i].address, label, sizeof label);
+    prom_put(o, "rampart_pager_server_draining{server=\"%s\",incarnation=\"%u\"} %d\n",
+             label, i, st->servers[i].draining);
   }
 }
 

@@ -8,6 +8,9 @@
  *               member whose copy never reached its server
  *   migration   groups with a copy (data or parity) on an ADVISED (pressured) server
  *   evacuation  the same for a SUSPECT server (a copy from it failed verification)
+ *   drain       the same for a server an operator is draining or removing
+ *   rebalance   groups on servers much fuller than the emptiest (one was added), at
+ *               rebalance= pages a second, so a new server fills without a storm
  *   cleaning    sparse groups, when a server's reservation runs short, so old versions
  *               do not pin server memory forever (the log-structured store's GC)
  *   move-back   pages in the spill store, once servers have room again
@@ -87,6 +90,67 @@ static void update_cleaning(struct rampart_engine *e)
            "groups", (unsigned long long)held, (unsigned long long)e->groups.live_pages);
 }
 
+/* ---- rebalancing ----------------------------------------------------------------------
+ *
+ * A server added to a running device starts empty while the others may be nearly full.
+ * New groups already prefer the servers with the most room (page_write.c); rebalancing
+ * also rewrites old groups off the fullest servers, a budget of rebalance= pages a
+ * second, from when the fullest is REBALANCE_START_POINTS percentage points fuller than
+ * the emptiest until they are within REBALANCE_STOP_POINTS. */
+#define REBALANCE_START_POINTS 25.0
+#define REBALANCE_STOP_POINTS 10.0
+
+static bool server_takes_rebalance(const struct server *s)
+{
+  return server_usable_for_placement(s) && s->reserved_pages > 0;
+}
+
+static double server_fill(const struct server *s)
+{
+  return (double)s->slots.in_use / (double)s->reserved_pages;
+}
+
+static void update_rebalancing(struct rampart_engine *e)
+{
+  double lo = 2.0, hi = -1.0;
+  unsigned n = 0;
+  for (unsigned i = 0; i < e->nservers; i++) {
+    const struct server *s = &e->servers[i];
+    if (!server_takes_rebalance(s))
+      continue;
+    double f = server_fill(s);
+    lo = f < lo ? f : lo;
+    hi = f > hi ? f : hi;
+    n++;
+  }
+  double spread = n >= 2 ? (hi - lo) * 100.0 : 0.0;
+  /* Groups with a copy on a server past halfway from the emptiest to the fullest move. */
+  e->rebalance_threshold = (lo + hi) / 2.0;
+  bool was = e->rebalancing;
+  e->rebalancing = e->config.rebalance_pages > 0 && !e->rebuilding &&
+                   (spread > REBALANCE_START_POINTS || (was && spread > REBALANCE_STOP_POINTS));
+  if (e->rebalancing != was)
+    rp_log(RP_LOG_INFO, e->rebalancing ? "rebalancing: the fullest server is %.0f points "
+           "fuller than the emptiest; rewriting groups off it at up to %u pages/s"
+           : "rebalancing done: the servers are within %.0f points of each other "
+           "(rebalance=%u pages/s)", spread, e->config.rebalance_pages);
+  if (e->ticks % 10 == 0)
+    e->rebalance_budget = e->config.rebalance_pages;
+}
+
+static bool group_on_full_server(struct rampart_engine *e, const struct group *g)
+{
+  double threshold = e->rebalance_threshold;
+  unsigned slots = g->members + (g->has_parity ? 1u : 0u);
+  for (unsigned k = 0; k < slots; k++) {
+    uint8_t srv = g->server[k < g->members ? k : g->capacity];
+    if (srv != GROUP_NO_SERVER && server_takes_rebalance(&e->servers[srv]) &&
+        server_fill(&e->servers[srv]) > threshold)
+      return true;
+  }
+  return false;
+}
+
 /* Why group g must be moved, or RAMPART_MOVE_REASONS when it need not be. Records lost
  * servers met in this pass. */
 static enum rampart_move_reason group_move_reason(struct rampart_engine *e,
@@ -106,6 +170,8 @@ static enum rampart_move_reason group_move_reason(struct rampart_engine *e,
       /* The parity too: a group sealed while its parity server was already advising
        * (its slot was reserved earlier) still frees that server once moved. */
       why = RAMPART_MOVE_MIGRATE;
+    } else if (srv != GROUP_NO_SERVER && e->servers[srv].leaving && none_yet) {
+      why = RAMPART_MOVE_DRAIN;
     }
   }
   if (why != RAMPART_MOVE_REASONS)
@@ -114,6 +180,9 @@ static enum rampart_move_reason group_move_reason(struct rampart_engine *e,
     return RAMPART_MOVE_PROTECT;
   if (e->cleaning && g->live <= e->clean_live_max && g->live < g->members)
     return RAMPART_MOVE_CLEAN;
+  if (e->rebalancing && g->live > 0 && g->live <= e->rebalance_budget &&
+      group_on_full_server(e, g))
+    return RAMPART_MOVE_REBALANCE;
   return RAMPART_MOVE_REASONS;
 }
 
@@ -123,6 +192,7 @@ const char *rampart_move_reason_name(enum rampart_move_reason reason)
     [RAMPART_MOVE_REBUILD] = "rebuild", [RAMPART_MOVE_EVACUATE] = "evacuate",
     [RAMPART_MOVE_MIGRATE] = "migrate", [RAMPART_MOVE_PROTECT] = "protect",
     [RAMPART_MOVE_CLEAN] = "clean", [RAMPART_MOVE_UNSPILL] = "unspill",
+    [RAMPART_MOVE_DRAIN] = "drain", [RAMPART_MOVE_REBALANCE] = "rebalance",
   };
   return (unsigned)reason < RAMPART_MOVE_REASONS ? names[reason] : "?";
 }
@@ -252,6 +322,7 @@ static void finish_pass(struct rampart_engine *e)
     }
   }
   e->pass_cleaned = 0;
+  server_membership_pass_done(e);
 }
 
 static void scan_groups(struct rampart_engine *e)
@@ -277,6 +348,8 @@ static void scan_groups(struct rampart_engine *e)
       e->groups_cleaned++;
       e->pass_cleaned++;
     }
+    if (why == RAMPART_MOVE_REBALANCE)
+      e->rebalance_budget -= g->live;
     for (unsigned m = 0; m < g->members; m++) {
       if (!group_member_is_live(&e->groups, &e->map, id, m) ||
           page_write_is_pending(e, g->page[m]))
@@ -327,7 +400,12 @@ static bool mover_has_work(const struct rampart_engine *e)
      * touched it moved and reclaimed), there is work. */
     if (s->suspect && s->state != RAMPART_SERVER_LOST && s->slots.in_use > 0)
       return true;
+    /* So is a server being drained, and the pass that finds it empty ends the drain. */
+    if (s->leaving && !s->drained && s->state != RAMPART_SERVER_REMOVED)
+      return true;
   }
+  if (e->rebalancing && e->rebalance_budget > 0)
+    return true;
   return e->spill && spill_store_used(e->spill) > 0 &&
          e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH;
 }
@@ -337,6 +415,7 @@ void page_mover_tick(struct rampart_engine *e)
   if (e->nservers == 0)
     return;
   update_cleaning(e);
+  update_rebalancing(e);
   page_mover_run(e);
 }
 

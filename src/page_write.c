@@ -262,17 +262,24 @@ static enum open_result open_new_group(struct rampart_engine *e)
     e->free_parity = pb->next;
     memset(pb->page, 0, RAMPART_PAGE_SIZE);
     buffer = (uint16_t)(pb - e->parity);
-    /* Rotate the parity server over the placeable servers, as RAID-5 rotates, and take
-     * the parity's slot there now: the group must not find at sealing time that its
-     * parity server has come under pressure or filled up. */
+    /* Rotate the parity server over the placeable servers, as RAID-5 rotates (the one
+     * with the most room from the cursor on, as members are placed), and take the
+     * parity's slot there now: the group must not find at sealing time that its parity
+     * server has come under pressure or filled up. */
+    int best = -1;
+    uint32_t best_free = 0;
     for (unsigned k = 0; k < e->nservers; k++) {
       unsigned i = (e->parity_cursor + k) % e->nservers;
-      if (server_usable_for_placement(&e->servers[i])) {
-        e->open_parity_server = (uint8_t)i;
-        e->parity_cursor = i + 1;
-        break;
+      if (!server_usable_for_placement(&e->servers[i]))
+        continue;
+      uint32_t free_slots = slot_allocator_available(&e->servers[i].slots);
+      if (best < 0 || free_slots > best_free) {
+        best = (int)i;
+        best_free = free_slots;
       }
     }
+    e->open_parity_server = (uint8_t)best;
+    e->parity_cursor = (unsigned)best + 1;
     e->open_parity_slot =
       (uint32_t)slot_allocator_alloc(&e->servers[e->open_parity_server].slots);
   }
@@ -288,8 +295,14 @@ static enum open_result open_new_group(struct rampart_engine *e)
   return OPENED;
 }
 
+/* New pages go where there is most room: of the placeable servers not in the group yet,
+ * the one with the most free reserved slots, the first such from the cursor on ties (so
+ * servers with equal room take turns, as round-robin would). A server added to a
+ * running device has the most room, and fills until it is level with the others. */
 static int choose_member_server(struct rampart_engine *e, const struct group *g)
 {
+  int best = -1;
+  uint32_t best_free = 0;
   for (unsigned k = 0; k < e->nservers; k++) {
     unsigned i = (e->place_cursor + k) % e->nservers;
     if (!server_usable_for_placement(&e->servers[i]))
@@ -301,10 +314,15 @@ static int choose_member_server(struct rampart_engine *e, const struct group *g)
       in_group |= g->server[m] == i;
     if (in_group)
       continue;
-    e->place_cursor = i + 1;
-    return (int)i;
+    uint32_t free_slots = slot_allocator_available(&e->servers[i].slots);
+    if (best < 0 || free_slots > best_free) {
+      best = (int)i;
+      best_free = free_slots;
+    }
   }
-  return -1;
+  if (best >= 0)
+    e->place_cursor = (unsigned)best + 1;
+  return best;
 }
 
 static void on_member_written(struct rp_request *req);

@@ -58,6 +58,10 @@ enum rampart_redundancy {
  *   stats-file=PATH       the engine rewrites its stats report here every second
  *   metrics-file=PATH     ... and its counters in the Prometheus text format (for
  *                         node_exporter's textfile collector: a NAME.prom file)
+ *   control=PATH          a unix socket (mode 0600) taking add, drain, remove, reload and
+ *                         servers from `rampartctl device PATH ...` (docs/elastic.md)
+ *   rebalance=PAGES       pages a second the mover may rewrite to even out how full the
+ *                         servers are, e.g. after one was added (default 256; 0: never)
  *   encrypt=on|off        seal pages with AES-256-GCM (default on; off for benchmarks)
  *   enckey=FILE           key material for the page key (default: random per attach)
  *   submit=handover|inline  who starts a request: the I/O thread (default), or the
@@ -129,7 +133,10 @@ int rampart_flush(struct rampart_engine *engine);
  * with every page, or LOST (its pages are rebuilt; a server that returns after that
  * joins as a new, empty one). New states go here, once, for the engine and the stats. */
 enum rampart_server_state { RAMPART_SERVER_UP, RAMPART_SERVER_ADVISED,
-                            RAMPART_SERVER_RECONNECTING, RAMPART_SERVER_LOST };
+                            RAMPART_SERVER_RECONNECTING, RAMPART_SERVER_LOST,
+                            RAMPART_SERVER_REMOVED };
+/* (REMOVED: an operator removed it and it was drained, or it was lost and rebuilt: the
+ * device holds nothing there and will not reconnect; see rampart_server_drain.) */
 
 struct rampart_server_stats {
   char address[80];
@@ -139,14 +146,22 @@ struct rampart_server_stats {
   uint64_t pages_reserved;
   bool suspect;                /* returned a page that failed verification: being emptied */
   uint64_t integrity_failures; /* copies from it that failed verification */
+  /* Live pages that depend on it (stored there, or in a group with a copy there): what
+   * losing it would put at risk, and what draining it has left to move. */
+  uint64_t pages_dependent;
+  bool draining;               /* drain or remove asked: nothing new goes there */
+  bool drained;                /* ... and it holds nothing now (until added again) */
+  bool removing;               /* removed once drained */
 };
 
 /* Why the mover rewrote a page (page_mover.c): its group touched a lost server
  * (rebuild), a server whose copies failed verification (evacuate), a server under
- * memory pressure (migrate); its group could no longer rebuild it (protect); its group
- * was sparse (clean); it came back from the spill store (unspill). */
+ * memory pressure (migrate), a server being drained (drain); its group could no longer
+ * rebuild it (protect); its group was sparse (clean); it came back from the spill store
+ * (unspill); its group sat on a server much fuller than the rest (rebalance). */
 enum rampart_move_reason { RAMPART_MOVE_REBUILD, RAMPART_MOVE_EVACUATE, RAMPART_MOVE_MIGRATE,
                            RAMPART_MOVE_PROTECT, RAMPART_MOVE_CLEAN, RAMPART_MOVE_UNSPILL,
+                           RAMPART_MOVE_DRAIN, RAMPART_MOVE_REBALANCE,
                            RAMPART_MOVE_REASONS };
 const char *rampart_move_reason_name(enum rampart_move_reason reason);
 
@@ -211,6 +226,24 @@ void rampart_set_log_sink(void (*sink)(int level, const char *line));
 
 /* Writes a human-readable report of stats (what rampartctl and the plugin print). */
 void rampart_format_stats(const struct rampart_stats *stats, char *buf, size_t buflen);
+
+/* Changing the servers of a running device (src/server_membership.c, docs/elastic.md).
+ * Blocking: call from any thread but the engine's own (the control socket's, a test's).
+ * Each returns 0 and says in msg what it did (also when there was nothing to do, so
+ * repeating a command is safe), or -errno and says in msg why not and what to do.
+ *   add     connects to address, reserves its share and places new groups there
+ *   drain   places nothing more there and moves every page that depends on it to the
+ *           other servers (each read verified as it moves); refused when they lack
+ *           the room or when fewer than the policy needs would be left. remove: then
+ *           ends its session and forgets it
+ *   reload  reads the cluster= file again: adds the servers new there, removes the
+ *           ones no longer listed
+ * Progress is in the stats (pages_dependent of a draining server). */
+int rampart_server_add(struct rampart_engine *engine, const char *address, char *msg,
+                       size_t msglen);
+int rampart_server_drain(struct rampart_engine *engine, const char *address, bool remove,
+                         char *msg, size_t msglen);
+int rampart_cluster_reload(struct rampart_engine *engine, char *msg, size_t msglen);
 
 /* A server state's name as reports and metrics print it ("up", "lost", ...). */
 const char *rampart_server_state_name(enum rampart_server_state state);

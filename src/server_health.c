@@ -60,6 +60,7 @@ struct reconnect_attempt {
   const struct rp_key *key;         /* the engine's, which outlives every attempt */
   uint8_t token[RP_TOKEN_LEN];
   bool token_is_stale;              /* the server is LOST: end that session, do not use it */
+  bool end_only;                    /* the server was removed: end its session, that is all */
   struct rp_conn *stale;            /* a resumed, stale session to end first, or NULL */
   uint64_t reserve_pages;           /* to reserve on a fresh session */
   uint32_t timeout_ms;
@@ -101,6 +102,15 @@ static void attempt_run(struct reconnect_attempt *a)
     end_session(a->stale);
     a->stale = NULL;
   }
+  if (a->end_only) {
+    /* Resume the session to say GOODBYE on it, so the server frees our pages now (a
+     * fresh session, if ours is gone already, is ended the same way). */
+    struct rp_conn *conn = attempt_open(a, a->token);
+    if (conn)
+      end_session(conn);
+    a->conn = NULL;
+    goto done;
+  }
   a->conn = attempt_open(a, a->token);
   if (a->conn && a->info.resumed && a->token_is_stale) {
     end_session(a->conn);
@@ -118,6 +128,7 @@ static void attempt_run(struct reconnect_attempt *a)
       a->conn = NULL;
     }
   }
+done:;
   /* Once pushed, the attempt belongs to the loop: read what the push needs first. */
   struct ev_loop *loop = a->loop;
   ev_async *wake = a->wake;
@@ -196,8 +207,10 @@ static void schedule_retry(struct rampart_engine *e, struct server *s);
 static void start_attempt(struct rampart_engine *e, struct server *s, struct rp_conn *stale)
 {
   struct server_health *h = &s->health;
-  if (e->closing || h->attempting || h->replaced ||
-      (s->state != RAMPART_SERVER_RECONNECTING && s->state != RAMPART_SERVER_LOST)) {
+  bool retiring = s->state == RAMPART_SERVER_REMOVED;
+  if (e->closing || h->attempting || (h->replaced && !retiring) ||
+      (s->state != RAMPART_SERVER_RECONNECTING && s->state != RAMPART_SERVER_LOST &&
+       !retiring)) {
     if (stale)
       rp_conn_close(stale);
     return;
@@ -208,10 +221,11 @@ static void start_attempt(struct rampart_engine *e, struct server *s, struct rp_
   snprintf(a->port, sizeof a->port, "%s", s->port);
   a->addr = s->addr;
   a->addr_len = s->addr_len;
-  a->pool = e->conn_pool;
+  a->pool = s->pool;
   a->key = e->key;
   memcpy(a->token, s->token, RP_TOKEN_LEN);
   a->token_is_stale = s->state == RAMPART_SERVER_LOST;
+  a->end_only = s->state == RAMPART_SERVER_REMOVED;
   a->stale = stale;
   a->conn = NULL;
   a->reserve_pages = server_reservation_wanted(e);
@@ -559,6 +573,15 @@ static void attempt_finished(struct rampart_engine *e, struct reconnect_attempt 
   struct server *s = &e->servers[a->server];
   s->health.attempting = false;
   struct rp_conn *stale = NULL;
+  if (s->state == RAMPART_SERVER_REMOVED) {
+    /* Removed while this attempt ran: whatever session it reached is ended. */
+    bool again = a->conn != NULL && !a->end_only;
+    stale = again ? a->conn : NULL;
+    attempt_release(a);
+    if (again)
+      start_attempt(e, s, stale);
+    return;
+  }
   if (!a->conn) {
     attempt_failed(e, s, a->err.message);
   } else if (a->info.resumed && s->state == RAMPART_SERVER_RECONNECTING) {
@@ -705,6 +728,19 @@ void server_health_stats(struct rampart_engine *e, struct rampart_stats *st)
   st->oldest_wait_ms = oldest ? ms_since(oldest) : 0;
   st->resumes = e->resumes;
   st->requests_replayed = e->requests_replayed;
+}
+
+void server_health_retire(struct rampart_engine *e, struct server *s)
+{
+  struct server_health *h = &s->health;
+  h->replaced = true; /* no retry is ever scheduled again */
+  ev_timer_stop(e->loop, &h->retry);
+  /* Requests still queued for it fail back to their owners (there should be none: it
+   * held no slot); then its session, if it is not lost, is ended by its helper. An
+   * attempt running now ends what it reaches when it finishes (attempt_finished). */
+  give_up_queue(e, s, RP_ERR_DISCONNECTED, "the server was removed");
+  if (!h->attempting)
+    start_attempt(e, s, NULL);
 }
 
 void server_health_close(struct rampart_engine *e)

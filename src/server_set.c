@@ -24,8 +24,26 @@ bool server_usable_for_reads(const struct server *s)
 
 bool server_usable_for_placement(const struct server *s)
 {
-  return s->state == RAMPART_SERVER_UP && !s->advised && !s->suspect && s->conn &&
+  return s->state == RAMPART_SERVER_UP && !s->advised && !s->suspect && !s->leaving && s->conn &&
          rp_conn_is_connected(s->conn) && slot_allocator_available(&s->slots) > 0;
+}
+
+struct server *server_set_find(struct rampart_engine *e, const char *address)
+{
+  for (unsigned i = e->nservers; i-- > 0;) {
+    struct server *s = &e->servers[i];
+    if (strcmp(s->address, address) == 0)
+      return s->health.replaced || s->state == RAMPART_SERVER_REMOVED ? NULL : s;
+  }
+  return NULL;
+}
+
+unsigned server_set_members(const struct rampart_engine *e)
+{
+  unsigned n = 0;
+  for (unsigned i = 0; i < e->nservers; i++)
+    n += !e->servers[i].health.replaced && e->servers[i].state != RAMPART_SERVER_REMOVED;
+  return n;
 }
 
 unsigned server_set_placeable(const struct rampart_engine *e)
@@ -165,7 +183,7 @@ static int server_connect(struct rampart_engine *e, struct server *s, const uint
   struct rp_conn_options o = {
     .host = s->host, .port = s->port, .key = e->key, .client_name = "rampart-engine",
     .resume_token = token, .connect_timeout_ms = timeout_ms,
-    .request_timeout_ms = e->config.timeout_ms, .pool = e->conn_pool,
+    .request_timeout_ms = e->config.timeout_ms, .pool = s->pool,
   };
   *out = rp_conn_open(&o, info, err);
   return *out ? 0 : -1;
@@ -208,9 +226,11 @@ struct server *server_new(struct rampart_engine *e, const char *address,
   snprintf(s->address, sizeof s->address, "%s", address);
   char err[200];
   rp_parse_hostport(address, s->host, sizeof s->host, s->port, sizeof s->port, err, sizeof err);
+  s->pool = e->conn_pool;
   if (like) {
     s->addr = like->addr;
     s->addr_len = like->addr_len;
+    s->pool = like->pool;
   }
   if (server_health_init_server(e, s) < 0)
     return NULL;
@@ -286,6 +306,16 @@ void server_set_close(struct rampart_engine *e)
   for (unsigned i = 0; i < e->nservers; i++)
     slot_allocator_destroy(&e->servers[i].slots);
   server_health_free(e);
+  /* Pools of servers added while running, each once (its incarnations share it). */
+  for (unsigned i = 0; i < e->nservers; i++) {
+    struct rp_conn_pool *pool = e->servers[i].pool;
+    if (pool == e->conn_pool)
+      continue;
+    for (unsigned j = i; j < e->nservers; j++)
+      if (e->servers[j].pool == pool)
+        e->servers[j].pool = e->conn_pool;
+    rp_conn_pool_free(pool);
+  }
   rp_conn_pool_free(e->conn_pool);
   e->conn_pool = NULL;
 }

@@ -13,6 +13,7 @@ const char *rampart_server_state_name(enum rampart_server_state s)
   case RAMPART_SERVER_ADVISED: return "advised";
   case RAMPART_SERVER_RECONNECTING: return "reconnecting";
   case RAMPART_SERVER_LOST: return "lost";
+  case RAMPART_SERVER_REMOVED: return "removed";
   }
   return "?";
 }

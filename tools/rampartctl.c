@@ -4,6 +4,7 @@
  *   rampartctl stat HOST:PORT [--key FILE] [--json]
  *   rampartctl bench HOST:PORT [--key FILE] [--pages N] [--depth D]
  *   rampartctl device STATS-FILE
+ *   rampartctl device SOCKET [servers|add A|drain A|remove A|reload]  (device_control.c)
  *   rampartctl swap on|off|status ...         (runs rampart-swap)
  *
  * Exit status: 0 success, 1 the operation failed (connection, authentication, server
@@ -23,6 +24,7 @@
 
 #include "auth.h"
 #include "client.h"
+#include "device_control.h"
 #include "parse.h"
 
 #define EXIT_USAGE 2
@@ -45,6 +47,16 @@ static const char USAGE[] =
     "  device STATS-FILE           show a running device's engine stats (pages per server,\n"
     "                              groups, degraded and lost pages, rebuild, spill), as\n"
     "                              written by 'nbdkit rampart ... stats-file=STATS-FILE'\n"
+    "  device SOCKET [servers]     a running device's servers, through its control=SOCKET\n"
+    "  device SOCKET add HOST:PORT one more server for the running device\n"
+    "  device SOCKET drain HOST:PORT [--no-wait]\n"
+    "                              move every page off a server (progress and ETA until\n"
+    "                              done); refused, saying what is missing, when the others\n"
+    "                              cannot hold them\n"
+    "  device SOCKET remove HOST:PORT [--no-wait]\n"
+    "                              drain, then forget the server\n"
+    "  device SOCKET reload        read the device's cluster= file again: add the servers\n"
+    "                              new there, remove those no longer listed\n"
     "  swap on|off|status ...      attach a rampart device as swap, or take it away\n"
     "                              (runs rampart-swap; 'rampartctl swap --help' for more)\n"
     "\n"
@@ -170,8 +182,12 @@ static int cmd_keygen(int argc, char **argv)
  * so a read here always sees one whole report. */
 static int cmd_device(int argc, char **argv)
 {
+  struct stat sock;
+  if (argc >= 1 && stat(argv[0], &sock) == 0 && S_ISSOCK(sock.st_mode))
+    return device_control_main(argv[0], argc - 1, argv + 1);
   if (argc != 1 || argv[0][0] == '-')
-    return usage_error("device takes exactly one argument, the device's STATS-FILE");
+    return usage_error("device takes the device's STATS-FILE, or its control SOCKET and a "
+                       "command");
   FILE *f = fopen(argv[0], "re");
   if (!f) {
     fprintf(stderr, "rampartctl: cannot read %s: %s (is nbdkit rampart running with "
