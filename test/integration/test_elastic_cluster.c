@@ -28,17 +28,6 @@
 
 #define PAGES 4096u  /* 16 MiB device */
 
-static uint64_t now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void sleep_ms(unsigned ms)
-{
-  usleep(ms * 1000u);
-}
 
 struct rig {
   struct rp_test_cluster cluster;
@@ -115,15 +104,15 @@ static void wait_drained(struct rig *r, const char *address, bool want_removed,
                          unsigned timeout_s)
 {
   static struct rampart_stats st;
-  uint64_t until = now_ms() + timeout_s * 1000u;
+  uint64_t until = rp_test_now_ms() + timeout_s * 1000u;
   do {
     rampart_get_stats(r->dev.engine, &st);
     const struct rampart_server_stats *s = server_stats(&st, address);
     assert_non_null(s);
     if (want_removed ? s->state == RAMPART_SERVER_REMOVED : s->drained)
       return;
-    sleep_ms(100);
-  } while (now_ms() < until);
+    rp_test_sleep_ms(100);
+  } while (rp_test_now_ms() < until);
   print_stats(r);
   fail_msg("%s not %s within %u s", address, want_removed ? "removed" : "drained", timeout_s);
 }
@@ -145,11 +134,11 @@ static void test_an_added_server_takes_new_groups_under_load(void **state)
   const char *added = r->cluster.servers[4].addr;
 
   rp_test_shadow_start(&r->dev, 1, 2, 16, 11);
-  sleep_ms(300);
+  rp_test_sleep_ms(300);
   assert_int_equal(rampart_server_add(e, added, r->msg, sizeof r->msg), 0);
   print_message("add: %s\n", r->msg);
   expect_msg(r->msg, "added");
-  sleep_ms(2500);
+  rp_test_sleep_ms(2500);
   struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
   expect_clean("writes and reads across the add", &res);
 
@@ -195,7 +184,7 @@ static void test_a_drained_server_can_be_stopped_without_a_degraded_read(void **
                 (unsigned long long)s0->pages_dependent, leaving);
 
   rp_test_shadow_start(&r->dev, 1, 1, 16, 21);
-  uint64_t t0 = now_ms();
+  uint64_t t0 = rp_test_now_ms();
   assert_int_equal(rampart_server_drain(e, leaving, false, r->msg, sizeof r->msg), 0);
   print_message("drain: %s\n", r->msg);
   expect_msg(r->msg, "draining");
@@ -203,7 +192,7 @@ static void test_a_drained_server_can_be_stopped_without_a_degraded_read(void **
   assert_int_equal(rampart_server_drain(e, leaving, false, r->msg, sizeof r->msg), 0);
   expect_msg(r->msg, "already");
   wait_drained(r, leaving, false, 60);
-  uint64_t took = now_ms() - t0;
+  uint64_t took = rp_test_now_ms() - t0;
   struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
   expect_clean("writes and reads across the drain", &res);
   rampart_get_stats(e, &after);
@@ -249,7 +238,7 @@ static void test_remove_drains_then_ends_the_session(void **state)
 
   /* Its session was ended with GOODBYE: the server holds no reservation for us. */
   struct rp_server_stat stat = { 0 };
-  uint64_t until = now_ms() + 10000;
+  uint64_t until = rp_test_now_ms() + 10000;
   do {
     struct rp_session_info info;
     struct rp_error err;
@@ -260,8 +249,8 @@ static void test_remove_drains_then_ends_the_session(void **state)
     rp_conn_close(conn);
     if (stat.reserved_pages == 0)
       break;
-    sleep_ms(100);
-  } while (now_ms() < until);
+    rp_test_sleep_ms(100);
+  } while (rp_test_now_ms() < until);
   print_message("the removed server: %llu pages reserved, %llu stored\n",
                 (unsigned long long)stat.reserved_pages, (unsigned long long)stat.stored_pages);
   assert_int_equal(stat.reserved_pages, 0);

@@ -29,17 +29,6 @@
 
 #define PAGE RAMPART_PAGE_SIZE
 
-static uint64_t now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void sleep_ms(unsigned ms)
-{
-  usleep(ms * 1000u);
-}
 
 /* ---- the engine's log, kept for assertions ------------------------------------------ */
 
@@ -137,13 +126,13 @@ static bool all_settled(const struct rampart_stats *st)
 static void wait_settled(struct rig *r, unsigned timeout_ms)
 {
   struct rampart_stats st;
-  uint64_t until = now_ms() + timeout_ms;
+  uint64_t until = rp_test_now_ms() + timeout_ms;
   do {
     stats(r, &st);
     if (all_settled(&st))
       return;
-    sleep_ms(50);
-  } while (now_ms() < until);
+    rp_test_sleep_ms(50);
+  } while (rp_test_now_ms() < until);
   print_stats(r);
   fail_msg("servers still reconnecting after %u ms", timeout_ms);
 }
@@ -216,14 +205,14 @@ static void run_blip(struct rig *r, enum blip b)
   switch (b) {
   case RESET_TWICE:
     rp_test_relay_reset(r->relay, RP_TEST_RELAY_ALL);
-    sleep_ms(1000);
+    rp_test_sleep_ms(1000);
     rp_test_relay_reset(r->relay, RP_TEST_RELAY_ALL);
-    sleep_ms(1000);
+    rp_test_sleep_ms(1000);
     return;
   case UNREACHABLE_3S:
     rp_test_relay_refuse(r->relay, RP_TEST_RELAY_ALL, true);
     rp_test_relay_reset(r->relay, RP_TEST_RELAY_ALL);
-    sleep_ms(3000);
+    rp_test_sleep_ms(3000);
     rp_test_relay_refuse(r->relay, RP_TEST_RELAY_ALL, false);
     return;
   case FLAPPING:
@@ -231,9 +220,9 @@ static void run_blip(struct rig *r, enum blip b)
     for (unsigned k = 0; k < 20; k++) {
       rp_test_relay_refuse(r->relay, 1, true);
       rp_test_relay_reset(r->relay, 1);
-      sleep_ms(200);
+      rp_test_sleep_ms(200);
       rp_test_relay_refuse(r->relay, 1, false);
-      sleep_ms(300);
+      rp_test_sleep_ms(300);
     }
     return;
   }
@@ -249,10 +238,10 @@ static void blips_fail_nothing(const char *policy, unsigned nservers)
   const enum blip blips[] = { RESET_TWICE, UNREACHABLE_3S, FLAPPING };
   for (unsigned k = 0; k < 3; k++) {
     rp_test_shadow_start(&r.dev, 1, 1, 16, 100 + k);
-    sleep_ms(300);
+    rp_test_sleep_ms(300);
     run_blip(&r, blips[k]);
     wait_settled(&r, 20000);
-    sleep_ms(300);
+    rp_test_sleep_ms(300);
     struct rp_test_shadow_result res = rp_test_shadow_stop(&r.dev);
     char what[160];
     snprintf(what, sizeof what, "%s, %s", policy, blip_name(blips[k]));
@@ -287,12 +276,12 @@ static void test_stall_while_another_server_reconnects(void **state)
   /* Readers only: rewrites would move pages out of the groups at risk before the
    * stall ends and hide a double loss. */
   rp_test_shadow_start(&r.dev, 2, 0, 16, 7);
-  sleep_ms(200);
+  rp_test_sleep_ms(200);
   assert_int_equal(rp_test_server_pause(&r.cluster.servers[2]), 0);
-  sleep_ms(2500);
+  rp_test_sleep_ms(2500);
   assert_int_equal(rp_test_server_resume(&r.cluster.servers[2]), 0);
   /* Past server 0's lease: it is lost and rebuilt. */
-  sleep_ms(3000);
+  rp_test_sleep_ms(3000);
   struct rp_test_shadow_result res = rp_test_shadow_stop(&r.dev);
   describe("stall during another server's reconnect", &res);
   struct rampart_stats st;
@@ -301,7 +290,7 @@ static void test_stall_while_another_server_reconnects(void **state)
     if (st.servers[0].state == RAMPART_SERVER_LOST && st.rebuild_pages_pending == 0 &&
         all_settled(&st))
       break;
-    sleep_ms(100);
+    rp_test_sleep_ms(100);
   }
   print_stats(&r);
   verify_clean(&r, "stall during another server's reconnect");
@@ -350,7 +339,7 @@ static void test_resume_after_lost_is_refused(void **state)
     stats(&r, &st);
     if (st.servers[2].state == RAMPART_SERVER_LOST)
       break;
-    sleep_ms(10);
+    rp_test_sleep_ms(10);
   }
   assert_int_equal(st.servers[2].state, RAMPART_SERVER_LOST);
   uint64_t held = rp_test_relay_accepted(r.relay, 2);
@@ -361,21 +350,21 @@ static void test_resume_after_lost_is_refused(void **state)
   for (unsigned i = 0; i < 200 && !rejoined; i++) {
     stats(&r, &st);
     rejoined = st.nservers == 6 && st.servers[5].state == RAMPART_SERVER_UP;
-    sleep_ms(50);
+    rp_test_sleep_ms(50);
   }
   print_stats(&r);
   assert_true(rejoined);
   assert_true(st.servers[5].pages_reserved > 0);
   /* New pages land on the new incarnation; the rebuild leaves nothing on the old one. */
   rp_test_shadow_start(&r.dev, 1, 1, 16, 3);
-  sleep_ms(1500);
+  rp_test_sleep_ms(1500);
   struct rp_test_shadow_result res = rp_test_shadow_stop(&r.dev);
   expect_clean("after the refused resume", &res);
   for (unsigned i = 0; i < 300; i++) {
     stats(&r, &st);
     if (st.rebuild_pages_pending == 0 && st.servers[2].pages_live == 0)
       break;
-    sleep_ms(100);
+    rp_test_sleep_ms(100);
   }
   verify_clean(&r, "after the refused resume");
   /* The server holds what the new incarnation stored, and nothing of the old session. */
@@ -386,7 +375,7 @@ static void test_resume_after_lost_is_refused(void **state)
     assert_true(rampartd_stat(&r.cluster, 2, &ss));
     match = ss.stored_pages == st.servers[5].pages_stored;
     if (!match)
-      sleep_ms(100);
+      rp_test_sleep_ms(100);
   }
   print_message("rampartd 2 stores %llu pages, %u sessions detached; the engine's new "
                 "incarnation holds %llu\n", (unsigned long long)ss.stored_pages,
@@ -412,14 +401,14 @@ static void outage_past_io_timeout(const char *policy, unsigned nservers)
   rp_test_relay_refuse(r.relay, RP_TEST_RELAY_ALL, true);
   rp_test_relay_reset(r.relay, RP_TEST_RELAY_ALL);
   uint8_t *buf = aligned_alloc(PAGE, PAGE);
-  uint64_t t0 = now_ms();
+  uint64_t t0 = rp_test_now_ms();
   int rr = rampart_pread(r.dev.engine, buf, PAGE, 5 * PAGE);
-  uint64_t read_ms = now_ms() - t0;
+  uint64_t read_ms = rp_test_now_ms() - t0;
   bool read_right = rr == 0 && memcmp(buf, r.dev.shadow + 5 * PAGE, PAGE) == 0;
   memset(buf, 0xa5, PAGE);
-  t0 = now_ms();
+  t0 = rp_test_now_ms();
   int wr = rampart_pwrite(r.dev.engine, buf, PAGE, 9 * PAGE, 0);
-  uint64_t write_ms = now_ms() - t0;
+  uint64_t write_ms = rp_test_now_ms() - t0;
   if (wr == 0)
     memcpy(r.dev.shadow + 9 * PAGE, buf, PAGE);
   print_message("%s, every server unreachable past io-timeout=1000: read %d after %llu ms, "

@@ -23,11 +23,16 @@
 #define START_TIMEOUT_MS 10000
 #define STOP_TIMEOUT_MS 10000
 
-static uint64_t now_ms(void)
+uint64_t rp_test_now_ms(void)
 {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void rp_test_sleep_ms(unsigned ms)
+{
+  usleep(ms * 1000u);
 }
 
 static void sleep_ms(unsigned ms)
@@ -214,8 +219,8 @@ int rp_test_server_start_argv(struct rp_test_server *s, const char *dir,
   if (pid < 0)
     return -1;
   s->pid = pid;
-  uint64_t deadline = now_ms() + START_TIMEOUT_MS;
-  while (now_ms() < deadline) {
+  uint64_t deadline = rp_test_now_ms() + START_TIMEOUT_MS;
+  while (rp_test_now_ms() < deadline) {
     if (find_listen_line(s))
       return 0;
     int status;
@@ -274,14 +279,14 @@ int rp_test_server_start(struct rp_test_server *s, const char *dir,
 
 static int wait_exit(pid_t pid, uint32_t timeout_ms, int *status)
 {
-  uint64_t deadline = now_ms() + timeout_ms;
+  uint64_t deadline = rp_test_now_ms() + timeout_ms;
   for (;;) {
     pid_t r = waitpid(pid, status, WNOHANG);
     if (r == pid)
       return 0;
     if (r < 0 && errno != EINTR)
       return -1;
-    if (now_ms() >= deadline)
+    if (rp_test_now_ms() >= deadline)
       return 1;
     sleep_ms(5);
   }
@@ -401,10 +406,10 @@ int rp_test_run_program(const char *const *argv, char *out, size_t outlen, uint3
   size_t got = 0;
   if (outlen)
     out[0] = '\0';
-  uint64_t deadline = now_ms() + timeout_ms;
+  uint64_t deadline = rp_test_now_ms() + timeout_ms;
   bool eof = false;
   while (!eof) {
-    uint64_t now = now_ms();
+    uint64_t now = rp_test_now_ms();
     if (now >= deadline)
       break;
     struct pollfd pfd = {.fd = p[0], .events = POLLIN};
@@ -429,7 +434,7 @@ int rp_test_run_program(const char *const *argv, char *out, size_t outlen, uint3
   }
   close(p[0]);
   int status = -1;
-  uint64_t now = now_ms();
+  uint64_t now = rp_test_now_ms();
   uint32_t left = now < deadline ? (uint32_t)(deadline - now) : 0;
   int r = wait_exit(pid, eof ? left + 1000 : 0, &status);
   if (r != 0) {

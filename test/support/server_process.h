@@ -33,6 +33,10 @@ struct rp_test_server {
 
 /* A fresh directory under $TMPDIR (or /tmp), removed with everything in it by
  * rp_test_tmpdir_remove. Returns 0 or -1. */
+/* CLOCK_MONOTONIC in milliseconds, and a sleep of ms milliseconds: tests' deadlines. */
+uint64_t rp_test_now_ms(void);
+void rp_test_sleep_ms(unsigned ms);
+
 int rp_test_tmpdir(char *out, size_t outlen);
 void rp_test_tmpdir_remove(const char *dir);
 

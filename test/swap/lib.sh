@@ -130,6 +130,27 @@ wait_swapped_out() {
   fail "swap use never reached $((want / 1024)) MiB (${used:-0} KiB)"
 }
 
+# workload_until_verified NAME LIMIT WORKLOAD SIZE [FAULT]: runs WORKLOAD (SIZE) in a
+# memory cgroup of LIMIT, up to three times, until it verifies: the kernel's OOM killer
+# may end a run in its cgroup with the device blameless (finish_workload returns 2), and
+# then it runs again. FAULT, a function, is called once the run has 64 MiB in swap, with
+# the attempt number (1..3) as its argument. The result is in $work/workload.out.
+workload_until_verified() {
+  local name=$1 limit=$2 wl=$3 size=$4 fault=${5:-} attempt rc
+  for attempt in 1 2 3; do
+    start_workload "rampart-test-$name-$$-$attempt" "$limit" "$wl" "$size" "$work/workload.out"
+    if [[ -n $fault ]]; then
+      wait_swapped_out "$dev" 65536 "$fault"
+      "$fault" "$attempt"
+    fi
+    rc=0
+    finish_workload "$work/workload.out" "$dev" || rc=$?
+    ((rc == 0)) && return 0
+    ((attempt < 3)) || fail "the kernel OOM-killed the workload three times in a row"
+    log "running the workload once more"
+  done
+}
+
 # finish_workload OUT DEVICE: waits for the workload, handling its cgroup's OOMs
 # (memcg_wait in scripts/lib/memcg.sh says why they happen and why they are no fault of
 # the device). Returns 0 when it verified its result, and 2 when the kernel's OOM killer

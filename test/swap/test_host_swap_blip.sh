@@ -25,20 +25,14 @@ blip() {
   nft delete table inet "$table" || fail "could not remove the nftables rule"
 }
 
-for attempt in 1 2 3; do
-  start_workload rampart-test-blip-$$-$attempt 96M quicksort 288M "$work/workload.out"
-  wait_swapped_out "$dev" 65536 "the blip"
+blip_twice() {
   log "$((used / 1024)) MiB swapped out; every server unreachable for 3 s"
   blip 3
   sleep 2
   log "and again"
   blip 3
-  rc=0
-  finish_workload "$work/workload.out" "$dev" || rc=$?
-  ((rc == 0)) && break
-  ((attempt < 3)) || fail "the kernel OOM-killed the workload three times in a row"
-  log "running the workload once more"
-done
+}
+workload_until_verified blip 96M quicksort 288M blip_twice
 log "engine after the blips:"
 sed 's/^/    /' "$work/stats"
 grep -q 'lost pages 0, read errors 0' "$work/stats" \
