@@ -410,6 +410,8 @@ void server_health_stats(struct rampart_engine *e, struct rampart_stats *st);
 /* s was removed: it must never reconnect; its session (if it has one) is ended by its
  * helper thread with GOODBYE, so the server frees our pages now, not after a lease. */
 void server_health_retire(struct rampart_engine *e, struct server *s);
+/* s is lost and being removed: no more attempts to join again as a new server. */
+void server_health_stop_rejoining(struct rampart_engine *e, struct server *s);
 
 static inline bool page_write_is_pending(const struct rampart_engine *e, uint64_t page)
 {

@@ -251,7 +251,8 @@ static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 static void schedule_retry(struct rampart_engine *e, struct server *s)
 {
   struct server_health *h = &s->health;
-  if (e->closing || h->replaced || ev_is_active(&h->retry))
+  if (e->closing || h->replaced || ev_is_active(&h->retry) ||
+      (s->remove_when_drained && s->state == RAMPART_SERVER_LOST))
     return;
   h->backoff_ms = h->backoff_ms ? h->backoff_ms * 2 : BACKOFF_FIRST_MS;
   if (h->backoff_ms > BACKOFF_MAX_MS)
@@ -440,8 +441,8 @@ static void declare_lost(struct rampart_engine *e, struct server *s, const char 
   char msg[160];
   snprintf(msg, sizeof msg, "server %s is lost", s->address);
   give_up_queue(e, s, RP_ERR_DISCONNECTED, msg);
-  /* Keep trying, now to join again as a new, empty server. */
-  if (!s->health.attempting)
+  /* Keep trying, now to join again as a new, empty server (not one being removed). */
+  if (!s->health.attempting && !s->remove_when_drained)
     schedule_retry(e, s);
   wake_parked(e); /* reads rebuild or fail now; writes go elsewhere */
 }
@@ -480,6 +481,11 @@ void server_health_failed(struct rampart_engine *e, struct server *s, const char
   }
   page_write_close_open_group(e);
   start_attempt(e, s, NULL);
+}
+
+void server_health_stop_rejoining(struct rampart_engine *e, struct server *s)
+{
+  ev_timer_stop(e->loop, &s->health.retry);
 }
 
 bool server_health_queue(struct rampart_engine *e, struct server *s, struct rp_request *req)
@@ -545,6 +551,9 @@ static void join_as_new(struct rampart_engine *e, struct server *s, struct recon
     return;
   }
   fresh->reserved_pages = a->reserved;
+  /* A server being drained stays drained when it comes back empty. */
+  fresh->leaving = s->leaving;
+  fresh->leaving_since_ns = s->leaving_since_ns;
   server_adopt(e, fresh, a->conn, &a->info);
   rp_log(RP_LOG_INFO, "server %s rejoined empty, as a new server, with %llu pages reserved",
          fresh->address, (unsigned long long)fresh->reserved_pages);
@@ -596,7 +605,14 @@ static void attempt_finished(struct rampart_engine *e, struct reconnect_attempt 
   } else {
     if (s->state == RAMPART_SERVER_RECONNECTING)
       declare_lost(e, s, "it came back without its session: restarted, or its lease ran out");
-    join_as_new(e, s, a);
+    if (s->remove_when_drained) {
+      /* Being removed: it does not join again. Its fresh session is closed unused (the
+       * server frees it after its lease). */
+      stale = a->conn;
+      s->health.replaced = true;
+    } else {
+      join_as_new(e, s, a);
+    }
   }
   attempt_release(a);
   if (stale) /* after the release: the next attempt reuses the same struct */

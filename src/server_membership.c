@@ -294,6 +294,7 @@ static void drain_start(struct rampart_engine *e, void *arg)
     }
     s->leaving = s->remove_when_drained = true;
     s->leaving_since_ns = engine_now_ns();
+    server_health_stop_rejoining(e, s);
     msg_set(c->msg, c->msglen, "%s is lost: it is removed once its %llu pages are rebuilt on "
             "the other servers, and it will not join again", s->address,
             (unsigned long long)dependent);

@@ -268,6 +268,38 @@ static void test_remove_drains_then_ends_the_session(void **state)
   rig_stop(r);
 }
 
+static void test_a_lost_server_removed_is_rebuilt_and_never_rejoins(void **state)
+{
+  (void)state;
+  const char *extra[] = { "redundancy", "parity-log", "group", "3", "lease", "1", NULL };
+  struct rig *r = rig_start(5, 5, "64M", extra);
+  struct rampart_engine *e = r->dev.engine;
+  struct rp_test_server *gone = &r->cluster.servers[2];
+  rp_test_server_kill(gone);
+  static struct rampart_stats st;
+  uint64_t until = rp_test_now_ms() + 20000;
+  do {
+    rampart_get_stats(e, &st);
+    if (server_stats(&st, gone->addr)->state == RAMPART_SERVER_LOST)
+      break;
+    rp_test_sleep_ms(50);
+  } while (rp_test_now_ms() < until);
+  assert_int_equal(server_stats(&st, gone->addr)->state, RAMPART_SERVER_LOST);
+  assert_int_equal(rampart_server_drain(e, gone->addr, true, r->msg, sizeof r->msg), 0);
+  print_message("remove of a lost server: %s\n", r->msg);
+  expect_msg(r->msg, "will not join again");
+  /* It comes back empty while its pages are rebuilt: it must not be taken back. */
+  assert_int_equal(rp_test_cluster_restart(&r->cluster, 2, NULL), 0);
+  wait_drained(r, gone->addr, true, 60);
+  rp_test_sleep_ms(1500); /* time for a rejoin, were one still attempted */
+  rampart_get_stats(e, &st);
+  assert_int_equal(st.nservers, 5); /* no new incarnation */
+  assert_int_equal(server_stats(&st, gone->addr)->state, RAMPART_SERVER_REMOVED);
+  assert_int_equal(st.pages_lost, 0);
+  verify_clean(r, "the lost server rebuilt and removed");
+  rig_stop(r);
+}
+
 static void test_drain_is_refused_when_the_others_cannot_hold_the_pages(void **state)
 {
   (void)state;
@@ -423,6 +455,7 @@ int main(void)
     cmocka_unit_test(test_an_added_server_takes_new_groups_under_load),
     cmocka_unit_test(test_a_drained_server_can_be_stopped_without_a_degraded_read),
     cmocka_unit_test(test_remove_drains_then_ends_the_session),
+    cmocka_unit_test(test_a_lost_server_removed_is_rebuilt_and_never_rejoins),
     cmocka_unit_test(test_drain_is_refused_when_the_others_cannot_hold_the_pages),
     cmocka_unit_test(test_drain_is_refused_when_too_few_servers_would_be_left),
     cmocka_unit_test(test_reload_adds_one_and_removes_one_through_the_control_socket),
