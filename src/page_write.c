@@ -290,8 +290,9 @@ static enum open_result open_new_group(struct rampart_engine *e)
 
 static int choose_member_server(struct rampart_engine *e, const struct group *g)
 {
+  placement_order_begin(&e->member_order, e->nservers);
   for (unsigned k = 0; k < e->nservers; k++) {
-    unsigned i = (e->place_cursor + k) % e->nservers;
+    unsigned i = placement_order_candidate(&e->member_order, k);
     if (!server_usable_for_placement(&e->servers[i]))
       continue;
     if (g->has_parity && i == e->open_parity_server)
@@ -301,7 +302,7 @@ static int choose_member_server(struct rampart_engine *e, const struct group *g)
       in_group |= g->server[m] == i;
     if (in_group)
       continue;
-    e->place_cursor = i + 1;
+    placement_order_taken(&e->member_order, k);
     return (int)i;
   }
   return -1;
