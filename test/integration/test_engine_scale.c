@@ -187,9 +187,10 @@ static void rebuild_spreads_over_survivors(unsigned group)
    * seen (the server table and the stats hold more than the 64 listed) and used. */
   assert_int_equal(rp_test_cluster_restart(&c, VICTIM, NULL), 0);
   unsigned fresh = wait_new_incarnation(&d, SERVERS, 20);
-  assert_string_equal(st.servers[VICTIM].address, c.servers[VICTIM].addr);
   rp_test_device_workload(&d, 100, 100, 0);
   rp_test_device_stats(&d, &st);
+  assert_string_equal(st.servers[fresh].address, c.servers[VICTIM].addr);
+  assert_int_equal(st.servers[VICTIM].state, RAMPART_SERVER_LOST); /* the old one stays */
   print_message("server %u rejoined as incarnation %u, holding %llu live pages after "
                 "3200 more writes\n", VICTIM, fresh, (unsigned long long)st.servers[fresh].pages_live);
   assert_true(st.servers[fresh].pages_live > 0);
