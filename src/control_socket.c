@@ -29,7 +29,7 @@
  * size, not RLIMIT_STACK's 8 MiB locked under mlockall. */
 #define CONTROL_STACK_BYTES (256u * 1024u)
 #define CONTROL_LINE_MAX 512u
-#define CONTROL_REPLY_MAX 16384u
+#define CONTROL_REPLY_MAX 65536u
 #define CONTROL_READ_TIMEOUT_MS 2000
 
 struct control_socket {

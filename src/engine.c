@@ -627,13 +627,20 @@ uint64_t rampart_size(const struct rampart_engine *e)
 
 /* ---- stats ---------------------------------------------------------------------- */
 
+/* Every incarnation is in the stats: one past the listed servers (a lost server back
+ * empty) must be seen to be waited for and watched. */
+_Static_assert(ENGINE_MAX_INCARNATIONS <= RAMPART_MAX_INCARNATIONS,
+               "the stats must hold every server table entry");
+_Static_assert(RAMPART_MAX_SERVERS < ENGINE_MAX_INCARNATIONS,
+               "room for incarnations past the listed servers");
+
 static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats *st)
 {
   memset(st, 0, sizeof *st);
   st->device_pages = e->pages;
   st->redundancy = e->policy;
   st->group_size = e->group_size;
-  st->nservers = e->nservers < RAMPART_MAX_SERVERS ? e->nservers : RAMPART_MAX_SERVERS;
+  st->nservers = e->nservers;
   uint64_t live[ENGINE_MAX_INCARNATIONS], at_risk[ENGINE_MAX_INCARNATIONS];
   page_mover_live_by_server(e, live, at_risk);
   for (unsigned i = 0; i < st->nservers; i++) {

@@ -10,6 +10,7 @@
  *   page_rmw.c      sub-page reads and writes (read-modify-write), serialised per page
  *   local_store.c   standalone RAM pages
  *   page_seal.c     encryption and verification of every page (its own header)
+ *   placement_order.c  the order new pages visit the servers in (its own header)
  * Everything here is owned by whoever holds the engine's lock (the I/O thread, or a
  * frontend thread starting its request: see `lock`) unless a comment says otherwise.
  */
@@ -28,6 +29,7 @@
 #include "page_map.h"
 #include "page_seal.h"
 #include "parity_group.h"
+#include "placement_order.h"
 #include "rampart.h"
 #include "slot_allocator.h"
 #include "spill_quarantine.h"
@@ -195,7 +197,7 @@ struct rampart_engine {
   /* servers: incarnations; a server that returns empty gets a new entry */
   struct server servers[ENGINE_MAX_INCARNATIONS];
   unsigned nservers;
-  unsigned place_cursor;        /* round-robin over servers for members */
+  struct placement_order member_order; /* servers for members: each once per sweep */
   unsigned parity_cursor;       /* rotation of the parity server */
 
   /* the open group, its parity server and the parity's slot there (reserved at open) */

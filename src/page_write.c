@@ -262,21 +262,21 @@ static enum open_result open_new_group(struct rampart_engine *e)
     e->free_parity = pb->next;
     memset(pb->page, 0, RAMPART_PAGE_SIZE);
     buffer = (uint16_t)(pb - e->parity);
-    /* Rotate the parity server over the placeable servers, as RAID-5 rotates (the one
-     * with the most room from the cursor on, as members are placed), and take the
+    /* Rotate the parity server over the placeable servers, as RAID-5 rotates (the next
+     * one from the cursor with about the most room, as for members), and take the
      * parity's slot there now: the group must not find at sealing time that its parity
      * server has come under pressure or filled up. */
+    uint32_t most = 0;
+    for (unsigned i = 0; i < e->nservers; i++)
+      if (server_usable_for_placement(&e->servers[i]) &&
+          slot_allocator_available(&e->servers[i].slots) > most)
+        most = slot_allocator_available(&e->servers[i].slots);
     int best = -1;
-    uint32_t best_free = 0;
-    for (unsigned k = 0; k < e->nservers; k++) {
+    for (unsigned k = 0; k < e->nservers && best < 0; k++) {
       unsigned i = (e->parity_cursor + k) % e->nservers;
-      if (!server_usable_for_placement(&e->servers[i]))
-        continue;
-      uint32_t free_slots = slot_allocator_available(&e->servers[i].slots);
-      if (best < 0 || free_slots > best_free) {
+      if (server_usable_for_placement(&e->servers[i]) &&
+          slot_allocator_available(&e->servers[i].slots) >= most - most / 8)
         best = (int)i;
-        best_free = free_slots;
-      }
     }
     e->open_parity_server = (uint8_t)best;
     e->parity_cursor = (unsigned)best + 1;
@@ -295,34 +295,48 @@ static enum open_result open_new_group(struct rampart_engine *e)
   return OPENED;
 }
 
-/* New pages go where there is most room: of the placeable servers not in the group yet,
- * the one with the most free reserved slots, the first such from the cursor on ties (so
- * servers with equal room take turns, as round-robin would). A server added to a
- * running device has the most room, and fills until it is level with the others. */
+/* Whether server i may take a member of group g now. */
+static bool member_candidate(const struct rampart_engine *e, const struct group *g, unsigned i)
+{
+  if (!server_usable_for_placement(&e->servers[i]))
+    return false;
+  if (g->has_parity && i == e->open_parity_server)
+    return false;
+  for (unsigned m = 0; m < g->members; m++)
+    if (g->server[m] == i)
+      return false;
+  return true;
+}
+
+/* New pages go where there is room, in the order placement_order.c shuffles per sweep
+ * (so a server's groups spread over the whole cluster): the first candidate of the sweep
+ * whose free reserved slots are within an eighth of the most any candidate has. Servers
+ * about as full as each other thus take turns in random order; a server much emptier
+ * than the rest (one added to a running device) takes a member of every group until it
+ * is level with them. */
 static int choose_member_server(struct rampart_engine *e, const struct group *g)
 {
-  int best = -1;
-  uint32_t best_free = 0;
-  for (unsigned k = 0; k < e->nservers; k++) {
-    unsigned i = (e->place_cursor + k) % e->nservers;
-    if (!server_usable_for_placement(&e->servers[i]))
-      continue;
-    if (g->has_parity && i == e->open_parity_server)
-      continue;
-    bool in_group = false;
-    for (unsigned m = 0; m < g->members; m++)
-      in_group |= g->server[m] == i;
-    if (in_group)
+  placement_order_begin(&e->member_order, e->nservers);
+  uint32_t most = 0;
+  bool any = false;
+  for (unsigned i = 0; i < e->nservers; i++) {
+    if (!member_candidate(e, g, i))
       continue;
     uint32_t free_slots = slot_allocator_available(&e->servers[i].slots);
-    if (best < 0 || free_slots > best_free) {
-      best = (int)i;
-      best_free = free_slots;
+    most = free_slots > most ? free_slots : most;
+    any = true;
+  }
+  if (!any)
+    return -1;
+  uint32_t enough = most - most / 8;
+  for (unsigned k = 0; k < e->nservers; k++) {
+    unsigned i = placement_order_candidate(&e->member_order, k);
+    if (member_candidate(e, g, i) && slot_allocator_available(&e->servers[i].slots) >= enough) {
+      placement_order_taken(&e->member_order, k);
+      return (int)i;
     }
   }
-  if (best >= 0)
-    e->place_cursor = (unsigned)best + 1;
-  return best;
+  return -1; /* not reached: the server with the most room is a candidate */
 }
 
 static void on_member_written(struct rp_request *req);

@@ -24,7 +24,10 @@
 #include <stdint.h>
 
 #define RAMPART_PAGE_SIZE 4096u
-#define RAMPART_MAX_SERVERS 64u
+#define RAMPART_MAX_SERVERS 128u /* servers one device may list */
+/* Entries of the engine's server table, which the stats report in full: the listed
+ * servers, and a new one each time a lost server comes back empty (an incarnation). */
+#define RAMPART_MAX_INCARNATIONS 255u
 
 struct rampart_engine;
 
@@ -177,7 +180,7 @@ struct rampart_stats {
   enum rampart_redundancy redundancy;
   uint32_t group_size;
   uint32_t nservers;
-  struct rampart_server_stats servers[RAMPART_MAX_SERVERS];
+  struct rampart_server_stats servers[RAMPART_MAX_INCARNATIONS]; /* nservers of them */
   uint64_t groups_open, groups_sealed, groups_reclaimed, groups_cleaned;
   bool cleaning;               /* cleaning is running now */
   double live_ratio;           /* live data pages / data pages held by sealed groups */

@@ -16,7 +16,8 @@
 #include "rampart.h"
 #include "server_process.h"
 
-#define RP_TEST_MAX_SERVERS 6
+/* test_engine_scale runs the engine over 64. */
+#define RP_TEST_MAX_SERVERS 64
 
 
 struct rp_test_cluster {
