@@ -243,6 +243,15 @@ void page_write_close_open_group(struct rampart_engine *e)
 
 /* ---- placement ------------------------------------------------------------------------- */
 
+/* The share of its reservation a server has free (0..1): placement keeps the servers
+ * equally full, so each holds pages in proportion to what it lends. */
+static double room_share(const struct server *s)
+{
+  return s->reserved_pages ? (double)slot_allocator_available(&s->slots) /
+                             (double)s->reserved_pages
+                           : 0.0;
+}
+
 enum open_result { OPENED, NO_SERVERS, NO_BUFFER };
 
 static enum open_result open_new_group(struct rampart_engine *e)
@@ -266,16 +275,15 @@ static enum open_result open_new_group(struct rampart_engine *e)
      * one from the cursor with about the most room, as for members), and take the
      * parity's slot there now: the group must not find at sealing time that its parity
      * server has come under pressure or filled up. */
-    uint32_t most = 0;
+    double most = 0.0;
     for (unsigned i = 0; i < e->nservers; i++)
-      if (server_usable_for_placement(&e->servers[i]) &&
-          slot_allocator_available(&e->servers[i].slots) > most)
-        most = slot_allocator_available(&e->servers[i].slots);
+      if (server_usable_for_placement(&e->servers[i]) && room_share(&e->servers[i]) > most)
+        most = room_share(&e->servers[i]);
     int best = -1;
     for (unsigned k = 0; k < e->nservers && best < 0; k++) {
       unsigned i = (e->parity_cursor + k) % e->nservers;
       if (server_usable_for_placement(&e->servers[i]) &&
-          slot_allocator_available(&e->servers[i].slots) >= most - most / 8)
+          room_share(&e->servers[i]) >= most * 7.0 / 8.0)
         best = (int)i;
     }
     e->open_parity_server = (uint8_t)best;
@@ -310,28 +318,22 @@ static bool member_candidate(const struct rampart_engine *e, const struct group 
 
 /* New pages go where there is room, in the order placement_order.c shuffles per sweep
  * (so a server's groups spread over the whole cluster): the first candidate of the sweep
- * whose free reserved slots are within an eighth of the most any candidate has. Servers
- * about as full as each other thus take turns in random order; a server much emptier
- * than the rest (one added to a running device) takes a member of every group until it
- * is level with them. */
+ * whose free share of its reservation is within an eighth of the largest any candidate
+ * has. Servers about as full as each other take turns in random order, each in
+ * proportion to what it lends; a server much emptier than the rest (one added to a
+ * running device) takes a member of every group until it is level with them. */
 static int choose_member_server(struct rampart_engine *e, const struct group *g)
 {
   placement_order_begin(&e->member_order, e->nservers);
-  uint32_t most = 0;
-  bool any = false;
-  for (unsigned i = 0; i < e->nservers; i++) {
-    if (!member_candidate(e, g, i))
-      continue;
-    uint32_t free_slots = slot_allocator_available(&e->servers[i].slots);
-    most = free_slots > most ? free_slots : most;
-    any = true;
-  }
-  if (!any)
+  double most = -1.0;
+  for (unsigned i = 0; i < e->nservers; i++)
+    if (member_candidate(e, g, i) && room_share(&e->servers[i]) > most)
+      most = room_share(&e->servers[i]);
+  if (most < 0)
     return -1;
-  uint32_t enough = most - most / 8;
   for (unsigned k = 0; k < e->nservers; k++) {
     unsigned i = placement_order_candidate(&e->member_order, k);
-    if (member_candidate(e, g, i) && slot_allocator_available(&e->servers[i].slots) >= enough) {
+    if (member_candidate(e, g, i) && room_share(&e->servers[i]) >= most * 7.0 / 8.0) {
       placement_order_taken(&e->member_order, k);
       return (int)i;
     }
