@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # 'rampartctl swap on' then 'off', twice in a row, each leaving nothing behind: no swap
-# entry, loop device, FUSE mount, nbdkit or nbdfuse process, state directory. Bad input
+# entry, loop device, FUSE mount, nbdkit or nbdfuse process, state directory. A second
+# 'on' while the device is on and served takes it back as it is. Bad input
 # to 'on' fails with a message that names the problem, and also leaves nothing behind.
 . "$(dirname "$0")/lib.sh"
 require_swap_host
@@ -36,6 +37,14 @@ for round in 1 2; do
     || fail "round $round: $dev is not at priority 100: $(grep "$dev" /proc/swaps)"
   "$RAMPARTCTL" swap status --name rt >"$work/status.out" || fail "round $round: status failed"
   grep -q "is on" "$work/status.out" || fail "round $round: status does not say it is on"
+  # 'on' for a device that is on and served (what a refused 'off' leaves, under systemd a
+  # 'failed' unit started again) takes it back as it is: same device, same nbdkit.
+  "$RAMPARTCTL" swap on --name rt --config /dev/null size=128M servers="$(cluster_servers)" \
+    key="$key" >"$work/on2.out" 2>&1 || { cat "$work/on2.out"; fail "round $round: a second on failed"; }
+  grep -q "is already on: $dev .*taking it back as it is" "$work/on2.out" ||
+    { cat "$work/on2.out"; fail "round $round: a second on did not take $dev back"; }
+  [[ $(sed -n 's/^\(nbdkit\|nbdfuse\)_pid=//p' "$RAMPART_RUN_DIR/rt/state" | tr '\n' ' ') == "$pids_seen" ]] ||
+    fail "round $round: a second on changed the device's processes"
   "$RAMPARTCTL" swap off --name rt >"$work/off.out" 2>&1 \
     || { cat "$work/off.out"; fail "round $round: rampartctl swap off failed"; }
   nothing_left rt "round $round, after off"
