@@ -8,10 +8,12 @@
 #   cluster_stop                                   SIGTERM every live server, SIGKILL after 5 s;
 #                                                  CLUSTER_BAD then names each server that
 #                                                  died on its own or exited non-zero
-# Needs $RAMPARTD (path to rampartd). Logs go to DIR/rampartd-I.log.
+# Needs $RAMPARTD (path to rampartd). Logs go to DIR/rampartd-I.log. CLUSTER_ARGS (an
+# array, empty by default) adds rampartd options, after the defaults so they win.
 
 CLUSTER_PIDS=()
 CLUSTER_ADDRS=()
+[[ -v CLUSTER_ARGS ]] || CLUSTER_ARGS=()
 CLUSTER_KILLED=()
 CLUSTER_BAD=()
 
@@ -31,7 +33,7 @@ cluster_start() { # dir n memory key [prefix]
     # workload we make page (a cgroup's stalls count host-wide), and a server that
     # answered it would refuse the pages. Servers on other hosts keep the default.
     "$RAMPARTD" --listen 127.0.0.1:0 --memory "$memory" --key "$key" --name "$prefix-$i" \
-      --lease 10 --psi-threshold 100 --foreground >"$out" 2>"$dir/rampartd-$i.log" </dev/null &
+      --lease 10 --psi-threshold 100 --foreground "${CLUSTER_ARGS[@]}" >"$out" 2>"$dir/rampartd-$i.log" </dev/null &
     pid=$!
     CLUSTER_PIDS+=("$pid")
     addr=
