@@ -388,6 +388,8 @@ void server_health_init(struct rampart_engine *e);
 int server_health_init_server(struct rampart_engine *e, struct server *s); /* 0 or -1 (memory) */
 /* Frees what init_server made, once no attempt runs (after server_health_close). */
 void server_health_free(struct rampart_engine *e);
+/* The same for one server never used (taken back from the table before it served). */
+void server_health_free_server(struct server *s);
 /* s's connection failed (or a request on it did): UP -> RECONNECTING. silent: it failed
  * by not answering within timeout= (stalled or cut off), not by a closed connection. */
 void server_health_failed(struct rampart_engine *e, struct server *s, const char *why,

@@ -545,7 +545,7 @@ static void join_as_new(struct rampart_engine *e, struct server *s, struct recon
            "the device to use it again", s->address);
     if (fresh) {
       e->nservers--;
-      attempt_helper_free(fresh->health.attempt);
+      server_health_free_server(fresh);
     }
     rp_conn_close(a->conn);
     return;
@@ -782,6 +782,12 @@ void server_health_close(struct rampart_engine *e)
     attempt_release(list);
     list = next;
   }
+}
+
+void server_health_free_server(struct server *s)
+{
+  attempt_helper_free(s->health.attempt);
+  s->health.attempt = NULL;
 }
 
 void server_health_free(struct rampart_engine *e)

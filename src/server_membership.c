@@ -124,8 +124,10 @@ static void add_adopt(struct rampart_engine *e, void *arg)
   }
   struct server *s = server_new(e, c->address, NULL);
   if (!s || slot_allocator_init(&s->slots, (uint32_t)c->reserved) < 0) {
-    if (s)
-      e->nservers--; /* server_health_free frees its helper with the others' */
+    if (s) {
+      e->nservers--;
+      server_health_free_server(s);
+    }
     msg_set(c->msg, c->msglen, "out of memory for server %s: nothing changed", c->address);
     c->result = -ENOMEM;
     return;
