@@ -316,6 +316,15 @@ static inline bool engine_policy_has_parity(const struct rampart_engine *e)
   return e->policy == RAMPART_REDUNDANCY_PARITY_LOG || e->policy == RAMPART_REDUNDANCY_MIRROR;
 }
 
+/* The data width new groups get with `placeable` servers to place on: group=, or one
+ * fewer than the servers when fewer than group + 1 are left (the parity needs its own). */
+static inline unsigned engine_group_width(const struct rampart_engine *e, unsigned placeable)
+{
+  if (engine_policy_has_parity(e) && placeable >= 2 && placeable - 1 < e->group_size)
+    return placeable - 1;
+  return e->group_size;
+}
+
 /* Server slots one live page needs in groups of `width` data pages: the page, and its
  * share of the parity page. */
 static inline double engine_slots_per_page(const struct rampart_engine *e, unsigned width)

@@ -67,10 +67,8 @@ static void update_cleaning(struct rampart_engine *e)
   uint64_t held = slots_held(e);
   /* After a loss, new groups are narrower (one data page fewer per server gone, once
    * fewer than S + 1 servers are left), so the live pages need more parity. */
-  unsigned width = e->group_size;
-  if (engine_policy_has_parity(e) && up >= 2 && up - 1 < width)
-    width = up - 1;
-  double need = (double)e->groups.live_pages * engine_slots_per_page(e, width);
+  double need = (double)e->groups.live_pages *
+                engine_slots_per_page(e, engine_group_width(e, up));
   double overflow = e->config.overflow_percent / 100.0;
   /* A few groups' worth of slack for the groups open and sealing, so a tiny device does
    * not clean forever. */

@@ -45,11 +45,6 @@ static double pages_mib(uint64_t pages)
   return (double)pages * RAMPART_PAGE_SIZE / 1048576.0;
 }
 
-static bool redundancy_needs_two(const struct rampart_engine *e)
-{
-  return engine_policy_has_parity(e);
-}
-
 /* ---- add ------------------------------------------------------------------------------ */
 
 struct add_call {
@@ -331,13 +326,10 @@ static void drain_start(struct rampart_engine *e, void *arg)
     room += o->reserved_pages;
     free_slots += slot_allocator_available(&o->slots);
   }
-  unsigned width = e->group_size;
-  if (redundancy_needs_two(e) && others >= 2 && others - 1 < width)
-    width = others - 1;
-  uint64_t need = (uint64_t)((double)e->groups.live_pages * engine_slots_per_page(e, width) +
-                             0.999);
+  uint64_t need = (uint64_t)((double)e->groups.live_pages *
+                             engine_slots_per_page(e, engine_group_width(e, others)) + 0.999);
   uint64_t usable = room - room / 20;
-  unsigned needed_servers = redundancy_needs_two(e) ? 2 : 1;
+  unsigned needed_servers = engine_policy_has_parity(e) ? 2 : 1;
   if (others < needed_servers) {
     msg_set(c->msg, c->msglen, "cannot %s %s: %u other server%s can take pages, and %s needs "
             "%u to keep every page recoverable. Add a server first (rampartctl device SOCKET "
