@@ -176,6 +176,12 @@ hung_guest() {
   sed -n '/sysrq: Changing Loglevel/,$p' "$console" | head -n 1500 >&2
 }
 
+# The guest's own lines, each from "rampart-guest:" on: nbdkit's coloured warnings share
+# the console, and the reset that ends one (ESC [0m) can land at the start of the next
+# line, where a '^rampart-guest:' match missed the "fault kill" line (so no server was
+# killed) once the daemon had warned.
+said() { LC_ALL=C sed -n 's/^.*\(rampart-guest:\)/\1/p' "$console"; }
+
 t0=$SECONDS
 limit=${RAMPART_STARVED_TIMEOUT:-1380}
 # The guest's watchdog needs the guest's userspace, which a starved guest can lose whole
@@ -189,7 +195,7 @@ while kill -0 "$qemu_pid" 2>/dev/null; do
   ((SECONDS - t0 < limit)) || { hung_guest; fail "the guest did not finish within $limit s (its tasks above)"; }
   ((SECONDS - last_line < silent_limit)) \
     || { hung_guest; fail "the guest said nothing for $silent_limit s (no progress, no watchdog): hung; its tasks above"; }
-  mapfile -t lines < <(grep -a '^rampart-guest:' "$console" | tail -n +$((seen + 1)))
+  mapfile -t lines < <(said | tail -n +$((seen + 1)))
   for line in "${lines[@]}"; do
     seen=$((seen + 1))
     last_line=$SECONDS
@@ -210,25 +216,25 @@ done
 wait "$qemu_pid" || true
 guest_seconds=$((SECONDS - t0))
 
-if grep -aq '^rampart-guest: stall' "$console"; then
-  sed -n '/^rampart-guest: stall/,$p' "$console" | head -n 400 >&2
+if said | grep -q '^rampart-guest: stall'; then
+  sed -n '/rampart-guest: stall/,$p' "$console" | head -n 400 >&2
   fail "the watchdog saw swap stand still for 120 s (stacks above)"
 fi
-grep -aq '^rampart-guest: end 0' "$console" \
+said | grep -q '^rampart-guest: end 0' \
   || fail "the guest did not finish cleanly: $(grep -a -E 'rampart-guest|workload|Kernel panic|Out of memory|oom|nbd|nbdkit|I/O error' "$console" | tail -n 20)"
 
 # ---- the verdict and the report ------------------------------------------------------------
 declare -A secs=()
 for r in $runs; do
   name=${r%%:*}
-  line=$(grep -a "^rampart-guest: result $name " "$console" || true)
+  line=$(said | grep "^rampart-guest: result $name " || true)
   [[ $line == *" rc=0 "*verified=yes* ]] || fail "run $name did not verify: ${line:-no result line}"
   secs[$name]=$(sed -n 's/.* seconds=\([0-9.]*\).*/\1/p' <<<"$line")
   swaps=$(sed -n 's/.* swaps=\([0-9]*\).*/\1/p' <<<"$line")
   # Twice RAM: at least what exceeds RAM went out and came back.
   ((swaps >= guest_mb * 256 * 2)) || fail "run $name moved only $swaps pages through swap"
 done
-grep -a '^rampart-guest: stats ' "$console" | sed 's/^rampart-guest: stats /    /' >"$work/stats"
+said | grep '^rampart-guest: stats ' | sed 's/^rampart-guest: stats /    /' >"$work/stats"
 grep -q 'lost pages 0, read errors 0' "$work/stats" \
   || fail "the daemon lost pages or failed reads: $(grep '^ *failures' "$work/stats")"
 log "engine at the end:"
@@ -241,6 +247,6 @@ for r in $runs; do
     "${secs[disk-$wl]}" "$(awk -v a="${secs[$name]}" -v b="${secs[disk-$wl]}" 'BEGIN {print a / b}')")"
 done
 log "daemon memory (VmRSS: what it holds, all of it locked; VmLck counts its locked mappings whole, touched or not):"
-grep -a '^rampart-guest: daemon ' "$console" | sed 's/^rampart-guest: daemon /    /'
+said | grep '^rampart-guest: daemon ' | sed 's/^rampart-guest: daemon /    /'
 grep -a 'warning:\|PR_SET_IO_FLUSHER\|mlockall' "$console" | sed 's/^/    nbdkit: /' || true
 log "PASS (${guest_seconds} s in the guest)"
