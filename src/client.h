@@ -113,8 +113,11 @@ struct rp_request;
 typedef void (*rp_request_done_fn)(struct rp_request *req);
 
 /* A caller-owned request. Fill op/slot/count/page/done/user, submit, and do not touch it
- * until done runs (on the loop thread). On completion status is RP_OK or an rp_status,
- * and error_message holds the server's sentence for wire errors ("" otherwise). */
+ * (nor the page of a WRITE) until done runs (on the loop thread): on a TCP connection the
+ * kernel sends the page, header and tag from this memory without copying them
+ * (MSG_ZEROCOPY), so it reads them until the server has them. On completion status is
+ * RP_OK or an rp_status, and error_message holds the server's sentence for wire errors
+ * ("" otherwise). */
 struct rp_request {
   /* filled by the caller */
   uint8_t op;              /* RP_OP_WRITE, RP_OP_READ, RP_OP_FREE, RP_OP_PING */
@@ -135,7 +138,11 @@ struct rp_request {
   struct rp_request *next_in_bucket;
   struct rp_request *next_queued;
   uint32_t sent_bytes;     /* of header + payload + tag, for partial writes */
-  bool tagged;             /* tag computed: its sequence number is taken */
+  bool tagged;             /* header encoded, tag computed: its sequence number is taken */
+  /* The frame's header and tag as sent. They live here, like the page, because a
+   * zero-copy send (MSG_ZEROCOPY) hands the kernel these very bytes: they must stay as
+   * they are until the reply arrives. */
+  uint8_t header[RP_HEADER_SIZE];
   uint8_t tag[RP_TAG_LEN];
 };
 

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -99,6 +100,21 @@ int rampart_process_harden(bool lock_memory)
   /* Marks us as part of the I/O path, so our allocations do not recurse into reclaim. */
   if (prctl(PR_SET_IO_FLUSHER, 1, 0, 0, 0) < 0) {
     rp_log(RP_LOG_WARN, "PR_SET_IO_FLUSHER failed (%s): needs CAP_SYS_RESOURCE",
+           strerror(errno));
+    failures++;
+  }
+  /* A realtime task may allocate a quarter of the way below the min watermark, where
+   * everything else waits in reclaim (the page allocator's ALLOC_HARDER, in 6.3 and
+   * later ALLOC_MIN_RESERVE, half of it). The daemon's few kernel allocations on the swap
+   * path (the reply to a read on nbd's unix socket is a fresh page; skb heads for its
+   * sends) then come from a band the swapping workload cannot empty, where they are
+   * given back as soon as the kernel has consumed them (issue 22). The lowest priority:
+   * only its class matters here. Threads created from now on inherit it. */
+  struct sched_param rt = { .sched_priority = 1 };
+  if (sched_setscheduler(0, SCHED_RR, &rt) < 0) {
+    rp_log(RP_LOG_WARN, "SCHED_RR failed (%s): without a realtime class the daemon's own "
+           "kernel allocations wait with everyone else's below the min watermark, where a "
+           "host swapping through it can deadlock; needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1",
            strerror(errno));
     failures++;
   }
