@@ -112,12 +112,31 @@ fault_when_swapped() { # kib what workload-pid
   done
 }
 
+# Where the guest's one CPU went during a run, to tell a slow path (the CPU busy) from a
+# waiting one (idle while requests travel): the CPU's jiffies as "busy idle iowait", and
+# the daemon's own user+system jiffies.
+cpu_jiffies() {
+  awk '/^cpu / {print $2 + $3 + $4 + $7 + $8, $5, $6}' /proc/stat
+}
+daemon_jiffies() { awk '{print $14 + $15}' /proc/$nbdkit_pid/stat; }
+# cpu_report "BUSY IDLE IOWAIT" DAEMON-JIFFIES: the shares since then.
+cpu_report() {
+  set -- $1 $2 $(cpu_jiffies) $(daemon_jiffies)
+  awk -v b=$(($5 - $1)) -v i=$(($6 - $2)) -v w=$(($7 - $3)) -v d=$(($8 - $4)) \
+    'BEGIN { t = b + i + w; if (t == 0) t = 1;
+             printf "cpu busy %d%% idle %d%% iowait %d%%, daemon %d%%", 100 * b / t, 100 * i / t, 100 * w / t, 100 * d / t }'
+}
+
 # run NAME DEVICE WORKLOAD [FAULT]: one workload of PROGRAM_MB on swap DEVICE alone.
+# swapon -d as rampart-swap deploys it (--discard=pages), and once at swapon, so the
+# device starts each run empty: a rebuild after a kill has only this run's pages to
+# rebuild, not every earlier run's pages that swapoff left written.
 run() {
-  local name=$1 dev=$2 wl=$3 fault=${4:-} out=/tmp/$1.out rc before after t0
-  swapon $dev || finish "swapon $dev failed"
+  local name=$1 dev=$2 wl=$3 fault=${4:-} out=/tmp/$1.out rc before after t0 cpu0 d0
+  swapon -d $dev || finish "swapon $dev failed"
   say "run $name: $wl ${PROGRAM_MB}M on $dev"
   before=$(swaps)
+  cpu0=$(cpu_jiffies); d0=$(daemon_jiffies)
   rampart-workload $wl --size ${PROGRAM_MB}M >$out 2>&1 &
   wpid=$!
   watchdog $wpid &
@@ -129,6 +148,7 @@ run() {
   after=$(swaps)
   swapoff $dev || finish "swapoff $dev failed after run $name"
   say "result $name rc=$rc swaps=$((after - before)) $(grep '^workload' $out || tail -n 3 $out | tr '\n' ' ')"
+  say "cpu $name: $(cpu_report "$cpu0" "$d0")"
   [ $dev = /dev/nbd0 ] && say "daemon $name: $(daemon_memory)"
   [ $rc = 0 ] || { cat $out; finish "run $name failed"; }
 }
