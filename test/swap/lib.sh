@@ -173,3 +173,28 @@ finish_workload() {
   grep -q 'verified=yes' "$out" || fail "the workload did not verify: $(tail -n 3 "$out")"
   log "$(cat "$out")"
 }
+
+# ---- guests under qemu (test_guest_*.sh) ----------------------------------------------
+
+# guest_initramfs_tools: what a busybox initramfs guest needs on this host, or a skip
+# that names the package. Sets qemu, busybox and nbd_client.
+guest_initramfs_tools() {
+  [[ $(id -u) == 0 ]] || skip "needs root to fetch the guest kernel package"
+  qemu=$(command -v qemu-system-x86_64 || true)
+  [[ -n $qemu ]] || skip "qemu-system-x86_64 is missing (package qemu-system-x86)"
+  busybox=$(command -v busybox || true)
+  [[ -n $busybox ]] && ! ldd "$busybox" >/dev/null 2>&1 \
+    || skip "no static busybox for the guest's initramfs (package busybox-static)"
+  nbd_client=$(command -v nbd-client || true)
+  [[ -n $nbd_client ]] || skip "nbd-client is missing (package nbd-client)"
+  command -v cpio >/dev/null || skip "cpio is missing (package cpio)"
+}
+
+# guest_kernel: sets kdir to the Debian kernel the guests boot, fetched (or completed,
+# when a module was added to scripts/fetch-guest-kernel's list since) if need be.
+guest_kernel() {
+  kdir=${RAMPART_GUEST_KERNEL_DIR:-/var/cache/rampart/guest-kernel}
+  "$src_root/scripts/fetch-guest-kernel" "$kdir" >"$work/fetch.out" 2>&1 \
+    || skip "no guest kernel with its modules in $kdir and fetching one failed: $(tail -n 2 "$work/fetch.out")"
+  log "guest kernel: $(cat "$kdir/version" 2>/dev/null)"
+}

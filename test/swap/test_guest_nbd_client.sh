@@ -11,22 +11,8 @@
 # by scripts/fetch-guest-kernel, which scripts/setup runs), RAMPART_GUEST_MEM_MB (192).
 . "$(dirname "$0")/lib.sh"
 
-[[ $(id -u) == 0 ]] || skip "needs root to fetch the guest kernel package"
-qemu=$(command -v qemu-system-x86_64 || true)
-[[ -n $qemu ]] || skip "qemu-system-x86_64 is missing (package qemu-system-x86)"
-busybox=$(command -v busybox || true)
-[[ -n $busybox ]] && ! ldd "$busybox" >/dev/null 2>&1 \
-  || skip "no static busybox for the guest's initramfs (package busybox-static)"
-nbd_client=$(command -v nbd-client || true)
-[[ -n $nbd_client ]] || skip "nbd-client is missing (package nbd-client)"
-command -v cpio >/dev/null || skip "cpio is missing (package cpio)"
-
-kdir=${RAMPART_GUEST_KERNEL_DIR:-/var/cache/rampart/guest-kernel}
-if [[ ! -s $kdir/vmlinuz ]]; then
-  "$src_root/scripts/fetch-guest-kernel" "$kdir" >"$work/fetch.out" 2>&1 \
-    || skip "no guest kernel in $kdir and fetching one failed: $(tail -n 2 "$work/fetch.out")"
-fi
-log "guest kernel: $(cat "$kdir/version" 2>/dev/null)"
+guest_initramfs_tools
+guest_kernel
 
 guest_mb=${RAMPART_GUEST_MEM_MB:-192}
 program_mb=$((guest_mb * 2))

@@ -47,17 +47,9 @@
 # RAMPART_STARVED_CONF_EXTRA (a line for the guest's /etc/starved.conf, e.g. an export).
 . "$(dirname "$0")/lib.sh"
 
-[[ $(id -u) == 0 ]] || skip "needs root to fetch the guest kernel package"
-qemu=$(command -v qemu-system-x86_64 || true)
-[[ -n $qemu ]] || skip "qemu-system-x86_64 is missing (package qemu-system-x86)"
-busybox=$(command -v busybox || true)
-[[ -n $busybox ]] && ! ldd "$busybox" >/dev/null 2>&1 \
-  || skip "no static busybox for the guest's initramfs (package busybox-static)"
-nbd_client=$(command -v nbd-client || true)
-[[ -n $nbd_client ]] || skip "nbd-client is missing (package nbd-client)"
+guest_initramfs_tools
 nbdkit=$(command -v nbdkit || true)
 [[ -n $nbdkit ]] || skip "nbdkit is missing (package nbdkit)"
-command -v cpio >/dev/null || skip "cpio is missing (package cpio)"
 command -v socat >/dev/null || skip "socat is missing (package socat): qemu's forwards run it"
 # A sanitizer build's plugin needs the ASan runtime preloaded and must not lock memory
 # (plugin_extra in lib.sh): a daemon that is neither small nor locked, in a 192 MiB
@@ -65,12 +57,7 @@ command -v socat >/dev/null || skip "socat is missing (package socat): qemu's fo
 [[ -z ${RAMPART_ASAN_RUNTIME:-} ]] \
   || skip "a sanitizer build's daemon cannot run locked in a 192 MiB guest (the release build runs this test)"
 
-kdir=${RAMPART_GUEST_KERNEL_DIR:-/var/cache/rampart/guest-kernel}
-if [[ ! -s $kdir/vmlinuz || ! -s $kdir/modules/order ]]; then
-  "$src_root/scripts/fetch-guest-kernel" "$kdir" >"$work/fetch.out" 2>&1 \
-    || skip "no guest kernel with virtio modules in $kdir and fetching one failed: $(tail -n 2 "$work/fetch.out")"
-fi
-log "guest kernel: $(cat "$kdir/version" 2>/dev/null)"
+guest_kernel
 
 guest_mb=${RAMPART_GUEST_MEM_MB:-192}
 program_mb=$((guest_mb * 2))
