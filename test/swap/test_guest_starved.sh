@@ -30,10 +30,11 @@
 # the outage run hung once in three (docs/faults.md, "Not covered yet"): until that is
 # understood it would fail CI at random rather than guard anything.
 # A watchdog in the guest fails the run when pswpin+pswpout stand still for 120 s while a
-# workload runs, after printing nbdkit's thread stacks and the NBD queue. It is a shell,
-# and can itself be swapped out and stuck behind the hang it watches for (seen once), so
-# the host also fails a guest that says nothing for three minutes, and prints the
-# daemon's last warnings and the guest's task stacks through qemu's monitor.
+# workload runs, after printing nbdkit's thread stacks, the NBD queue and the daemon's
+# report (swap/guest/swap_watchdog.c, a program locked in memory: the shell loop it
+# replaced was once swapped out and stuck behind the hang it watched for). The host also
+# fails a guest that says nothing for three minutes, and prints the daemon's last
+# warnings and the guest's task stacks through qemu's monitor.
 #
 # The outage stops the servers (SIGSTOP) rather than resetting their connections with
 # nftables as test_host_swap_blip.sh does: through qemu's forward a reset on this host's
@@ -110,7 +111,10 @@ copy_libs() { # file: its shared libraries, where ldd says they live
     cp -L "$lib" "$root$lib"
   done
 }
-for prog in "$nbd_client" "$nbdkit" "$RAMPART_WORKLOAD" ${RAMPART_STARVED_EXTRA_PROGS:-}; do
+[[ -x ${RAMPART_SWAP_WATCHDOG:-} ]] \
+  || fail "RAMPART_SWAP_WATCHDOG must name the built rampart-swap-watchdog (ctest sets it)"
+for prog in "$nbd_client" "$nbdkit" "$RAMPART_WORKLOAD" "$RAMPART_SWAP_WATCHDOG" \
+            ${RAMPART_STARVED_EXTRA_PROGS:-}; do
   cp "$prog" "$root/bin/"
   copy_libs "$prog"
 done
@@ -237,7 +241,7 @@ wait "$qemu_pid" || true
 guest_seconds=$((SECONDS - t0))
 
 if said | grep -q '^rampart-guest: stall'; then
-  sed -n '/rampart-guest: stall/,$p' "$console" | head -n 400 >&2
+  sed -n '/rampart-guest: stall/,$p' "$console" | head -n 1500 >&2
   fail "the watchdog saw swap stand still for 120 s (stacks above)"
 fi
 said | grep -q '^rampart-guest: end 0' \

@@ -72,34 +72,12 @@ daemon_memory() {
 say "nbdkit pid $nbdkit_pid, threads $(ls /proc/$nbdkit_pid/task | wc -l), $(daemon_memory)"
 
 
-# The watchdog: while a workload runs, pswpin + pswpout must move. If they stand still
-# for STALL_SECONDS, print what the daemon's threads are blocked in and what the NBD
-# device has in flight, and end the run as a failure (the host fails the test on
-# "stall"). Everything it runs is busybox, already in memory with the rest of the root.
-watchdog() { # workload-pid
-  local last=$(swaps) still=0 now ticks=0
-  while kill -0 $1 2>/dev/null; do
-    sleep 5
-    now=$(swaps)
-    ticks=$((ticks + 1))
-    [ $((ticks % 6)) = 0 ] && say "progress: $now pages swapped, $(awk '$1 ~ /^\/dev/ {printf "%s %d MiB ", $1, $4 / 1024}' /proc/swaps)free $(awk '/^MemFree/ {print int($2 / 1024)}' /proc/meminfo) MiB"
-    if [ "$now" = "$last" ]; then still=$((still + 5)); else still=0; last=$now; fi
-    if [ $still -ge $STALL_SECONDS ]; then
-      say "stall: pswpin+pswpout stuck at $now for $still s"
-      for t in /proc/$nbdkit_pid/task/*; do
-        echo "---- nbdkit thread ${t##*/} $(cat $t/comm) $(awk '{print $3}' $t/stat)"
-        cat $t/stack
-      done
-      for p in $(pidof nbd-client); do echo "---- nbd-client $p"; cat /proc/$p/stack; done
-      for f in pid size inflight stat; do echo "---- /sys/block/nbd0/$f"; cat /sys/block/nbd0/$f; done
-      echo "---- /sys/kernel/debug/nbd/nbd0/tasks"; cat /sys/kernel/debug/nbd/nbd0/tasks 2>&1
-      echo "---- /proc/meminfo"; cat /proc/meminfo
-      echo "---- daemon: $(daemon_memory)"
-      echo "---- /tmp/stats"; cat /tmp/stats
-      finish stall
-    fi
-  done
-}
+# The watchdog (rampart-swap-watchdog, swap/guest/swap_watchdog.c): while a workload
+# runs, pswpin + pswpout must move. If they stand still for STALL_SECONDS it prints what
+# the daemon's threads are blocked in, the NBD device's queue, memory and /tmp/stats,
+# and powers the guest off (the host fails the test on "stall"). A program that locks
+# itself in memory, not a shell loop: the shell watchdog was once itself swapped out and
+# stuck behind the very hang it was there to report.
 
 # fault_when_swapped KIB WHAT: says "fault WHAT" (the host then kills a server or stops
 # them all) once KIB of the running workload are on /dev/nbd0, so the fault hits while
@@ -139,7 +117,7 @@ run() {
   cpu0=$(cpu_jiffies); d0=$(daemon_jiffies)
   rampart-workload $wl --size ${PROGRAM_MB}M >$out 2>&1 &
   wpid=$!
-  watchdog $wpid &
+  rampart-swap-watchdog $wpid $nbdkit_pid $STALL_SECONDS --poweroff &
   dog=$!
   [ -n "$fault" ] && fault_when_swapped 65536 $fault $wpid
   wait $wpid
