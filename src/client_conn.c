@@ -108,6 +108,7 @@ struct rp_conn {
   bool zc_wait;          /* the kernel refused more (ENOBUFS): wait for completions */
   uint32_t zc_sent;      /* zero-copy sendmsg calls */
   uint32_t zc_completed; /* of them, reported done */
+  uint32_t zc_copied_run; /* completions in a row the kernel reports it copied */
 };
 
 /* Memory for connections, made once (see client.h): each entry is a whole connection
@@ -231,6 +232,14 @@ static void stop_watchers(struct rp_conn *c)
   ev_timer_stop(c->loop, &c->tick);
 }
 
+/* Copied completions in a row after which a connection stops asking for zero-copy. */
+enum { ZC_COPIED_RUN_LIMIT = 64 };
+
+static bool zc_pending(const struct rp_conn *c)
+{
+  return c->zc_sent != c->zc_completed;
+}
+
 /* Takes every request out of the table and the queue, closes the socket, and completes
  * them: `timed_out` (if any) with RP_ERR_TIMEOUT, the rest with RP_ERR_DISCONNECTED. */
 static void fail_all(struct rp_conn *c, struct rp_request *timed_out, const char *what)
@@ -238,6 +247,15 @@ static void fail_all(struct rp_conn *c, struct rp_request *timed_out, const char
   c->connected = false;
   stop_watchers(c);
   if (c->fd >= 0) {
+    /* A plain close would let the kernel go on sending (and retransmitting) what is
+     * queued from the requests' own memory after they complete below and their buffers
+     * are reused: authenticated, so the server would drop it, but not encrypted when
+     * sealing is off. Reset the connection instead, which drops the queue; the server
+     * treats it as any dropped connection and keeps the session for a resume. */
+    if (zc_pending(c)) {
+      struct linger reset = { .l_onoff = 1, .l_linger = 0 };
+      (void)setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    }
     close(c->fd);
     c->fd = -1;
   }
@@ -451,11 +469,6 @@ static void leave(struct rp_conn *c)
  * must be read: they hold the socket's option memory, and once that is full a zero-copy
  * send fails with ENOBUFS. A non-empty error queue makes the socket readable (POLLERR),
  * so the read watcher drains it, into a buffer on the stack. */
-static bool zc_pending(const struct rp_conn *c)
-{
-  return c->zc_sent != c->zc_completed;
-}
-
 static void zc_drain(struct rp_conn *c)
 {
   while (c->fd >= 0) {
@@ -484,10 +497,17 @@ static void zc_drain(struct rp_conn *c)
       /* Sends ee_info..ee_data (inclusive, counting from 0, wrapping) are done. */
       c->zc_completed += ee.ee_data - ee.ee_info + 1;
       c->zc_wait = false;
-      if ((ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED) && c->zerocopy) {
+      /* Loopback copies every send, for good: stop asking. A packet socket (tcpdump)
+       * or a checksum fallback makes the kernel copy some sends of a connection that
+       * is zero-copy otherwise; one such report must not take the protection away for
+       * the connection's life, so only a long unbroken run of them does. */
+      if (!(ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED)) {
+        c->zc_copied_run = 0;
+      } else if (c->zerocopy && ++c->zc_copied_run >= ZC_COPIED_RUN_LIMIT) {
         c->zerocopy = false;
-        rp_log(RP_LOG_DEBUG, "%s: the kernel copies what this connection sends (loopback, "
-               "or no scatter-gather on the way): plain sends from now on", c->peer);
+        rp_log(RP_LOG_DEBUG, "%s: the kernel copied the last %u sends on this connection "
+               "(loopback, or no scatter-gather on the way): plain sends from now on",
+               c->peer, c->zc_copied_run);
       }
     }
   }
