@@ -501,12 +501,17 @@ int engine_run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length
   struct sync_wait w = { .done = 0 };
   struct rampart_io io = { .op = (enum rampart_op)op, .flags = flags, .offset = offset,
                            .length = length, .buf = buf, .done = sync_done, .user = &w };
-  uint64_t start = op < (int)RAMPART_LATENCY_OPS ? engine_now_ns() : 0;
+  bool device_op = op < (int)RAMPART_LATENCY_OPS; /* not a stats snapshot or a call */
+  uint64_t start = device_op ? engine_now_ns() : 0;
+  if (device_op)
+    atomic_fetch_add_explicit(&e->frontend_waiting, 1, memory_order_relaxed);
   rampart_submit(e, &io);
   while (atomic_load_explicit(&w.done, memory_order_acquire) == 0)
     syscall(SYS_futex, &w.done, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
-  if (op < (int)RAMPART_LATENCY_OPS)
+  if (device_op) {
+    atomic_fetch_sub_explicit(&e->frontend_waiting, 1, memory_order_relaxed);
     count_latency(e, op, engine_now_ns() - start);
+  }
   return w.result;
 }
 
@@ -702,6 +707,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
     st->latency_sum_ns[op] = atomic_load_explicit(&e->latency_sum_ns[op],
                                                   memory_order_relaxed);
   }
+  st->frontend_requests = atomic_load_explicit(&e->frontend_waiting, memory_order_relaxed);
   st->client_memory_fixed_bytes =
     (uint64_t)ENGINE_PAGE_OPS * (sizeof(struct page_op) + RAMPART_PAGE_SIZE) +
     (uint64_t)ENGINE_PARITY_BUFFERS * (sizeof(struct parity_buffer) + RAMPART_PAGE_SIZE) +

@@ -291,6 +291,9 @@ struct rampart_engine {
   uint64_t moves_by_reason[RAMPART_MOVE_REASONS];
   _Atomic uint64_t latency_count[RAMPART_LATENCY_OPS][RAMPART_LATENCY_BUCKETS];
   _Atomic uint64_t latency_sum_ns[RAMPART_LATENCY_OPS];
+  /* Blocking requests (engine_run_sync) submitted and not yet returned: when a device
+   * hangs, tells a request lost inside the engine from one lost before or after it. */
+  _Atomic uint32_t frontend_waiting;
 
   /* counters */
   uint64_t pages_written, wire_bytes_written;

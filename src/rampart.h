@@ -208,6 +208,9 @@ struct rampart_stats {
   uint32_t requests_waiting;
   uint64_t oldest_wait_ms;
   uint64_t resumes, requests_replayed;
+  /* The frontend's blocking requests (rampart_pread and the like) in the engine now:
+   * with the device idle, anything but 0 is a request the engine has not completed. */
+  uint32_t frontend_requests;
   uint64_t pages_written, wire_bytes_written;   /* wire bytes / page written */
   uint64_t spill_capacity_pages, spill_used_pages;
   uint64_t client_memory_bytes;                 /* everything below */

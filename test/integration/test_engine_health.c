@@ -452,6 +452,92 @@ static void test_write_through_outage_past_io_timeout(void **state)
   outage_past_io_timeout("write-through", 3);
 }
 
+/* ---- every server stalled at once ---------------------------------------------------------- */
+
+/* Fails the test, with the engine's report, when the shadow device's threads do not come
+ * back: a request the engine never completes would otherwise hang the test until ctest's
+ * timeout, with nothing said about where it sits. */
+struct stop_watch {
+  struct rig *rig;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool done;
+  unsigned limit_s;
+};
+
+static void *stop_watch_main(void *arg)
+{
+  struct stop_watch *w = arg;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += w->limit_s;
+  pthread_mutex_lock(&w->lock);
+  while (!w->done)
+    if (pthread_cond_timedwait(&w->cond, &w->lock, &until) == ETIMEDOUT)
+      break;
+  bool done = w->done;
+  pthread_mutex_unlock(&w->lock);
+  if (!done) {
+    struct rampart_stats st;
+    char report[8192];
+    rampart_get_stats(w->rig->dev.engine, &st);
+    rampart_format_stats(&st, report, sizeof report);
+    fprintf(stderr, "requests never completed: %u s after the servers resumed, the shadow "
+            "device's threads still wait for a batch. The engine says:\n%s\n", w->limit_s,
+            report);
+    abort();
+  }
+  return NULL;
+}
+
+static struct rp_test_shadow_result shadow_stop_within(struct rig *r, unsigned limit_s)
+{
+  struct stop_watch w = { .rig = r, .lock = PTHREAD_MUTEX_INITIALIZER,
+                          .cond = PTHREAD_COND_INITIALIZER, .limit_s = limit_s };
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, stop_watch_main, &w), 0);
+  struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
+  pthread_mutex_lock(&w.lock);
+  w.done = true;
+  pthread_cond_signal(&w.cond);
+  pthread_mutex_unlock(&w.lock);
+  pthread_join(t, NULL);
+  return res;
+}
+
+/* Every server stopped (SIGSTOP) for 3 s under readers and writers, four times, as the
+ * starved guest's outage does it: each server's requests time out (timeout=), every
+ * server reconnects at once, its handshake waits on a stopped process, and then all of
+ * them resume together with hundreds of requests waiting. Nothing may fail, nothing may
+ * be lost, and every request must complete. */
+static void test_parity_log_every_server_stalled(void **state)
+{
+  (void)state;
+  struct rig r;
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "10",
+                          "timeout", "1000", NULL };
+  rig_start(&r, 5, false, 4096, extra);
+  for (unsigned k = 0; k < 4; k++) {
+    rp_test_shadow_start(&r.dev, 3, 3, 16, 400 + k);
+    rp_test_sleep_ms(200 + 150 * k);
+    for (unsigned i = 0; i < 5; i++)
+      assert_int_equal(rp_test_server_pause(&r.cluster.servers[i]), 0);
+    rp_test_sleep_ms(3000);
+    for (unsigned i = 0; i < 5; i++)
+      assert_int_equal(rp_test_server_resume(&r.cluster.servers[i]), 0);
+    wait_settled(&r, 20000);
+    rp_test_sleep_ms(500);
+    struct rp_test_shadow_result res = shadow_stop_within(&r, 60);
+    char what[96];
+    snprintf(what, sizeof what, "every server stopped for 3 s, round %u", k + 1);
+    expect_clean(what, &res);
+  }
+  verify_clean(&r, "after four stalls of every server");
+  assert_all_up(&r, 5);
+  print_stats(&r);
+  rig_stop(&r);
+}
+
 int main(void)
 {
   rampart_set_log_sink(capture_log);
@@ -465,6 +551,7 @@ int main(void)
     cmocka_unit_test(test_none_outage_past_io_timeout),
     cmocka_unit_test(test_parity_log_outage_past_io_timeout),
     cmocka_unit_test(test_write_through_outage_past_io_timeout),
+    cmocka_unit_test(test_parity_log_every_server_stalled),
   };
   /* RAMPART_TEST_FILTER=test_none_blips runs one test (cmocka's own glob syntax). */
   if (getenv("RAMPART_TEST_FILTER"))
