@@ -346,11 +346,23 @@ static void write_to_spill(struct page_op *op);
 
 /* No server can take the page now. The spill store is for lost and full servers, not for
  * a blip: while some server is only reconnecting, the write waits for the servers
- * (server_health.c), at most io-timeout=. True when it waits. */
+ * (server_health.c), at most io-timeout=. But not when a server that is up is full: the
+ * one that is away would have to come back for the write to go on, and io-timeout=
+ * defaults to the lease, so one partitioned server among full ones stalled every write
+ * for 20 s in test_network_faults; the spill store takes it now, as it does for a full
+ * cluster, and the mover brings it back. True when it waits. */
 static bool write_waits_for_servers(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
-  return server_health_any_reconnecting(e) && server_health_park(e, op);
+  if (!server_health_any_reconnecting(e))
+    return false;
+  for (unsigned i = 0; i < e->nservers; i++) {
+    const struct server *s = &e->servers[i];
+    if (s->state == RAMPART_SERVER_UP && s->conn && rp_conn_is_connected(s->conn) &&
+        slot_allocator_available(&s->slots) == 0)
+      return false;
+  }
+  return server_health_park(e, op);
 }
 
 /* Places the op's page as a member of the open group and sends it. Returns false when
