@@ -356,7 +356,9 @@ static bool write_waits_for_servers(struct page_op *op)
   struct rampart_engine *e = op->engine;
   if (!server_health_any_reconnecting(e))
     return false;
-  for (unsigned i = 0; i < e->nservers; i++) {
+  /* With no room on disk either, waiting for the server beats failing with ENOSPC. */
+  bool spill_has_room = e->spill && spill_store_used(e->spill) < spill_store_capacity(e->spill);
+  for (unsigned i = 0; i < e->nservers && spill_has_room; i++) {
     const struct server *s = &e->servers[i];
     if (s->state == RAMPART_SERVER_UP && s->conn && rp_conn_is_connected(s->conn) &&
         slot_allocator_available(&s->slots) == 0)
