@@ -60,6 +60,7 @@ struct server_health {
   bool silent;                  /* it failed by not answering (a stall or a partition,
                                    not a reset): writes go elsewhere rather than wait */
   bool writes_given_up;         /* this outage: writes no longer wait for it */
+  bool past_blip;               /* this outage has lasted timeout=: parked writes were woken */
   bool replaced;                /* LOST, and a new incarnation took its address */
   struct reconnect_attempt *attempt; /* its helper thread and the attempt it runs, made
                                         with the server, reused by every attempt */
@@ -417,6 +418,9 @@ void server_health_tick(struct rampart_engine *e);
  * started over whenever a server's state changes, and returns true; false once it has
  * waited io-timeout= (the caller then goes on as its policy says without the server). */
 bool server_health_park(struct rampart_engine *e, struct page_op *op);
+/* Some server is up, and every reconnecting server has been out for timeout= or more:
+ * no longer a blip worth holding a frontend's write for. */
+bool server_health_partial_outage_past_blip(const struct rampart_engine *e);
 /* Some server is reconnecting: waiting may bring it back. */
 bool server_health_any_reconnecting(const struct rampart_engine *e);
 /* Stops every reconnect (waits for attempts in flight) before the servers are closed. */

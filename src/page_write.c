@@ -346,24 +346,23 @@ static void write_to_spill(struct page_op *op);
 
 /* No server can take the page now. The spill store is for lost and full servers, not for
  * a blip: while some server is only reconnecting, the write waits for the servers
- * (server_health.c), at most io-timeout=. But not when a server that is up is full: the
- * one that is away would have to come back for the write to go on, and io-timeout=
- * defaults to the lease, so one partitioned server among full ones stalled every write
- * for 20 s in test_network_faults; the spill store takes it now, as it does for a full
- * cluster, and the mover brings it back. True when it waits. */
+ * (server_health.c). A write waits out a blip only: once the servers that are
+ * away have been out for timeout= while others are up (and cannot take it: full,
+ * advised), it goes to the spill store, as it would in a full cluster, and the mover
+ * brings it back. Before, it waited io-timeout= (the lease by default): one server
+ * partitioned among four full ones stalled every write for as long as the partition.
+ * When every server is away it waits io-timeout=, the operator's bound for an outage;
+ * and so it does with no room on disk, where failing it with ENOSPC would be worse.
+ * Moves too: cleaning that waits holds back every write (page_mover_should_throttle), and
+ * a cleaned page spilled frees its old group's slots. True when it waits. */
 static bool write_waits_for_servers(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
   if (!server_health_any_reconnecting(e))
     return false;
-  /* With no room on disk either, waiting for the server beats failing with ENOSPC. */
   bool spill_has_room = e->spill && spill_store_used(e->spill) < spill_store_capacity(e->spill);
-  for (unsigned i = 0; i < e->nservers && spill_has_room; i++) {
-    const struct server *s = &e->servers[i];
-    if (s->state == RAMPART_SERVER_UP && s->conn && rp_conn_is_connected(s->conn) &&
-        slot_allocator_available(&s->slots) == 0)
-      return false;
-  }
+  if (spill_has_room && server_health_partial_outage_past_blip(e))
+    return false;
   return server_health_park(e, op);
 }
 

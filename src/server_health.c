@@ -296,6 +296,23 @@ bool server_health_park(struct rampart_engine *e, struct page_op *op)
   return true;
 }
 
+bool server_health_partial_outage_past_blip(const struct rampart_engine *e)
+{
+  uint64_t now = engine_now_ns(), blip_ns = (uint64_t)e->config.timeout_ms * 1000000u;
+  bool away = false, up = false;
+  for (unsigned i = 0; i < e->nservers; i++) {
+    const struct server *s = &e->servers[i];
+    if (s->state == RAMPART_SERVER_UP || s->state == RAMPART_SERVER_ADVISED)
+      up = true;
+    if (s->state != RAMPART_SERVER_RECONNECTING)
+      continue;
+    if (now - s->health.since_ns < blip_ns)
+      return false;
+    away = true;
+  }
+  return away && up;
+}
+
 static void restart(struct page_op *op)
 {
   if (op->kind == PAGE_OP_WRITE || (op->kind == PAGE_OP_MOVE && op->move_writing))
@@ -462,6 +479,7 @@ void server_health_failed(struct rampart_engine *e, struct server *s, const char
   h->backoff_ms = 0;
   h->silent = silent;
   h->writes_given_up = false;
+  h->past_blip = false;
   h->last_failure[0] = '\0';
   const char *meanwhile =
     e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH ? "its pages are read from the disk copy"
@@ -676,10 +694,16 @@ void server_health_tick(struct rampart_engine *e)
   if (e->health_wait_head)
     wake_expired(e, now);
   log_waiting(e, now);
+  bool blip_ended = false;
   for (unsigned i = 0; i < e->nservers; i++) {
     struct server *s = &e->servers[i];
     if (s->state != RAMPART_SERVER_RECONNECTING)
       continue;
+    if (!s->health.past_blip &&
+        now - s->health.since_ns >= (uint64_t)e->config.timeout_ms * 1000000u) {
+      s->health.past_blip = true;
+      blip_ended = true;
+    }
     if (now >= s->health.lost_at_ns) {
       char why[96];
       snprintf(why, sizeof why, "no reconnect within lease=%u s", e->config.lease_seconds);
@@ -696,6 +720,10 @@ void server_health_tick(struct rampart_engine *e)
       give_up_writes(e, s);
     }
   }
+  /* Writes parked for a server that is now more than a blip away may go to the spill
+   * store (page_write.c); reads park again. Once per server and outage, not per tick. */
+  if (blip_ended && e->health_wait_head)
+    wake_parked(e);
 }
 
 /* ---- set-up, stats, close ------------------------------------------------------------------ */

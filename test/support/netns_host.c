@@ -141,10 +141,10 @@ void rp_test_netns_destroy(struct rp_test_netns *ns)
 
 int rp_test_netns_link(struct rp_test_netns *ns, bool up)
 {
-  /* The namespace's end: with it down, the host's end loses its carrier and keeps its
-   * route, so packets from either side go nowhere and neither TCP stack hears anything,
-   * which is what a pulled cable or a dead switch does. Not the host's end: downing that
-   * removes the host's route, so the engine's connects went out by the default route
+  /* The server namespace's end: with it down, the test's end loses its carrier and keeps
+   * its route, so packets from either side go nowhere and neither TCP stack hears anything,
+   * which is what a pulled cable or a dead switch does. Not the test's end: downing that
+   * removes the test's route, so the engine's connects went out by the default route
    * and were refused at once by whatever answers there, which no partition does. */
   return IP("-n", ns->name, "link", "set", ns->veth_ns, up ? "up" : "down");
 }
