@@ -232,9 +232,6 @@ static void stop_watchers(struct rp_conn *c)
   ev_timer_stop(c->loop, &c->tick);
 }
 
-/* Copied completions in a row after which a connection stops asking for zero-copy. */
-enum { ZC_COPIED_RUN_LIMIT = 64 };
-
 static bool zc_pending(const struct rp_conn *c)
 {
   return c->zc_sent != c->zc_completed;
@@ -469,6 +466,10 @@ static void leave(struct rp_conn *c)
  * must be read: they hold the socket's option memory, and once that is full a zero-copy
  * send fails with ENOBUFS. A non-empty error queue makes the socket readable (POLLERR),
  * so the read watcher drains it, into a buffer on the stack. */
+
+/* Copied completions in a row after which a connection stops asking for zero-copy. */
+enum { ZC_COPIED_RUN_LIMIT = 64 };
+
 static void zc_drain(struct rp_conn *c)
 {
   while (c->fd >= 0) {

@@ -60,7 +60,8 @@ struct server_health {
   bool silent;                  /* it failed by not answering (a stall or a partition,
                                    not a reset): writes go elsewhere rather than wait */
   bool writes_given_up;         /* this outage: writes no longer wait for it */
-  bool past_blip;               /* this outage has lasted timeout=: parked writes were woken */
+  bool past_blip;               /* this outage has lasted timeout= (set by the tick, which
+                                   then woke what waited): no longer a blip */
   bool replaced;                /* LOST, and a new incarnation took its address */
   struct reconnect_attempt *attempt; /* its helper thread and the attempt it runs, made
                                         with the server, reused by every attempt */

@@ -298,7 +298,6 @@ bool server_health_park(struct rampart_engine *e, struct page_op *op)
 
 bool server_health_partial_outage_past_blip(const struct rampart_engine *e)
 {
-  uint64_t now = engine_now_ns(), blip_ns = (uint64_t)e->config.timeout_ms * 1000000u;
   bool away = false, up = false;
   for (unsigned i = 0; i < e->nservers; i++) {
     const struct server *s = &e->servers[i];
@@ -306,7 +305,7 @@ bool server_health_partial_outage_past_blip(const struct rampart_engine *e)
       up = true;
     if (s->state != RAMPART_SERVER_RECONNECTING)
       continue;
-    if (now - s->health.since_ns < blip_ns)
+    if (!s->health.past_blip) /* set by the tick, which then wakes what waits */
       return false;
     away = true;
   }
@@ -714,8 +713,7 @@ void server_health_tick(struct rampart_engine *e)
                s->address, (unsigned long long)(e->io_timeout_ns / 1000000u));
       rp_log(RP_LOG_WARN, "%s: %u requests to it go elsewhere", why, s->health.replay_count);
       give_up_queue(e, s, RP_ERR_TIMEOUT, why);
-    } else if (s->health.replay_head && !s->health.writes_given_up &&
-               now - s->health.since_ns >= (uint64_t)e->config.timeout_ms * 1000000u &&
+    } else if (s->health.replay_head && !s->health.writes_given_up && s->health.past_blip &&
                server_set_placeable(e) > 0) {
       give_up_writes(e, s);
     }
