@@ -124,7 +124,11 @@ struct page_op {
   bool move_writing;            /* moves: the read is done, now rewriting */
   bool move_rebuilds;           /* moves: its group had a copy on a lost server */
   bool disk_started;            /* write-through: the disk copy was submitted */
-  bool parked;                  /* waiting for a parity buffer (holds one pending) */
+  bool parked;                  /* waiting (a parity buffer, cleaning, a reconnecting
+                                   server): holds one pending count */
+  bool ending;                  /* writes: finished while a sub-request was out: ends with
+                                   end_result when the last one completes (write_finish) */
+  int end_result;
   bool copy_failed;             /* mirror: the second copy was not stored: place again */
   bool in_use;                  /* taken from the pool (catches double completion) */
   uint8_t server;               /* writes: server of the member in flight */

@@ -23,6 +23,15 @@ static void mark_pending(struct rampart_engine *e, uint64_t page)
 static void write_finish(struct page_op *op, int result)
 {
   struct rampart_engine *e = op->engine;
+  if (op->pending > 0) {
+    /* A sub-request is still out (a mirror copy sent before its member failed): the op
+     * is the owner of that request's completion, so it ends with the last of them
+     * (sub_done), never before. */
+    op->ending = true;
+    if (result < 0 && op->end_result == 0)
+      op->end_result = result;
+    return;
+  }
   /* Only the newest write of the page clears the bit: an older one finishing late says
    * nothing about whether the newest has landed. */
   if (op->placed && page_map_get(&e->map, op->page) == op->placed)
@@ -354,7 +363,12 @@ static void write_to_spill(struct page_op *op);
  * When every server is away it waits io-timeout=, the operator's bound for an outage;
  * and so it does with no room on disk, where failing it with ENOSPC would be worse.
  * Moves too: cleaning that waits holds back every write (page_mover_should_throttle), and
- * a cleaned page spilled frees its old group's slots. True when it waits. */
+ * a cleaned page spilled frees its old group's slots. True when it waits.
+ * A waiting write holds a pending count, as every wait here does: a mirror write whose
+ * first copy was refused waits with its second copy still in flight, and that copy's
+ * answer must not end the op while it sits on the wait list (it did: the op was then
+ * restarted from the list after it had completed, or appended to it twice, which cut
+ * off every op behind it). */
 static bool write_waits_for_servers(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
@@ -363,7 +377,11 @@ static bool write_waits_for_servers(struct page_op *op)
   bool spill_has_room = e->spill && spill_store_used(e->spill) < spill_store_capacity(e->spill);
   if (spill_has_room && server_health_partial_outage_past_blip(e))
     return false;
-  return server_health_park(e, op);
+  if (!server_health_park(e, op))
+    return false;
+  op->pending++;
+  op->parked = true;
+  return true;
 }
 
 /* Places the op's page as a member of the open group and sends it. Returns false when
@@ -409,6 +427,7 @@ static bool place_remote(struct page_op *op)
                                   (uint32_t)op->page);
     g->pins++; /* until the write's outcome is known (on_member_written) */
     op->placed = page_entry_remote(id, m);
+    op->copy_failed = false; /* a failed copy of an earlier placement says nothing of this */
     mark_pending(e, op->page);
     install_version(op, op->placed);
 
@@ -457,6 +476,10 @@ static void sub_done(struct page_op *op, int result)
     op->failed = true;
   if (--op->pending > 0)
     return;
+  if (op->ending) {
+    write_finish(op, op->end_result);
+    return;
+  }
   if (op->copy_failed) {
     /* Mirror: its first copy is stored but its second is not. Unless the page has been
      * rewritten meanwhile, it goes again into a new group, both copies on servers that

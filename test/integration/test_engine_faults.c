@@ -459,6 +459,40 @@ static void test_mirror_places_a_refused_copy_again(void **state)
   rp_test_cluster_stop(&c);
 }
 
+/* Mirror on two servers, one refusing one write in 64. A write whose first copy is
+ * refused has nowhere to go until the refusing server's session is back (a mirror needs
+ * two servers), so it waits for it, while its second copy is still on its way to the
+ * other server. That copy's answer must not complete the write under the wait: it once
+ * did, and the write was then started again from the wait list after it had completed
+ * (or appended to the list a second time, which looped the list on itself). Every write
+ * completes once, and both copies of every page are stored: losing either server after
+ * the fill loses nothing. */
+static void test_mirror_write_refused_while_its_copy_is_in_flight(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  const char *faults[] = { NULL, "refuse-writes" };
+  cluster_start(&c, 2, faults);
+  const char *extra[] = { "redundancy", "mirror", "lease", "30", "timeout", "1000", NULL };
+  struct rp_test_device d;
+  rp_test_device_init(&d, rp_test_engine_open(&c, 1024, extra), 1024, 131);
+  rp_test_device_fill(&d, 0, 1024);
+  rp_test_device_workload(&d, 64, 100, 0); /* 64 more batches of writes, each refused 1 in 64 */
+  wait_quiet(&d, 30);
+  struct rampart_stats st;
+  rp_test_device_stats(&d, &st);
+  print_message("mirror on two servers, one refusing writes: %llu pages unprotected, "
+                "%llu ops waiting\n", (unsigned long long)st.pages_unprotected,
+                (unsigned long long)st.ops_waiting);
+  rp_test_server_kill(&c.servers[1]); /* the refusing one: every page's other copy remains */
+  uint64_t eio = rp_test_device_verify(&d, true);
+  print_message("then the refusing server lost: %llu of 1024 pages EIO\n",
+                (unsigned long long)eio);
+  assert_int_equal(eio, 0);
+  rp_test_device_free(&d);
+  rp_test_cluster_stop(&c);
+}
+
 int main(void)
 {
   if (!rp_test_rampartd_path())
@@ -473,6 +507,7 @@ int main(void)
     cmocka_unit_test(test_concurrent_sub_page_writes_keep_every_update),
     cmocka_unit_test(test_mirror_acknowledges_only_once_both_copies_are_stored),
     cmocka_unit_test(test_mirror_places_a_refused_copy_again),
+    cmocka_unit_test(test_mirror_write_refused_while_its_copy_is_in_flight),
   };
   /* RAMPART_TEST_FILTER=test_name runs one test (cmocka's own glob syntax). */
   if (getenv("RAMPART_TEST_FILTER"))
