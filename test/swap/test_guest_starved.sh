@@ -44,7 +44,8 @@
 #
 # Environment: RAMPART_GUEST_KERNEL_DIR (default /var/cache/rampart/guest-kernel),
 # RAMPART_GUEST_MEM_MB (192), RAMPART_STARVED_RUNS (the runs, as guest/starved_init.sh
-# reads them: name:nbd|disk:workload[:kill|outage] ...), RAMPART_GUEST_CONSOLE (where the
+# reads them: name:nbd|disk:workload[:kill|outage|outages] ...; outages: every live server
+# stopped for 3 s every 20 s of the run, to dig for a rare hang), RAMPART_GUEST_CONSOLE (where the
 # guest's console log goes, to keep it; default: the test's temporary directory).
 # For digging into a failure: RAMPART_STARVED_TIMEOUT (for the whole guest: 25 min a run on rampart, 3 on the disk),
 # RAMPART_STARVED_STALL_SECONDS (120), RAMPART_STARVED_SYSCTL ("vm/NAME=VALUE ..." set in

@@ -90,6 +90,14 @@ fault_when_swapped() { # kib what workload-pid
   done
 }
 
+# fault_every SECONDS WHAT PID: says "fault WHAT" every SECONDS while the workload runs
+# (the fault "outages": many outages in one run, to dig for a rare hang).
+fault_every() {
+  while sleep $1 && kill -0 $3 2>/dev/null; do
+    say "fault $2 at $(awk '$1 == "/dev/nbd0" {print int($4 / 1024)}' /proc/swaps) MiB swapped out"
+  done
+}
+
 # Where the guest's one CPU went during a run, to tell a slow path (the CPU busy) from a
 # waiting one (idle while requests travel): the CPU's jiffies as "busy idle iowait", and
 # the daemon's own user+system jiffies.
@@ -119,7 +127,10 @@ run() {
   wpid=$!
   rampart-swap-watchdog $wpid $nbdkit_pid $STALL_SECONDS --poweroff &
   dog=$!
-  [ -n "$fault" ] && fault_when_swapped 65536 $fault $wpid
+  case "$fault" in
+    outages) fault_every 20 outage $wpid & ;;
+    ?*) fault_when_swapped 65536 $fault $wpid ;;
+  esac
   wait $wpid
   rc=$?
   kill $dog 2>/dev/null; wait $dog 2>/dev/null
