@@ -266,7 +266,7 @@ int rampart_config_set(struct rampart_config *c, const char *key, const char *v,
     c->io_timeout_given = true;
     return 0;
   }
-  snprintf(err, errlen, "unknown parameter '%s': see 'nbdkit rampart --help'", key);
+  snprintf(err, errlen, "unknown parameter '%s': 'nbdkit rampart --help' (or 'rampart-ublk --help') lists them", key);
   return -1;
 }
 

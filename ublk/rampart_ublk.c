@@ -1,0 +1,195 @@
+/* rampart-ublk: the rampart engine as a ublk block device, /dev/ublkbN.
+ *
+ *   rampart-ublk size=4G servers=10.0.0.2:7070,10.0.0.3:7070,... key=/etc/rampart/key
+ *
+ * The same KEY=VALUE settings as `nbdkit rampart` (rampart_config_help), plus the ublk
+ * queue's shape as options. Thin glue, as the nbdkit plugin is: the engine decides
+ * everything; this file adds the device, runs one queue thread per hardware queue
+ * (ublk_queue.c) and, on SIGTERM or SIGINT, stops and deletes the device once every
+ * request in flight has been answered. It prints the device's path on stdout once
+ * /dev/ublkbN takes I/O, so a script can wait for that line.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rampart.h"
+#include "ublk_control.h"
+#include "ublk_queue.h"
+
+#define MAX_QUEUES 16
+
+static const char usage[] =
+  "usage: rampart-ublk [--id N] [--queues N] [--depth N] [--max-io BYTES] [--no-mlock]\n"
+  "                    KEY=VALUE...\n"
+  "  --id N        the device number: /dev/ublkbN (default: the kernel picks one)\n"
+  "  --queues N    hardware queues, a thread each (default 1; at most 16)\n"
+  "  --depth N     requests in flight per queue (default 64; at most 4096)\n"
+  "  --max-io B    the largest request, in bytes, a multiple of 4096 (default 131072);\n"
+  "                the daemon locks queues * depth * B of buffers\n"
+  "  --no-mlock    do not lock the daemon's memory (a swap device must: tests only)\n"
+  "  KEY=VALUE     the engine's settings, as nbdkit rampart takes them:\n";
+
+static int parse_number(const char *opt, const char *s, unsigned long min, unsigned long max,
+                        unsigned long *out)
+{
+  char *end;
+  errno = 0;
+  unsigned long v = strtoul(s ? s : "", &end, 10);
+  if (!s || *s == '\0' || *end != '\0' || errno || v < min || v > max) {
+    fprintf(stderr, "rampart-ublk: %s '%s': give a number from %lu to %lu\n", opt,
+            s ? s : "", min, max);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* /dev/ublkcN appears when udev or devtmpfs has made it, a moment after ADD_DEV. */
+static int open_char_device(unsigned id, char *err, size_t errlen)
+{
+  char path[64];
+  snprintf(path, sizeof path, "/dev/ublkc%u", id);
+  for (int i = 0; i < 100; i++) {
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd >= 0 || errno != ENOENT)
+      return fd >= 0 ? fd : (snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno)), -1);
+    usleep(20000);
+  }
+  snprintf(err, errlen, "%s did not appear within 2 s of adding the device: is devtmpfs "
+           "mounted on /dev?", path);
+  return -1;
+}
+
+int main(int argc, char **argv)
+{
+  unsigned long dev_id = (unsigned long)-1, queues = 1, depth = 64, max_io = 131072;
+  bool lock_memory = true;
+  char err[512];
+  struct rampart_config *config = rampart_config_new();
+  if (!config) {
+    fprintf(stderr, "rampart-ublk: out of memory\n");
+    return 1;
+  }
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    int bad = 0;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      printf("%s%s", usage, rampart_config_help);
+      return 0;
+    } else if (strcmp(a, "--id") == 0) {
+      bad = parse_number(a, i + 1 < argc ? argv[++i] : NULL, 0, 1u << 20, &dev_id);
+    } else if (strcmp(a, "--queues") == 0) {
+      bad = parse_number(a, i + 1 < argc ? argv[++i] : NULL, 1, MAX_QUEUES, &queues);
+    } else if (strcmp(a, "--depth") == 0) {
+      bad = parse_number(a, i + 1 < argc ? argv[++i] : NULL, 1, UBLK_MAX_QUEUE_DEPTH, &depth);
+    } else if (strcmp(a, "--max-io") == 0) {
+      bad = parse_number(a, i + 1 < argc ? argv[++i] : NULL, 4096, 1u << 20, &max_io);
+      if (!bad && max_io % 4096) {
+        fprintf(stderr, "rampart-ublk: --max-io %lu: give a multiple of 4096\n", max_io);
+        bad = -1;
+      }
+    } else if (strcmp(a, "--no-mlock") == 0) {
+      lock_memory = false;
+    } else if (strchr(a, '=') && a[0] != '-') {
+      char key[64];
+      size_t klen = (size_t)(strchr(a, '=') - a);
+      if (klen >= sizeof key) {
+        fprintf(stderr, "rampart-ublk: unknown setting '%.*s' (rampart-ublk --help lists them)\n",
+                (int)klen, a);
+        return 2;
+      }
+      memcpy(key, a, klen);
+      key[klen] = '\0';
+      if (rampart_config_set(config, key, a + klen + 1, err, sizeof err) < 0) {
+        fprintf(stderr, "rampart-ublk: %s\n", err);
+        return 2;
+      }
+    } else {
+      fprintf(stderr, "rampart-ublk: unexpected argument '%s'\n%s", a, usage);
+      return 2;
+    }
+    if (bad)
+      return 2;
+  }
+  if (rampart_config_check(config, err, sizeof err) < 0) {
+    fprintf(stderr, "rampart-ublk: %s\n", err);
+    return 2;
+  }
+
+  /* Signals are taken by sigwait in this thread only: block them before any thread
+   * (the engine's, the queues') exists, so every one inherits the mask. */
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+
+  /* The driver first: without it there is nothing to serve, and no reason to connect. */
+  struct ublk_control control;
+  if (ublk_control_open(&control, err, sizeof err) < 0) {
+    fprintf(stderr, "rampart-ublk: %s\n", err);
+    rampart_config_free(config);
+    return 1;
+  }
+  rampart_process_harden(lock_memory);
+  struct rampart_engine *engine = rampart_open(config, err, sizeof err);
+  if (!engine) {
+    fprintf(stderr, "rampart-ublk: %s\n", err);
+    ublk_control_close(&control);
+    rampart_config_free(config);
+    return 1;
+  }
+  int status = 1;
+  struct ublk_queue queue[MAX_QUEUES];
+  unsigned started = 0;
+  int char_fd = -1;
+  if (ublk_control_add(&control, (int)dev_id, (uint16_t)queues, (uint16_t)depth,
+                       (uint32_t)max_io, err, sizeof err) < 0)
+    goto out_control;
+  if (ublk_control_set_params(&control, rampart_size(engine), err, sizeof err) < 0)
+    goto out_delete;
+  char_fd = open_char_device(control.info.dev_id, err, sizeof err);
+  if (char_fd < 0)
+    goto out_delete;
+  for (; started < queues; started++)
+    if (ublk_queue_start(&queue[started], char_fd, (uint16_t)started, (uint16_t)depth,
+                         (uint32_t)max_io, engine, err, sizeof err) < 0)
+      goto out_stop;
+  if (ublk_control_start(&control, getpid(), err, sizeof err) < 0)
+    goto out_stop;
+  printf("/dev/ublkb%u\n", control.info.dev_id);
+  fflush(stdout);
+  fprintf(stderr, "rampart-ublk: /dev/ublkb%u is up: %llu bytes, %lu queue(s) of %lu, "
+          "requests up to %lu bytes\n", control.info.dev_id,
+          (unsigned long long)rampart_size(engine), queues, depth, max_io);
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  fprintf(stderr, "rampart-ublk: %s: stopping /dev/ublkb%u\n", strsignal(sig),
+          control.info.dev_id);
+  status = 0;
+  err[0] = '\0';
+
+out_stop:
+  /* Stopping gives every fetched tag back (UBLK_IO_RES_ABORT); a request the engine
+   * still holds is answered first and its tag comes back with its next fetch. */
+  ublk_control_stop(&control);
+  for (unsigned q = 0; q < started; q++)
+    ublk_queue_join(&queue[q]);
+  if (char_fd >= 0)
+    close(char_fd); /* the driver deletes a device only once nothing holds it open */
+out_delete:
+  ublk_control_delete(&control);
+out_control:
+  ublk_control_close(&control);
+  if (err[0])
+    fprintf(stderr, "rampart-ublk: %s\n", err);
+  rampart_close(engine);
+  rampart_config_free(config);
+  return status;
+}

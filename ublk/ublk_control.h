@@ -1,0 +1,37 @@
+/* The ublk control device, /dev/ublk-control: add one ublk block device, give it its
+ * size and limits, start it once every queue has asked for requests, stop and delete
+ * it. Each command is an io_uring URING_CMD whose payload sits in the second half of a
+ * 128-byte SQE, which the kernel requires of this device (IORING_SETUP_SQE128).
+ * Errors come back as negative errno, with a sentence in err that says what to do.
+ */
+#ifndef RAMPART_UBLK_CONTROL_H
+#define RAMPART_UBLK_CONTROL_H
+
+#include <liburing.h>
+#include <linux/ublk_cmd.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct ublk_control {
+  int fd;
+  struct io_uring ring;
+  struct ublksrv_ctrl_dev_info info; /* as the kernel returned it from ADD_DEV */
+};
+
+/* Opens /dev/ublk-control (loading nothing: the ublk_drv module must be loaded). */
+int ublk_control_open(struct ublk_control *c, char *err, size_t errlen);
+void ublk_control_close(struct ublk_control *c);
+
+/* Adds device dev_id (-1: the kernel picks one) with `queues` queues of `depth` tags,
+ * each request at most max_io_bytes. On success c->info.dev_id names /dev/ublkbN. */
+int ublk_control_add(struct ublk_control *c, int dev_id, uint16_t queues, uint16_t depth,
+                     uint32_t max_io_bytes, char *err, size_t errlen);
+/* Size in bytes, 4 KiB logical blocks (the engine's page), discard as trim. */
+int ublk_control_set_params(struct ublk_control *c, uint64_t size, char *err, size_t errlen);
+/* Blocks until every queue has fetched every tag, then /dev/ublkbN appears. */
+int ublk_control_start(struct ublk_control *c, pid_t daemon, char *err, size_t errlen);
+int ublk_control_stop(struct ublk_control *c);
+int ublk_control_delete(struct ublk_control *c);
+
+#endif

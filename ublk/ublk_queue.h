@@ -1,0 +1,63 @@
+/* One ublk queue: a thread with its own io_uring that holds a FETCH_REQ for every tag,
+ * hands each request the driver returns to the engine (rampart_submit), and answers it
+ * with COMMIT_AND_FETCH_REQ when the engine completes it. The engine completes on its
+ * own I/O thread, which queues the tag and wakes this ring through an eventfd read in
+ * the same ring: one wake-up for however many completions are waiting.
+ * Everything is allocated at start (request buffers locked with the rest of the daemon):
+ * nothing on the I/O path allocates.
+ */
+#ifndef RAMPART_UBLK_QUEUE_H
+#define RAMPART_UBLK_QUEUE_H
+
+#include <liburing.h>
+#include <linux/ublk_cmd.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rampart.h"
+
+struct ublk_queue;
+
+struct ublk_tag {
+  struct ublk_queue *queue;
+  struct rampart_io io;
+  uint16_t tag;
+  int result;         /* for COMMIT: bytes done, or -errno */
+};
+
+struct ublk_queue {
+  uint16_t id, depth;
+  uint32_t max_io_bytes;
+  int char_fd;        /* /dev/ublkcN */
+  struct rampart_engine *engine;
+  const struct ublksrv_io_desc *descs; /* the driver's request descriptors, mapped */
+  size_t descs_len;
+  uint8_t *buffers;   /* depth * max_io_bytes */
+  struct ublk_tag *tags;
+  struct io_uring ring;
+  int event_fd;
+  uint64_t event_count;  /* the eventfd read's target */
+  pthread_mutex_t done_lock;
+  uint16_t *done;     /* tags the engine completed, for this thread to commit */
+  unsigned ndone;
+  unsigned aborted;   /* tags the driver gave back (device stopping) */
+  pthread_t thread;
+  bool thread_started, locks_made;
+  pthread_mutex_t ready_lock;
+  pthread_cond_t ready_cond;
+  int ready;          /* 0 starting, 1 every tag fetched, <0 -errno */
+  char err[256];
+};
+
+/* Maps the queue's descriptors, allocates its buffers and starts its thread; returns
+ * once every tag's FETCH_REQ is submitted (what START_DEV waits for), or fails. */
+int ublk_queue_start(struct ublk_queue *q, int char_fd, uint16_t id, uint16_t depth,
+                     uint32_t max_io_bytes, struct rampart_engine *engine, char *err,
+                     size_t errlen);
+/* After STOP_DEV: waits for the thread (every tag given back), frees the queue. On a
+ * failed start, ublk_queue_start has already done this. */
+void ublk_queue_join(struct ublk_queue *q);
+
+#endif
