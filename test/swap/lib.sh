@@ -5,7 +5,7 @@
 set -euo pipefail
 
 SKIP=77
-test_name=$(basename "$0" .sh)
+test_name=${RAMPART_TEST_NAME:-$(basename "$0" .sh)}
 src_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source=../../scripts/lib/local-cluster.sh
 . "$src_root/scripts/lib/local-cluster.sh"
@@ -190,11 +190,14 @@ guest_initramfs_tools() {
   command -v cpio >/dev/null || skip "cpio is missing (package cpio)"
 }
 
-# guest_kernel: sets kdir to the Debian kernel the guests boot, fetched (or completed,
-# when a module was added to scripts/fetch-guest-kernel's list since) if need be.
+# guest_kernel [--ublk]: sets kdir to the Debian kernel the guests boot, fetched (or
+# completed, when a module was added to scripts/fetch-guest-kernel's list since) if need
+# be; with --ublk, the newer kernel that has the ublk driver.
 guest_kernel() {
-  kdir=${RAMPART_GUEST_KERNEL_DIR:-/var/cache/rampart/guest-kernel}
-  "$src_root/scripts/fetch-guest-kernel" "$kdir" >"$work/fetch.out" 2>&1 \
+  local default=/var/cache/rampart/guest-kernel${1:+-ublk}
+  [[ -n ${1:-} ]] && default=${RAMPART_GUEST_UBLK_KERNEL_DIR:-$default}
+  kdir=${RAMPART_GUEST_KERNEL_DIR:-$default}
+  "$src_root/scripts/fetch-guest-kernel" ${1:-} "$kdir" >"$work/fetch.out" 2>&1 \
     || skip "no guest kernel with its modules in $kdir and fetching one failed: $(tail -n 2 "$work/fetch.out")"
   log "guest kernel: $(cat "$kdir/version" 2>/dev/null)"
 }

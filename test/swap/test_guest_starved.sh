@@ -57,6 +57,13 @@
 guest_initramfs_tools
 nbdkit=$(command -v nbdkit || true)
 [[ -n $nbdkit ]] || skip "nbdkit is missing (package nbdkit)"
+# RAMPART_STARVED_FRONTEND=ublk (test_guest_ublk.sh): rampart-ublk serves the swap device
+# in the guest instead of nbdkit + nbd-client, on a kernel that has ublk.
+frontend=${RAMPART_STARVED_FRONTEND:-nbd}
+if [[ $frontend == ublk ]]; then
+  [[ -x ${RAMPART_UBLK:-} ]] || fail "RAMPART_UBLK must name the built rampart-ublk (ctest sets it)"
+  ublk_prog=$RAMPART_UBLK
+fi
 command -v socat >/dev/null || skip "socat is missing (package socat): qemu's forwards run it"
 # A sanitizer build's plugin needs the ASan runtime preloaded and must not lock memory
 # (plugin_extra in lib.sh): a daemon that is neither small nor locked, in a 192 MiB
@@ -64,18 +71,18 @@ command -v socat >/dev/null || skip "socat is missing (package socat): qemu's fo
 [[ -z ${RAMPART_ASAN_RUNTIME:-} ]] \
   || skip "a sanitizer build's daemon cannot run locked in a 192 MiB guest (the release build runs this test)"
 
-guest_kernel
+if [[ $frontend == ublk ]]; then guest_kernel --ublk; else guest_kernel; fi
 
 guest_mb=${RAMPART_GUEST_MEM_MB:-192}
 program_mb=$((guest_mb * 2))
-runs=${RAMPART_STARVED_RUNS:-"kill:nbd:forks:kill disk-forks:disk:forks"}
+runs=${RAMPART_STARVED_RUNS:-"kill:$frontend:forks:kill disk-forks:disk:forks"}
 if [[ $runs == three ]]; then
-  runs="pages:nbd:pages kill:nbd:forks:kill outage:nbd:quicksort:outage disk-pages:disk:pages disk-forks:disk:forks disk-quicksort:disk:quicksort"
+  runs="pages:$frontend:pages kill:$frontend:forks:kill outage:$frontend:quicksort:outage disk-pages:disk:pages disk-forks:disk:forks disk-quicksort:disk:quicksort"
 fi
 if [[ $runs == all ]]; then
   runs=
   for wl in pages forks quicksort; do
-    runs+="$wl:nbd:$wl kill-$wl:nbd:$wl:kill outage-$wl:nbd:$wl:outage disk-$wl:disk:$wl "
+    runs+="$wl:$frontend:$wl kill-$wl:$frontend:$wl:kill outage-$wl:$frontend:$wl:outage disk-$wl:disk:$wl "
   done
 fi
 # The device holds one program at a time (each run swaps off before the next).
@@ -115,7 +122,7 @@ copy_libs() { # file: its shared libraries, where ldd says they live
 [[ -x ${RAMPART_SWAP_WATCHDOG:-} ]] \
   || fail "RAMPART_SWAP_WATCHDOG must name the built rampart-swap-watchdog (ctest sets it)"
 for prog in "$nbd_client" "$nbdkit" "$RAMPART_WORKLOAD" "$RAMPART_SWAP_WATCHDOG" \
-            ${RAMPART_STARVED_EXTRA_PROGS:-}; do
+            ${ublk_prog:-} ${RAMPART_STARVED_EXTRA_PROGS:-}; do
   cp "$prog" "$root/bin/"
   copy_libs "$prog"
 done
@@ -132,6 +139,7 @@ PROGRAM_MB=$program_mb
 DEVICE_SIZE=${device_mb}M
 STALL_SECONDS=${RAMPART_STARVED_STALL_SECONDS:-120}
 RUNS="$runs"
+FRONTEND=$frontend
 NBDKIT_DEBUG=${RAMPART_STARVED_NBDKIT_DEBUG:-}
 GUEST_SYSCTL="${RAMPART_STARVED_SYSCTL:-}"
 ${RAMPART_STARVED_CONF_EXTRA:-}
@@ -206,7 +214,7 @@ said() { LC_ALL=C sed -n 's/^.*\(rampart-guest:\)/\1/p' "$console"; }
 
 t0=$SECONDS
 # 25 min for each run on rampart (13-18 min measured, emulated), 3 for each on the disk.
-nbd_runs=$(tr ' ' '\n' <<<"$runs" | grep -c ':nbd:' || true)
+nbd_runs=$(tr ' ' '\n' <<<"$runs" | grep -c -e ':nbd:' -e ':ublk:' || true)
 disk_runs=$(tr ' ' '\n' <<<"$runs" | grep -c ':disk:' || true)
 limit=${RAMPART_STARVED_TIMEOUT:-$((120 + 1500 * nbd_runs + 180 * disk_runs))}
 # The guest's watchdog needs the guest's userspace, which a starved guest can lose whole
@@ -261,15 +269,24 @@ for r in $runs; do
 done
 said | grep '^rampart-guest: stats ' | sed 's/^rampart-guest: stats /    /' >"$work/stats"
 grep -q 'lost pages 0, read errors 0' "$work/stats" \
+  && ! grep -q -E 'lost pages [1-9]|read errors [1-9]' "$work/stats" \
   || fail "the daemon lost pages or failed reads: $(grep '^ *failures' "$work/stats")"
 log "engine at the end:"
 cat "$work/stats"
 log "time against the same workload on the swap disk:"
 for r in $runs; do
   IFS=: read -r name dev wl _ <<<"$r"
-  [[ $dev == nbd && -n ${secs[disk-$wl]:-} ]] || continue
+  [[ $dev != disk && -n ${secs[disk-$wl]:-} ]] || continue
   log "  $(printf '%-10s %-9s %8.1f s vs %8.1f s  ratio %.2f' "$name" "$wl" "${secs[$name]}" \
     "${secs[disk-$wl]}" "$(awk -v a="${secs[$name]}" -v b="${secs[disk-$wl]}" 'BEGIN {print a / b}')")"
+done
+# bench/guest names its runs nbd-W and ublk-W: the two frontends on the same workload in
+# the same guest, the same boot.
+for wl in pages forks quicksort; do
+  [[ -n ${secs[nbd-$wl]:-} && -n ${secs[ublk-$wl]:-} ]] || continue
+  log "  $(printf 'ublk against nbd-client, %-9s %8.1f s vs %8.1f s  ratio %.2f' "$wl" \
+    "${secs[ublk-$wl]}" "${secs[nbd-$wl]}" \
+    "$(awk -v a="${secs[ublk-$wl]}" -v b="${secs[nbd-$wl]}" 'BEGIN {print a / b}')")"
 done
 log "daemon memory (VmRSS: what it holds, all of it locked; VmLck counts its locked mappings whole, touched or not):"
 said | grep '^rampart-guest: daemon ' | sed 's/^rampart-guest: daemon /    /'

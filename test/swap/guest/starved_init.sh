@@ -1,10 +1,12 @@
 #!/bin/busybox sh
 # /init of the starved guest (test_guest_starved.sh builds the initramfs around it): the
-# swap daemon, nbdkit rampart, runs in this guest, inside the very memory shortage its
+# swap daemon (nbdkit rampart, or rampart-ublk) runs in this guest, inside the very memory shortage its
 # swap relieves. No cgroup: the guest as a whole has RAM_MB and runs programs of twice
 # that. Everything the host must see goes to the serial console as "rampart-guest: ..."
 # lines; the host parses "result", "fault", "stall" and "end". /etc/starved.conf (written
-# by the host) sets SERVERS, KILL_ADDR, PROGRAM_MB, DEVICE_SIZE, RUNS and STALL_SECONDS.
+# by the host) sets SERVERS, KILL_ADDR, PROGRAM_MB, DEVICE_SIZE, RUNS, STALL_SECONDS and
+# FRONTEND (nbd: nbdkit + nbd-client; ublk: rampart-ublk), the daemon started first; a
+# run on the other one stops it and starts that one.
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
@@ -43,33 +45,76 @@ say "memory $(awk '/MemTotal/ {print $2}' /proc/meminfo) KiB, $(nproc) cpu"
 # host's log. lease=10: a killed server is declared lost (and its pages rebuilt) 10 s
 # after the kill, while the 3 s outage stays well inside it. The spill store is a disk
 # (/dev/vdb), not a file in this RAM-backed root.
-nbdkit ${NBDKIT_DEBUG:-} --foreground --unix /run/nbd.sock /lib/nbdkit/rampart.so size=$DEVICE_SIZE \
-  servers="$SERVERS" key=/etc/rampart/key redundancy=parity-log group=4 lease=10 \
-  spill=/dev/vdb stats-file=/tmp/stats </dev/null &
-nbdkit_pid=$!
-i=0
-until [ -S /run/nbd.sock ]; do
-  i=$((i + 1)); [ $i -le 300 ] || finish "nbdkit did not create its socket within 30 s"
-  kill -0 $nbdkit_pid 2>/dev/null || { wait $nbdkit_pid; finish "nbdkit exited with status $?"; }
-  sleep 0.1
-done
-nbd-client -u /run/nbd.sock /dev/nbd0 -N rampart -nonetlink -swap -block-size 4096 \
-  || finish "nbd-client failed"
-# nbd-client (ioctl mode) returns before its daemon child enters NBD_DO_IT, and only
-# there does the kernel give /dev/nbd0 its size.
-i=0
-while [ ! -e /sys/block/nbd0/pid ] || [ "$(cat /sys/block/nbd0/size)" = 0 ]; do
-  i=$((i + 1)); [ $i -le 60 ] || finish "nbd-client did not bring /dev/nbd0 up within 60 s"
-  sleep 1
-done
-mkswap /dev/nbd0 >/dev/null || finish "mkswap /dev/nbd0 failed"
+settings="servers=$SERVERS key=/etc/rampart/key redundancy=parity-log group=4 lease=10
+  spill=/dev/vdb stats-file=/tmp/stats"
+frontend=
+# start_daemon nbd|ublk: the rampart device through that frontend, made swap (mkswap):
+# sets daemon_pid and swapdev. A boot may run both, one after the other, to compare them
+# in the same guest (bench/guest).
+start_daemon() {
+  frontend=$1
+  if [ $frontend = ublk ]; then
+    # rampart-ublk, the engine's own ublk target (ublk/): it prints the device once the
+    # device takes I/O. Its queue depth and largest request bound its locked buffers
+    # (32 x 128 KiB = 4 MiB).
+    rampart-ublk --id 0 --depth 32 --max-io 131072 size=$DEVICE_SIZE $settings \
+      </dev/null >/tmp/ublk.out &
+    daemon_pid=$!
+    i=0
+    until grep -q /dev/ublkb0 /tmp/ublk.out 2>/dev/null; do
+      i=$((i + 1)); [ $i -le 300 ] || finish "rampart-ublk did not bring /dev/ublkb0 up within 30 s"
+      kill -0 $daemon_pid 2>/dev/null || { wait $daemon_pid; finish "rampart-ublk exited with status $?"; }
+      sleep 0.1
+    done
+    swapdev=/dev/ublkb0
+  else
+    nbdkit ${NBDKIT_DEBUG:-} --foreground --unix /run/nbd.sock /lib/nbdkit/rampart.so \
+      size=$DEVICE_SIZE $settings </dev/null &
+    daemon_pid=$!
+    i=0
+    until [ -S /run/nbd.sock ]; do
+      i=$((i + 1)); [ $i -le 300 ] || finish "nbdkit did not create its socket within 30 s"
+      kill -0 $daemon_pid 2>/dev/null || { wait $daemon_pid; finish "nbdkit exited with status $?"; }
+      sleep 0.1
+    done
+    nbd-client -u /run/nbd.sock /dev/nbd0 -N rampart -nonetlink -swap -block-size 4096 \
+      || finish "nbd-client failed"
+    # nbd-client (ioctl mode) returns before its daemon child enters NBD_DO_IT, and only
+    # there does the kernel give /dev/nbd0 its size.
+    i=0
+    while [ ! -e /sys/block/nbd0/pid ] || [ "$(cat /sys/block/nbd0/size)" = 0 ]; do
+      i=$((i + 1)); [ $i -le 60 ] || finish "nbd-client did not bring /dev/nbd0 up within 60 s"
+      sleep 1
+    done
+    swapdev=/dev/nbd0
+  fi
+  mkswap $swapdev >/dev/null || finish "mkswap $swapdev failed"
+  say "daemon ($frontend) pid $daemon_pid, threads $(ls /proc/$daemon_pid/task | wc -l), $(daemon_memory)"
+}
+
+# stop_daemon: its last memory and stats onto the console, then the device detached and
+# the daemon stopped.
+stop_daemon() {
+  [ -n "$frontend" ] || return 0
+  say "daemon ($frontend) at the end: $(daemon_memory)"
+  say "stats:"; sed 's/^/rampart-guest: stats /' /tmp/stats
+  if [ $frontend = nbd ]; then
+    nbd-client -d /dev/nbd0 >/dev/null 2>&1
+    kill -TERM $daemon_pid 2>/dev/null
+  else
+    kill -TERM $daemon_pid
+  fi
+  wait $daemon_pid
+  say "$frontend daemon stopped with status $?"
+  rm -f /tmp/stats /run/nbd.sock
+  frontend=
+}
 mkswap /dev/vda >/dev/null || finish "mkswap /dev/vda failed"
 swaps() { awk '/^pswpin / {i = $2} /^pswpout / {o = $2} END {print i + o}' /proc/vmstat; }
 # VmLck counts locked mappings whole, touched or not; VmRSS is what the daemon holds.
 daemon_memory() {
-  echo "$(awk '/^(VmLck|VmRSS|VmHWM):/ {printf "%s %s kB ", $1, $2}' /proc/$nbdkit_pid/status)"
+  echo "$(awk '/^(VmLck|VmRSS|VmHWM):/ {printf "%s %s kB ", $1, $2}' /proc/$daemon_pid/status)"
 }
-say "nbdkit pid $nbdkit_pid, threads $(ls /proc/$nbdkit_pid/task | wc -l), $(daemon_memory)"
 
 
 # The watchdog (rampart-swap-watchdog, swap/guest/swap_watchdog.c): while a workload
@@ -80,11 +125,11 @@ say "nbdkit pid $nbdkit_pid, threads $(ls /proc/$nbdkit_pid/task | wc -l), $(dae
 # stuck behind the very hang it was there to report.
 
 # fault_when_swapped KIB WHAT: says "fault WHAT" (the host then kills a server or stops
-# them all) once KIB of the running workload are on /dev/nbd0, so the fault hits while
+# them all) once KIB of the running workload are on the rampart device, so the fault hits while
 # the guest is starved and the daemon holds pages.
 fault_when_swapped() { # kib what workload-pid
   while kill -0 $3 2>/dev/null; do
-    used=$(awk '$1 == "/dev/nbd0" {print $4}' /proc/swaps)
+    used=$(awk -v d=$swapdev '$1 == d {print $4}' /proc/swaps)
     if [ "${used:-0}" -ge $1 ]; then say "fault $2 at $((used / 1024)) MiB swapped out"; return; fi
     sleep 1
   done
@@ -94,7 +139,7 @@ fault_when_swapped() { # kib what workload-pid
 # (the fault "outages": many outages in one run, to dig for a rare hang).
 fault_every() {
   while sleep $1 && kill -0 $3 2>/dev/null; do
-    say "fault $2 at $(awk '$1 == "/dev/nbd0" {print int($4 / 1024)}' /proc/swaps) MiB swapped out"
+    say "fault $2 at $(awk -v d=$swapdev '$1 == d {print int($4 / 1024)}' /proc/swaps) MiB swapped out"
   done
 }
 
@@ -104,7 +149,7 @@ fault_every() {
 cpu_jiffies() {
   awk '/^cpu / {print $2 + $3 + $4 + $7 + $8, $5, $6}' /proc/stat
 }
-daemon_jiffies() { awk '{print $14 + $15}' /proc/$nbdkit_pid/stat; }
+daemon_jiffies() { awk '{print $14 + $15}' /proc/$daemon_pid/stat; }
 # cpu_report "BUSY IDLE IOWAIT" DAEMON-JIFFIES: the shares since then.
 cpu_report() {
   set -- $1 $2 $(cpu_jiffies) $(daemon_jiffies)
@@ -125,7 +170,7 @@ run() {
   cpu0=$(cpu_jiffies); d0=$(daemon_jiffies)
   rampart-workload $wl --size ${PROGRAM_MB}M >$out 2>&1 &
   wpid=$!
-  rampart-swap-watchdog $wpid $nbdkit_pid $STALL_SECONDS --poweroff &
+  rampart-swap-watchdog $wpid $daemon_pid $STALL_SECONDS --poweroff &
   dog=$!
   case "$fault" in
     outages) fault_every 20 outage $wpid & ;;
@@ -138,7 +183,7 @@ run() {
   swapoff $dev || finish "swapoff $dev failed after run $name"
   say "result $name rc=$rc swaps=$((after - before)) $(grep '^workload' $out || tail -n 3 $out | tr '\n' ' ')"
   say "cpu $name: $(cpu_report "$cpu0" "$d0")"
-  [ $dev = /dev/nbd0 ] && say "daemon $name: $(daemon_memory)"
+  [ $dev != /dev/vda ] && say "daemon $name: $(daemon_memory)"
   [ $rc = 0 ] || { cat $out; finish "run $name failed"; }
 }
 
@@ -153,16 +198,22 @@ wait_rebuilt() {
   done
 }
 
+# The daemon named first runs first (a disk run needs one too: its watchdog and CPU
+# report watch it).
+start_daemon ${FRONTEND:-nbd}
 for r in $RUNS; do
   # name:device:workload[:fault]
   IFS=: read name dev wl fault <<EOF2
 $r
 EOF2
-  case $dev in nbd) dev=/dev/nbd0 ;; disk) dev=/dev/vda ;; esac
+  case $dev in
+    nbd|ublk)
+      [ "$frontend" = $dev ] || { stop_daemon; start_daemon $dev; }
+      dev=$swapdev ;;
+    disk) dev=/dev/vda ;;
+  esac
   run $name $dev $wl $fault
   [ "$fault" = kill ] && wait_rebuilt
 done
-say "daemon at the end: $(daemon_memory)"
-say "stats:"; sed 's/^/rampart-guest: stats /' /tmp/stats
-nbd-client -d /dev/nbd0 >/dev/null 2>&1
+stop_daemon
 finish 0
