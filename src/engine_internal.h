@@ -134,9 +134,17 @@ struct page_op {
   uint8_t server;               /* writes: server of the member in flight */
   uint8_t spill_epoch;          /* quarantine epoch of the op's spill I/O in flight */
   uint8_t member;               /* reads: the member being read */
+  uint8_t read_server;          /* reads: the server that read went to. A failure blames
+                                   it, not whatever the group names by then: a read does
+                                   not pin its group, which may be reclaimed and its id
+                                   reused meanwhile */
   uint32_t group;               /* reads: its group */
   uint8_t read_source;          /* reads: page_location_kind read, or READ_DEGRADED */
-  uint8_t verify_retries;       /* reads: restarts after a page failed verification */
+  uint16_t verify_retries;      /* reads: restarts after a page failed verification */
+  bool read_while_written;      /* reads: started while a write of the page was in flight,
+                                   whose version the map already names but whose bytes
+                                   may not have landed: a copy that fails verification
+                                   then is read again, not blamed */
   uint8_t bad_copies;           /* moves: copies that failed verification (2: the rebuilt
                                    page too), for the mover's verdict on a failed move */
   page_entry read_entry;        /* reads: the map entry being read */
@@ -156,6 +164,9 @@ struct degraded_read {
   bool unanswered;              /* a piece failed because its server's connection dropped */
   unsigned pieces;
   uint8_t piece_member[GROUP_MAX_DATA + 1]; /* member index per piece; capacity = parity */
+  uint8_t piece_server[GROUP_MAX_DATA + 1]; /* where each piece was sent: the group's own
+                                   entry may be cleared meanwhile (group_member_lost drops
+                                   its parity server) */
   struct rp_request reqs[GROUP_MAX_DATA + 1];
   uint8_t *pages;               /* (GROUP_MAX_DATA + 1) * 4 KiB scratch */
 };

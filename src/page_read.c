@@ -17,6 +17,11 @@
 #define LOST_ENTRY page_entry_slot(PAGE_SPILL, PAGE_ENTRY_MAX_SLOT)
 #define READ_DEGRADED 4u       /* op->read_source beyond the page_location_kinds */
 #define VERIFY_RESTARTS 8u     /* re-reads after a page changed under a failed check */
+/* ... while a write of the page is still in flight: the map names its version from the
+ * moment it is placed, so a read can get there before its bytes (a spill write racing a
+ * spill read of the same slot). Each re-read waits for an answer, not a spin; the bound
+ * only keeps a write that never ends from holding a read forever. */
+#define VERIFY_RESTARTS_WRITE_IN_FLIGHT 256u
 
 static void degraded_start(struct page_op *op, uint32_t id, unsigned lost);
 static void read_finish(struct page_op *op, int result);
@@ -90,7 +95,7 @@ static bool copy_was_replaced(const struct page_op *op)
     return now != op->expected || page_write_is_pending(e, op->page);
   return now != op->read_entry ||
          page_seal_get(&e->sealer, op->page)->version != op->seal.version ||
-         page_write_is_pending(e, op->page);
+         page_write_is_pending(e, op->page) || op->read_while_written;
 }
 
 /* The one place where a copy that failed verification is handled, for reads, moves
@@ -110,7 +115,9 @@ static void copy_failed_verification(struct page_op *op)
       page_mover_read_done(op, 0); /* the mover sees the map moved on, and stops */
       return;
     }
-    if (op->verify_retries < VERIFY_RESTARTS) {
+    unsigned limit = page_write_is_pending(e, op->page) ? VERIFY_RESTARTS_WRITE_IN_FLIGHT
+                                                        : VERIFY_RESTARTS;
+    if (op->verify_retries < limit) {
       op->verify_retries++;
       page_read_start(op);
       return;
@@ -250,9 +257,8 @@ static void on_piece_read(struct rp_request *req)
   if (req->status != RP_OK) {
     dr->failed = true;
     dr->unanswered |= req->status == RP_ERR_DISCONNECTED || req->status == RP_ERR_TIMEOUT;
-    struct group *g = group_get(&e->groups, dr->group);
     unsigned k = (unsigned)(req - dr->reqs);
-    server_request_failed(e, g->server[dr->piece_member[k]], req, false);
+    server_request_failed(e, dr->piece_server[k], req, false);
   }
   if (--dr->pending == 0)
     degraded_complete(dr);
@@ -324,6 +330,7 @@ static void degraded_start(struct page_op *op, uint32_t id, unsigned lost)
     req->page = dr->pages + (size_t)k * RAMPART_PAGE_SIZE;
     req->done = on_piece_read;
     req->user = dr;
+    dr->piece_server[k] = g->server[m];
     server_set_submit(e, g->server[m], req);
   }
 }
@@ -338,8 +345,7 @@ static void on_remote_read(struct rp_request *req)
     read_finish(op, 0);
     return;
   }
-  struct group *g = group_get(&e->groups, op->group);
-  server_request_failed(e, g->server[op->member], req, false);
+  server_request_failed(e, op->read_server, req, false);
   /* Start over from the page map: while this read was in flight the page may have been
    * moved and its old group reclaimed. The server is marked failed now, so the retry
    * goes to the disk copy or a degraded read of whatever group holds the page now. */
@@ -359,6 +365,7 @@ void page_read_start(struct page_op *op)
   /* The seal is taken with the entry: a write that replaces both while this read is in
    * flight must not make the old bytes look forged. */
   op->read_entry = entry;
+  op->read_while_written = page_write_is_pending(e, op->page);
   op->read_source = (uint8_t)page_entry_kind(entry);
   op->seal = *page_seal_get(&e->sealer, op->page);
   switch (page_entry_kind(entry)) {
@@ -398,5 +405,6 @@ void page_read_start(struct page_op *op)
   op->req.page = op->buf;
   op->req.done = on_remote_read;
   op->req.user = op;
+  op->read_server = (uint8_t)s->index;
   server_set_submit(e, s->index, &op->req);
 }

@@ -124,6 +124,13 @@ void server_set_flush(struct rampart_engine *e)
 bool server_request_failed(struct rampart_engine *e, unsigned index, struct rp_request *req,
                            bool may_wait)
 {
+  if (index >= e->nservers) {
+    /* A caller that looked the server up after the fact (a cleared or reused group
+     * entry) must not reach past the table: that once freed the engine. */
+    rp_log(RP_LOG_ERROR, "internal error: a failed request named server %u of %u; ignored",
+           index, e->nservers);
+    return false;
+  }
   struct server *s = &e->servers[index];
   char why[200];
   snprintf(why, sizeof why, "%s%s%s", rp_status_name(req->status),

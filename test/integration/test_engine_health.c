@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -538,6 +539,161 @@ static void test_parity_log_every_server_stalled(void **state)
   rig_stop(&r);
 }
 
+/* ---- a read that fails names the server it went to ------------------------------------ */
+
+struct async_batch {
+  atomic_uint done;
+  atomic_uint failed;
+};
+
+static void async_done(struct rampart_io *io, int result)
+{
+  struct async_batch *b = io->user;
+  if (result < 0)
+    atomic_fetch_add(&b->failed, 1);
+  atomic_fetch_add(&b->done, 1);
+}
+
+static void async_pages(struct rampart_engine *e, struct rampart_io *ios, uint8_t *bufs,
+                        unsigned n, enum rampart_op op, struct async_batch *b)
+{
+  for (unsigned i = 0; i < n; i++) {
+    memset(&ios[i], 0, sizeof ios[i]);
+    ios[i].op = op;
+    ios[i].offset = (uint64_t)i * PAGE;
+    ios[i].length = PAGE;
+    ios[i].buf = bufs + (size_t)i * PAGE;
+    ios[i].done = async_done;
+    ios[i].user = b;
+    rampart_submit(e, &ios[i]);
+  }
+}
+
+static bool wait_batch(struct async_batch *b, unsigned n, unsigned limit_ms)
+{
+  uint64_t until = rp_test_now_ms() + limit_ms;
+  while (atomic_load(&b->done) < n && rp_test_now_ms() < until)
+    rp_test_sleep_ms(20);
+  return atomic_load(&b->done) == n;
+}
+
+/* Server 0 is stopped while a batch of fresh pages is written: every group of it has a
+ * member or its parity on server 0, so most seal with their parity stored and one member
+ * write unanswered. Server 1 then drops out (its connection reset, reconnects refused) and
+ * the other three are stopped; reading the batch back, the pages on server 1 are rebuilt
+ * from their groups, pieces in flight on the stopped servers. Server 0 times out first: its
+ * member writes are not queued (another server is placeable), so their groups lose their
+ * parity (group_member_lost clears g->server[capacity] to GROUP_NO_SERVER), while the
+ * degraded reads' parity pieces are still out on the servers stopped later. When those time
+ * out, on_piece_read looked the piece's server up in the group again and got 255, past
+ * the end of the server table: the engine freed itself and crashed. It blames the server
+ * each piece was sent to (dr->piece_server). */
+static void test_degraded_read_piece_failing_after_its_group_lost_parity(void **state)
+{
+  (void)state;
+  struct rig r;
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "10",
+                          "timeout", "1000", NULL };
+  rig_start(&r, 5, true, 1024, extra);
+  struct rampart_engine *e = r.dev.engine;
+  enum { N = 128 };
+  static struct rampart_io wios[N], rios[N];
+  uint8_t *wbuf = aligned_alloc(PAGE, (size_t)N * PAGE), *rbuf = aligned_alloc(PAGE, (size_t)N * PAGE);
+  assert_non_null(wbuf);
+  assert_non_null(rbuf);
+  for (unsigned i = 0; i < N * PAGE; i++)
+    wbuf[i] = (uint8_t)(i * 7 + 3);
+  struct async_batch wb = { 0 }, rb = { 0 };
+  assert_int_equal(rp_test_server_pause(&r.cluster.servers[0]), 0);
+  async_pages(e, wios, wbuf, N, RAMPART_OP_WRITE, &wb);
+  rp_test_sleep_ms(300); /* members and parities on servers 1-4 answered */
+  rp_test_relay_refuse(r.relay, 1, true);
+  rp_test_relay_reset(r.relay, 1);
+  for (unsigned i = 2; i < 5; i++)
+    assert_int_equal(rp_test_server_pause(&r.cluster.servers[i]), 0);
+  rp_test_sleep_ms(50);
+  async_pages(e, rios, rbuf, N, RAMPART_OP_READ, &rb);
+  rp_test_sleep_ms(3000); /* server 0 times out, then 2-4 */
+  for (unsigned i = 0; i < 5; i++)
+    if (i != 1)
+      assert_int_equal(rp_test_server_resume(&r.cluster.servers[i]), 0);
+  rp_test_relay_refuse(r.relay, 1, false);
+  bool all = wait_batch(&wb, N, 30000) && wait_batch(&rb, N, 30000);
+  print_message("writes %u done (%u failed), reads %u done (%u failed)\n",
+                atomic_load(&wb.done), atomic_load(&wb.failed), atomic_load(&rb.done),
+                atomic_load(&rb.failed));
+  assert_true(all);
+  /* A blip costs latency, never a request; and a read that raced the write of its page
+   * (the page spilled while the read was out) gets the page, not EIO: 3-4 of 128 did,
+   * their spill reads overtaking the spill writes until the re-reads ran out. */
+  assert_int_equal(atomic_load(&wb.failed), 0);
+  assert_int_equal(atomic_load(&rb.failed), 0);
+  assert_memory_equal(rbuf, wbuf, (size_t)N * PAGE);
+  wait_settled(&r, 20000);
+  assert_false(log_has("server  failed"));
+  free(wbuf);
+  free(rbuf);
+  print_stats(&r);
+  rig_stop(&r);
+}
+
+/* Server 0 is stopped with reads of every page out, then every page is written again: each
+ * old group dies (its members retired at placement), is reclaimed at once (a read does not
+ * pin its group) and its id is taken again by the groups the rewrite opens. When server 0
+ * times out, on_remote_read looks the failed read's server up in the group by id: it names
+ * whatever the new group holds at that member index (another server, or 255 in a group
+ * with fewer members), and that server was marked failed: all four healthy ones were. It
+ * blames the server the read went to (op->read_server). Servers 1-4 are never stopped. */
+static void test_failed_read_blames_its_server_not_a_reused_group(void **state)
+{
+  (void)state;
+  struct rig r;
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "10",
+                          "timeout", "1000", NULL };
+  rig_start(&r, 5, false, 1024, extra);
+  struct rampart_engine *e = r.dev.engine;
+  enum { N = 1024 };
+  static struct rampart_io wios[N], rios[N];
+  uint8_t *wbuf = aligned_alloc(PAGE, (size_t)N * PAGE), *rbuf = aligned_alloc(PAGE, (size_t)N * PAGE);
+  assert_non_null(wbuf);
+  assert_non_null(rbuf);
+  for (unsigned i = 0; i < N * PAGE; i++)
+    wbuf[i] = (uint8_t)(i * 13 + 1);
+  struct async_batch wb = { 0 }, rb = { 0 };
+  log_clear();
+  assert_int_equal(rp_test_server_pause(&r.cluster.servers[0]), 0);
+  async_pages(e, rios, rbuf, N, RAMPART_OP_READ, &rb);
+  rp_test_sleep_ms(200);
+  async_pages(e, wios, wbuf, N, RAMPART_OP_WRITE, &wb);
+  rp_test_sleep_ms(2500); /* server 0 times out */
+  assert_int_equal(rp_test_server_resume(&r.cluster.servers[0]), 0);
+  bool all = wait_batch(&wb, N, 30000) && wait_batch(&rb, N, 30000);
+  print_message("writes %u done (%u failed), reads %u done (%u failed)\n",
+                atomic_load(&wb.done), atomic_load(&wb.failed), atomic_load(&rb.done),
+                atomic_load(&rb.failed));
+  assert_true(all);
+  assert_int_equal(atomic_load(&wb.failed), 0);
+  assert_int_equal(atomic_load(&rb.failed), 0);
+  wait_settled(&r, 20000);
+  unsigned wrong = 0;
+  for (unsigned i = 1; i < 5; i++) {
+    char line[160];
+    snprintf(line, sizeof line, "server %s failed (", r.cluster.servers[i].addr);
+    if (log_has(line)) {
+      print_message("server %u (%s), never stopped, was marked failed\n", i,
+                    r.cluster.servers[i].addr);
+      wrong++;
+    }
+  }
+  if (log_has("server  failed ("))
+    print_message("a server with an empty address (e->servers[255]) was marked failed\n");
+  assert_int_equal(wrong, 0);
+  assert_false(log_has("server  failed ("));
+  free(wbuf);
+  free(rbuf);
+  rig_stop(&r);
+}
+
 int main(void)
 {
   rampart_set_log_sink(capture_log);
@@ -552,6 +708,8 @@ int main(void)
     cmocka_unit_test(test_parity_log_outage_past_io_timeout),
     cmocka_unit_test(test_write_through_outage_past_io_timeout),
     cmocka_unit_test(test_parity_log_every_server_stalled),
+    cmocka_unit_test(test_degraded_read_piece_failing_after_its_group_lost_parity),
+    cmocka_unit_test(test_failed_read_blames_its_server_not_a_reused_group),
   };
   /* RAMPART_TEST_FILTER=test_none_blips runs one test (cmocka's own glob syntax). */
   if (getenv("RAMPART_TEST_FILTER"))
