@@ -80,6 +80,7 @@ int main(int argc, char **argv)
     int bad = 0;
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       printf("%s%s", usage, rampart_config_help);
+      rampart_config_free(config);
       return 0;
     } else if (strcmp(a, "--id") == 0) {
       bad = parse_number(a, i + 1 < argc ? argv[++i] : NULL, 0, 1u << 20, &dev_id);
@@ -101,24 +102,24 @@ int main(int argc, char **argv)
       if (klen >= sizeof key) {
         fprintf(stderr, "rampart-ublk: unknown setting '%.*s' (rampart-ublk --help lists them)\n",
                 (int)klen, a);
-        return 2;
+        goto bad_usage;
       }
       memcpy(key, a, klen);
       key[klen] = '\0';
       if (rampart_config_set(config, key, a + klen + 1, err, sizeof err) < 0) {
         fprintf(stderr, "rampart-ublk: %s\n", err);
-        return 2;
+        goto bad_usage;
       }
     } else {
       fprintf(stderr, "rampart-ublk: unexpected argument '%s'\n%s", a, usage);
-      return 2;
+      goto bad_usage;
     }
     if (bad)
-      return 2;
+      goto bad_usage;
   }
   if (rampart_config_check(config, err, sizeof err) < 0) {
     fprintf(stderr, "rampart-ublk: %s\n", err);
-    return 2;
+    goto bad_usage;
   }
 
   /* Signals are taken by sigwait in this thread only: block them before any thread
@@ -192,4 +193,8 @@ out_control:
   rampart_close(engine);
   rampart_config_free(config);
   return status;
+
+bad_usage:
+  rampart_config_free(config);
+  return 2;
 }
