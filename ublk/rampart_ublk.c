@@ -65,62 +65,86 @@ static int open_char_device(unsigned id, char *err, size_t errlen)
   return -1;
 }
 
-int main(int argc, char **argv)
+struct options {
+  unsigned long dev_id, queues, depth, max_io;
+  bool lock_memory;
+};
+
+/* Options into o, KEY=VALUE settings into config, checked. Returns 0 to go on, 1 when
+ * --help was printed, -1 after saying on stderr what was wrong. */
+static int parse_arguments(int argc, char **argv, struct options *o,
+                           struct rampart_config *config)
 {
-  unsigned long dev_id = (unsigned long)-1, queues = 1, depth = 64, max_io = 131072;
-  bool lock_memory = true;
   char err[512];
-  struct rampart_config *config = rampart_config_new();
-  if (!config) {
-    fprintf(stderr, "rampart-ublk: out of memory\n");
-    return 1;
-  }
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
+    const char *value = i + 1 < argc ? argv[i + 1] : NULL;
     int bad = 0;
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       printf("%s%s", usage, rampart_config_help);
-      rampart_config_free(config);
-      return 0;
+      return 1;
     } else if (strcmp(a, "--id") == 0) {
-      bad = parse_number(a, i + 1 < argc ? argv[++i] : NULL, 0, 1u << 20, &dev_id);
+      bad = parse_number(a, value, 0, 1u << 20, &o->dev_id);
+      i++;
     } else if (strcmp(a, "--queues") == 0) {
-      bad = parse_number(a, i + 1 < argc ? argv[++i] : NULL, 1, MAX_QUEUES, &queues);
+      bad = parse_number(a, value, 1, MAX_QUEUES, &o->queues);
+      i++;
     } else if (strcmp(a, "--depth") == 0) {
-      bad = parse_number(a, i + 1 < argc ? argv[++i] : NULL, 1, UBLK_MAX_QUEUE_DEPTH, &depth);
+      bad = parse_number(a, value, 1, UBLK_MAX_QUEUE_DEPTH, &o->depth);
+      i++;
     } else if (strcmp(a, "--max-io") == 0) {
-      bad = parse_number(a, i + 1 < argc ? argv[++i] : NULL, 4096, 1u << 20, &max_io);
-      if (!bad && max_io % 4096) {
-        fprintf(stderr, "rampart-ublk: --max-io %lu: give a multiple of 4096\n", max_io);
+      bad = parse_number(a, value, 4096, 1u << 20, &o->max_io);
+      i++;
+      if (!bad && o->max_io % 4096) {
+        fprintf(stderr, "rampart-ublk: --max-io %lu: give a multiple of 4096\n", o->max_io);
         bad = -1;
       }
     } else if (strcmp(a, "--no-mlock") == 0) {
-      lock_memory = false;
+      o->lock_memory = false;
     } else if (strchr(a, '=') && a[0] != '-') {
       char key[64];
       size_t klen = (size_t)(strchr(a, '=') - a);
       if (klen >= sizeof key) {
         fprintf(stderr, "rampart-ublk: unknown setting '%.*s' (rampart-ublk --help lists them)\n",
                 (int)klen, a);
-        goto bad_usage;
+        return -1;
       }
       memcpy(key, a, klen);
       key[klen] = '\0';
       if (rampart_config_set(config, key, a + klen + 1, err, sizeof err) < 0) {
         fprintf(stderr, "rampart-ublk: %s\n", err);
-        goto bad_usage;
+        return -1;
       }
     } else {
       fprintf(stderr, "rampart-ublk: unexpected argument '%s'\n%s", a, usage);
-      goto bad_usage;
+      return -1;
     }
     if (bad)
-      goto bad_usage;
+      return -1;
   }
   if (rampart_config_check(config, err, sizeof err) < 0) {
     fprintf(stderr, "rampart-ublk: %s\n", err);
-    goto bad_usage;
+    return -1;
   }
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  struct options o = { .dev_id = (unsigned long)-1, .queues = 1, .depth = 64,
+                       .max_io = 131072, .lock_memory = true };
+  char err[512];
+  struct rampart_config *config = rampart_config_new();
+  if (!config) {
+    fprintf(stderr, "rampart-ublk: out of memory\n");
+    return 1;
+  }
+  int parsed = parse_arguments(argc, argv, &o, config);
+  if (parsed != 0) {
+    rampart_config_free(config);
+    return parsed > 0 ? 0 : 2;
+  }
+  unsigned long queues = o.queues, depth = o.depth, max_io = o.max_io;
 
   /* Signals are taken by sigwait in this thread only: block them before any thread
    * (the engine's, the queues') exists, so every one inherits the mask. */
@@ -138,7 +162,7 @@ int main(int argc, char **argv)
     rampart_config_free(config);
     return 1;
   }
-  rampart_process_harden(lock_memory);
+  rampart_process_harden(o.lock_memory);
   struct rampart_engine *engine = rampart_open(config, err, sizeof err);
   if (!engine) {
     fprintf(stderr, "rampart-ublk: %s\n", err);
@@ -150,7 +174,7 @@ int main(int argc, char **argv)
   struct ublk_queue queue[MAX_QUEUES];
   unsigned started = 0;
   int char_fd = -1;
-  if (ublk_control_add(&control, (int)dev_id, (uint16_t)queues, (uint16_t)depth,
+  if (ublk_control_add(&control, (int)o.dev_id, (uint16_t)queues, (uint16_t)depth,
                        (uint32_t)max_io, err, sizeof err) < 0)
     goto out_control;
   if (ublk_control_set_params(&control, rampart_size(engine), err, sizeof err) < 0)
@@ -193,8 +217,4 @@ out_control:
   rampart_close(engine);
   rampart_config_free(config);
   return status;
-
-bad_usage:
-  rampart_config_free(config);
-  return 2;
 }

@@ -267,9 +267,4 @@ void ublk_queue_join(struct ublk_queue *q)
   free(q->buffers);
   free(q->tags);
   free(q->done);
-  q->descs = NULL;
-  q->buffers = NULL;
-  q->tags = NULL;
-  q->done = NULL;
-  q->event_fd = -1;
 }

@@ -436,6 +436,19 @@ static void test_mirror_acknowledges_only_once_both_copies_are_stored(void **sta
   rp_test_cluster_stop(&c);
 }
 
+/* A mirror device of 1024 pages on n servers, the last refusing one write in 64, filled
+ * once. */
+static void mirror_with_a_refusing_server(struct rp_test_cluster *c, struct rp_test_device *d,
+                                          unsigned n, uint64_t seed)
+{
+  const char *faults[] = { NULL, NULL, NULL };
+  faults[n - 1] = "refuse-writes";
+  cluster_start(c, n, faults);
+  const char *extra[] = { "redundancy", "mirror", "lease", "30", "timeout", "1000", NULL };
+  rp_test_device_init(d, rp_test_engine_open(c, 1024, extra), 1024, seed);
+  rp_test_device_fill(d, 0, 1024);
+}
+
 /* Mirror with a server that refuses one write in 64: a write whose second copy was
  * refused is placed again on two servers before it completes, so losing any other
  * server afterwards loses nothing. */
@@ -443,12 +456,8 @@ static void test_mirror_places_a_refused_copy_again(void **state)
 {
   (void)state;
   struct rp_test_cluster c;
-  const char *faults[] = { NULL, NULL, "refuse-writes" };
-  cluster_start(&c, 3, faults);
-  const char *extra[] = { "redundancy", "mirror", "lease", "30", "timeout", "1000", NULL };
   struct rp_test_device d;
-  rp_test_device_init(&d, rp_test_engine_open(&c, 1024, extra), 1024, 89);
-  rp_test_device_fill(&d, 0, 1024);
+  mirror_with_a_refusing_server(&c, &d, 3, 89);
   wait_quiet(&d, 30);
   rp_test_server_kill(&c.servers[0]);
   uint64_t eio = rp_test_device_verify(&d, true);
@@ -464,19 +473,15 @@ static void test_mirror_places_a_refused_copy_again(void **state)
  * two servers), so it waits for it, while its second copy is still on its way to the
  * other server. That copy's answer must not complete the write under the wait: it once
  * did, and the write was then started again from the wait list after it had completed
- * (or appended to the list a second time, which looped the list on itself). Every write
+ * (or appended to the list a second time, which cut off every op behind it). Every write
  * completes once, and both copies of every page are stored: losing either server after
  * the fill loses nothing. */
 static void test_mirror_write_refused_while_its_copy_is_in_flight(void **state)
 {
   (void)state;
   struct rp_test_cluster c;
-  const char *faults[] = { NULL, "refuse-writes" };
-  cluster_start(&c, 2, faults);
-  const char *extra[] = { "redundancy", "mirror", "lease", "30", "timeout", "1000", NULL };
   struct rp_test_device d;
-  rp_test_device_init(&d, rp_test_engine_open(&c, 1024, extra), 1024, 131);
-  rp_test_device_fill(&d, 0, 1024);
+  mirror_with_a_refusing_server(&c, &d, 2, 131);
   rp_test_device_workload(&d, 64, 100, 0); /* 64 more batches of writes, each refused 1 in 64 */
   wait_quiet(&d, 30);
   struct rampart_stats st;

@@ -577,6 +577,59 @@ static bool wait_batch(struct async_batch *b, unsigned n, unsigned limit_ms)
   return atomic_load(&b->done) == n;
 }
 
+/* Pages 0..n-1 written and read back asynchronously, each by a request of its own, so a
+ * test can stop and resume servers while they are out. */
+struct page_traffic {
+  unsigned n;
+  struct rampart_io *wios, *rios;
+  uint8_t *wbuf, *rbuf;
+  struct async_batch wb, rb;
+};
+
+static void traffic_init(struct page_traffic *t, unsigned n, unsigned mul, unsigned add)
+{
+  memset(t, 0, sizeof *t);
+  t->n = n;
+  t->wios = calloc(n, sizeof *t->wios);
+  t->rios = calloc(n, sizeof *t->rios);
+  t->wbuf = aligned_alloc(PAGE, (size_t)n * PAGE);
+  t->rbuf = aligned_alloc(PAGE, (size_t)n * PAGE);
+  assert_true(t->wios && t->rios && t->wbuf && t->rbuf);
+  for (unsigned i = 0; i < n * PAGE; i++)
+    t->wbuf[i] = (uint8_t)(i * mul + add);
+}
+
+static void traffic_write(struct rampart_engine *e, struct page_traffic *t)
+{
+  async_pages(e, t->wios, t->wbuf, t->n, RAMPART_OP_WRITE, &t->wb);
+}
+
+static void traffic_read(struct rampart_engine *e, struct page_traffic *t)
+{
+  async_pages(e, t->rios, t->rbuf, t->n, RAMPART_OP_READ, &t->rb);
+}
+
+/* Every write and read completes within 30 s each, and none fails: a blip costs
+ * latency, never a request. */
+static void traffic_completes_without_failures(struct page_traffic *t)
+{
+  bool all = wait_batch(&t->wb, t->n, 30000) && wait_batch(&t->rb, t->n, 30000);
+  print_message("writes %u done (%u failed), reads %u done (%u failed)\n",
+                atomic_load(&t->wb.done), atomic_load(&t->wb.failed), atomic_load(&t->rb.done),
+                atomic_load(&t->rb.failed));
+  assert_true(all);
+  assert_int_equal(atomic_load(&t->wb.failed), 0);
+  assert_int_equal(atomic_load(&t->rb.failed), 0);
+}
+
+static void traffic_free(struct page_traffic *t)
+{
+  free(t->wios);
+  free(t->rios);
+  free(t->wbuf);
+  free(t->rbuf);
+}
+
 /* Server 0 is stopped while a batch of fresh pages is written: every group of it has a
  * member or its parity on server 0, so most seal with their parity stored and one member
  * write unanswered. Server 1 then drops out (its connection reset, reconnects refused) and
@@ -596,43 +649,30 @@ static void test_degraded_read_piece_failing_after_its_group_lost_parity(void **
                           "timeout", "1000", NULL };
   rig_start(&r, 5, true, 1024, extra);
   struct rampart_engine *e = r.dev.engine;
-  enum { N = 128 };
-  static struct rampart_io wios[N], rios[N];
-  uint8_t *wbuf = aligned_alloc(PAGE, (size_t)N * PAGE), *rbuf = aligned_alloc(PAGE, (size_t)N * PAGE);
-  assert_non_null(wbuf);
-  assert_non_null(rbuf);
-  for (unsigned i = 0; i < N * PAGE; i++)
-    wbuf[i] = (uint8_t)(i * 7 + 3);
-  struct async_batch wb = { 0 }, rb = { 0 };
+  struct page_traffic t;
+  traffic_init(&t, 128, 7, 3);
   assert_int_equal(rp_test_server_pause(&r.cluster.servers[0]), 0);
-  async_pages(e, wios, wbuf, N, RAMPART_OP_WRITE, &wb);
+  traffic_write(e, &t);
   rp_test_sleep_ms(300); /* members and parities on servers 1-4 answered */
   rp_test_relay_refuse(r.relay, 1, true);
   rp_test_relay_reset(r.relay, 1);
   for (unsigned i = 2; i < 5; i++)
     assert_int_equal(rp_test_server_pause(&r.cluster.servers[i]), 0);
   rp_test_sleep_ms(50);
-  async_pages(e, rios, rbuf, N, RAMPART_OP_READ, &rb);
+  traffic_read(e, &t);
   rp_test_sleep_ms(3000); /* server 0 times out, then 2-4 */
   for (unsigned i = 0; i < 5; i++)
     if (i != 1)
       assert_int_equal(rp_test_server_resume(&r.cluster.servers[i]), 0);
   rp_test_relay_refuse(r.relay, 1, false);
-  bool all = wait_batch(&wb, N, 30000) && wait_batch(&rb, N, 30000);
-  print_message("writes %u done (%u failed), reads %u done (%u failed)\n",
-                atomic_load(&wb.done), atomic_load(&wb.failed), atomic_load(&rb.done),
-                atomic_load(&rb.failed));
-  assert_true(all);
-  /* A blip costs latency, never a request; and a read that raced the write of its page
-   * (the page spilled while the read was out) gets the page, not EIO: 3-4 of 128 did,
-   * their spill reads overtaking the spill writes until the re-reads ran out. */
-  assert_int_equal(atomic_load(&wb.failed), 0);
-  assert_int_equal(atomic_load(&rb.failed), 0);
-  assert_memory_equal(rbuf, wbuf, (size_t)N * PAGE);
+  /* A read that raced the write of its page (the page spilled while the read was out)
+   * gets the page, not EIO: 3-4 of 128 did, their spill reads overtaking the spill
+   * writes until the re-reads ran out. */
+  traffic_completes_without_failures(&t);
+  assert_memory_equal(t.rbuf, t.wbuf, (size_t)t.n * PAGE);
   wait_settled(&r, 20000);
   assert_false(log_has("server  failed"));
-  free(wbuf);
-  free(rbuf);
+  traffic_free(&t);
   print_stats(&r);
   rig_stop(&r);
 }
@@ -652,28 +692,16 @@ static void test_failed_read_blames_its_server_not_a_reused_group(void **state)
                           "timeout", "1000", NULL };
   rig_start(&r, 5, false, 1024, extra);
   struct rampart_engine *e = r.dev.engine;
-  enum { N = 1024 };
-  static struct rampart_io wios[N], rios[N];
-  uint8_t *wbuf = aligned_alloc(PAGE, (size_t)N * PAGE), *rbuf = aligned_alloc(PAGE, (size_t)N * PAGE);
-  assert_non_null(wbuf);
-  assert_non_null(rbuf);
-  for (unsigned i = 0; i < N * PAGE; i++)
-    wbuf[i] = (uint8_t)(i * 13 + 1);
-  struct async_batch wb = { 0 }, rb = { 0 };
+  struct page_traffic t;
+  traffic_init(&t, 1024, 13, 1);
   log_clear();
   assert_int_equal(rp_test_server_pause(&r.cluster.servers[0]), 0);
-  async_pages(e, rios, rbuf, N, RAMPART_OP_READ, &rb);
+  traffic_read(e, &t);
   rp_test_sleep_ms(200);
-  async_pages(e, wios, wbuf, N, RAMPART_OP_WRITE, &wb);
+  traffic_write(e, &t);
   rp_test_sleep_ms(2500); /* server 0 times out */
   assert_int_equal(rp_test_server_resume(&r.cluster.servers[0]), 0);
-  bool all = wait_batch(&wb, N, 30000) && wait_batch(&rb, N, 30000);
-  print_message("writes %u done (%u failed), reads %u done (%u failed)\n",
-                atomic_load(&wb.done), atomic_load(&wb.failed), atomic_load(&rb.done),
-                atomic_load(&rb.failed));
-  assert_true(all);
-  assert_int_equal(atomic_load(&wb.failed), 0);
-  assert_int_equal(atomic_load(&rb.failed), 0);
+  traffic_completes_without_failures(&t);
   wait_settled(&r, 20000);
   unsigned wrong = 0;
   for (unsigned i = 1; i < 5; i++) {
@@ -689,8 +717,7 @@ static void test_failed_read_blames_its_server_not_a_reused_group(void **state)
     print_message("a server with an empty address (e->servers[255]) was marked failed\n");
   assert_int_equal(wrong, 0);
   assert_false(log_has("server  failed ("));
-  free(wbuf);
-  free(rbuf);
+  traffic_free(&t);
   rig_stop(&r);
 }
 

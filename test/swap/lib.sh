@@ -194,9 +194,11 @@ guest_initramfs_tools() {
 # completed, when a module was added to scripts/fetch-guest-kernel's list since) if need
 # be; with --ublk, the newer kernel that has the ublk driver.
 guest_kernel() {
-  local default=/var/cache/rampart/guest-kernel${1:+-ublk}
-  [[ -n ${1:-} ]] && default=${RAMPART_GUEST_UBLK_KERNEL_DIR:-$default}
-  kdir=${RAMPART_GUEST_KERNEL_DIR:-$default}
+  if [[ ${1:-} == --ublk ]]; then
+    kdir=${RAMPART_GUEST_UBLK_KERNEL_DIR:-/var/cache/rampart/guest-kernel-ublk}
+  else
+    kdir=${RAMPART_GUEST_KERNEL_DIR:-/var/cache/rampart/guest-kernel}
+  fi
   "$src_root/scripts/fetch-guest-kernel" ${1:-} "$kdir" >"$work/fetch.out" 2>&1 \
     || skip "no guest kernel with its modules in $kdir and fetching one failed: $(tail -n 2 "$work/fetch.out")"
   log "guest kernel: $(cat "$kdir/version" 2>/dev/null)"

@@ -42,7 +42,8 @@
 # harder case for the daemon (requests in flight get no answer at all and must time out
 # while it holds them), with no firewall change on a shared machine.
 #
-# Environment: RAMPART_GUEST_KERNEL_DIR (default /var/cache/rampart/guest-kernel),
+# Environment: RAMPART_GUEST_KERNEL_DIR (default /var/cache/rampart/guest-kernel; with
+# ublk, RAMPART_GUEST_UBLK_KERNEL_DIR, default /var/cache/rampart/guest-kernel-ublk),
 # RAMPART_GUEST_MEM_MB (192), RAMPART_STARVED_RUNS (the runs, as guest/starved_init.sh
 # reads them: name:nbd|disk:workload[:kill|outage|outages] ...; outages: every live server
 # stopped for 3 s every 20 s of the run, to dig for a rare hang), RAMPART_GUEST_CONSOLE (where the

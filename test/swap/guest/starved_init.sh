@@ -5,8 +5,8 @@
 # that. Everything the host must see goes to the serial console as "rampart-guest: ..."
 # lines; the host parses "result", "fault", "stall" and "end". /etc/starved.conf (written
 # by the host) sets SERVERS, KILL_ADDR, PROGRAM_MB, DEVICE_SIZE, RUNS, STALL_SECONDS and
-# FRONTEND (nbd: nbdkit + nbd-client; ublk: rampart-ublk), the daemon started first; a
-# run on the other one stops it and starts that one.
+# FRONTEND (nbd: nbdkit + nbd-client; ublk: rampart-ublk). A run names its frontend; a
+# run on the other one stops the daemon and starts that one.
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
@@ -198,9 +198,13 @@ wait_rebuilt() {
   done
 }
 
-# The daemon named first runs first (a disk run needs one too: its watchdog and CPU
-# report watch it).
-start_daemon ${FRONTEND:-nbd}
+# The first rampart run's frontend starts first (FRONTEND when every run is on the disk,
+# which needs a daemon too: its watchdog and CPU report watch it).
+first=${FRONTEND:-nbd}
+for r in $RUNS; do
+  case $r in *:nbd:*) first=nbd; break ;; *:ublk:*) first=ublk; break ;; esac
+done
+start_daemon $first
 for r in $RUNS; do
   # name:device:workload[:fault]
   IFS=: read name dev wl fault <<EOF2
