@@ -1,0 +1,415 @@
+/* The pager's state segment (see pager_state.h, docs/recovery.md). */
+#include "pager_state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ipc.h>
+#include <sys/shm.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "auth.h"
+
+#define STATE_MAGIC "rampart-state\0\0"
+#define STATE_LAYOUT 1u
+#define STATE_HEADER_BYTES 4096u
+#define ANCHOR_FIRST_LINE "rampart pager state 1"
+#define WRAP_LABEL "rampart state key wrap v1"
+#define WRAP_NONCE_LEN 12u
+#define WRAP_TAG_LEN 16u
+
+/* The segment's first page. Fixed-width fields only: a restarted process of the same
+ * build reads it back, and `layout` turns away any other. */
+struct pager_state_header {
+  char magic[16];
+  uint32_t layout;
+  uint32_t header_bytes;
+  uint8_t identity[PAGER_STATE_IDENTITY_LEN];
+  struct pager_state_fingerprint fingerprint;
+  uint64_t generation;
+  uint64_t next_version;
+  uint64_t map_offset, seals_offset, total_bytes;
+  uint8_t wrap_nonce[WRAP_NONCE_LEN];
+  uint8_t wrapped_key[PAGE_SEAL_KEY_LEN];
+  uint8_t wrap_tag[WRAP_TAG_LEN];
+};
+
+_Static_assert(sizeof(struct pager_state_header) <= STATE_HEADER_BYTES,
+               "the state header fits its page");
+
+static uint64_t round_to_page(uint64_t bytes)
+{
+  return (bytes + 4095) & ~UINT64_C(4095);
+}
+
+static uint64_t map_bytes(uint64_t pages)
+{
+  return round_to_page(pages * sizeof(page_entry));
+}
+
+uint64_t pager_state_bytes(uint64_t pages)
+{
+  return STATE_HEADER_BYTES + map_bytes(pages) +
+         round_to_page(pages * sizeof(struct page_seal));
+}
+
+/* ---- the anchor file ------------------------------------------------------------------ */
+
+struct anchor {
+  int segment;
+  uint8_t identity[PAGER_STATE_IDENTITY_LEN];
+};
+
+static void identity_hex(const uint8_t *id, char out[2 * PAGER_STATE_IDENTITY_LEN + 1])
+{
+  for (unsigned i = 0; i < PAGER_STATE_IDENTITY_LEN; i++)
+    snprintf(out + 2 * i, 3, "%02x", id[i]);
+}
+
+/* 1 read, 0 no file, -1 unreadable or not an anchor (err says so). */
+static int anchor_read(const char *path, struct anchor *a, char *err, size_t errlen)
+{
+  FILE *f = fopen(path, "re");
+  if (!f) {
+    if (errno == ENOENT)
+      return 0;
+    snprintf(err, errlen, "cannot read the state file %s: %s", path, strerror(errno));
+    return -1;
+  }
+  char first[64] = "", hex[2 * PAGER_STATE_IDENTITY_LEN + 1] = "";
+  int segment = -1;
+  bool ok = fgets(first, sizeof first, f) != NULL &&
+            strncmp(first, ANCHOR_FIRST_LINE "\n", sizeof first) == 0 &&
+            fscanf(f, "segment %d\nidentity %32s\n", &segment, hex) == 2 && segment >= 0 &&
+            strlen(hex) == 2 * PAGER_STATE_IDENTITY_LEN;
+  fclose(f);
+  for (unsigned i = 0; ok && i < PAGER_STATE_IDENTITY_LEN; i++) {
+    unsigned byte;
+    ok = sscanf(hex + 2 * i, "%2x", &byte) == 1;
+    a->identity[i] = (uint8_t)byte;
+  }
+  if (!ok) {
+    snprintf(err, errlen, "%s is not a rampart state file (it should start '%s'): give "
+             "state= a path of its own, or remove the file to start empty", path,
+             ANCHOR_FIRST_LINE);
+    return -1;
+  }
+  a->segment = segment;
+  return 1;
+}
+
+/* Written beside the old one and renamed over it, so a crash leaves one or the other. */
+static int anchor_write(const char *path, const struct anchor *a, char *err, size_t errlen)
+{
+  char tmp[4200], hex[2 * PAGER_STATE_IDENTITY_LEN + 1];
+  snprintf(tmp, sizeof tmp, "%s.new", path);
+  identity_hex(a->identity, hex);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    snprintf(err, errlen, "cannot write the state file %s: %s (state= must name a file "
+             "in a directory this user can write, such as /run/rampart/NAME/state)", tmp,
+             strerror(errno));
+    return -1;
+  }
+  char text[160];
+  int n = snprintf(text, sizeof text, ANCHOR_FIRST_LINE "\nsegment %d\nidentity %s\n",
+                   a->segment, hex);
+  bool ok = write(fd, text, (size_t)n) == n && fsync(fd) == 0;
+  ok = close(fd) == 0 && ok;
+  if (!ok || rename(tmp, path) < 0) {
+    snprintf(err, errlen, "cannot write the state file %s: %s", path, strerror(errno));
+    unlink(tmp);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- the wrapped device key ------------------------------------------------------------ */
+
+static bool wrapping_key(const uint8_t *master, size_t master_len,
+                         const uint8_t identity[PAGER_STATE_IDENTITY_LEN],
+                         uint8_t key[PAGE_SEAL_KEY_LEN])
+{
+  uint8_t msg[sizeof WRAP_LABEL - 1 + PAGER_STATE_IDENTITY_LEN];
+  memcpy(msg, WRAP_LABEL, sizeof WRAP_LABEL - 1);
+  memcpy(msg + sizeof WRAP_LABEL - 1, identity, PAGER_STATE_IDENTITY_LEN);
+  static const uint8_t no_key[1];
+  unsigned len = PAGE_SEAL_KEY_LEN;
+  return HMAC(EVP_sha256(), master ? master : no_key, master ? (int)master_len : 0, msg,
+              sizeof msg, key, &len) != NULL;
+}
+
+/* AES-256-GCM over the 32-byte device key, the identity as additional data. encrypt:
+ * plain -> the header's wrapped_key and tag; else the header's -> plain, false when the
+ * tag does not verify (another key). */
+static bool wrap_device_key(struct pager_state_header *h, const uint8_t *master,
+                            size_t master_len, uint8_t plain[PAGE_SEAL_KEY_LEN], bool encrypt)
+{
+  uint8_t key[PAGE_SEAL_KEY_LEN];
+  if (!wrapping_key(master, master_len, h->identity, key))
+    return false;
+  EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+  int len = 0;
+  bool ok = ctx != NULL;
+  if (encrypt) {
+    ok = ok && EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, key, h->wrap_nonce) == 1 &&
+         EVP_EncryptUpdate(ctx, NULL, &len, h->identity, PAGER_STATE_IDENTITY_LEN) == 1 &&
+         EVP_EncryptUpdate(ctx, h->wrapped_key, &len, plain, PAGE_SEAL_KEY_LEN) == 1 &&
+         EVP_EncryptFinal_ex(ctx, h->wrapped_key + len, &len) == 1 &&
+         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, WRAP_TAG_LEN, h->wrap_tag) == 1;
+  } else {
+    ok = ok && EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, key, h->wrap_nonce) == 1 &&
+         EVP_DecryptUpdate(ctx, NULL, &len, h->identity, PAGER_STATE_IDENTITY_LEN) == 1 &&
+         EVP_DecryptUpdate(ctx, plain, &len, h->wrapped_key, PAGE_SEAL_KEY_LEN) == 1 &&
+         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, WRAP_TAG_LEN, h->wrap_tag) == 1 &&
+         EVP_DecryptFinal_ex(ctx, plain + len, &len) == 1;
+    if (!ok)
+      OPENSSL_cleanse(plain, PAGE_SEAL_KEY_LEN);
+  }
+  EVP_CIPHER_CTX_free(ctx);
+  OPENSSL_cleanse(key, sizeof key);
+  return ok;
+}
+
+/* ---- the segment -------------------------------------------------------------------------- */
+
+static void point_into(struct pager_state *st)
+{
+  struct pager_state_header *h = st->base;
+  st->header = h;
+  st->map = (page_entry *)((uint8_t *)st->base + h->map_offset);
+  st->seals = (struct page_seal *)((uint8_t *)st->base + h->seals_offset);
+  st->next_version = &h->next_version;
+  st->generation = h->generation;
+  memcpy(st->identity, h->identity, PAGER_STATE_IDENTITY_LEN);
+}
+
+/* The kernel destroys every segment its creator leaves when this is 1, which would
+ * make a crash lose the state it is kept for. */
+static int check_segments_outlive_processes(char *err, size_t errlen)
+{
+  FILE *f = fopen("/proc/sys/kernel/shm_rmid_forced", "re");
+  int forced = 0;
+  if (f) {
+    if (fscanf(f, "%d", &forced) != 1)
+      forced = 0;
+    fclose(f);
+  }
+  if (forced) {
+    snprintf(err, errlen, "kernel.shm_rmid_forced=1 makes the kernel destroy the pager's "
+             "state when the pager exits, so a restart would find nothing: set "
+             "'sysctl kernel.shm_rmid_forced=0', or leave state= unset");
+    return -1;
+  }
+  return 0;
+}
+
+static int create_state(struct pager_state *st, const struct pager_state_fingerprint *fp,
+                        const uint8_t *master, size_t master_len,
+                        uint8_t device_key[PAGE_SEAL_KEY_LEN], char *err, size_t errlen)
+{
+  uint64_t bytes = pager_state_bytes(fp->pages);
+  int id = shmget(IPC_PRIVATE, bytes, IPC_CREAT | IPC_EXCL | 0600);
+  if (id < 0) {
+    snprintf(err, errlen, "cannot create the %" PRIu64 " MiB state segment: %s (raise "
+             "kernel.shmmax / kernel.shmall, or leave state= unset)", bytes >> 20,
+             strerror(errno));
+    return -1;
+  }
+  /* Locked as a segment, not through a mapping: it stays resident with no process
+   * attached, between a crash and the restart. */
+  if (shmctl(id, SHM_LOCK, NULL) < 0) {
+    int saved = errno;
+    shmctl(id, IPC_RMID, NULL);
+    snprintf(err, errlen, "cannot lock the %" PRIu64 " MiB state segment in memory: %s "
+             "(raise LimitMEMLOCK= in the unit or 'ulimit -l', or run with CAP_IPC_LOCK)",
+             bytes >> 20, strerror(saved));
+    return -1;
+  }
+  void *base = shmat(id, NULL, 0);
+  if (base == (void *)-1) {
+    int saved = errno;
+    shmctl(id, IPC_RMID, NULL);
+    snprintf(err, errlen, "cannot map the state segment: %s", strerror(saved));
+    return -1;
+  }
+  struct pager_state_header *h = base;
+  memcpy(h->magic, STATE_MAGIC, sizeof h->magic);
+  h->layout = STATE_LAYOUT;
+  h->header_bytes = STATE_HEADER_BYTES;
+  h->fingerprint = *fp;
+  h->generation = 1;
+  h->next_version = 1;
+  h->map_offset = STATE_HEADER_BYTES;
+  h->seals_offset = STATE_HEADER_BYTES + map_bytes(fp->pages);
+  h->total_bytes = bytes;
+  bool ok = rp_random_bytes(h->identity, sizeof h->identity) == 0 &&
+            rp_random_bytes(h->wrap_nonce, sizeof h->wrap_nonce) == 0 &&
+            rp_random_bytes(device_key, PAGE_SEAL_KEY_LEN) == 0 &&
+            wrap_device_key(h, master, master_len, device_key, true);
+  struct anchor a = { .segment = id };
+  memcpy(a.identity, h->identity, sizeof a.identity);
+  if (!ok) {
+    snprintf(err, errlen, "cannot draw and wrap a device key (getrandom or OpenSSL failed)");
+  } else if (anchor_write(st->path, &a, err, errlen) == 0) {
+    st->segment = id;
+    st->base = base;
+    st->bytes = bytes;
+    st->recovered = false;
+    point_into(st);
+    return 0;
+  }
+  OPENSSL_cleanse(device_key, PAGE_SEAL_KEY_LEN);
+  shmdt(base);
+  shmctl(id, IPC_RMID, NULL);
+  return -1;
+}
+
+static void describe_mismatch(const struct pager_state_fingerprint *was,
+                              const struct pager_state_fingerprint *now, char *out,
+                              size_t outlen)
+{
+  if (was->pages != now->pages)
+    snprintf(out, outlen, "its size is %" PRIu64 " MiB, this device's %" PRIu64 " MiB",
+             was->pages >> 8, now->pages >> 8);
+  else if (was->redundancy != now->redundancy || was->group != now->group)
+    snprintf(out, outlen, "its redundancy is %u with groups of %u, this device's %u with "
+             "groups of %u", was->redundancy, was->group, now->redundancy, now->group);
+  else
+    snprintf(out, outlen, "it was written with encrypt=%s, this device has encrypt=%s",
+             was->encrypt ? "on" : "off", now->encrypt ? "on" : "off");
+}
+
+/* 0 attached; 1 the segment is gone (start empty); -1 refused. */
+static int attach_state(struct pager_state *st, const struct anchor *a,
+                        const struct pager_state_fingerprint *fp, const uint8_t *master,
+                        size_t master_len, uint8_t device_key[PAGE_SEAL_KEY_LEN], char *err,
+                        size_t errlen)
+{
+  struct shmid_ds ds;
+  if (shmctl(a->segment, IPC_STAT, &ds) < 0) {
+    if (errno == EINVAL || errno == EIDRM)
+      return 1;
+    snprintf(err, errlen, "cannot open the state segment %d that %s names: %s (is the "
+             "pager running as another user?)", a->segment, st->path, strerror(errno));
+    return -1;
+  }
+  char start_empty[4200];
+  snprintf(start_empty, sizeof start_empty, "remove %s to start this device empty (the "
+           "pages of the device it was are then lost)", st->path);
+  /* Ids are reused once a segment is removed: the owner, mode and identity say whether
+   * this one is still the state the anchor was written for. */
+  if (ds.shm_perm.uid != geteuid() || ds.shm_perm.cuid != geteuid() ||
+      (ds.shm_perm.mode & 0077) != 0) {
+    snprintf(err, errlen, "the state segment %d that %s names is not this user's own "
+             "(owner uid %u, mode %o): %s", a->segment, st->path,
+             (unsigned)ds.shm_perm.uid, (unsigned)(ds.shm_perm.mode & 0777), start_empty);
+    return -1;
+  }
+  if (ds.shm_nattch > 0) {
+    snprintf(err, errlen, "the state %s is in use by a running pager (pid %d attached it "
+             "last): stop that one first; two pagers on one state would both hand out "
+             "the same slots", st->path, (int)ds.shm_lpid);
+    return -1;
+  }
+  if (ds.shm_segsz < STATE_HEADER_BYTES) {
+    snprintf(err, errlen, "the segment %d that %s names is not a pager state: %s",
+             a->segment, st->path, start_empty);
+    return -1;
+  }
+  void *base = shmat(a->segment, NULL, 0);
+  if (base == (void *)-1) {
+    snprintf(err, errlen, "cannot map the state segment %d: %s", a->segment, strerror(errno));
+    return -1;
+  }
+  struct pager_state_header *h = base;
+  char why[200];
+  if (memcmp(h->magic, STATE_MAGIC, sizeof h->magic) != 0 || h->layout != STATE_LAYOUT ||
+      h->total_bytes != ds.shm_segsz ||
+      h->total_bytes != pager_state_bytes(h->fingerprint.pages)) {
+    snprintf(err, errlen, "the segment %d that %s names is not a pager state of this "
+             "version (layout %u, this build reads %u): %s", a->segment, st->path,
+             h->layout, STATE_LAYOUT, start_empty);
+  } else if (memcmp(h->identity, a->identity, PAGER_STATE_IDENTITY_LEN) != 0) {
+    snprintf(err, errlen, "the segment %d holds another device's state than %s was "
+             "written for: %s", a->segment, st->path, start_empty);
+  } else if (memcmp(&h->fingerprint, fp, sizeof *fp) != 0) {
+    describe_mismatch(&h->fingerprint, fp, why, sizeof why);
+    snprintf(err, errlen, "the state %s belongs to another device: %s. Start it with the "
+             "settings it was attached with, give this device a state= path of its own, "
+             "or %s", st->path, why, start_empty);
+  } else if (!wrap_device_key(h, master, master_len, device_key, false)) {
+    snprintf(err, errlen, "the state %s was attached with another key: start the pager "
+             "with the same key= and enckey= files it had, or %s", st->path, start_empty);
+  } else {
+    h->generation++;
+    st->segment = a->segment;
+    st->base = base;
+    st->bytes = h->total_bytes;
+    st->recovered = true;
+    point_into(st);
+    return 0;
+  }
+  shmdt(base);
+  return -1;
+}
+
+int pager_state_open(struct pager_state *st, const char *path,
+                     const struct pager_state_fingerprint *fp, const uint8_t *master,
+                     size_t master_len, uint8_t device_key[PAGE_SEAL_KEY_LEN], char *note,
+                     size_t notelen, char *err, size_t errlen)
+{
+  memset(st, 0, sizeof *st);
+  st->segment = -1;
+  if (note && notelen)
+    note[0] = '\0';
+  if (strlen(path) >= sizeof st->path) {
+    snprintf(err, errlen, "state= path is too long (at most %zu characters)",
+             sizeof st->path - 1);
+    return -1;
+  }
+  snprintf(st->path, sizeof st->path, "%s", path);
+  if (check_segments_outlive_processes(err, errlen) < 0)
+    return -1;
+  struct anchor a;
+  int found = anchor_read(path, &a, err, errlen);
+  if (found < 0)
+    return -1;
+  if (found == 1) {
+    int r = attach_state(st, &a, fp, master, master_len, device_key, err, errlen);
+    if (r <= 0)
+      return r;
+    if (note && notelen)
+      snprintf(note, notelen, "the state segment %d that %s named is gone (the host "
+               "restarted, or it was removed): starting empty", a.segment, path);
+  }
+  return create_state(st, fp, master, master_len, device_key, err, errlen);
+}
+
+void pager_state_detach(struct pager_state *st)
+{
+  if (st->base)
+    shmdt(st->base);
+  st->base = NULL;
+  st->header = NULL;
+  st->map = NULL;
+  st->seals = NULL;
+  st->next_version = NULL;
+}
+
+void pager_state_remove(struct pager_state *st)
+{
+  int id = st->segment;
+  pager_state_detach(st);
+  if (id >= 0)
+    shmctl(id, IPC_RMID, NULL);
+  st->segment = -1;
+  unlink(st->path);
+}

@@ -1,0 +1,272 @@
+/* The pager's state segment (src/pager_state.c): it outlives a process killed with
+ * SIGKILL, locked and byte for byte, and a restart that is not the same device, not the
+ * same key or not the only pager is refused with what to do, changing nothing. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/shm.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pager_state.h"
+
+#define PAGES 4096u
+
+static const uint8_t key_a[32] = "cluster key A, thirty-two bytes";
+static const uint8_t key_b[32] = "cluster key B, thirty-two bytes";
+
+struct rig {
+  char dir[64];
+  char path[128];
+  struct pager_state_fingerprint fp;
+};
+
+static int rig_setup(void **state)
+{
+  struct rig *r = calloc(1, sizeof *r);
+  snprintf(r->dir, sizeof r->dir, "/tmp/rampart-state-XXXXXX");
+  if (!mkdtemp(r->dir))
+    return -1;
+  snprintf(r->path, sizeof r->path, "%s/state", r->dir);
+  r->fp = (struct pager_state_fingerprint){ .pages = PAGES, .redundancy = 1, .group = 4,
+                                            .encrypt = 1 };
+  *state = r;
+  return 0;
+}
+
+/* Whatever a test left (a refusal must leave the state as it was, so there may be
+ * one), it goes with the test. */
+static int rig_teardown(void **state)
+{
+  struct rig *r = *state;
+  FILE *f = fopen(r->path, "re");
+  int id;
+  if (f) {
+    if (fscanf(f, "rampart pager state 1\nsegment %d", &id) == 1)
+      shmctl(id, IPC_RMID, NULL);
+    fclose(f);
+  }
+  unlink(r->path);
+  rmdir(r->dir);
+  free(r);
+  return 0;
+}
+
+static int open_state(struct rig *r, struct pager_state *st, const uint8_t *key,
+                      uint8_t device_key[32], char *err, size_t errlen)
+{
+  return pager_state_open(st, r->path, &r->fp, key, 32, device_key, NULL, 0, err, errlen);
+}
+
+static bool segment_is_locked(int id)
+{
+  struct shmid_ds ds;
+  return shmctl(id, IPC_STAT, &ds) == 0 && (ds.shm_perm.mode & SHM_LOCKED) != 0;
+}
+
+static void test_state_outlives_a_killed_pager(void **state)
+{
+  struct rig *r = *state;
+  int report[2];
+  assert_int_equal(pipe(report), 0);
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    struct pager_state st;
+    uint8_t device_key[32];
+    char err[512];
+    if (open_state(r, &st, key_a, device_key, err, sizeof err) < 0 || st.recovered)
+      _exit(1);
+    for (uint64_t p = 0; p < PAGES; p++) {
+      st.map[p] = page_entry_remote(p * 7, (unsigned)(p % 5));
+      st.seals[p].version = (*st.next_version)++;
+      memset(st.seals[p].tag, (int)(p & 0xff), sizeof st.seals[p].tag);
+    }
+    /* The parent kills this process while it still has the segment attached, as a
+     * crash would leave it: no detach, no exit handler. */
+    if (write(report[1], device_key, sizeof device_key) != sizeof device_key)
+      _exit(1);
+    pause();
+    _exit(0);
+  }
+  close(report[1]);
+  uint8_t written_key[32];
+  assert_int_equal(read(report[0], written_key, sizeof written_key), sizeof written_key);
+  close(report[0]);
+  assert_int_equal(kill(child, SIGKILL), 0);
+  int status;
+  assert_int_equal(waitpid(child, &status, 0), child);
+  assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+  struct pager_state st;
+  uint8_t device_key[32];
+  char err[512] = "";
+  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), 0);
+  assert_true(st.recovered);
+  assert_true(st.generation == 2);
+  assert_true(segment_is_locked(st.segment));
+  assert_memory_equal(device_key, written_key, sizeof device_key);
+  assert_true(*st.next_version == PAGES + 1);
+  for (uint64_t p = 0; p < PAGES; p++) {
+    assert_true(st.map[p] == page_entry_remote(p * 7, (unsigned)(p % 5)));
+    assert_true(st.seals[p].version == p + 1);
+    assert_true(st.seals[p].tag[15] == (uint8_t)(p & 0xff));
+  }
+  pager_state_remove(&st);
+  assert_int_equal(access(r->path, F_OK), -1);
+}
+
+static void test_wrong_key_is_refused_and_changes_nothing(void **state)
+{
+  struct rig *r = *state;
+  struct pager_state st;
+  uint8_t device_key[32], again[32];
+  char err[512] = "";
+  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), 0);
+  st.map[17] = page_entry_remote(3, 1);
+  pager_state_detach(&st);
+
+  assert_int_equal(open_state(r, &st, key_b, again, err, sizeof err), -1);
+  assert_non_null(strstr(err, "was attached with another key"));
+  assert_non_null(strstr(err, "same key= and enckey="));
+
+  assert_int_equal(open_state(r, &st, key_a, again, err, sizeof err), 0);
+  assert_true(st.recovered);
+  assert_memory_equal(device_key, again, sizeof again);
+  assert_true(st.map[17] == page_entry_remote(3, 1));
+  pager_state_remove(&st);
+}
+
+static void test_another_device_is_refused(void **state)
+{
+  struct rig *r = *state;
+  struct pager_state st;
+  uint8_t device_key[32];
+  char err[512] = "";
+  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), 0);
+  pager_state_detach(&st);
+
+  r->fp.pages = PAGES * 2;
+  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), -1);
+  assert_non_null(strstr(err, "belongs to another device: its size is 16 MiB, this "
+                              "device's 32 MiB"));
+  r->fp.pages = PAGES;
+  r->fp.encrypt = 0;
+  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), -1);
+  assert_non_null(strstr(err, "encrypt=on, this device has encrypt=off"));
+  r->fp.encrypt = 1;
+  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), 0);
+  pager_state_remove(&st);
+}
+
+static void test_a_second_pager_on_one_state_is_refused(void **state)
+{
+  struct rig *r = *state;
+  struct pager_state first, second;
+  uint8_t device_key[32];
+  char err[512] = "";
+  assert_int_equal(open_state(r, &first, key_a, device_key, err, sizeof err), 0);
+  assert_int_equal(open_state(r, &second, key_a, device_key, err, sizeof err), -1);
+  assert_non_null(strstr(err, "in use by a running pager"));
+  pager_state_remove(&first);
+}
+
+static void test_a_segment_gone_starts_empty_and_says_so(void **state)
+{
+  struct rig *r = *state;
+  struct pager_state st;
+  uint8_t device_key[32];
+  char err[512] = "", note[512] = "";
+  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), 0);
+  int old = st.segment;
+  st.map[1] = page_entry_remote(1, 1);
+  pager_state_detach(&st);
+  assert_int_equal(shmctl(old, IPC_RMID, NULL), 0); /* what a host restart does */
+
+  assert_int_equal(pager_state_open(&st, r->path, &r->fp, key_a, 32, device_key, note,
+                                    sizeof note, err, sizeof err), 0);
+  assert_false(st.recovered);
+  assert_non_null(strstr(note, "is gone"));
+  assert_non_null(strstr(note, "starting empty"));
+  assert_true(st.map[1] == 0);
+  assert_true(segment_is_locked(st.segment));
+  pager_state_remove(&st);
+}
+
+static void test_a_file_that_is_not_a_state_is_refused(void **state)
+{
+  struct rig *r = *state;
+  FILE *f = fopen(r->path, "we");
+  assert_non_null(f);
+  fputs("swap=/dev/nbd0\n", f);
+  fclose(f);
+  struct pager_state st;
+  uint8_t device_key[32];
+  char err[512] = "";
+  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), -1);
+  assert_non_null(strstr(err, "is not a rampart state file"));
+  f = fopen(r->path, "re");
+  char line[64] = "";
+  assert_non_null(fgets(line, sizeof line, f));
+  fclose(f);
+  assert_string_equal(line, "swap=/dev/nbd0\n");
+}
+
+/* With shm_rmid_forced the kernel would destroy the state at the crash it is kept for:
+ * refused at attach, so the operator hears of it before a crash. */
+static void test_segments_destroyed_at_exit_are_refused(void **state)
+{
+  struct rig *r = *state;
+  const char *knob = "/proc/sys/kernel/shm_rmid_forced";
+  FILE *f = fopen(knob, "r+e");
+  if (!f) {
+    print_message("skipped: cannot write %s (%s): needs root\n", knob, strerror(errno));
+    skip();
+  }
+  int was = 0;
+  if (fscanf(f, "%d", &was) != 1)
+    was = 0;
+  fclose(f);
+  f = fopen(knob, "we");
+  fputs("1\n", f);
+  fclose(f);
+  struct pager_state st;
+  uint8_t device_key[32];
+  char err[512] = "";
+  int rc = open_state(r, &st, key_a, device_key, err, sizeof err);
+  f = fopen(knob, "we");
+  fprintf(f, "%d\n", was);
+  fclose(f);
+  assert_int_equal(rc, -1);
+  assert_non_null(strstr(err, "shm_rmid_forced=1"));
+  assert_int_equal(access(r->path, F_OK), -1);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(test_state_outlives_a_killed_pager, rig_setup,
+                                    rig_teardown),
+    cmocka_unit_test_setup_teardown(test_wrong_key_is_refused_and_changes_nothing, rig_setup,
+                                    rig_teardown),
+    cmocka_unit_test_setup_teardown(test_another_device_is_refused, rig_setup, rig_teardown),
+    cmocka_unit_test_setup_teardown(test_a_second_pager_on_one_state_is_refused, rig_setup,
+                                    rig_teardown),
+    cmocka_unit_test_setup_teardown(test_a_segment_gone_starts_empty_and_says_so, rig_setup,
+                                    rig_teardown),
+    cmocka_unit_test_setup_teardown(test_a_file_that_is_not_a_state_is_refused, rig_setup,
+                                    rig_teardown),
+    cmocka_unit_test_setup_teardown(test_segments_destroyed_at_exit_are_refused, rig_setup,
+                                    rig_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
