@@ -11,6 +11,7 @@ int page_map_init(struct page_map *map, uint64_t pages)
 {
   map->pages = pages;
   map->entries = NULL;
+  map->owned = 0;
   map->count[PAGE_ZERO] = pages;
   map->count[PAGE_REMOTE] = map->count[PAGE_SPILL] = map->count[PAGE_LOCAL] = 0;
   if (pages == 0)
@@ -24,12 +25,24 @@ int page_map_init(struct page_map *map, uint64_t pages)
   if (p == MAP_FAILED)
     return -1;
   map->entries = p;
+  map->owned = 1;
   return 0;
+}
+
+void page_map_init_at(struct page_map *map, uint64_t pages, page_entry *entries)
+{
+  map->pages = pages;
+  map->entries = entries;
+  map->owned = 0;
+  map->count[PAGE_ZERO] = map->count[PAGE_REMOTE] = 0;
+  map->count[PAGE_SPILL] = map->count[PAGE_LOCAL] = 0;
+  for (uint64_t p = 0; p < pages; p++)
+    map->count[page_entry_kind(entries[p])]++;
 }
 
 void page_map_destroy(struct page_map *map)
 {
-  if (map->entries)
+  if (map->entries && map->owned)
     munmap(map->entries, map->pages * sizeof(page_entry));
   map->entries = NULL;
   map->pages = 0;

@@ -58,11 +58,16 @@ struct page_map {
   uint64_t pages;
   page_entry *entries;
   uint64_t count[4];  /* entries of each page_location_kind, kept by page_map_set */
+  int owned;          /* 0: the entries belong to someone else (the pager's state) */
 };
 
 /* Allocates a map of `pages` zero entries (anonymous mmap: untouched parts cost no
  * memory). 0 or -1 (ENOMEM). */
 int page_map_init(struct page_map *map, uint64_t pages);
+/* A map over entries kept elsewhere (the pager's state segment, pager_state.h): a
+ * restarted pager finds them as its predecessor left them, and the counts are taken
+ * from them. Never fails. */
+void page_map_init_at(struct page_map *map, uint64_t pages, page_entry *entries);
 void page_map_destroy(struct page_map *map);
 
 static inline page_entry page_map_get(const struct page_map *map, uint64_t page)

@@ -99,13 +99,27 @@ static EVP_CIPHER_CTX *keyed_context(const uint8_t key[PAGE_SEAL_KEY_LEN], bool 
   return ctx;
 }
 
+static int sealer_set_key(struct page_sealer *s, const uint8_t key[PAGE_SEAL_KEY_LEN],
+                          char *err, size_t errlen)
+{
+  s->encrypt_ctx = keyed_context(key, true);
+  s->decrypt_ctx = keyed_context(key, false);
+  if (!s->encrypt_ctx || !s->decrypt_ctx) {
+    snprintf(err, errlen, "cannot set up AES-256-GCM (OpenSSL refused); use encrypt=off "
+             "only if pages may be seen by the servers");
+    return -1;
+  }
+  return 0;
+}
+
 int page_sealer_init(struct page_sealer *s, uint64_t pages, bool encrypt,
                      const uint8_t *master, size_t master_len, char *err, size_t errlen)
 {
   memset(s, 0, sizeof *s);
   s->encrypt = encrypt;
   s->pages = pages;
-  s->next_version = 1;
+  s->own_next_version = 1;
+  s->next_version = &s->own_next_version;
   void *seals = mmap(NULL, pages * sizeof(struct page_seal), PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (seals == MAP_FAILED) {
@@ -114,6 +128,7 @@ int page_sealer_init(struct page_sealer *s, uint64_t pages, bool encrypt,
     return -1;
   }
   s->seals = seals;
+  s->owns_seals = true;
   if (!encrypt)
     return 0;
   uint8_t key[PAGE_SEAL_KEY_LEN];
@@ -121,12 +136,23 @@ int page_sealer_init(struct page_sealer *s, uint64_t pages, bool encrypt,
     page_sealer_destroy(s);
     return -1;
   }
-  s->encrypt_ctx = keyed_context(key, true);
-  s->decrypt_ctx = keyed_context(key, false);
+  int r = sealer_set_key(s, key, err, errlen);
   OPENSSL_cleanse(key, sizeof key);
-  if (!s->encrypt_ctx || !s->decrypt_ctx) {
-    snprintf(err, errlen, "cannot set up AES-256-GCM (OpenSSL refused); use encrypt=off "
-             "only if pages may be seen by the servers");
+  if (r < 0)
+    page_sealer_destroy(s);
+  return r;
+}
+
+int page_sealer_init_at(struct page_sealer *s, uint64_t pages, bool encrypt,
+                        const uint8_t key[PAGE_SEAL_KEY_LEN], struct page_seal *seals,
+                        uint64_t *next_version, char *err, size_t errlen)
+{
+  memset(s, 0, sizeof *s);
+  s->encrypt = encrypt;
+  s->pages = pages;
+  s->next_version = next_version;
+  s->seals = seals;
+  if (encrypt && sealer_set_key(s, key, err, errlen) < 0) {
     page_sealer_destroy(s);
     return -1;
   }
@@ -137,7 +163,7 @@ void page_sealer_destroy(struct page_sealer *s)
 {
   EVP_CIPHER_CTX_free(s->encrypt_ctx);
   EVP_CIPHER_CTX_free(s->decrypt_ctx);
-  if (s->seals)
+  if (s->seals && s->owns_seals)
     munmap(s->seals, s->pages * sizeof(struct page_seal));
   memset(s, 0, sizeof *s);
 }
@@ -153,7 +179,7 @@ const uint8_t *page_seal(struct page_sealer *s, uint64_t page, const uint8_t *pl
                          uint8_t *out, struct page_seal *seal)
 {
   memset(seal, 0, sizeof *seal);
-  seal->version = s->next_version++;
+  seal->version = (*s->next_version)++;
   if (!s->encrypt) {
     uint64_t sum = page_checksum(plain, page, seal->version);
     memcpy(seal->tag, &sum, sizeof sum);

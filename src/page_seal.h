@@ -38,14 +38,23 @@ struct page_seal {
 struct page_sealer {
   bool encrypt;
   uint64_t pages;
-  uint64_t next_version;
-  struct page_seal *seals;          /* per logical page; anonymous mmap */
+  uint64_t *next_version;           /* the nonce counter: own_next_version, or the
+                                       pager's state segment (pager_state.h) */
+  uint64_t own_next_version;
+  struct page_seal *seals;          /* per logical page; anonymous mmap, or the state's */
+  bool owns_seals;
   void *encrypt_ctx, *decrypt_ctx;  /* EVP_CIPHER_CTX, keyed once */
 };
 
 /* master: the enckey file's bytes, or NULL for a random key. 0, or -1 with err. */
 int page_sealer_init(struct page_sealer *s, uint64_t pages, bool encrypt,
                      const uint8_t *master, size_t master_len, char *err, size_t errlen);
+/* A sealer over a device key, seals and nonce counter kept in the pager's state
+ * (pager_state.h), so a restarted pager opens what its predecessor sealed and goes on
+ * counting where it stopped: the key is used as given, not derived again. */
+int page_sealer_init_at(struct page_sealer *s, uint64_t pages, bool encrypt,
+                        const uint8_t key[PAGE_SEAL_KEY_LEN], struct page_seal *seals,
+                        uint64_t *next_version, char *err, size_t errlen);
 void page_sealer_destroy(struct page_sealer *s);
 
 /* Seals the page `plain` for logical page `page` under the next version. With

@@ -125,6 +125,90 @@ static void test_state_outlives_a_killed_pager(void **state)
   assert_int_equal(access(r->path, F_OK), -1);
 }
 
+static void fill_page(uint8_t *page, uint64_t p)
+{
+  for (unsigned i = 0; i < 4096; i++)
+    page[i] = (uint8_t)(p * 31 + i * 7);
+}
+
+/* What the servers hold is ciphertext: after the crash a new sealer, built from the
+ * state alone, must open every page the dead one sealed, and its next version must be
+ * one no page has used (a repeated GCM nonce under one key would give the key away). */
+static void test_pages_sealed_before_a_crash_open_after_it(void **state)
+{
+  struct rig *r = *state;
+  char stored_path[160];
+  snprintf(stored_path, sizeof stored_path, "%s/stored", r->dir);
+  int ready[2];
+  assert_int_equal(pipe(ready), 0);
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    struct pager_state st;
+    struct page_sealer sealer;
+    uint8_t device_key[32], plain[4096], out[4096];
+    char err[512];
+    if (open_state(r, &st, key_a, device_key, err, sizeof err) < 0 ||
+        page_sealer_init_at(&sealer, PAGES, true, device_key, st.seals, st.next_version,
+                            err, sizeof err) < 0)
+      _exit(1);
+    FILE *stored = fopen(stored_path, "we");
+    struct page_map map;
+    page_map_init_at(&map, PAGES, st.map);
+    for (uint64_t p = 0; p < 64; p++) {
+      fill_page(plain, p);
+      struct page_seal seal;
+      const uint8_t *bytes = page_seal(&sealer, p, plain, out, &seal);
+      if (fwrite(bytes, 1, sizeof out, stored) != sizeof out)
+        _exit(1);
+      page_seal_set(&sealer, p, &seal);
+      page_map_set(&map, p, page_entry_slot(PAGE_SPILL, p));
+    }
+    fclose(stored);
+    if (write(ready[1], "x", 1) != 1)
+      _exit(1);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  char x;
+  assert_int_equal(read(ready[0], &x, 1), 1);
+  close(ready[0]);
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+
+  struct pager_state st;
+  struct page_sealer sealer;
+  uint8_t device_key[32], buf[4096], expect[4096];
+  char err[512] = "";
+  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), 0);
+  assert_int_equal(page_sealer_init_at(&sealer, PAGES, true, device_key, st.seals,
+                                       st.next_version, err, sizeof err), 0);
+  struct page_map map;
+  page_map_init_at(&map, PAGES, st.map);
+  assert_true(map.count[PAGE_SPILL] == 64 && map.count[PAGE_ZERO] == PAGES - 64);
+  FILE *stored = fopen(stored_path, "re");
+  assert_non_null(stored);
+  uint64_t newest = 0;
+  for (uint64_t p = 0; p < 64; p++) {
+    assert_int_equal(fread(buf, 1, sizeof buf, stored), sizeof buf);
+    fill_page(expect, p);
+    assert_memory_not_equal(buf, expect, sizeof buf); /* it was stored sealed */
+    assert_true(page_unseal(&sealer, p, page_seal_get(&sealer, p), buf));
+    assert_memory_equal(buf, expect, sizeof buf);
+    if (page_seal_get(&sealer, p)->version > newest)
+      newest = page_seal_get(&sealer, p)->version;
+  }
+  fclose(stored);
+  struct page_seal next;
+  page_seal(&sealer, 0, expect, buf, &next);
+  assert_true(next.version == newest + 1);
+  page_sealer_destroy(&sealer);
+  page_map_destroy(&map);
+  pager_state_remove(&st);
+  unlink(stored_path);
+}
+
 static void test_wrong_key_is_refused_and_changes_nothing(void **state)
 {
   struct rig *r = *state;
@@ -255,6 +339,8 @@ int main(void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_state_outlives_a_killed_pager, rig_setup,
+                                    rig_teardown),
+    cmocka_unit_test_setup_teardown(test_pages_sealed_before_a_crash_open_after_it, rig_setup,
                                     rig_teardown),
     cmocka_unit_test_setup_teardown(test_wrong_key_is_refused_and_changes_nothing, rig_setup,
                                     rig_teardown),
