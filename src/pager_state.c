@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ipc.h>
 #include <sys/shm.h>
@@ -19,7 +20,7 @@
 
 #define STATE_MAGIC "rampart-state\0\0"
 #define STATE_LAYOUT 1u
-#define STATE_HEADER_BYTES 4096u
+#define STATE_HEADER_BYTES 65536u
 #define ANCHOR_FIRST_LINE "rampart pager state 1"
 #define WRAP_LABEL "rampart state key wrap v1"
 #define WRAP_NONCE_LEN 12u
@@ -39,10 +40,33 @@ struct pager_state_header {
   uint8_t wrap_nonce[WRAP_NONCE_LEN];
   uint8_t wrapped_key[PAGE_SEAL_KEY_LEN];
   uint8_t wrap_tag[WRAP_TAG_LEN];
+  uint32_t group_chunks;
+  int32_t group_chunk_segment[PAGER_STATE_MAX_CHUNKS];
 };
 
 _Static_assert(sizeof(struct pager_state_header) <= STATE_HEADER_BYTES,
                "the state header fits its page");
+
+/* Creates a segment of `bytes`, locked as a segment (not through a mapping: it stays
+ * resident with no process attached, between a crash and the restart), and maps it.
+ * The segment's id, or -1 with errno. */
+static int locked_segment_new(size_t bytes, void **base)
+{
+  int id = shmget(IPC_PRIVATE, bytes, IPC_CREAT | IPC_EXCL | 0600);
+  if (id < 0)
+    return -1;
+  int saved;
+  if (shmctl(id, SHM_LOCK, NULL) < 0) {
+    saved = errno;
+  } else if ((*base = shmat(id, NULL, 0)) == (void *)-1) {
+    saved = errno;
+  } else {
+    return id;
+  }
+  shmctl(id, IPC_RMID, NULL);
+  errno = saved;
+  return -1;
+}
 
 static uint64_t round_to_page(uint64_t bytes)
 {
@@ -216,28 +240,13 @@ static int create_state(struct pager_state *st, const struct pager_state_fingerp
                         uint8_t device_key[PAGE_SEAL_KEY_LEN], char *err, size_t errlen)
 {
   uint64_t bytes = pager_state_bytes(fp->pages);
-  int id = shmget(IPC_PRIVATE, bytes, IPC_CREAT | IPC_EXCL | 0600);
+  void *base = NULL;
+  int id = locked_segment_new(bytes, &base);
   if (id < 0) {
-    snprintf(err, errlen, "cannot create the %" PRIu64 " MiB state segment: %s (raise "
-             "kernel.shmmax / kernel.shmall, or leave state= unset)", bytes >> 20,
-             strerror(errno));
-    return -1;
-  }
-  /* Locked as a segment, not through a mapping: it stays resident with no process
-   * attached, between a crash and the restart. */
-  if (shmctl(id, SHM_LOCK, NULL) < 0) {
-    int saved = errno;
-    shmctl(id, IPC_RMID, NULL);
-    snprintf(err, errlen, "cannot lock the %" PRIu64 " MiB state segment in memory: %s "
-             "(raise LimitMEMLOCK= in the unit or 'ulimit -l', or run with CAP_IPC_LOCK)",
-             bytes >> 20, strerror(saved));
-    return -1;
-  }
-  void *base = shmat(id, NULL, 0);
-  if (base == (void *)-1) {
-    int saved = errno;
-    shmctl(id, IPC_RMID, NULL);
-    snprintf(err, errlen, "cannot map the state segment: %s", strerror(saved));
+    snprintf(err, errlen, "cannot create and lock the %" PRIu64 " MiB state segment: %s "
+             "(for EPERM or ENOMEM raise LimitMEMLOCK= in the unit or 'ulimit -l', or run "
+             "with CAP_IPC_LOCK; for EINVAL or ENOSPC raise kernel.shmmax / kernel.shmall; "
+             "or leave state= unset)", bytes >> 20, strerror(errno));
     return -1;
   }
   struct pager_state_header *h = base;
@@ -250,6 +259,8 @@ static int create_state(struct pager_state *st, const struct pager_state_fingerp
   h->map_offset = STATE_HEADER_BYTES;
   h->seals_offset = STATE_HEADER_BYTES + map_bytes(fp->pages);
   h->total_bytes = bytes;
+  for (unsigned i = 0; i < PAGER_STATE_MAX_CHUNKS; i++)
+    h->group_chunk_segment[i] = -1;
   bool ok = rp_random_bytes(h->identity, sizeof h->identity) == 0 &&
             rp_random_bytes(h->wrap_nonce, sizeof h->wrap_nonce) == 0 &&
             rp_random_bytes(device_key, PAGE_SEAL_KEY_LEN) == 0 &&
@@ -282,9 +293,53 @@ static void describe_mismatch(const struct pager_state_fingerprint *was,
   else if (was->redundancy != now->redundancy || was->group != now->group)
     snprintf(out, outlen, "its redundancy is %u with groups of %u, this device's %u with "
              "groups of %u", was->redundancy, was->group, now->redundancy, now->group);
-  else
+  else if (was->encrypt != now->encrypt)
     snprintf(out, outlen, "it was written with encrypt=%s, this device has encrypt=%s",
              was->encrypt ? "on" : "off", now->encrypt ? "on" : "off");
+  else
+    snprintf(out, outlen, "another build of rampart wrote it (group records of %u bytes "
+             "a chunk, this build's %u)", was->chunk_bytes, now->chunk_bytes);
+}
+
+static void detach_chunks(struct pager_state *st)
+{
+  for (uint32_t i = 0; i < st->nchunks; i++)
+    if (st->chunks[i])
+      shmdt(st->chunks[i]);
+  st->nchunks = 0;
+}
+
+/* Maps every group chunk a recovered header lists; each must still be there, and the
+ * size this build's chunks are. */
+static int attach_chunks(struct pager_state *st, struct pager_state_header *h, char *err,
+                         size_t errlen)
+{
+  for (uint32_t i = 0; i < h->group_chunks && i < PAGER_STATE_MAX_CHUNKS; i++) {
+    struct shmid_ds ds;
+    int id = h->group_chunk_segment[i];
+    void *chunk;
+    if (shmctl(id, IPC_STAT, &ds) < 0 || ds.shm_perm.uid != geteuid() ||
+        ds.shm_segsz != h->fingerprint.chunk_bytes ||
+        (chunk = shmat(id, NULL, 0)) == (void *)-1) {
+      snprintf(err, errlen, "the state %s lists group chunk %u in segment %d, which is gone "
+               "or not this state's: the page map cannot be trusted without it. Remove %s "
+               "to start this device empty (its pages are then lost)", st->path, i, id,
+               st->path);
+      detach_chunks(st);
+      return -1;
+    }
+    st->chunks[st->nchunks++] = chunk;
+  }
+  /* A chunk made but not yet counted when the process died is nobody's: free it. */
+  if (h->group_chunks < PAGER_STATE_MAX_CHUNKS && h->group_chunk_segment[h->group_chunks] >= 0) {
+    struct shmid_ds ds;
+    int id = h->group_chunk_segment[h->group_chunks];
+    if (shmctl(id, IPC_STAT, &ds) == 0 && ds.shm_perm.uid == geteuid() &&
+        ds.shm_segsz == h->fingerprint.chunk_bytes && ds.shm_nattch == 0)
+      shmctl(id, IPC_RMID, NULL);
+    h->group_chunk_segment[h->group_chunks] = -1;
+  }
+  return 0;
 }
 
 /* 0 attached; 1 the segment is gone (start empty); -1 refused. */
@@ -348,6 +403,8 @@ static int attach_state(struct pager_state *st, const struct anchor *a,
   } else if (!wrap_device_key(h, master, master_len, device_key, false)) {
     snprintf(err, errlen, "the state %s was attached with another key: start the pager "
              "with the same key= and enckey= files it had, or %s", st->path, start_empty);
+  } else if (attach_chunks(st, h, err, errlen) < 0) {
+    OPENSSL_cleanse(device_key, PAGE_SEAL_KEY_LEN);
   } else {
     h->generation++;
     st->segment = a->segment;
@@ -361,15 +418,23 @@ static int attach_state(struct pager_state *st, const struct anchor *a,
   return -1;
 }
 
-int pager_state_open(struct pager_state *st, const char *path,
-                     const struct pager_state_fingerprint *fp, const uint8_t *master,
-                     size_t master_len, uint8_t device_key[PAGE_SEAL_KEY_LEN], char *note,
-                     size_t notelen, char *err, size_t errlen)
+static int open_state(struct pager_state *st, const char *path,
+                      const struct pager_state_fingerprint *given, const uint8_t *master,
+                      size_t master_len, uint8_t device_key[PAGE_SEAL_KEY_LEN], char *note,
+                      size_t notelen, char *err, size_t errlen)
 {
+  struct pager_state_fingerprint layout = *given;
+  layout.chunk_bytes = GROUP_CHUNK_SIZE * sizeof(struct group);
+  const struct pager_state_fingerprint *fp = &layout;
   memset(st, 0, sizeof *st);
   st->segment = -1;
   if (note && notelen)
     note[0] = '\0';
+  st->chunks = calloc(PAGER_STATE_MAX_CHUNKS, sizeof *st->chunks);
+  if (!st->chunks) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
   if (strlen(path) >= sizeof st->path) {
     snprintf(err, errlen, "state= path is too long (at most %zu characters)",
              sizeof st->path - 1);
@@ -393,8 +458,60 @@ int pager_state_open(struct pager_state *st, const char *path,
   return create_state(st, fp, master, master_len, device_key, err, errlen);
 }
 
+int pager_state_open(struct pager_state *st, const char *path,
+                     const struct pager_state_fingerprint *fp, const uint8_t *master,
+                     size_t master_len, uint8_t device_key[PAGE_SEAL_KEY_LEN], char *note,
+                     size_t notelen, char *err, size_t errlen)
+{
+  int r = open_state(st, path, fp, master, master_len, device_key, note, notelen, err, errlen);
+  if (r < 0) {
+    free(st->chunks);
+    st->chunks = NULL;
+  }
+  return r;
+}
+
+void *pager_state_chunk_new(struct pager_state *st, uint32_t index)
+{
+  struct pager_state_header *h = st->header;
+  if (index != st->nchunks || index >= PAGER_STATE_MAX_CHUNKS) {
+    errno = ENOSPC;
+    return NULL;
+  }
+  void *chunk = NULL;
+  int id = locked_segment_new(h->fingerprint.chunk_bytes, &chunk);
+  if (id < 0)
+    return NULL;
+  /* Listed before it is counted: a crash between the two leaves a segment nobody
+   * names, never a count naming a segment that is not there. */
+  h->group_chunk_segment[index] = id;
+  h->group_chunks = index + 1;
+  st->chunks[st->nchunks++] = chunk;
+  return chunk;
+}
+
+static struct group *state_chunk_alloc(void *ctx, uint32_t index)
+{
+  return pager_state_chunk_new(ctx, index);
+}
+
+/* Chunks stay in their segments when the table is destroyed: detaching unmaps them. */
+static void state_chunk_release(void *ctx, struct group *chunk)
+{
+  (void)ctx;
+  (void)chunk;
+}
+
+struct group_chunk_source pager_state_group_chunks(struct pager_state *st)
+{
+  return (struct group_chunk_source){ state_chunk_alloc, state_chunk_release, st };
+}
+
 void pager_state_detach(struct pager_state *st)
 {
+  detach_chunks(st);
+  free(st->chunks);
+  st->chunks = NULL;
   if (st->base)
     shmdt(st->base);
   st->base = NULL;
@@ -407,6 +524,9 @@ void pager_state_detach(struct pager_state *st)
 void pager_state_remove(struct pager_state *st)
 {
   int id = st->segment;
+  if (st->header)
+    for (uint32_t i = 0; i < st->header->group_chunks && i < PAGER_STATE_MAX_CHUNKS; i++)
+      shmctl(st->header->group_chunk_segment[i], IPC_RMID, NULL);
   pager_state_detach(st);
   if (id >= 0)
     shmctl(id, IPC_RMID, NULL);

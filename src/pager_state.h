@@ -20,6 +20,7 @@
 
 #include "page_map.h"
 #include "page_seal.h"
+#include "parity_group.h"
 
 #define PAGER_STATE_IDENTITY_LEN 16u
 
@@ -29,8 +30,11 @@ struct pager_state_fingerprint {
   uint32_t redundancy;   /* enum rampart_redundancy, effective */
   uint32_t group;        /* effective group size */
   uint32_t encrypt;      /* 1: AES-256-GCM, 0: checksummed plaintext */
-  uint32_t reserved;
+  uint32_t chunk_bytes;  /* bytes of one group chunk: this build's layout (set by open) */
 };
+
+/* Group chunks the state can hold: 2048 of 4096 groups, 8M groups. */
+#define PAGER_STATE_MAX_CHUNKS 2048u
 
 struct pager_state_header;
 
@@ -45,6 +49,8 @@ struct pager_state {
   bool recovered;                     /* attached a state an earlier process left */
   uint64_t generation;                /* attaches of this state, this one included */
   uint8_t identity[PAGER_STATE_IDENTITY_LEN];
+  void **chunks;                      /* group chunks mapped, PAGER_STATE_MAX_CHUNKS */
+  uint32_t nchunks;                   /* of which this many exist */
   char path[4096];                    /* the anchor file */
 };
 
@@ -59,6 +65,16 @@ int pager_state_open(struct pager_state *st, const char *path,
                      const struct pager_state_fingerprint *fp, const uint8_t *master,
                      size_t master_len, uint8_t device_key[PAGE_SEAL_KEY_LEN], char *note,
                      size_t notelen, char *err, size_t errlen);
+
+/* Zeroed memory for group chunk `index` (the next one: index == st->nchunks), in a
+ * locked segment of its own that the state's header lists, so the table can grow and
+ * still outlive the process. NULL with errno when the kernel refuses or the state's
+ * chunk list is full (ENOSPC). */
+void *pager_state_chunk_new(struct pager_state *st, uint32_t index);
+
+/* Group chunks from the state (group_table_init_from), and the ones a recovered state
+ * holds (group_table_adopt: st->chunks, st->nchunks). */
+struct group_chunk_source pager_state_group_chunks(struct pager_state *st);
 
 /* Detaches. The segment stays, locked, for the next process: this is what a crash does
  * too. */

@@ -19,7 +19,7 @@ static int group_table_add_chunk(struct group_table *t)
   if (!chunks)
     return -1;
   t->chunks = chunks;
-  struct group *g = calloc(GROUP_CHUNK_SIZE, sizeof *g);
+  struct group *g = t->source.alloc(t->source.ctx, t->nchunks);
   if (!g)
     return -1;
   t->chunks[t->nchunks++] = g;
@@ -33,9 +33,32 @@ static int group_table_add_chunk(struct group_table *t)
   return 0;
 }
 
+static struct group *heap_chunk_alloc(void *ctx, uint32_t index)
+{
+  (void)ctx;
+  (void)index;
+  return calloc(GROUP_CHUNK_SIZE, sizeof(struct group));
+}
+
+static void heap_chunk_release(void *ctx, struct group *chunk)
+{
+  (void)ctx;
+  free(chunk);
+}
+
+static const struct group_chunk_source heap_chunks = { heap_chunk_alloc, heap_chunk_release,
+                                                       NULL };
+
 int group_table_init(struct group_table *t, uint32_t initial_groups)
 {
+  return group_table_init_from(t, initial_groups, NULL);
+}
+
+int group_table_init_from(struct group_table *t, uint32_t initial_groups,
+                          const struct group_chunk_source *source)
+{
   memset(t, 0, sizeof *t);
+  t->source = source ? *source : heap_chunks;
   t->free_head = GROUP_NONE;
   do {
     if (group_table_add_chunk(t) < 0)
@@ -47,9 +70,46 @@ int group_table_init(struct group_table *t, uint32_t initial_groups)
 void group_table_destroy(struct group_table *t)
 {
   for (uint32_t i = 0; i < t->nchunks; i++)
-    free(t->chunks[i]);
+    if (t->source.release)
+      t->source.release(t->source.ctx, t->chunks[i]);
   free(t->chunks);
   memset(t, 0, sizeof *t);
+}
+
+int group_table_adopt(struct group_table *t, struct group **chunks, uint32_t nchunks,
+                      const struct group_chunk_source *source, const struct page_map *map)
+{
+  memset(t, 0, sizeof *t);
+  t->source = source ? *source : heap_chunks;
+  t->free_head = GROUP_NONE;
+  t->chunks = malloc((nchunks ? nchunks : 1) * sizeof *t->chunks);
+  if (!t->chunks)
+    return -1;
+  memcpy(t->chunks, chunks, nchunks * sizeof *chunks);
+  t->nchunks = nchunks;
+  t->count = nchunks * GROUP_CHUNK_SIZE;
+  for (uint32_t id = t->count; id-- > 0;) {
+    struct group *g = group_get(t, id);
+    g->live = 0;
+    g->pins = 0;
+    g->buffer = GROUP_NO_BUFFER;
+    if (g->state == GROUP_FREE) {
+      g->next_free = t->free_head;
+      t->free_head = id;
+      continue;
+    }
+    t->in_use++;
+    if (g->unprotected)
+      t->unprotected++;
+  }
+  for (uint64_t p = 0; p < map->pages; p++) {
+    page_entry e = page_map_get(map, p);
+    if (page_entry_kind(e) != PAGE_REMOTE || page_entry_group(e) >= t->count)
+      continue;
+    group_get(t, (uint32_t)page_entry_group(e))->live++;
+    t->live_pages++;
+  }
+  return 0;
 }
 
 uint32_t group_open(struct group_table *t, unsigned capacity, bool has_parity, uint16_t buffer)

@@ -54,7 +54,16 @@ struct group {
 #define GROUP_CHUNK_SHIFT 12u
 #define GROUP_CHUNK_SIZE (1u << GROUP_CHUNK_SHIFT)
 
+/* Where chunks come from: the heap, or the pager's state segment (pager_state.h), whose
+ * chunks outlive the process. alloc returns zeroed memory for chunk `index`. */
+struct group_chunk_source {
+  struct group *(*alloc)(void *ctx, uint32_t index);
+  void (*release)(void *ctx, struct group *chunk);
+  void *ctx;
+};
+
 struct group_table {
+  struct group_chunk_source source;
   struct group **chunks;
   uint32_t nchunks;
   uint32_t count;       /* groups allocated: nchunks * GROUP_CHUNK_SIZE */
@@ -67,6 +76,15 @@ struct group_table {
 };
 
 int group_table_init(struct group_table *t, uint32_t initial_groups);
+/* The same, with chunks from `source` (NULL: the heap). */
+int group_table_init_from(struct group_table *t, uint32_t initial_groups,
+                          const struct group_chunk_source *source);
+/* Takes over `nchunks` chunks a killed process left in the pager's state, as they were:
+ * the free list, the counts and each group's live count are worked out again from the
+ * groups and the page map, and nothing can be in flight on them (pins 0, no parity
+ * buffer). 0, or -1 (ENOMEM for the chunk array). */
+int group_table_adopt(struct group_table *t, struct group **chunks, uint32_t nchunks,
+                      const struct group_chunk_source *source, const struct page_map *map);
 void group_table_destroy(struct group_table *t);
 
 /* A new OPEN group taking `capacity` members (1..GROUP_MAX_DATA), or GROUP_NONE when the

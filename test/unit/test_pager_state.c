@@ -48,6 +48,12 @@ static int rig_setup(void **state)
 static int rig_teardown(void **state)
 {
   struct rig *r = *state;
+  struct pager_state st;
+  uint8_t device_key[32];
+  char err[512];
+  if (pager_state_open(&st, r->path, &r->fp, key_a, 32, device_key, NULL, 0, err,
+                       sizeof err) == 0)
+    pager_state_remove(&st); /* with its group chunks */
   FILE *f = fopen(r->path, "re");
   int id;
   if (f) {
@@ -209,6 +215,117 @@ static void test_pages_sealed_before_a_crash_open_after_it(void **state)
   unlink(stored_path);
 }
 
+/* A parity log two chunks long, some groups sealed, one open, one freed again, the map
+ * pointing into them: after the kill the table is taken over as it was, and what only
+ * the dead process knew (free list, live counts, pins, parity buffers) is worked out. */
+static void test_groups_outlive_a_killed_pager(void **state)
+{
+  struct rig *r = *state;
+  const uint32_t groups = GROUP_CHUNK_SIZE + 10;
+  int ready[2];
+  assert_int_equal(pipe(ready), 0);
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    struct pager_state st;
+    uint8_t device_key[32];
+    char err[512];
+    if (open_state(r, &st, key_a, device_key, err, sizeof err) < 0)
+      _exit(1);
+    struct group_chunk_source source = pager_state_group_chunks(&st);
+    struct group_table t;
+    struct page_map map;
+    page_map_init_at(&map, PAGES, st.map);
+    if (group_table_init_from(&t, groups, &source) < 0 || t.nchunks != 2) {
+      fprintf(stderr, "group table in the state: %s, %u chunks\n", strerror(errno), t.nchunks);
+      _exit(2);
+    }
+    for (uint32_t i = 0; i < groups; i++) {
+      uint32_t id = group_open(&t, 2, true, 7);
+      for (unsigned m = 0; m < 2; m++) {
+        uint32_t page = (i * 2 + m) % PAGES;
+        unsigned member = group_add_member(&t, id, (uint8_t)(m + 1), i * 2 + m, page);
+        page_map_set(&map, page, page_entry_remote(id, member));
+      }
+      if (i + 1 < groups) {
+        group_begin_seal(&t, id, 3, i);
+        group_finish_seal(&t, id);
+      }
+    }
+    if (write(ready[1], "x", 1) != 1)
+      _exit(1);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  char x;
+  int status = 0;
+  if (read(ready[0], &x, 1) != 1) {
+    waitpid(child, &status, 0);
+    fail_msg("the child died before it was killed: status %#x", status);
+  }
+  close(ready[0]);
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+
+  struct pager_state st;
+  uint8_t device_key[32];
+  char err[512] = "";
+  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), 0);
+  assert_int_equal(st.nchunks, 2);
+  struct page_map map;
+  page_map_init_at(&map, PAGES, st.map);
+  struct group_chunk_source source = pager_state_group_chunks(&st);
+  struct group_table t;
+  assert_int_equal(group_table_adopt(&t, (struct group **)st.chunks, st.nchunks, &source,
+                                     &map), 0);
+  assert_int_equal(t.count, 2 * GROUP_CHUNK_SIZE);
+  assert_int_equal(t.in_use, groups);
+  /* Pages are reused past PAGES: only the newest group of each page is live. */
+  assert_true(t.live_pages == PAGES);
+  for (uint64_t p = 0; p < PAGES; p++) {
+    page_entry e = page_map_get(&map, p);
+    assert_int_equal(page_entry_kind(e), PAGE_REMOTE);
+    struct group *g = group_get(&t, (uint32_t)page_entry_group(e));
+    assert_int_equal(g->page[page_entry_member(e)], p);
+    assert_int_equal(g->pins, 0);
+  }
+  uint32_t sealed = 0, open = 0, open_id = GROUP_NONE;
+  for (uint32_t id = 0; id < t.count; id++) {
+    struct group *g = group_get(&t, id);
+    sealed += g->state == GROUP_SEALED;
+    if (g->state == GROUP_OPEN) {
+      open++;
+      open_id = id;
+    }
+  }
+  assert_int_equal(sealed, groups - 1);
+  assert_int_equal(open, 1);
+  struct group *g = group_get(&t, open_id);
+  assert_int_equal(g->buffer, GROUP_NO_BUFFER); /* the dead process's buffer is gone */
+  assert_int_equal(g->page[0], ((groups - 1) * 2) % PAGES);
+  /* Page 10 was written by groups 5, 2053 and 4101 (pages wrap at PAGES): the newest
+   * holds it, at the slot the dead process gave it, and the oldest lives no more. */
+  page_entry e = page_map_get(&map, 10);
+  g = group_get(&t, (uint32_t)page_entry_group(e));
+  assert_int_equal(g->state, GROUP_SEALED);
+  assert_int_equal(g->slot[page_entry_member(e)], 4101 * 2);
+  assert_int_equal(g->server[2], 3);
+  assert_int_equal(g->live, 2);
+  uint32_t older = GROUP_NONE;
+  for (uint32_t id = 0; id < t.count && older == GROUP_NONE; id++)
+    if (group_get(&t, id)->state == GROUP_SEALED && group_get(&t, id)->slot[0] == 10)
+      older = id;
+  assert_true(older != GROUP_NONE);
+  assert_int_equal(group_get(&t, older)->live, 0);
+  /* The free list is the rest, and growing goes on from the state. */
+  uint32_t id = group_open(&t, 2, true, 0);
+  assert_true(id != GROUP_NONE && id != open_id);
+  assert_int_equal(t.in_use, groups + 1);
+  group_table_destroy(&t);
+  pager_state_remove(&st);
+}
+
 static void test_wrong_key_is_refused_and_changes_nothing(void **state)
 {
   struct rig *r = *state;
@@ -341,6 +458,8 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_state_outlives_a_killed_pager, rig_setup,
                                     rig_teardown),
     cmocka_unit_test_setup_teardown(test_pages_sealed_before_a_crash_open_after_it, rig_setup,
+                                    rig_teardown),
+    cmocka_unit_test_setup_teardown(test_groups_outlive_a_killed_pager, rig_setup,
                                     rig_teardown),
     cmocka_unit_test_setup_teardown(test_wrong_key_is_refused_and_changes_nothing, rig_setup,
                                     rig_teardown),
