@@ -36,6 +36,8 @@ const char rampart_config_help[] =
   "encrypt=on|off            seal pages with AES-256-GCM before they leave (default on;\n"
   "                          off: checksummed plaintext, for benchmarks)\n"
   "enckey=FILE               key material for the page key (default: random per attach)\n"
+  "state=PATH                keep the device's state where a restarted pager finds it\n"
+  "                          (docs/recovery.md): its pages survive the pager's crash\n"
   "submit=handover|inline    who starts a request: always the engine's I/O thread\n"
   "                          (default), or the frontend's own thread when the I/O thread\n"
   "                          is idle (measured no faster on 2 cores: docs/engine.md)";
@@ -186,6 +188,8 @@ int rampart_config_set(struct rampart_config *c, const char *key, const char *v,
   }
   if (strcmp(key, "control") == 0)
     return copy_path(c->control_path, sizeof c->control_path, key, v, err, errlen);
+  if (strcmp(key, "state") == 0)
+    return copy_path(c->state_path, sizeof c->state_path, key, v, err, errlen);
   if (strcmp(key, "rebalance") == 0) {
     if (rp_parse_uint("rebalance", v, 1000000, &n, err, errlen) < 0)
       return -1;
@@ -344,6 +348,11 @@ int rampart_config_check(const struct rampart_config *c, char *err, size_t errle
   if (r == RAMPART_REDUNDANCY_PARITY_LOG && c->nservers < needed) {
     snprintf(err, errlen, "group=%u needs %u servers for parity-log, %u given: lower group=",
              s, needed, c->nservers);
+    return -1;
+  }
+  if (c->nservers == 0 && c->state_path[0]) {
+    snprintf(err, errlen, "state= needs servers: a standalone device's pages live in the "
+             "pager's own memory and die with it; give servers= or cluster=, or drop state=");
     return -1;
   }
   if (c->nservers == 0 && c->redundancy != RAMPART_REDUNDANCY_AUTO &&

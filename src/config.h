@@ -22,6 +22,7 @@ struct rampart_config {
   char stats_path[4096];      /* "": no stats file */
   char metrics_path[4096];    /* "": no Prometheus metrics file */
   char control_path[4096];    /* "": no control socket */
+  char state_path[4096];      /* state=: the anchor of the pager's state; "": none */
   char cluster_path[4096];    /* cluster=, for reload; "": servers= or none */
   unsigned rebalance_pages;   /* rebalance=: pages a second; 0: off */
   char enckey_path[4096];     /* "": a random page key per attach */

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "engine_internal.h"
+#include "pager_state.h"
 #include "log.h"
 #include "secret.h"
 #include "stats_file.h"
@@ -72,6 +73,8 @@ void engine_op_put(struct rampart_engine *e, struct page_op *op)
     abort();
   }
   op->in_use = false;
+  if (e->state)
+    engine_state_op_ended(op);
   op->next = e->free_ops;
   e->free_ops = op;
 }
@@ -164,8 +167,15 @@ static void engine_start_ios(struct rampart_engine *e)
       op->buf = (uint8_t *)io->buf + (size_t)i * RAMPART_PAGE_SIZE;
       /* Sealed once, here: whatever path the write then takes (parity, spill, local RAM,
        * retries), it stores the ciphertext in the op's own page, never the caller's. */
-      if (op->kind == PAGE_OP_WRITE)
+      if (op->kind == PAGE_OP_WRITE) {
         op->buf = (uint8_t *)page_seal(&e->sealer, op->page, op->buf, op->scratch, &op->seal);
+        /* encrypt=off stores the caller's bytes as they are; with state= they go to the
+         * op's page in the state too, to be sent again after a crash. */
+        if (e->state && op->buf != op->scratch) {
+          memcpy(op->scratch, op->buf, RAMPART_PAGE_SIZE);
+          op->buf = op->scratch;
+        }
+      }
       if (last) {
         /* Once its last page starts, the request may complete (and its memory go back
          * to the caller) before the start returns: unlink it now, touch it never again. */
@@ -344,6 +354,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
       publish_reports(e);
   }
   server_health_tick(e);
+  engine_state_save_servers(e); /* states and flags; tokens are saved as they change */
   page_mover_tick(e);
   /* Ops waiting on cleaning are normally woken by a finished move; re-check them each
    * tick too, so that a move that never finishes slows writes down instead of hanging
@@ -625,6 +636,11 @@ int rampart_flush(struct rampart_engine *e)
   return engine_run_sync(e, RAMPART_OP_FLUSH, NULL, 0, 0, 0);
 }
 
+bool rampart_took_over(const struct rampart_engine *e)
+{
+  return e->state_recovered;
+}
+
 uint64_t rampart_size(const struct rampart_engine *e)
 {
   return e->pages * RAMPART_PAGE_SIZE;
@@ -759,13 +775,18 @@ static void *alloc_pages(size_t bytes)
 static int engine_alloc_pools(struct rampart_engine *e)
 {
   e->ops = calloc(ENGINE_PAGE_OPS, sizeof *e->ops);
-  e->op_scratch = alloc_pages((size_t)ENGINE_PAGE_OPS * RAMPART_PAGE_SIZE);
+  /* With state= each op's bytes live in the state: a write in flight at a crash is sent
+   * again from there (engine_state.c). */
+  e->op_scratch = e->state ? e->state->op_pages
+                           : alloc_pages((size_t)ENGINE_PAGE_OPS * RAMPART_PAGE_SIZE);
   e->degraded = calloc(ENGINE_DEGRADED_READS, sizeof *e->degraded);
   e->parity = calloc(ENGINE_PARITY_BUFFERS, sizeof *e->parity);
   e->frees = calloc(ENGINE_FREE_REQUESTS, sizeof *e->frees);
   uint8_t *dr_pages = alloc_pages((size_t)ENGINE_DEGRADED_READS * (GROUP_MAX_DATA + 1) *
                                   RAMPART_PAGE_SIZE);
-  uint8_t *parity_pages = alloc_pages((size_t)ENGINE_PARITY_BUFFERS * RAMPART_PAGE_SIZE);
+  /* With state= the parity of the open group lives in the state, to survive a crash. */
+  uint8_t *parity_pages = e->state ? e->state->parity_pages
+                                   : alloc_pages((size_t)ENGINE_PARITY_BUFFERS * RAMPART_PAGE_SIZE);
   if (!e->ops || !e->op_scratch || !e->degraded || !e->parity || !e->frees || !dr_pages ||
       !parity_pages)
     return -1;
@@ -798,9 +819,9 @@ static void engine_free_pools(struct rampart_engine *e)
   if (e->degraded && e->degraded[0].pages)
     munmap(e->degraded[0].pages,
            (size_t)ENGINE_DEGRADED_READS * (GROUP_MAX_DATA + 1) * RAMPART_PAGE_SIZE);
-  if (e->parity && e->parity[0].page)
+  if (e->parity && e->parity[0].page && !e->state)
     munmap(e->parity[0].page, (size_t)ENGINE_PARITY_BUFFERS * RAMPART_PAGE_SIZE);
-  if (e->op_scratch)
+  if (e->op_scratch && !e->state)
     munmap(e->op_scratch, (size_t)ENGINE_PAGE_OPS * RAMPART_PAGE_SIZE);
   free(e->ops);
   free(e->degraded);
@@ -820,8 +841,14 @@ static int engine_open_spill(struct rampart_engine *e, char *err, size_t errlen)
   /* Standalone with all of size in RAM never spills: skip the file. */
   if (e->nservers == 0 && e->local.slots.capacity >= e->pages)
     return 0;
+  /* With state= the spill file must outlive a crash too: it gets a name beside the
+   * state's anchor instead of being an unlinked temporary file. */
+  char state_spill[sizeof e->config.state_path + 8];
+  snprintf(state_spill, sizeof state_spill, "%s.spill", e->config.state_path);
   struct spill_store_options so = {
-    .path = e->config.spill_path[0] ? e->config.spill_path : NULL,
+    .path = e->config.spill_path[0] ? e->config.spill_path
+            : e->state                ? state_spill
+                                      : NULL,
     .temp_dir = e->config.temp_dir[0] ? e->config.temp_dir : NULL,
     .pages = spill_pages,
   };
@@ -917,12 +944,19 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
   }
   if (config->key_path[0] && rp_key_load(config->key_path, e->key, err, errlen) < 0)
     goto fail;
-  if (engine_open_sealer(e, err, errlen) < 0)
+  if (config->state_path[0]) {
+    /* The map, seals and groups live in the state segment (engine_state.c). */
+    if (engine_state_open(e, err, errlen) < 0)
+      goto fail;
+  } else if (engine_open_sealer(e, err, errlen) < 0 || page_map_init(&e->map, e->pages) < 0 ||
+             group_table_init(&e->groups, (uint32_t)(e->pages / e->group_size / 4 + 64)) < 0) {
+    if (!err[0])
+      snprintf(err, errlen, "out of memory setting up a %llu-page device",
+               (unsigned long long)e->pages);
     goto fail;
+  }
   e->write_pending = calloc((e->pages + 63) / 64, sizeof(uint64_t));
-  if (!e->write_pending || page_map_init(&e->map, e->pages) < 0 ||
-      group_table_init(&e->groups, (uint32_t)(e->pages / e->group_size / 4 + 64)) < 0 ||
-      engine_alloc_pools(e) < 0) {
+  if (!e->write_pending || engine_alloc_pools(e) < 0) {
     snprintf(err, errlen, "out of memory setting up a %llu-page device",
              (unsigned long long)e->pages);
     goto fail;
@@ -956,7 +990,8 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
       !(e->metrics_file = stats_file_start(e->config.metrics_path, "metrics-file", false, err,
                                            errlen)))
     goto fail;
-  if (server_set_open(e, err, errlen) < 0)
+  if (e->state_recovered ? engine_state_recover(e, err, errlen) < 0
+                                                      : server_set_open(e, err, errlen) < 0)
     goto fail;
   int rc = rp_thread_start(&e->thread, "rampart-io", 0, io_thread_main, e);
   if (rc != 0) {
@@ -971,6 +1006,7 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
   rp_log(RP_LOG_INFO, "device of %llu pages, %u servers, redundancy %s, group %u",
          (unsigned long long)e->pages, e->nservers, rampart_redundancy_name(e->policy),
          e->group_size);
+  e->opened = true;
   return e;
 fail:
   rampart_close(e);
@@ -1009,6 +1045,9 @@ void rampart_close(struct rampart_engine *e)
   group_table_destroy(&e->groups);
   page_map_destroy(&e->map);
   page_sealer_destroy(&e->sealer);
+  /* A device that was served is detached cleanly here (its servers were told GOODBYE):
+   * its state goes. One that failed to open keeps a state it was taking over. */
+  engine_state_close(e, e->opened || !e->state_recovered);
   free(e->write_pending);
   pthread_mutex_destroy(&e->stats_lock);
   pthread_mutex_destroy(&e->lock);

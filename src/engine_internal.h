@@ -192,6 +192,23 @@ struct local_store {
   struct slot_allocator slots;
 };
 
+/* A write the dead process had in flight when it stopped (engine_state.c): its bytes,
+ * sent again to the member slot it was placed in, and the version it replaced, to fall
+ * back to if the new one is never stored. Entries never move (a replay is in flight
+ * from one); `kept` says whether the entry still holds its old version. */
+struct recovered_write {
+  struct rampart_engine *engine;
+  uint64_t page;
+  page_entry new_entry;
+  page_entry old_entry;
+  struct page_seal old_seal;
+  bool kept;
+  uint8_t *bytes;               /* the new version as sealed, copied from the state */
+  struct rp_request req;        /* the replay of a member write */
+};
+
+struct pager_state;
+
 struct rampart_engine {
   struct rampart_config config;
   enum rampart_redundancy policy;
@@ -324,6 +341,16 @@ struct rampart_engine {
   uint64_t rebuild_started_ns, rebuild_finished_ns;
   uint64_t rebuild_pages_moved;  /* pages of groups on a lost server, written again */
   uint64_t pages_remote, pages_spilled, pages_local;
+  /* state= (engine_state.c): the pager's state segment, or NULL; after a restart, the
+   * writes the dead process had in flight, and how many fell back to the older version */
+  struct pager_state *state;
+  bool state_recovered;         /* the state was left by a process that died */
+  bool opened;                  /* rampart_open finished: a close is a clean detach */
+  struct recovered_write *recovered_writes; /* PAGER_STATE_WRITES entries */
+  uint8_t *recovered_bytes;
+  uint32_t nrecovered_writes;   /* entries still kept */
+  uint64_t writes_replayed;
+  uint64_t writes_rolled_back;
   pthread_mutex_t stats_lock;   /* guards the snapshot copied to other threads */
   /* Taken by frontend threads, never by the I/O thread: a sub-page write holds its
    * page's stripe from its read to the end of its write-back (page_rmw.c). */
@@ -369,6 +396,8 @@ void engine_call(struct rampart_engine *e, void (*fn)(struct rampart_engine *e, 
 
 /* server_set.c */
 int server_set_open(struct rampart_engine *e, char *err, size_t errlen);
+/* The connections' memory for n servers (and reconnects), made once at open. */
+int server_set_pool_new(struct rampart_engine *e, unsigned n, char *err, size_t errlen);
 void server_set_close(struct rampart_engine *e);
 bool server_usable_for_reads(const struct server *s);
 bool server_usable_for_placement(const struct server *s);
@@ -443,6 +472,10 @@ bool server_health_any_reconnecting(const struct rampart_engine *e);
 void server_health_close(struct rampart_engine *e);
 struct rampart_stats;
 void server_health_stats(struct rampart_engine *e, struct rampart_stats *st);
+/* After a restart (engine_state.c): a server the dead pager had resumes its session (it
+ * goes RECONNECTING, with the token the state kept) or, lost, tries to join again. 1
+ * when it is resuming. */
+unsigned server_health_after_restart(struct rampart_engine *e, struct server *s);
 /* s was removed: it must never reconnect; its session (if it has one) is ended by its
  * helper thread with GOODBYE, so the server frees our pages now, not after a lease. */
 void server_health_retire(struct rampart_engine *e, struct server *s);
@@ -454,12 +487,42 @@ static inline bool page_write_is_pending(const struct rampart_engine *e, uint64_
   return (e->write_pending[page / 64] >> (page % 64)) & 1u;
 }
 
+/* engine_state.c: state= (docs/recovery.md) */
+int engine_state_open(struct rampart_engine *e, char *err, size_t errlen);
+/* After the loop and the spill store exist, instead of server_set_open, when the state
+ * was left by a process that died. */
+int engine_state_recover(struct rampart_engine *e, char *err, size_t errlen);
+/* clean: the servers were told GOODBYE, so the state goes; else it stays to be taken
+ * over. */
+void engine_state_close(struct rampart_engine *e, bool clean);
+void engine_state_save_server(struct rampart_engine *e, const struct server *s);
+void engine_state_save_servers(struct rampart_engine *e);
+/* op is about to make `entry` its page's version: records the version it replaces, and
+ * true when that one must be kept (not retired) until the op ends. */
+bool engine_state_keep_replaced(struct page_op *op, page_entry entry);
+/* op is going back to the pool: the version it kept is retired now. */
+void engine_state_op_ended(struct page_op *op);
+/* A copy of op's page failed verification: if it is the version a dead process's write
+ * had not yet stored, the page goes back to the version before it; true then, and the
+ * caller reads the page again. */
+bool engine_state_fall_back(struct page_op *op);
+/* The page gets a new version (or is trimmed): versions kept for a fallback go. */
+void engine_state_page_rewritten(struct rampart_engine *e, uint64_t page);
+/* A group opened (with its parity server and slot): a restart continues it. */
+void engine_state_group_opened(struct rampart_engine *e, uint32_t group);
+/* A member is being XORed into parity buffer `buffer`; then it holds `members`. */
+void engine_state_parity_changing(struct rampart_engine *e, uint16_t buffer);
+void engine_state_parity_changed(struct rampart_engine *e, uint16_t buffer, unsigned members);
+
 /* page_write.c */
 void page_write_start(struct page_op *op);
 void page_write_retire(struct rampart_engine *e, page_entry old);
 void page_write_trim(struct rampart_engine *e, uint64_t page);
 void page_write_reclaim(struct rampart_engine *e, uint32_t group);
 void page_write_close_open_group(struct rampart_engine *e);
+/* A SEALING group's parity write is sent again from its buffer (a restart: the dead
+ * process's write may not have landed). */
+void page_write_reseal(struct rampart_engine *e, uint32_t group);
 
 /* page_read.c */
 void page_read_start(struct page_op *op);

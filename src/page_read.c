@@ -110,6 +110,14 @@ static bool copy_was_replaced(const struct page_op *op)
 static void copy_failed_verification(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
+  /* A version a dead pager's write never stored is no server's fault. */
+  if (e->nrecovered_writes && engine_state_fall_back(op)) {
+    if (op->kind == PAGE_OP_MOVE)
+      page_mover_read_done(op, 0); /* the map moved on: nothing to move */
+    else
+      page_read_start(op);
+    return;
+  }
   if (copy_was_replaced(op)) {
     if (op->kind == PAGE_OP_MOVE) {
       page_mover_read_done(op, 0); /* the mover sees the map moved on, and stops */

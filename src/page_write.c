@@ -45,10 +45,14 @@ static void write_finish(struct page_op *op, int result)
 static void install_version(struct page_op *op, page_entry entry)
 {
   struct rampart_engine *e = op->engine;
+  /* With state=, the version replaced stays until this op ends: if the pager dies
+   * first, a restart may need it (engine_state.c). */
+  bool keep = e->state && page_map_get(&e->map, op->page) != entry &&
+              engine_state_keep_replaced(op, entry);
   if (op->kind == PAGE_OP_WRITE)
     page_seal_set(&e->sealer, op->page, &op->seal);
   page_entry old = page_map_set(&e->map, op->page, entry);
-  if (old != entry)
+  if (old != entry && !keep)
     page_write_retire(e, old);
 }
 
@@ -93,6 +97,8 @@ void page_write_retire(struct rampart_engine *e, page_entry old)
 
 void page_write_trim(struct rampart_engine *e, uint64_t page)
 {
+  if (e->nrecovered_writes)
+    engine_state_page_rewritten(e, page);
   page_write_retire(e, page_map_set(&e->map, page, 0));
 }
 
@@ -169,6 +175,31 @@ static int choose_parity_server(struct rampart_engine *e, const struct group *g)
   return -1;
 }
 
+/* Sends a SEALING group's parity from its buffer to the server and slot the group names. */
+static void submit_parity(struct rampart_engine *e, uint32_t id, struct parity_buffer *pb,
+                          struct page_op *waiter)
+{
+  struct group *g = group_get(&e->groups, id);
+  unsigned server = g->server[g->capacity];
+  memset(&pb->req, 0, sizeof pb->req);
+  pb->group = id;
+  pb->waiter = waiter;
+  if (waiter)
+    waiter->pending++; /* counted before the submit, which may complete at once */
+  pb->req.op = RP_OP_WRITE;
+  pb->req.slot = g->slot[g->capacity];
+  pb->req.page = pb->page;
+  pb->req.done = on_parity_written;
+  pb->req.user = pb;
+  e->wire_bytes_written += RP_HEADER_SIZE + RAMPART_PAGE_SIZE;
+  server_set_submit(e, server, &pb->req);
+}
+
+void page_write_reseal(struct rampart_engine *e, uint32_t id)
+{
+  submit_parity(e, id, &e->parity[group_get(&e->groups, id)->buffer], NULL);
+}
+
 /* waiter: under mirror, the write whose copy this group's "parity" is: it completes only
  * once that copy is stored too (docs/flush.md: a completed mirror write is in two
  * servers' RAM). NULL otherwise: parity-log's open-group parity protects a member from
@@ -213,18 +244,7 @@ static void seal_open_group(struct rampart_engine *e, struct page_op *waiter)
     return;
   }
   group_begin_seal(&e->groups, id, (uint8_t)p, (uint32_t)slot);
-  memset(&pb->req, 0, sizeof pb->req);
-  pb->group = id;
-  pb->waiter = waiter;
-  if (waiter)
-    waiter->pending++; /* counted before the submit, which may complete at once */
-  pb->req.op = RP_OP_WRITE;
-  pb->req.slot = (uint64_t)slot;
-  pb->req.page = pb->page;
-  pb->req.done = on_parity_written;
-  pb->req.user = pb;
-  e->wire_bytes_written += RP_HEADER_SIZE + RAMPART_PAGE_SIZE;
-  server_set_submit(e, (unsigned)p, &pb->req);
+  submit_parity(e, id, pb, waiter);
 }
 
 void page_write_close_open_group(struct rampart_engine *e)
@@ -309,6 +329,7 @@ static enum open_result open_new_group(struct rampart_engine *e)
     return NO_SERVERS;
   }
   e->open_group = id;
+  engine_state_group_opened(e, id);
   return OPENED;
 }
 
@@ -420,11 +441,15 @@ static bool place_remote(struct page_op *op)
       continue;
     }
     int64_t slot = slot_allocator_alloc(&e->servers[server].slots);
-    if (g->has_parity)
-      parity_xor_page(e->parity[g->buffer].page, op->buf);
     uint32_t id = e->open_group;
+    if (g->has_parity) {
+      engine_state_parity_changing(e, g->buffer);
+      parity_xor_page(e->parity[g->buffer].page, op->buf);
+    }
     unsigned m = group_add_member(&e->groups, id, (uint8_t)server, (uint32_t)slot,
                                   (uint32_t)op->page);
+    if (g->has_parity)
+      engine_state_parity_changed(e, g->buffer, g->members);
     g->pins++; /* until the write's outcome is known (on_member_written) */
     op->placed = page_entry_remote(id, m);
     op->copy_failed = false; /* a failed copy of an earlier placement says nothing of this */

@@ -20,7 +20,7 @@
 
 #define STATE_MAGIC "rampart-state\0\0"
 #define STATE_LAYOUT 1u
-#define STATE_HEADER_BYTES 65536u
+#define STATE_HEADER_BYTES (128u * 1024u)
 #define ANCHOR_FIRST_LINE "rampart pager state 1"
 #define WRAP_LABEL "rampart state key wrap v1"
 #define WRAP_NONCE_LEN 12u
@@ -42,6 +42,14 @@ struct pager_state_header {
   uint8_t wrap_tag[WRAP_TAG_LEN];
   uint32_t group_chunks;
   int32_t group_chunk_segment[PAGER_STATE_MAX_CHUNKS];
+  uint32_t nservers;
+  struct pager_state_server servers[PAGER_STATE_SERVERS];
+  struct pager_state_write writes[PAGER_STATE_WRITES];
+  struct pager_state_parity parity[PAGER_STATE_PARITY_BUFFERS];
+  uint32_t open_group, open_parity_server, open_parity_slot;
+  struct pager_state_rebuild rebuild;
+  uint64_t parity_offset;
+  uint64_t op_pages_offset;
 };
 
 _Static_assert(sizeof(struct pager_state_header) <= STATE_HEADER_BYTES,
@@ -78,10 +86,15 @@ static uint64_t map_bytes(uint64_t pages)
   return round_to_page(pages * sizeof(page_entry));
 }
 
+static uint64_t seals_bytes(uint64_t pages)
+{
+  return round_to_page(pages * sizeof(struct page_seal));
+}
+
 uint64_t pager_state_bytes(uint64_t pages)
 {
-  return STATE_HEADER_BYTES + map_bytes(pages) +
-         round_to_page(pages * sizeof(struct page_seal));
+  return STATE_HEADER_BYTES + map_bytes(pages) + seals_bytes(pages) +
+         (uint64_t)(PAGER_STATE_PARITY_BUFFERS + PAGER_STATE_WRITES) * 4096u;
 }
 
 /* ---- the anchor file ------------------------------------------------------------------ */
@@ -211,6 +224,16 @@ static void point_into(struct pager_state *st)
   st->map = (page_entry *)((uint8_t *)st->base + h->map_offset);
   st->seals = (struct page_seal *)((uint8_t *)st->base + h->seals_offset);
   st->next_version = &h->next_version;
+  st->nservers = &h->nservers;
+  st->servers = h->servers;
+  st->writes = h->writes;
+  st->parity = h->parity;
+  st->parity_pages = (uint8_t *)st->base + h->parity_offset;
+  st->op_pages = (uint8_t *)st->base + h->op_pages_offset;
+  st->rebuild = &h->rebuild;
+  st->open_group = &h->open_group;
+  st->open_parity_server = &h->open_parity_server;
+  st->open_parity_slot = &h->open_parity_slot;
   st->generation = h->generation;
   memcpy(st->identity, h->identity, PAGER_STATE_IDENTITY_LEN);
 }
@@ -258,6 +281,9 @@ static int create_state(struct pager_state *st, const struct pager_state_fingerp
   h->next_version = 1;
   h->map_offset = STATE_HEADER_BYTES;
   h->seals_offset = STATE_HEADER_BYTES + map_bytes(fp->pages);
+  h->parity_offset = h->seals_offset + seals_bytes(fp->pages);
+  h->op_pages_offset = h->parity_offset + (uint64_t)PAGER_STATE_PARITY_BUFFERS * 4096u;
+  h->open_group = UINT32_MAX;
   h->total_bytes = bytes;
   for (unsigned i = 0; i < PAGER_STATE_MAX_CHUNKS; i++)
     h->group_chunk_segment[i] = -1;
@@ -519,6 +545,14 @@ void pager_state_detach(struct pager_state *st)
   st->map = NULL;
   st->seals = NULL;
   st->next_version = NULL;
+  st->nservers = NULL;
+  st->servers = NULL;
+  st->writes = NULL;
+  st->parity = NULL;
+  st->parity_pages = NULL;
+  st->op_pages = NULL;
+  st->open_group = st->open_parity_server = st->open_parity_slot = NULL;
+  st->rebuild = NULL;
 }
 
 void pager_state_remove(struct pager_state *st)

@@ -35,6 +35,59 @@ struct pager_state_fingerprint {
 
 /* Group chunks the state can hold: 2048 of 4096 groups, 8M groups. */
 #define PAGER_STATE_MAX_CHUNKS 2048u
+#define PAGER_STATE_SERVERS 255u     /* the engine's server table, incarnations included */
+#define PAGER_STATE_WRITES 512u      /* page operations in flight at once */
+#define PAGER_STATE_PARITY_BUFFERS 64u /* open and sealing groups at once */
+#define PAGER_STATE_ADDRESS_LEN 80u
+#define PAGER_STATE_TOKEN_LEN 32u
+
+enum {
+  PAGER_STATE_SERVER_SUSPECT = 1u << 0,
+  PAGER_STATE_SERVER_LEAVING = 1u << 1,
+  PAGER_STATE_SERVER_REMOVE_WHEN_DRAINED = 1u << 2,
+  PAGER_STATE_SERVER_DRAINED = 1u << 3,
+  PAGER_STATE_SERVER_REPLACED = 1u << 4,      /* an older incarnation: a newer one took over */
+  PAGER_STATE_SERVER_REBUILD_NEEDED = 1u << 5,
+};
+
+/* One entry of the engine's server table, as a restart needs it: where it is, the
+ * session to resume, and what the engine had decided about it. */
+struct pager_state_server {
+  char address[PAGER_STATE_ADDRESS_LEN];
+  uint8_t token[PAGER_STATE_TOKEN_LEN];
+  uint64_t reserved_pages;
+  uint8_t state;                   /* enum rampart_server_state */
+  uint8_t flags;                   /* PAGER_STATE_SERVER_* */
+};
+
+/* The rebuild now running, or the last one, as the engine reports it: a restart carries
+ * it on (CLOCK_MONOTONIC times, which a restarted process on the same host shares). */
+struct pager_state_rebuild {
+  uint32_t running;
+  uint32_t finished;
+  uint64_t started_ns, finished_ns, pages_moved;
+};
+
+/* A parity buffer: the XOR of the members of an open (or sealing) group, kept in the
+ * state so the parity of a group still open survives the crash. `busy` is set while a
+ * member is XORed in, and `covered` counts the members the XOR holds once it is done: a
+ * restart trusts only a buffer that is not busy and covers every member its group has. */
+struct pager_state_parity {
+  uint32_t group;
+  uint32_t covered;
+  uint32_t busy;
+};
+
+/* A page operation that replaced a page's version and has not finished: the version it
+ * replaced is kept (not reclaimed) until it does, so a restart can go back to it when
+ * the new one never reached its store. Indexed by the operation's pool index. */
+struct pager_state_write {
+  uint64_t page;
+  page_entry new_entry;
+  page_entry old_entry;
+  struct page_seal old_seal;
+  uint32_t active;                 /* set last, cleared first */
+};
 
 struct pager_state_header;
 
@@ -46,6 +99,19 @@ struct pager_state {
   page_entry *map;                    /* fingerprint.pages entries */
   struct page_seal *seals;            /* fingerprint.pages entries */
   uint64_t *next_version;             /* the nonce counter, in the segment */
+  uint32_t *nservers;                 /* entries of servers[] in use */
+  struct pager_state_server *servers; /* PAGER_STATE_SERVERS */
+  struct pager_state_write *writes;   /* PAGER_STATE_WRITES */
+  struct pager_state_parity *parity;  /* PAGER_STATE_PARITY_BUFFERS */
+  uint8_t *parity_pages;              /* PAGER_STATE_PARITY_BUFFERS pages of 4 KiB */
+  uint8_t *op_pages;                  /* PAGER_STATE_WRITES pages: each page op's bytes
+                                         as sealed, so a write in flight can be sent
+                                         again after a crash */
+  struct pager_state_rebuild *rebuild;
+  /* the open group and the parity slot reserved for it when it opened */
+  uint32_t *open_group;
+  uint32_t *open_parity_server;
+  uint32_t *open_parity_slot;
   bool recovered;                     /* attached a state an earlier process left */
   uint64_t generation;                /* attaches of this state, this one included */
   uint8_t identity[PAGER_STATE_IDENTITY_LEN];

@@ -92,7 +92,8 @@ int group_table_adopt(struct group_table *t, struct group **chunks, uint32_t nch
     struct group *g = group_get(t, id);
     g->live = 0;
     g->pins = 0;
-    g->buffer = GROUP_NO_BUFFER;
+    if (g->state != GROUP_OPEN && g->state != GROUP_SEALING)
+      g->buffer = GROUP_NO_BUFFER;
     if (g->state == GROUP_FREE) {
       g->next_free = t->free_head;
       t->free_head = id;

@@ -81,8 +81,9 @@ int group_table_init_from(struct group_table *t, uint32_t initial_groups,
                           const struct group_chunk_source *source);
 /* Takes over `nchunks` chunks a killed process left in the pager's state, as they were:
  * the free list, the counts and each group's live count are worked out again from the
- * groups and the page map, and nothing can be in flight on them (pins 0, no parity
- * buffer). 0, or -1 (ENOMEM for the chunk array). */
+ * groups and the page map, and nothing can be in flight on them (pins 0). Groups still
+ * open or sealing keep their parity buffer's index, for the caller to trust or not.
+ * 0, or -1 (ENOMEM for the chunk array). */
 int group_table_adopt(struct group_table *t, struct group **chunks, uint32_t nchunks,
                       const struct group_chunk_source *source, const struct page_map *map);
 void group_table_destroy(struct group_table *t);

@@ -67,6 +67,9 @@ enum rampart_redundancy {
  *                         servers are, e.g. after one was added (default 256; 0: never)
  *   encrypt=on|off        seal pages with AES-256-GCM (default on; off for benchmarks)
  *   enckey=FILE           key material for the page key (default: random per attach)
+ *   state=PATH            keep the map, seals, key and sessions in a locked shared-memory
+ *                         segment PATH names, so a pager restarted after a crash takes
+ *                         the device back with every page (docs/recovery.md)
  *   submit=handover|inline  who starts a request: the I/O thread (default), or the
  *                         calling thread while the I/O thread sleeps (docs/engine.md)
  */
@@ -92,6 +95,10 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
 void rampart_close(struct rampart_engine *engine);
 
 uint64_t rampart_size(const struct rampart_engine *engine);
+/* The engine took over a state (state=) that a pager which died left: its pages are in
+ * the servers' sessions, which rampart_close would end. A frontend that cannot serve
+ * such an engine exits without closing it, for the next attempt to take it over. */
+bool rampart_took_over(const struct rampart_engine *engine);
 
 enum rampart_op { RAMPART_OP_READ, RAMPART_OP_WRITE, RAMPART_OP_TRIM, RAMPART_OP_ZERO,
                   RAMPART_OP_FLUSH };

@@ -500,6 +500,21 @@ void server_health_failed(struct rampart_engine *e, struct server *s, const char
   start_attempt(e, s, NULL);
 }
 
+unsigned server_health_after_restart(struct rampart_engine *e, struct server *s)
+{
+  if (s->state == RAMPART_SERVER_REMOVED)
+    return 0;
+  if (s->state == RAMPART_SERVER_LOST || s->health.replaced) {
+    s->state = RAMPART_SERVER_LOST;
+    if (!s->health.replaced && !s->remove_when_drained)
+      schedule_retry(e, s);
+    return 0;
+  }
+  s->state = RAMPART_SERVER_UP; /* as it was: its connection is what the restart lost */
+  server_health_failed(e, s, "the pager restarted", false);
+  return 1;
+}
+
 void server_health_stop_rejoining(struct rampart_engine *e, struct server *s)
 {
   ev_timer_stop(e->loop, &s->health.retry);

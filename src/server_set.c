@@ -220,6 +220,7 @@ void server_adopt(struct rampart_engine *e, struct server *s, struct rp_conn *co
   s->state = info->pressure ? RAMPART_SERVER_ADVISED : RAMPART_SERVER_UP;
   rp_conn_attach(conn, e->loop);
   rp_conn_set_callbacks(conn, on_advise, on_disconnect, s);
+  engine_state_save_server(e, s); /* its session token, before any page goes there */
 }
 
 struct server *server_new(struct rampart_engine *e, const char *address,
@@ -242,14 +243,14 @@ struct server *server_new(struct rampart_engine *e, const char *address,
   if (server_health_init_server(e, s) < 0)
     return NULL;
   e->nservers++;
+  engine_state_save_server(e, s);
   return s;
 }
 
 /* ---- open and close ------------------------------------------------------------------ */
 
-int server_set_open(struct rampart_engine *e, char *err, size_t errlen)
+int server_set_pool_new(struct rampart_engine *e, unsigned n, char *err, size_t errlen)
 {
-  unsigned n = e->config.nservers;
   /* Two connections' memory per server (its connection, and a reconnect's while the old
    * one is still being closed), and two for a rejoin and an ending stale session. */
   e->conn_pool = rp_conn_pool_new(2 * n + 2);
@@ -257,6 +258,14 @@ int server_set_open(struct rampart_engine *e, char *err, size_t errlen)
     snprintf(err, errlen, "out of memory for %u server connections", n);
     return -1;
   }
+  return 0;
+}
+
+int server_set_open(struct rampart_engine *e, char *err, size_t errlen)
+{
+  unsigned n = e->config.nservers;
+  if (server_set_pool_new(e, n, err, errlen) < 0)
+    return -1;
   for (unsigned i = 0; i < n; i++) {
     struct server *s = server_new(e, e->config.servers[i], NULL);
     if (!s) {

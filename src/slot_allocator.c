@@ -51,6 +51,23 @@ void slot_allocator_release(struct slot_allocator *a, uint32_t slot)
   a->in_use--;
 }
 
+void slot_allocator_rebuild(struct slot_allocator *a, const uint64_t *used)
+{
+  uint32_t top = 0;
+  a->in_use = 0;
+  for (uint32_t slot = 0; slot < a->capacity; slot++)
+    if (used[slot / 64] >> (slot % 64) & 1) {
+      a->in_use++;
+      top = slot + 1;
+    }
+  a->watermark = top;
+  a->free_count = 0;
+  /* Highest first on the stack, so the lowest free slot is handed out first. */
+  for (uint32_t slot = top; slot-- > 0;)
+    if (!(used[slot / 64] >> (slot % 64) & 1))
+      a->free_stack[a->free_count++] = slot;
+}
+
 uint32_t slot_allocator_available(const struct slot_allocator *a)
 {
   return a->capacity - a->in_use;

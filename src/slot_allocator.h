@@ -25,6 +25,9 @@ int slot_allocator_grow(struct slot_allocator *a, uint32_t capacity);
 /* A free slot, or -1 when every slot is in use. */
 int64_t slot_allocator_alloc(struct slot_allocator *a);
 void slot_allocator_release(struct slot_allocator *a, uint32_t slot);
+/* Makes the slots set in `used` (a bit per slot, capacity bits) the ones in use, the rest
+ * free: how a restarted pager takes over the slots its predecessor handed out. */
+void slot_allocator_rebuild(struct slot_allocator *a, const uint64_t *used);
 /* Slots still available. */
 uint32_t slot_allocator_available(const struct slot_allocator *a);
 

@@ -1,0 +1,592 @@
+/* The engine's side of surviving its own crash (state=; docs/recovery.md).
+ *
+ * With state= the page map, the seals, the nonce counter, the parity groups, the server
+ * table (addresses, session tokens) and a record of every write in flight live in the
+ * pager's state segment (pager_state.c), which outlives the process. A clean close
+ * removes it; a crash leaves it, and the next engine opened on it takes the device over:
+ *
+ *   - every server it had is RECONNECTING, its session resumed with the token the state
+ *     kept (server_health.c); a server whose lease ran out comes back empty and is
+ *     rebuilt from parity, exactly as when a server restarts under a running pager;
+ *   - groups still open or sealing lost their parity buffer with the process: they are
+ *     sealed as they are, unprotected, and the mover rewrites their live pages;
+ *   - slot allocators and live counts are worked out again from the groups and the map;
+ *   - a write in flight at the crash named its new version in the map before its bytes
+ *     landed. The version it replaced was kept (not reclaimed) until the write ended, so
+ *     a read of the new one that fails verification falls back to it: old or new, never
+ *     anything else, and no server is blamed for a page the crash kept from it.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+
+#include "engine_internal.h"
+#include "log.h"
+#include "pager_state.h"
+#include "secret.h"
+
+#define LOST_ENTRY page_entry_slot(PAGE_SPILL, PAGE_ENTRY_MAX_SLOT)
+
+_Static_assert(ENGINE_PAGE_OPS <= PAGER_STATE_WRITES, "every page op has a write record");
+_Static_assert(ENGINE_MAX_INCARNATIONS <= PAGER_STATE_SERVERS, "every server has an entry");
+_Static_assert(RAMPART_ADDRESS_LEN <= PAGER_STATE_ADDRESS_LEN, "addresses fit");
+_Static_assert(RP_TOKEN_LEN == PAGER_STATE_TOKEN_LEN, "session tokens fit");
+_Static_assert(ENGINE_PARITY_BUFFERS == PAGER_STATE_PARITY_BUFFERS, "parity buffers fit");
+
+/* ---- open ---------------------------------------------------------------------------- */
+
+/* The key material the device key is wrapped under: enckey= if given, else key=. */
+static int load_wrapping_material(const struct rampart_engine *e, struct rp_key *master,
+                                  char *err, size_t errlen)
+{
+  const struct rampart_config *c = &e->config;
+  master->len = 0;
+  const char *path = c->enckey_path[0] ? c->enckey_path : c->key_path;
+  if (!path[0])
+    return 0;
+  char why[512];
+  if (rp_key_load(path, master, why, sizeof why) < 0) {
+    snprintf(err, errlen, "%s=%s: %s", c->enckey_path[0] ? "enckey" : "key", path, why);
+    return -1;
+  }
+  return 0;
+}
+
+int engine_state_open(struct rampart_engine *e, char *err, size_t errlen)
+{
+  const struct rampart_config *c = &e->config;
+  e->state = calloc(1, sizeof *e->state);
+  if (!e->state) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  struct pager_state_fingerprint fp = {
+    .pages = e->pages, .redundancy = (uint32_t)e->policy, .group = e->group_size,
+    .encrypt = !c->encrypt_off,
+  };
+  struct rp_key *master = rp_secret_alloc(sizeof *master);
+  if (!master) {
+    snprintf(err, errlen, "cannot map a page for the key: %s", strerror(errno));
+    return -1;
+  }
+  uint8_t device_key[PAGE_SEAL_KEY_LEN];
+  char note[512];
+  int r = load_wrapping_material(e, master, err, errlen);
+  if (r == 0)
+    r = pager_state_open(e->state, c->state_path, &fp, master->len ? master->bytes : NULL,
+                         master->len, device_key, note, sizeof note, err, errlen);
+  rp_secret_free(master, sizeof *master);
+  if (r < 0) {
+    free(e->state);
+    e->state = NULL;
+    return -1;
+  }
+  if (note[0])
+    rp_log(RP_LOG_WARN, "%s", note);
+  struct pager_state *st = e->state;
+  e->state_recovered = st->recovered;
+  r = page_sealer_init_at(&e->sealer, e->pages, !c->encrypt_off, device_key, st->seals,
+                          st->next_version, err, errlen);
+  OPENSSL_cleanse(device_key, sizeof device_key);
+  if (r < 0)
+    return -1;
+  page_map_init_at(&e->map, e->pages, st->map);
+  struct group_chunk_source source = pager_state_group_chunks(st);
+  if (st->recovered)
+    r = group_table_adopt(&e->groups, (struct group **)st->chunks, st->nchunks, &source,
+                          &e->map);
+  else
+    r = group_table_init_from(&e->groups, (uint32_t)(e->pages / e->group_size / 4 + 64),
+                              &source);
+  if (r < 0) {
+    snprintf(err, errlen, "cannot set up the parity groups in the state: %s (raise "
+             "LimitMEMLOCK= or kernel.shmall)", strerror(errno));
+    return -1;
+  }
+  if (st->recovered)
+    rp_log(RP_LOG_INFO, "state %s: taking over the device as the pager left it (attach %llu)",
+           c->state_path, (unsigned long long)st->generation);
+  return 0;
+}
+
+/* ---- while running ---------------------------------------------------------------------- */
+
+void engine_state_save_server(struct rampart_engine *e, const struct server *s)
+{
+  struct pager_state *st = e->state;
+  if (!st)
+    return;
+  struct pager_state_server *ps = &st->servers[s->index];
+  snprintf(ps->address, sizeof ps->address, "%s", s->address);
+  memcpy(ps->token, s->token, sizeof ps->token);
+  ps->reserved_pages = s->reserved_pages;
+  ps->state = (uint8_t)s->state;
+  ps->flags = (uint8_t)((s->suspect ? PAGER_STATE_SERVER_SUSPECT : 0) |
+                        (s->leaving ? PAGER_STATE_SERVER_LEAVING : 0) |
+                        (s->remove_when_drained ? PAGER_STATE_SERVER_REMOVE_WHEN_DRAINED : 0) |
+                        (s->drained ? PAGER_STATE_SERVER_DRAINED : 0) |
+                        (s->health.replaced ? PAGER_STATE_SERVER_REPLACED : 0) |
+                        (s->rebuild_needed ? PAGER_STATE_SERVER_REBUILD_NEEDED : 0));
+  /* Counted once the entry is whole: a restart never reads a half-written one. */
+  atomic_signal_fence(memory_order_release);
+  if (*st->nservers < s->index + 1)
+    *st->nservers = s->index + 1;
+}
+
+void engine_state_save_servers(struct rampart_engine *e)
+{
+  struct pager_state *st = e->state;
+  if (!st)
+    return;
+  for (unsigned i = 0; i < e->nservers; i++)
+    engine_state_save_server(e, &e->servers[i]);
+  *st->rebuild = (struct pager_state_rebuild){
+    .running = e->rebuilding, .finished = e->rebuilds_finished,
+    .started_ns = e->rebuild_started_ns, .finished_ns = e->rebuild_finished_ns,
+    .pages_moved = e->rebuild_pages_moved,
+  };
+}
+
+static struct pager_state_write *write_record(struct page_op *op)
+{
+  struct rampart_engine *e = op->engine;
+  return &e->state->writes[op - e->ops];
+}
+
+static void drop_recovered_write(struct rampart_engine *e, struct recovered_write *w)
+{
+  w->kept = false;
+  e->nrecovered_writes--;
+}
+
+/* A version kept for a fallback is not live (the map does not name it); its group is
+ * pinned instead, so it is neither reclaimed nor counted at risk while it waits. */
+static void release_kept_version(struct rampart_engine *e, page_entry old)
+{
+  switch (page_entry_kind(old)) {
+  case PAGE_REMOTE: {
+    uint32_t id = (uint32_t)page_entry_group(old);
+    struct group *g = group_get(&e->groups, id);
+    g->pins--;
+    if (group_is_reclaimable(g))
+      page_write_reclaim(e, id);
+    return;
+  }
+  case PAGE_SPILL:
+    if (old != LOST_ENTRY && e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH)
+      spill_quarantine_free(&e->quarantine, (uint32_t)page_entry_slot_of(old));
+    return;
+  default:
+    return;
+  }
+}
+
+void engine_state_page_rewritten(struct rampart_engine *e, uint64_t page)
+{
+  /* The versions a dead process's writes replaced were kept for a fallback that a new
+   * version makes pointless. */
+  for (uint32_t i = 0; i < PAGER_STATE_WRITES && e->nrecovered_writes; i++) {
+    struct recovered_write *w = &e->recovered_writes[i];
+    if (!w->kept || w->page != page)
+      continue;
+    drop_recovered_write(e, w);
+    release_kept_version(e, w->old_entry);
+  }
+}
+
+bool engine_state_keep_replaced(struct page_op *op, page_entry entry)
+{
+  struct rampart_engine *e = op->engine;
+  struct pager_state_write *w = write_record(op);
+  if (e->nrecovered_writes)
+    engine_state_page_rewritten(e, op->page);
+  if (w->active) {
+    /* Placed again (its first placement failed): what it replaces now is its own
+     * earlier placement, which never completed. The first replaced version stays kept. */
+    w->new_entry = entry;
+    return false;
+  }
+  w->page = op->page;
+  w->old_entry = page_map_get(&e->map, op->page);
+  w->old_seal = *page_seal_get(&e->sealer, op->page);
+  w->new_entry = entry;
+  /* The record is whole before it counts, and counts before the map changes: a process
+   * killed anywhere in between leaves either no record and the old map, or both. */
+  atomic_signal_fence(memory_order_release);
+  w->active = 1;
+  atomic_signal_fence(memory_order_release);
+  return true;
+}
+
+void engine_state_op_ended(struct page_op *op)
+{
+  struct rampart_engine *e = op->engine;
+  struct pager_state_write *w = write_record(op);
+  if (!w->active)
+    return;
+  page_entry old = w->old_entry;
+  /* Cleared before the old version is retired: a crash in between leaves the old slots
+   * uncounted (a restart counts only what the map names), never a record naming slots
+   * already reused. */
+  w->active = 0;
+  atomic_signal_fence(memory_order_release);
+  page_write_retire(e, old);
+}
+
+bool engine_state_fall_back(struct page_op *op)
+{
+  struct rampart_engine *e = op->engine;
+  page_entry now = page_map_get(&e->map, op->page);
+  for (uint32_t i = 0; i < PAGER_STATE_WRITES; i++) {
+    struct recovered_write *w = &e->recovered_writes[i];
+    if (!w->kept || w->page != op->page || w->new_entry != now)
+      continue;
+    rp_log(RP_LOG_INFO, "page %llu: the write in flight when the pager stopped never "
+           "reached its store; the version before it stands",
+           (unsigned long long)op->page);
+    page_entry old = w->old_entry;
+    page_seal_set(&e->sealer, op->page, &w->old_seal);
+    page_entry newer = page_map_set(&e->map, op->page, old);
+    drop_recovered_write(e, w);
+    if (page_entry_kind(old) == PAGE_REMOTE) {
+      /* Named by the map again: live, no longer only pinned. */
+      struct group *g = group_get(&e->groups, (uint32_t)page_entry_group(old));
+      g->live++;
+      e->groups.live_pages++;
+      g->pins--;
+    }
+    page_write_retire(e, newer);
+    e->writes_rolled_back++;
+    return true;
+  }
+  return false;
+}
+
+void engine_state_group_opened(struct rampart_engine *e, uint32_t id)
+{
+  struct pager_state *st = e->state;
+  if (!st)
+    return;
+  struct group *g = group_get(&e->groups, id);
+  if (g->buffer != GROUP_NO_BUFFER) {
+    struct pager_state_parity *p = &st->parity[g->buffer];
+    p->busy = 1;
+    atomic_signal_fence(memory_order_release);
+    p->group = id;
+    p->covered = 0;
+    atomic_signal_fence(memory_order_release);
+    p->busy = 0;
+  }
+  *st->open_parity_server = e->open_parity_server;
+  *st->open_parity_slot = e->open_parity_slot;
+  atomic_signal_fence(memory_order_release);
+  *st->open_group = id;
+}
+
+void engine_state_parity_changing(struct rampart_engine *e, uint16_t buffer)
+{
+  if (!e->state)
+    return;
+  e->state->parity[buffer].busy = 1;
+  atomic_signal_fence(memory_order_release);
+}
+
+void engine_state_parity_changed(struct rampart_engine *e, uint16_t buffer, unsigned members)
+{
+  if (!e->state)
+    return;
+  struct pager_state_parity *p = &e->state->parity[buffer];
+  p->covered = members;
+  atomic_signal_fence(memory_order_release);
+  p->busy = 0;
+}
+
+/* ---- restart -------------------------------------------------------------------------------- */
+
+/* Whether the parity buffer of a group the dead process left open or sealing holds the
+ * XOR of exactly its members: not torn by a kill in the middle of an XOR, and not
+ * taken over by another group since. */
+static bool parity_buffer_trusted(const struct rampart_engine *e, uint32_t id,
+                                  const struct group *g)
+{
+  if (!g->has_parity || g->buffer >= ENGINE_PARITY_BUFFERS)
+    return false;
+  const struct pager_state_parity *p = &e->state->parity[g->buffer];
+  return p->group == id && !p->busy && p->covered == g->members;
+}
+
+/* A group the dead process had not finished. Its parity buffer survived in the state:
+ * the open group is sealed short with it, and it and every sealing group send their
+ * parity (again) once the sessions resume (engine_state_recover). One whose buffer
+ * cannot be trusted is sealed as it is, without parity, unprotected, so the mover
+ * rewrites its live pages into whole groups. in_use marks the parity buffers held. */
+static void take_over_unfinished_group(struct rampart_engine *e, uint32_t id, bool *in_use)
+{
+  struct group *g = group_get(&e->groups, id);
+  if (g->state != GROUP_OPEN && g->state != GROUP_SEALING)
+    return;
+  struct pager_state *st = e->state;
+  bool trusted = parity_buffer_trusted(e, id, g) && !in_use[g->buffer];
+  if (g->state == GROUP_OPEN && g->members == 0) {
+    group_release(&e->groups, id);
+    e->groups.reclaimed--; /* never held anything */
+    return;
+  }
+  if (g->state == GROUP_OPEN && g->has_parity && trusted && id == *st->open_group &&
+      *st->open_parity_server < e->nservers) {
+    /* Sealed short at once, its parity to the slot reserved when it opened: every
+     * server is only reconnecting now, and a group left open would be closed without
+     * parity by the first write that finds no server to place on. */
+    g->capacity = g->members;
+    group_begin_seal(&e->groups, id, (uint8_t)*st->open_parity_server, *st->open_parity_slot);
+    in_use[g->buffer] = true;
+    return;
+  }
+  if (g->state == GROUP_SEALING && trusted) {
+    in_use[g->buffer] = true;
+    return;
+  }
+  if (g->has_parity) {
+    group_drop_parity(&e->groups, id);
+    g->server[g->capacity] = GROUP_NO_SERVER; /* its slot is not counted as used below */
+  }
+  g->buffer = GROUP_NO_BUFFER;
+  /* Sealed short, as a group closed early is: the parity entry sits at capacity. */
+  g->server[g->members] = GROUP_NO_SERVER;
+  g->capacity = g->members;
+  g->state = GROUP_SEALED;
+}
+
+static void mark_used(uint64_t **used, const struct rampart_engine *e, unsigned server,
+                      uint32_t slot)
+{
+  if (server < e->nservers && used[server] && slot < e->servers[server].slots.capacity)
+    used[server][slot / 64] |= UINT64_C(1) << (slot % 64);
+}
+
+/* Which slots of each server and of the spill store are in use: every slot a group
+ * holds, and every spill slot the map or a kept version names. */
+static int rebuild_allocators(struct rampart_engine *e)
+{
+  uint64_t *used[ENGINE_MAX_INCARNATIONS] = { 0 };
+  int r = 0;
+  for (unsigned i = 0; i < e->nservers && r == 0; i++) {
+    used[i] = calloc(e->servers[i].slots.capacity / 64 + 1, sizeof(uint64_t));
+    if (!used[i])
+      r = -1;
+  }
+  for (uint32_t id = 0; id < e->groups.count && r == 0; id++) {
+    const struct group *g = group_get(&e->groups, id);
+    if (g->state == GROUP_FREE)
+      continue;
+    for (unsigned m = 0; m < g->members; m++)
+      if (g->server[m] != GROUP_NO_SERVER)
+        mark_used(used, e, g->server[m], g->slot[m]);
+    if (g->has_parity && g->server[g->capacity] != GROUP_NO_SERVER)
+      mark_used(used, e, g->server[g->capacity], g->slot[g->capacity]);
+  }
+  for (unsigned i = 0; i < e->nservers && r == 0; i++)
+    slot_allocator_rebuild(&e->servers[i].slots, used[i]);
+  for (unsigned i = 0; i < e->nservers; i++)
+    free(used[i]);
+  if (r < 0 || !e->spill || e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH)
+    return r; /* write-through claimed every page's disk slot at open */
+  for (uint64_t p = 0; p < e->pages; p++) {
+    page_entry entry = page_map_get(&e->map, p);
+    if (page_entry_kind(entry) == PAGE_SPILL && entry != LOST_ENTRY)
+      spill_store_claim_slot(e->spill, page_entry_slot_of(entry));
+  }
+  for (uint32_t i = 0; i < PAGER_STATE_WRITES; i++) {
+    page_entry old = e->recovered_writes[i].old_entry;
+    if (e->recovered_writes[i].kept && page_entry_kind(old) == PAGE_SPILL && old != LOST_ENTRY)
+      spill_store_claim_slot(e->spill, page_entry_slot_of(old));
+  }
+  return 0;
+}
+
+/* The writes in flight at the crash: each kept version's group stays pinned until the
+ * page is read (and falls back or not), moved or written again, or the replay below
+ * stores the new version. Their bytes are copied out of the ops' pages in the state,
+ * which new ops are about to reuse. */
+static int take_over_writes(struct rampart_engine *e)
+{
+  struct pager_state *st = e->state;
+  e->recovered_writes = calloc(PAGER_STATE_WRITES, sizeof *e->recovered_writes);
+  e->recovered_bytes = malloc((size_t)PAGER_STATE_WRITES * RAMPART_PAGE_SIZE);
+  if (!e->recovered_writes || !e->recovered_bytes)
+    return -1;
+  for (unsigned i = 0; i < PAGER_STATE_WRITES; i++) {
+    struct pager_state_write *w = &st->writes[i];
+    struct recovered_write *rw = &e->recovered_writes[i];
+    rw->engine = e;
+    rw->bytes = e->recovered_bytes + (size_t)i * RAMPART_PAGE_SIZE;
+    if (!w->active)
+      continue;
+    w->active = 0;
+    if (w->page >= e->pages || w->new_entry == w->old_entry)
+      continue;
+    memcpy(rw->bytes, st->op_pages + (size_t)i * RAMPART_PAGE_SIZE, RAMPART_PAGE_SIZE);
+    rw->page = w->page;
+    rw->new_entry = w->new_entry;
+    rw->old_entry = w->old_entry;
+    rw->old_seal = w->old_seal;
+    rw->kept = true;
+    e->nrecovered_writes++;
+    if (page_entry_kind(w->old_entry) == PAGE_REMOTE)
+      group_get(&e->groups, (uint32_t)page_entry_group(w->old_entry))->pins++;
+  }
+  return 0;
+}
+
+static void on_replayed(struct rp_request *req)
+{
+  struct recovered_write *w = req->user;
+  struct rampart_engine *e = w->engine;
+  uint32_t id = (uint32_t)page_entry_group(w->new_entry);
+  struct group *g = group_get(&e->groups, id);
+  g->pins--;
+  bool stored = req->status == RP_OK;
+  if (!stored) {
+    unsigned server = g->server[page_entry_member(w->new_entry)];
+    /* Sent again once the session resumes; if it never does, reads fall back. */
+    if (server_request_failed(e, server, req, true)) {
+      g->pins++;
+      return;
+    }
+  }
+  if (stored && w->kept && page_map_get(&e->map, w->page) == w->new_entry) {
+    /* The new version is where the map says: the old one is not needed any more. */
+    drop_recovered_write(e, w);
+    release_kept_version(e, w->old_entry);
+    e->writes_replayed++;
+  }
+  if (group_is_reclaimable(g))
+    page_write_reclaim(e, id);
+}
+
+/* Each member write in flight at the crash is sent again from the bytes the state kept,
+ * to the slot it was placed in: the group's parity already covers those bytes, so the
+ * group is whole again once they are stored, and a degraded read of its other members
+ * does not need the one the crash cut off. Queued for the sessions being resumed. */
+static unsigned replay_member_writes(struct rampart_engine *e)
+{
+  unsigned n = 0;
+  for (uint32_t i = 0; i < PAGER_STATE_WRITES; i++) {
+    struct recovered_write *w = &e->recovered_writes[i];
+    if (!w->kept || page_entry_kind(w->new_entry) != PAGE_REMOTE)
+      continue;
+    uint32_t id = (uint32_t)page_entry_group(w->new_entry);
+    struct group *g = group_get(&e->groups, id);
+    unsigned m = page_entry_member(w->new_entry);
+    if (g->state == GROUP_FREE || m >= g->members || g->server[m] == GROUP_NO_SERVER)
+      continue;
+    g->pins++;
+    memset(&w->req, 0, sizeof w->req);
+    w->req.op = RP_OP_WRITE;
+    w->req.slot = g->slot[m];
+    w->req.page = w->bytes;
+    w->req.done = on_replayed;
+    w->req.user = w;
+    server_set_submit(e, g->server[m], &w->req);
+    n++;
+  }
+  return n;
+}
+
+int engine_state_recover(struct rampart_engine *e, char *err, size_t errlen)
+{
+  struct pager_state *st = e->state;
+  unsigned n = *st->nservers;
+  if (server_set_pool_new(e, n, err, errlen) < 0)
+    return -1;
+  for (unsigned i = 0; i < n; i++) {
+    /* A copy: server_new saves the new entry over the one it is made from. */
+    struct pager_state_server saved = st->servers[i];
+    const struct pager_state_server *ps = &saved;
+    struct server *s = server_new(e, ps->address, NULL);
+    if (!s || slot_allocator_init(&s->slots, (uint32_t)ps->reserved_pages) < 0) {
+      snprintf(err, errlen, "out of memory taking over server %s", ps->address);
+      return -1;
+    }
+    memcpy(s->token, ps->token, RP_TOKEN_LEN);
+    s->reserved_pages = ps->reserved_pages;
+    s->suspect = ps->flags & PAGER_STATE_SERVER_SUSPECT;
+    s->leaving = ps->flags & PAGER_STATE_SERVER_LEAVING;
+    s->remove_when_drained = ps->flags & PAGER_STATE_SERVER_REMOVE_WHEN_DRAINED;
+    s->drained = ps->flags & PAGER_STATE_SERVER_DRAINED;
+    s->health.replaced = ps->flags & PAGER_STATE_SERVER_REPLACED;
+    s->rebuild_needed = ps->flags & PAGER_STATE_SERVER_REBUILD_NEEDED;
+    s->state = (enum rampart_server_state)ps->state;
+    engine_state_save_server(e, s);
+  }
+  bool buffer_in_use[ENGINE_PARITY_BUFFERS] = { false };
+  for (uint32_t id = 0; id < e->groups.count; id++)
+    take_over_unfinished_group(e, id, buffer_in_use);
+  e->free_parity = NULL;
+  for (unsigned b = ENGINE_PARITY_BUFFERS; b-- > 0;)
+    if (!buffer_in_use[b]) {
+      e->parity[b].next = e->free_parity;
+      e->free_parity = &e->parity[b];
+    }
+  if (take_over_writes(e) < 0 || rebuild_allocators(e) < 0) {
+    snprintf(err, errlen, "out of memory taking over the device");
+    return -1;
+  }
+  /* The rebuild record goes on (a rebuild still running is begun again below). */
+  e->rebuilds_finished = st->rebuild->finished;
+  e->rebuild_started_ns = st->rebuild->started_ns;
+  e->rebuild_finished_ns = st->rebuild->finished_ns;
+  e->rebuild_pages_moved = st->rebuild->pages_moved;
+  e->rebuilding = st->rebuild->running;
+  unsigned resuming = 0;
+  for (unsigned i = 0; i < n; i++) {
+    struct server *s = &e->servers[i];
+    if (s->state == RAMPART_SERVER_LOST && s->rebuild_needed)
+      page_mover_rebuild_begin(e);
+    resuming += server_health_after_restart(e, s);
+  }
+  unsigned replayed = replay_member_writes(e);
+  /* Parity writes the dead process had in flight go again, queued for the sessions
+   * being resumed. */
+  unsigned resealed = 0;
+  for (uint32_t id = 0; id < e->groups.count; id++)
+    if (group_get(&e->groups, id)->state == GROUP_SEALING) {
+      page_write_reseal(e, id);
+      resealed++;
+    }
+  rp_log(RP_LOG_INFO, "took the device over: %llu pages remote, %llu spilled, %u groups "
+         "(%u sealing, %u unprotected), %u writes that were in flight (%u sent again), %u "
+         "sessions to resume", (unsigned long long)e->map.count[PAGE_REMOTE],
+         (unsigned long long)e->map.count[PAGE_SPILL], e->groups.in_use,
+         resealed,
+         e->groups.unprotected, e->nrecovered_writes, replayed, resuming);
+  return 0;
+}
+
+/* ---- close ------------------------------------------------------------------------------------ */
+
+void engine_state_close(struct rampart_engine *e, bool clean)
+{
+  struct pager_state *st = e->state;
+  if (!st)
+    return;
+  /* The groups' chunks are the state's: the table lets go of them before it goes. */
+  if (clean) {
+    pager_state_remove(st); /* the servers were told GOODBYE: nothing is left to take over */
+    if (!e->config.spill_path[0]) {
+      char spill[sizeof e->config.state_path + 8];
+      snprintf(spill, sizeof spill, "%s.spill", e->config.state_path);
+      unlink(spill);
+    }
+  } else
+    pager_state_detach(st);
+  free(e->recovered_writes);
+  free(e->recovered_bytes);
+  free(st);
+  e->state = NULL;
+}

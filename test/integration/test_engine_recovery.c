@@ -1,0 +1,348 @@
+/* The pager survives kill -9 of itself (state=; docs/recovery.md), against real rampartd
+ * processes and no kernel device.
+ *
+ * A child process opens the engine with state= and runs writers that record, in memory
+ * shared with the parent, which version of each page they are writing and which was
+ * acknowledged. The parent kills the child with SIGKILL in the middle of that, opens the
+ * engine again with the same settings, and reads every page: each must be its last
+ * acknowledged version or, where a write was in flight, the version being written, and
+ * nothing else. A restart with another key or another device's settings is refused and
+ * changes nothing; a server killed while the pager is down is rebuilt from parity.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "engine_cluster.h"
+#include "rampart.h"
+
+#define PAGE RAMPART_PAGE_SIZE
+#define PAGES 4096u
+#define WRITERS 4u
+#define TRIMMED 0x80000000u /* a version number with this bit: the page was trimmed */
+
+/* Shared with the child: per page, the version being written (0: none in flight) and
+ * the last one acknowledged (0: never written). */
+struct ledger {
+  _Atomic uint32_t writing[PAGES];
+  _Atomic uint32_t acked[PAGES];
+  _Atomic uint64_t completed;
+};
+
+struct rig {
+  struct rp_test_cluster cluster;
+  char state_path[700];
+  char enckey[700];
+  char size[32];
+  struct ledger *ledger;
+};
+
+static void fill(uint8_t *buf, uint64_t page, uint32_t version)
+{
+  if (version == 0 || (version & TRIMMED)) {
+    memset(buf, 0, PAGE);
+    return;
+  }
+  for (unsigned i = 0; i < PAGE / 8; i++) {
+    uint64_t v = page * 0x9e3779b97f4a7c15u ^ ((uint64_t)version << 32) ^ i;
+    memcpy(buf + i * 8, &v, 8);
+  }
+}
+
+static int rig_setup(void **state)
+{
+  struct rig *r = calloc(1, sizeof *r);
+  if (rp_test_cluster_start(&r->cluster, 5, "64M", NULL) < 0)
+    return -1;
+  snprintf(r->state_path, sizeof r->state_path, "%s/pager.state", r->cluster.dir);
+  char path[700];
+  struct rp_key key;
+  if (rp_test_write_key(r->cluster.dir, "page.key", path, sizeof path, &key) < 0)
+    return -1;
+  snprintf(r->enckey, sizeof r->enckey, "%s", path);
+  snprintf(r->size, sizeof r->size, "%u", PAGES * PAGE);
+  r->ledger = mmap(NULL, sizeof *r->ledger, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                   -1, 0);
+  if (r->ledger == MAP_FAILED)
+    return -1;
+  *state = r;
+  return 0;
+}
+
+static int rig_teardown(void **state)
+{
+  struct rig *r = *state;
+  rp_test_cluster_stop(&r->cluster);
+  munmap(r->ledger, sizeof *r->ledger);
+  free(r);
+  return 0;
+}
+
+static struct rampart_engine *open_engine(struct rig *r, const char *enckey, char *err,
+                                          size_t errlen)
+{
+  struct rampart_config *c = rampart_config_new();
+  char servers[4096] = "";
+  for (unsigned i = 0; i < r->cluster.n; i++)
+    snprintf(servers + strlen(servers), sizeof servers - strlen(servers), "%s%s",
+             i ? "," : "", r->cluster.servers[i].addr);
+  const char *kv[][2] = {
+    { "size", r->size }, { "servers", servers }, { "key", r->cluster.key_path },
+    { "redundancy", "parity-log" }, { "group", "4" }, { "state", r->state_path },
+    { "enckey", enckey }, { "lease", "30" },
+  };
+  for (unsigned i = 0; i < sizeof kv / sizeof kv[0]; i++)
+    if (rampart_config_set(c, kv[i][0], kv[i][1], err, errlen) < 0) {
+      rampart_config_free(c);
+      return NULL;
+    }
+  struct rampart_engine *e = rampart_open(c, err, errlen);
+  rampart_config_free(c);
+  return e;
+}
+
+/* ---- the child: a pager that is killed while it writes -------------------------------- */
+
+struct writer {
+  struct rampart_engine *engine;
+  struct ledger *ledger;
+  unsigned index;
+};
+
+static void *writer_main(void *arg)
+{
+  struct writer *w = arg;
+  uint8_t *buf = aligned_alloc(PAGE, PAGE);
+  uint64_t rng = 0x2545f4914f6cdd1dULL * (w->index + 1);
+  for (;;) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    /* Each writer has its own pages (page % WRITERS), so a page has one writer and its
+     * ledger entry is exact. */
+    uint64_t page = (rng % (PAGES / WRITERS)) * WRITERS + w->index;
+    uint32_t version = (uint32_t)(atomic_load(&w->ledger->acked[page]) & ~TRIMMED) + 1;
+    bool trim = rng % 16 == 0;
+    if (trim)
+      version |= TRIMMED;
+    atomic_store(&w->ledger->writing[page], version);
+    int rc;
+    if (trim) {
+      rc = rampart_trim(w->engine, PAGE, page * PAGE);
+    } else {
+      fill(buf, page, version);
+      rc = rampart_pwrite(w->engine, buf, PAGE, page * PAGE, 0);
+    }
+    if (rc != 0)
+      _exit(3);
+    atomic_store(&w->ledger->acked[page], version);
+    atomic_store(&w->ledger->writing[page], 0);
+    atomic_fetch_add(&w->ledger->completed, 1);
+  }
+  return NULL;
+}
+
+static void run_child(struct rig *r)
+{
+  char err[1024];
+  struct rampart_engine *e = open_engine(r, r->enckey, err, sizeof err);
+  if (!e) {
+    fprintf(stderr, "child: %s\n", err);
+    _exit(2);
+  }
+  struct writer w[WRITERS];
+  pthread_t t[WRITERS];
+  for (unsigned i = 0; i < WRITERS; i++) {
+    w[i] = (struct writer){ e, r->ledger, i };
+    pthread_create(&t[i], NULL, writer_main, &w[i]);
+  }
+  pause(); /* killed by the parent */
+  _exit(0);
+}
+
+/* Starts the child and kills it once `writes` writes were acknowledged and then a little
+ * more, so the kill lands in the middle of the stream rather than between writes. */
+static void kill_pager_while_writing(struct rig *r, uint64_t writes)
+{
+  memset(r->ledger, 0, sizeof *r->ledger);
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0)
+    run_child(r);
+  uint64_t start = rp_test_now_ms();
+  while (atomic_load(&r->ledger->completed) < writes) {
+    int status;
+    if (waitpid(child, &status, WNOHANG) == child)
+      fail_msg("the pager died before it was killed: status %#x", status);
+    if (rp_test_now_ms() - start > 120000)
+      fail_msg("the pager wrote only %llu of %llu pages in 120 s",
+               (unsigned long long)atomic_load(&r->ledger->completed),
+               (unsigned long long)writes);
+    rp_test_sleep_ms(5);
+  }
+  rp_test_sleep_ms(37);
+  assert_int_equal(kill(child, SIGKILL), 0);
+  int status;
+  assert_int_equal(waitpid(child, &status, 0), child);
+  assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+/* Every page is its acknowledged version or the one in flight; returns how many were
+ * the one in flight, and fails the test on any other content or an error. */
+static unsigned verify_every_page(struct rig *r, struct rampart_engine *e)
+{
+  uint8_t *buf = aligned_alloc(PAGE, PAGE), *expect = aligned_alloc(PAGE, PAGE);
+  unsigned newer = 0, differing = 0, in_flight = 0;
+  for (uint64_t p = 0; p < PAGES; p++) {
+    int rc = rampart_pread(e, buf, PAGE, p * PAGE);
+    if (rc != 0)
+      fail_msg("page %llu: read failed after the restart: %s", (unsigned long long)p,
+               strerror(-rc));
+    uint32_t acked = atomic_load(&r->ledger->acked[p]);
+    uint32_t writing = atomic_load(&r->ledger->writing[p]);
+    in_flight += writing != 0;
+    fill(expect, p, acked);
+    if (memcmp(buf, expect, PAGE) == 0)
+      continue;
+    fill(expect, p, writing);
+    if (writing && memcmp(buf, expect, PAGE) == 0) {
+      newer++;
+      continue;
+    }
+    if (differing++ < 5)
+      print_error("page %llu: neither version %u (acknowledged) nor %u (in flight)\n",
+                  (unsigned long long)p, acked, writing);
+  }
+  free(buf);
+  free(expect);
+  print_message("verified %u pages after the restart: %u writes were in flight, %u of them "
+                "landed, %u pages differ\n", PAGES, in_flight, newer, differing);
+  assert_int_equal(differing, 0);
+  return newer;
+}
+
+static void test_every_acknowledged_page_survives_kill_9_of_the_pager(void **state)
+{
+  struct rig *r = *state;
+  kill_pager_while_writing(r, 6000);
+  assert_int_equal(access(r->state_path, F_OK), 0); /* a crash leaves the state */
+
+  char err[1024] = "";
+  uint64_t t0 = rp_test_now_ms();
+  struct rampart_engine *e = open_engine(r, r->enckey, err, sizeof err);
+  if (!e)
+    fail_msg("restart refused: %s", err);
+  uint8_t *buf = aligned_alloc(PAGE, PAGE);
+  assert_int_equal(rampart_pread(e, buf, PAGE, 0), 0);
+  uint64_t first_io_ms = rp_test_now_ms() - t0;
+  free(buf);
+  verify_every_page(r, e);
+  struct rampart_stats st;
+  rampart_get_stats(e, &st);
+  print_message("restart to the first completed read: %llu ms; %llu acknowledged writes "
+                "before the kill; integrity failures %llu\n",
+                (unsigned long long)first_io_ms,
+                (unsigned long long)atomic_load(&r->ledger->completed),
+                (unsigned long long)st.integrity_failures);
+  /* A version a dead write never stored is no server's fault. */
+  assert_true(st.integrity_failures == 0);
+
+  /* The device goes on: new writes, then every page again. */
+  uint8_t *page = aligned_alloc(PAGE, PAGE);
+  for (uint64_t p = 0; p < PAGES; p += 3) {
+    uint32_t v = (atomic_load(&r->ledger->acked[p]) & ~TRIMMED) + 100;
+    fill(page, p, v);
+    assert_int_equal(rampart_pwrite(e, page, PAGE, p * PAGE, 0), 0);
+    atomic_store(&r->ledger->acked[p], v);
+    atomic_store(&r->ledger->writing[p], 0);
+  }
+  free(page);
+  verify_every_page(r, e);
+  rampart_close(e);
+  /* A clean close told the servers GOODBYE: nothing is left to take over. */
+  assert_int_equal(access(r->state_path, F_OK), -1);
+}
+
+static void test_a_restart_with_another_key_or_device_is_refused(void **state)
+{
+  struct rig *r = *state;
+  kill_pager_while_writing(r, 1500);
+
+  char other_key[700], err[1024] = "";
+  struct rp_key key;
+  assert_int_equal(rp_test_write_key(r->cluster.dir, "other.key", other_key,
+                                     sizeof other_key, &key), 0);
+  assert_null(open_engine(r, other_key, err, sizeof err));
+  assert_non_null(strstr(err, "was attached with another key"));
+  print_message("another key: %s\n", err);
+
+  snprintf(r->size, sizeof r->size, "%u", 2 * PAGES * PAGE);
+  assert_null(open_engine(r, r->enckey, err, sizeof err));
+  assert_non_null(strstr(err, "belongs to another device"));
+  print_message("another size: %s\n", err);
+  snprintf(r->size, sizeof r->size, "%u", PAGES * PAGE);
+
+  /* Neither refusal touched the servers or the state: the right key takes it over. */
+  struct rampart_engine *e = open_engine(r, r->enckey, err, sizeof err);
+  if (!e)
+    fail_msg("restart refused: %s", err);
+  verify_every_page(r, e);
+  rampart_close(e);
+}
+
+/* Two things at once: a server dies while the pager is down. Its session is gone when
+ * the pager comes back, so its pages are rebuilt from parity like any lost server's. */
+static void test_a_server_lost_while_the_pager_was_down_is_rebuilt(void **state)
+{
+  struct rig *r = *state;
+  kill_pager_while_writing(r, 4000);
+  assert_int_equal(rp_test_cluster_restart(&r->cluster, 2, NULL), 0); /* empty, no sessions */
+
+  char err[1024] = "";
+  struct rampart_engine *e = open_engine(r, r->enckey, err, sizeof err);
+  if (!e)
+    fail_msg("restart refused: %s", err);
+  verify_every_page(r, e);
+  struct rampart_stats st;
+  uint64_t start = rp_test_now_ms();
+  do {
+    rampart_get_stats(e, &st);
+    if (st.rebuilds_finished > 0)
+      break;
+    rp_test_sleep_ms(100);
+  } while (rp_test_now_ms() - start < 60000);
+  print_message("rebuilds finished %u, degraded reads %llu, lost pages %llu\n",
+                st.rebuilds_finished, (unsigned long long)st.pages_degraded_reads,
+                (unsigned long long)st.pages_lost);
+  assert_true(st.rebuilds_finished > 0);
+  assert_true(st.pages_lost == 0);
+  verify_every_page(r, e);
+  rampart_close(e);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(test_every_acknowledged_page_survives_kill_9_of_the_pager,
+                                    rig_setup, rig_teardown),
+    cmocka_unit_test_setup_teardown(test_a_restart_with_another_key_or_device_is_refused,
+                                    rig_setup, rig_teardown),
+    cmocka_unit_test_setup_teardown(test_a_server_lost_while_the_pager_was_down_is_rebuilt,
+                                    rig_setup, rig_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
