@@ -636,6 +636,11 @@ int rampart_flush(struct rampart_engine *e)
   return engine_run_sync(e, RAMPART_OP_FLUSH, NULL, 0, 0, 0);
 }
 
+void rampart_warm_up(void)
+{
+  page_sealer_warm_up();
+}
+
 bool rampart_took_over(const struct rampart_engine *e)
 {
   return e->state_recovered;

@@ -123,6 +123,8 @@ void engine_state_save_server(struct rampart_engine *e, const struct server *s)
     return;
   struct pager_state_server *ps = &st->servers[s->index];
   snprintf(ps->address, sizeof ps->address, "%s", s->address);
+  ps->addr = s->addr;
+  ps->addr_len = s->addr_len;
   memcpy(ps->token, s->token, sizeof ps->token);
   ps->reserved_pages = s->reserved_pages;
   ps->state = (uint8_t)s->state;
@@ -514,6 +516,10 @@ int engine_state_recover(struct rampart_engine *e, char *err, size_t errlen)
       return -1;
     }
     memcpy(s->token, ps->token, RP_TOKEN_LEN);
+    if (ps->addr_len > 0 && ps->addr_len <= sizeof s->addr) {
+      s->addr = ps->addr;
+      s->addr_len = ps->addr_len;
+    }
     s->reserved_pages = ps->reserved_pages;
     s->suspect = ps->flags & PAGER_STATE_SERVER_SUSPECT;
     s->leaving = ps->flags & PAGER_STATE_SERVER_LEAVING;

@@ -57,6 +57,10 @@ int page_sealer_init_at(struct page_sealer *s, uint64_t pages, bool encrypt,
                         uint64_t *next_version, char *err, size_t errlen);
 void page_sealer_destroy(struct page_sealer *s);
 
+/* Loads now what sealing will need from files (OpenSSL reads its configuration on first
+ * use): for a standby that must not touch a file when it takes over. */
+void page_sealer_warm_up(void);
+
 /* Seals the page `plain` for logical page `page` under the next version. With
  * encryption the ciphertext goes to `out` (which may not be `plain`: the frontend's
  * buffer is left alone) and the function returns `out`; without, `plain` itself is what

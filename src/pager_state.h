@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "page_map.h"
 #include "page_seal.h"
@@ -54,6 +55,10 @@ enum {
  * session to resume, and what the engine had decided about it. */
 struct pager_state_server {
   char address[PAGER_STATE_ADDRESS_LEN];
+  /* Where its connections went, so a restart resolves no name: in a starved machine
+   * the files a resolver reads may be swapped out to the very device being taken over. */
+  struct sockaddr_storage addr;
+  uint32_t addr_len;
   uint8_t token[PAGER_STATE_TOKEN_LEN];
   uint64_t reserved_pages;
   uint8_t state;                   /* enum rampart_server_state */

@@ -99,6 +99,10 @@ uint64_t rampart_size(const struct rampart_engine *engine);
  * the servers' sessions, which rampart_close would end. A frontend that cannot serve
  * such an engine exits without closing it, for the next attempt to take it over. */
 bool rampart_took_over(const struct rampart_engine *engine);
+/* Does now what a later rampart_open would otherwise do first by reading files (the
+ * crypto library's configuration): for a standby (rampart-ublk --standby) whose
+ * takeover happens while files may be swapped out to the device it takes over. */
+void rampart_warm_up(void);
 
 enum rampart_op { RAMPART_OP_READ, RAMPART_OP_WRITE, RAMPART_OP_TRIM, RAMPART_OP_ZERO,
                   RAMPART_OP_FLUSH };

@@ -15,23 +15,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rampart.h"
 #include "ublk_control.h"
 #include "ublk_queue.h"
+#include "ublk_standby.h"
 
 #define MAX_QUEUES 16
+/* What a standby holds to give back at takeover: the engine's and the queues' memory
+ * (the map and seals live in the state, already resident) with room to spare. */
+#define STANDBY_RESERVE (16u << 20)
 
 static const char usage[] =
   "usage: rampart-ublk [--id N] [--queues N] [--depth N] [--max-io BYTES] [--no-mlock]\n"
-  "                    KEY=VALUE...\n"
+  "                    [--standby] KEY=VALUE...\n"
   "  --id N        the device number: /dev/ublkbN (default: the kernel picks one)\n"
   "  --queues N    hardware queues, a thread each (default 1; at most 16)\n"
   "  --depth N     requests in flight per queue (default 64; at most 4096)\n"
   "  --max-io B    the largest request, in bytes, a multiple of 4096 (default 131072);\n"
   "                the daemon locks queues * depth * B of buffers\n"
   "  --no-mlock    do not lock the daemon's memory (a swap device must: tests only)\n"
+  "  --standby     with --id and state=: wait beside the daemon serving that device,\n"
+  "                locked in memory, and take the device over the moment it dies\n"
+  "  With state=PATH the device outlives the daemon: if it dies, the kernel holds the\n"
+  "  device's I/O, and the same command (with --id) takes the device back where it was\n"
+  "  (docs/recovery.md). In a machine short of memory only a standby started beforehand\n"
+  "  can: nothing new can start while swap waits for a daemon.\n"
   "  KEY=VALUE     the engine's settings, as nbdkit rampart takes them:\n";
 
 static int parse_number(const char *opt, const char *s, unsigned long min, unsigned long max,
@@ -65,9 +76,36 @@ static int open_char_device(unsigned id, char *err, size_t errlen)
   return -1;
 }
 
+/* 1 when device dev_id exists and waits for a daemon (its last one died: the kernel
+ * quiesced it), 0 when there is no such device, -1 (err) when it is served. */
+static int device_left_by_a_dead_daemon(struct ublk_control *c, int dev_id, char *err,
+                                        size_t errlen)
+{
+  int r = ublk_control_get_info(c, dev_id);
+  if (r == -ENODEV || r == -ENOENT)
+    return 0;
+  if (r < 0) {
+    snprintf(err, errlen, "cannot ask the ublk driver about device %d: %s", dev_id,
+             strerror(-r));
+    return -1;
+  }
+  if (c->info.state == UBLK_S_DEV_QUIESCED)
+    return 1;
+  snprintf(err, errlen, "ublk device %d exists and %s (daemon pid %d): stop that daemon, "
+           "or pick another id (--id)", dev_id,
+           c->info.state == UBLK_S_DEV_LIVE ? "is served" : "is not waiting for a daemon",
+           (int)c->info.ublksrv_pid);
+  return -1;
+}
+
 struct options {
   unsigned long dev_id, queues, depth, max_io;
   bool lock_memory;
+  bool recoverable;    /* state= given: the device outlives this daemon */
+  bool standby;        /* --standby: wait for the serving daemon to die, then take over */
+  /* files the takeover reads (key=, enckey=, state=, cluster=), pinned by a standby */
+  const char *files[4];
+  unsigned nfiles;
 };
 
 /* Options into o, KEY=VALUE settings into config, checked. Returns 0 to go on, 1 when
@@ -99,6 +137,8 @@ static int parse_arguments(int argc, char **argv, struct options *o,
         fprintf(stderr, "rampart-ublk: --max-io %lu: give a multiple of 4096\n", o->max_io);
         bad = -1;
       }
+    } else if (strcmp(a, "--standby") == 0) {
+      o->standby = true;
     } else if (strcmp(a, "--no-mlock") == 0) {
       o->lock_memory = false;
     } else if (strchr(a, '=') && a[0] != '-') {
@@ -111,6 +151,11 @@ static int parse_arguments(int argc, char **argv, struct options *o,
       }
       memcpy(key, a, klen);
       key[klen] = '\0';
+      if (strcmp(key, "state") == 0)
+        o->recoverable = true;
+      if ((strcmp(key, "state") == 0 || strcmp(key, "key") == 0 ||
+           strcmp(key, "enckey") == 0 || strcmp(key, "cluster") == 0) && o->nfiles < 4)
+        o->files[o->nfiles++] = a + klen + 1;
       if (rampart_config_set(config, key, a + klen + 1, err, sizeof err) < 0) {
         fprintf(stderr, "rampart-ublk: %s\n", err);
         return -1;
@@ -124,6 +169,11 @@ static int parse_arguments(int argc, char **argv, struct options *o,
   }
   if (rampart_config_check(config, err, sizeof err) < 0) {
     fprintf(stderr, "rampart-ublk: %s\n", err);
+    return -1;
+  }
+  if (o->standby && (!o->recoverable || o->dev_id == (unsigned long)-1)) {
+    fprintf(stderr, "rampart-ublk: --standby needs --id N and state=PATH, as the serving "
+            "daemon has them\n");
     return -1;
   }
   return 0;
@@ -163,6 +213,24 @@ int main(int argc, char **argv)
     return 1;
   }
   rampart_process_harden(o.lock_memory);
+  struct timespec died;
+  if (o.standby) {
+    for (unsigned i = 0; i < o.nfiles; i++)
+      ublk_standby_pin_file(o.files[i]);
+    rampart_warm_up();
+    int w = ublk_standby_wait(&control, (int)o.dev_id, STANDBY_RESERVE, err, sizeof err);
+    if (w <= 0) {
+      if (w < 0)
+        fprintf(stderr, "rampart-ublk: %s\n", err);
+      else
+        fprintf(stderr, "rampart-ublk: /dev/ublkb%lu was stopped by its daemon: nothing to "
+                "take over\n", o.dev_id);
+      ublk_control_close(&control);
+      rampart_config_free(config);
+      return w < 0 ? 1 : 0;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &died);
+  }
   struct rampart_engine *engine = rampart_open(config, err, sizeof err);
   if (!engine) {
     fprintf(stderr, "rampart-ublk: %s\n", err);
@@ -174,11 +242,26 @@ int main(int argc, char **argv)
   struct ublk_queue queue[MAX_QUEUES];
   unsigned started = 0;
   int char_fd = -1;
-  if (ublk_control_add(&control, (int)o.dev_id, (uint16_t)queues, (uint16_t)depth,
-                       (uint32_t)max_io, err, sizeof err) < 0)
+  int recovering = o.recoverable && o.dev_id != (unsigned long)-1
+                     ? device_left_by_a_dead_daemon(&control, (int)o.dev_id, err, sizeof err)
+                     : 0;
+  if (recovering < 0)
     goto out_control;
-  if (ublk_control_set_params(&control, rampart_size(engine), err, sizeof err) < 0)
-    goto out_delete;
+  if (recovering) {
+    /* The kernel kept the device and its I/O for us: take it back as it is (its
+     * parameters stand), and the requests the dead daemon had come again. */
+    queues = control.info.nr_hw_queues;
+    depth = control.info.queue_depth;
+    max_io = control.info.max_io_buf_bytes;
+    if (ublk_control_start_recovery(&control, 10000, err, sizeof err) < 0)
+      goto out_control;
+  } else {
+    if (ublk_control_add(&control, (int)o.dev_id, (uint16_t)queues, (uint16_t)depth,
+                         (uint32_t)max_io, o.recoverable, err, sizeof err) < 0)
+      goto out_control;
+    if (ublk_control_set_params(&control, rampart_size(engine), err, sizeof err) < 0)
+      goto out_delete;
+  }
   char_fd = open_char_device(control.info.dev_id, err, sizeof err);
   if (char_fd < 0)
     goto out_delete;
@@ -186,13 +269,23 @@ int main(int argc, char **argv)
     if (ublk_queue_start(&queue[started], char_fd, (uint16_t)started, (uint16_t)depth,
                          (uint32_t)max_io, engine, err, sizeof err) < 0)
       goto out_stop;
-  if (ublk_control_start(&control, getpid(), err, sizeof err) < 0)
+  if (recovering ? ublk_control_end_recovery(&control, getpid(), err, sizeof err) < 0
+                 : ublk_control_start(&control, getpid(), err, sizeof err) < 0)
     goto out_stop;
   printf("/dev/ublkb%u\n", control.info.dev_id);
   fflush(stdout);
-  fprintf(stderr, "rampart-ublk: /dev/ublkb%u is up: %llu bytes, %lu queue(s) of %lu, "
+  fprintf(stderr, "rampart-ublk: /dev/ublkb%u is %s: %llu bytes, %lu queue(s) of %lu, "
           "requests up to %lu bytes\n", control.info.dev_id,
-          (unsigned long long)rampart_size(engine), queues, depth, max_io);
+          recovering ? "recovered" : "up", (unsigned long long)rampart_size(engine), queues,
+          depth, max_io);
+  if (o.standby) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    fprintf(stderr, "rampart-ublk: took /dev/ublkb%u over %lld ms after its daemon died\n",
+            control.info.dev_id, (long long)(now.tv_sec - died.tv_sec) * 1000 +
+                                   (now.tv_nsec - died.tv_nsec) / 1000000);
+  }
+  recovering = 0; /* served now: a stop from here on ends the device as usual */
   int sig = 0;
   sigwait(&stop_signals, &sig);
   fprintf(stderr, "rampart-ublk: %s: stopping /dev/ublkb%u\n", strsignal(sig),
@@ -201,6 +294,15 @@ int main(int argc, char **argv)
   err[0] = '\0';
 
 out_stop:
+  if (recovering) {
+    /* A recovery that failed leaves the device as it found it, waiting with its I/O held
+     * for a daemon that can take it back (stopping it would fail every swap-in), and the
+     * engine's state and sessions as they are: closing the engine would tell the
+     * servers GOODBYE and free every page. The process just ends. */
+    fprintf(stderr, "rampart-ublk: %s; /dev/ublkb%u still waits for a daemon: fix that and "
+            "run the same command again\n", err, control.info.dev_id);
+    _exit(1);
+  }
   /* Stopping gives every fetched tag back (UBLK_IO_RES_ABORT); a request the engine
    * still holds is answered first and its tag comes back with its next fetch. */
   ublk_control_stop(&control);
@@ -209,11 +311,19 @@ out_stop:
   if (char_fd >= 0)
     close(char_fd); /* the driver deletes a device only once nothing holds it open */
 out_delete:
+  if (recovering)
+    goto out_stop;
   ublk_control_delete(&control);
 out_control:
   ublk_control_close(&control);
   if (err[0])
     fprintf(stderr, "rampart-ublk: %s\n", err);
+  if (status != 0 && rampart_took_over(engine)) {
+    /* The engine holds a crashed pager's pages: closing it would end their sessions. */
+    fprintf(stderr, "rampart-ublk: the device's state and its servers' sessions are kept "
+            "for the next attempt\n");
+    _exit(1);
+  }
   rampart_close(engine);
   rampart_config_free(config);
   return status;

@@ -73,7 +73,7 @@ static int control_command(struct ublk_control *c, uint32_t op, uint64_t addr, u
 }
 
 int ublk_control_add(struct ublk_control *c, int dev_id, uint16_t queues, uint16_t depth,
-                     uint32_t max_io_bytes, char *err, size_t errlen)
+                     uint32_t max_io_bytes, bool recoverable, char *err, size_t errlen)
 {
   memset(&c->info, 0, sizeof c->info);
   c->info.dev_id = (uint32_t)dev_id;
@@ -81,6 +81,8 @@ int ublk_control_add(struct ublk_control *c, int dev_id, uint16_t queues, uint16
   c->info.queue_depth = depth;
   c->info.max_io_buf_bytes = max_io_bytes;
   c->info.ublksrv_pid = getpid();
+  if (recoverable)
+    c->info.flags = UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE;
   int r = control_command(c, UBLK_CMD_ADD_DEV, (uint64_t)(uintptr_t)&c->info,
                           sizeof c->info, 0);
   if (r < 0) {
@@ -128,6 +130,46 @@ int ublk_control_start(struct ublk_control *c, pid_t daemon, char *err, size_t e
   if (r < 0)
     snprintf(err, errlen, "the ublk driver did not start /dev/ublkb%u: %s", c->info.dev_id,
              strerror(-r));
+  return r;
+}
+
+int ublk_control_get_info(struct ublk_control *c, int dev_id)
+{
+  c->info.dev_id = (uint32_t)dev_id;
+  struct ublksrv_ctrl_dev_info info;
+  memset(&info, 0, sizeof info);
+  int r = control_command(c, UBLK_CMD_GET_DEV_INFO, (uint64_t)(uintptr_t)&info, sizeof info, 0);
+  if (r == 0)
+    c->info = info;
+  return r;
+}
+
+int ublk_control_start_recovery(struct ublk_control *c, unsigned wait_ms, char *err,
+                                size_t errlen)
+{
+  int r;
+  for (unsigned waited = 0;; waited += 50) {
+    r = control_command(c, UBLK_CMD_START_USER_RECOVERY, 0, 0, 0);
+    if (r != -EBUSY || waited >= wait_ms)
+      break;
+    usleep(50000); /* the dead daemon's io_uring and char device are still being torn down */
+  }
+  if (r < 0)
+    snprintf(err, errlen, "the ublk driver would not let /dev/ublkb%u be recovered: %s%s",
+             c->info.dev_id, strerror(-r),
+             r == -EBUSY ? " (its old daemon is still running, or its requests are still "
+                           "being quiesced: stop the old daemon first)"
+                         : " (it was added without recovery, or it is not waiting for a "
+                           "daemon: delete it and start afresh)");
+  return r;
+}
+
+int ublk_control_end_recovery(struct ublk_control *c, pid_t daemon, char *err, size_t errlen)
+{
+  int r = control_command(c, UBLK_CMD_END_USER_RECOVERY, 0, 0, (uint64_t)daemon);
+  if (r < 0)
+    snprintf(err, errlen, "the ublk driver did not hand /dev/ublkb%u back: %s",
+             c->info.dev_id, strerror(-r));
   return r;
 }
 

@@ -76,7 +76,11 @@ if [[ $frontend == ublk ]]; then guest_kernel --ublk; else guest_kernel; fi
 
 guest_mb=${RAMPART_GUEST_MEM_MB:-192}
 program_mb=$((guest_mb * 2))
-runs=${RAMPART_STARVED_RUNS:-"kill:$frontend:forks:kill disk-forks:disk:forks"}
+# With ublk the pager itself is killed too, while the server's pages are rebuilt: the
+# device waits in the kernel and the restarted daemon takes it over (docs/recovery.md).
+default_fault=kill
+[[ $frontend == ublk ]] && default_fault=kill+pager
+runs=${RAMPART_STARVED_RUNS:-"kill:$frontend:forks:$default_fault disk-forks:disk:forks"}
 if [[ $runs == three ]]; then
   runs="pages:$frontend:pages kill:$frontend:forks:kill outage:$frontend:quicksort:outage disk-pages:disk:pages disk-forks:disk:forks disk-quicksort:disk:quicksort"
 fi
@@ -263,6 +267,10 @@ for r in $runs; do
   name=${r%%:*}
   line=$(said | grep "^rampart-guest: result $name " || true)
   [[ $line == *" rc=0 "*verified=yes* ]] || fail "run $name did not verify: ${line:-no result line}"
+  if [[ $r == *pager ]]; then
+    said | grep -q "^rampart-guest: pager restarted" \
+      || fail "run $name: the pager was not killed and restarted (no 'pager restarted' line)"
+  fi
   secs[$name]=$(sed -n 's/.* seconds=\([0-9.]*\).*/\1/p' <<<"$line")
   swaps=$(sed -n 's/.* swaps=\([0-9]*\).*/\1/p' <<<"$line")
   # Twice RAM: at least what exceeds RAM went out and came back.
@@ -289,6 +297,7 @@ for wl in pages forks quicksort; do
     "${secs[ublk-$wl]}" "${secs[nbd-$wl]}" \
     "$(awk -v a="${secs[ublk-$wl]}" -v b="${secs[nbd-$wl]}" 'BEGIN {print a / b}')")"
 done
+said | grep '^rampart-guest: pager restarted' | sed 's/^rampart-guest: /  /' || true
 log "daemon memory (VmRSS: what it holds, all of it locked; VmLck counts its locked mappings whole, touched or not):"
 said | grep '^rampart-guest: daemon ' | sed 's/^rampart-guest: daemon /    /'
 grep -a 'warning:\|PR_SET_IO_FLUSHER\|mlockall' "$console" | sed 's/^/    nbdkit: /' || true

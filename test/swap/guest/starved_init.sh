@@ -48,24 +48,60 @@ say "memory $(awk '/MemTotal/ {print $2}' /proc/meminfo) KiB, $(nproc) cpu"
 settings="servers=$SERVERS key=/etc/rampart/key redundancy=parity-log group=4 lease=10
   spill=/dev/vdb stats-file=/tmp/stats"
 frontend=
+
+# launch_ublk: rampart-ublk, the engine's own ublk target (ublk/), which prints the device
+# once it takes I/O; sets daemon_pid. Its queue depth and largest request bound its
+# locked buffers (32 x 128 KiB = 4 MiB). With state= the device outlives the daemon, and
+# a standby started beside it (--standby, the same settings) takes the device over the
+# moment it dies (kill_pager): in a starved machine nothing can be started after the
+# crash, since every task that allocates waits on the device (ublk/ublk_standby.h).
+ublk_args="--id 0 --depth 32 --max-io 131072"
+launch_ublk() {
+  rampart-ublk $ublk_args size=$DEVICE_SIZE $settings state=/run/rampart-ublk.state \
+    </dev/null >/tmp/ublk.out &
+  daemon_pid=$!
+  i=0
+  until grep -q /dev/ublkb0 /tmp/ublk.out 2>/dev/null; do
+    i=$((i + 1)); [ $i -le 300 ] || finish "rampart-ublk did not bring /dev/ublkb0 up within 30 s"
+    kill -0 $daemon_pid 2>/dev/null || { wait $daemon_pid; finish "rampart-ublk exited with status $?"; }
+    sleep 0.1
+  done
+  rampart-ublk --standby $ublk_args size=$DEVICE_SIZE $settings \
+    state=/run/rampart-ublk.state </dev/null >/tmp/ublk-standby.out &
+  standby_pid=$!
+}
+
+# kill_pager: the pager itself killed with SIGKILL in the middle of a run (issue 16). The
+# kernel holds the device's I/O; the standby takes over the state the dead daemon left,
+# and every request the dead one had is sent again (docs/recovery.md). The standby says
+# on the console how long the device went without a daemon; this says when swap moved.
+kill_pager() {
+  [ $frontend = ublk ] || finish "the pager fault needs the ublk frontend"
+  local old=$daemon_pid s0
+  say "fault pager at $(awk -v d=$swapdev '$1 == d {print int($4 / 1024)}' /proc/swaps) MiB swapped out: kill -9 rampart-ublk (pid $old), standby pid $standby_pid"
+  s0=$(swaps)
+  kill -9 $old
+  wait $old 2>/dev/null
+  i=0
+  until grep -q /dev/ublkb0 /tmp/ublk-standby.out 2>/dev/null; do
+    i=$((i + 1)); [ $i -le 600 ] || finish "the standby did not take /dev/ublkb0 over within 60 s"
+    kill -0 $standby_pid 2>/dev/null || { wait $standby_pid; finish "the standby exited with status $?"; }
+    sleep 0.1
+  done
+  daemon_pid=$standby_pid
+  standby_pid=
+  i=0
+  while [ "$(swaps)" = "$s0" ] && [ $i -lt 600 ]; do i=$((i + 1)); sleep 0.1; done
+  say "pager restarted: the standby (pid $daemon_pid) serves /dev/ublkb0; swap moved again ($(( $(swaps) - s0 )) pages since the kill)"
+}
+
 # start_daemon nbd|ublk: the rampart device through that frontend, made swap (mkswap):
 # sets daemon_pid and swapdev. A boot may run both, one after the other, to compare them
 # in the same guest (bench/guest).
 start_daemon() {
   frontend=$1
   if [ $frontend = ublk ]; then
-    # rampart-ublk, the engine's own ublk target (ublk/): it prints the device once the
-    # device takes I/O. Its queue depth and largest request bound its locked buffers
-    # (32 x 128 KiB = 4 MiB).
-    rampart-ublk --id 0 --depth 32 --max-io 131072 size=$DEVICE_SIZE $settings \
-      </dev/null >/tmp/ublk.out &
-    daemon_pid=$!
-    i=0
-    until grep -q /dev/ublkb0 /tmp/ublk.out 2>/dev/null; do
-      i=$((i + 1)); [ $i -le 300 ] || finish "rampart-ublk did not bring /dev/ublkb0 up within 30 s"
-      kill -0 $daemon_pid 2>/dev/null || { wait $daemon_pid; finish "rampart-ublk exited with status $?"; }
-      sleep 0.1
-    done
+    launch_ublk
     swapdev=/dev/ublkb0
   else
     nbdkit ${NBDKIT_DEBUG:-} --foreground --unix /run/nbd.sock /lib/nbdkit/rampart.so \
@@ -103,6 +139,8 @@ stop_daemon() {
     kill -TERM $daemon_pid 2>/dev/null
   else
     kill -TERM $daemon_pid
+    # A standby sees its device stopped and ends by itself.
+    [ -z "${standby_pid:-}" ] || wait $standby_pid
   fi
   wait $daemon_pid
   say "$frontend daemon stopped with status $?"
@@ -174,6 +212,10 @@ run() {
   dog=$!
   case "$fault" in
     outages) fault_every 20 outage $wpid & ;;
+    pager) fault_when_swapped 65536 pager $wpid; kill -0 $wpid 2>/dev/null && kill_pager ;;
+    # kill+pager: a rampartd killed, and while its pages are rebuilt, the pager itself
+    kill+pager) fault_when_swapped 65536 kill $wpid
+                fault_when_swapped 98304 pager $wpid; kill -0 $wpid 2>/dev/null && kill_pager ;;
     ?*) fault_when_swapped 65536 $fault $wpid ;;
   esac
   wait $wpid
@@ -217,7 +259,7 @@ EOF2
     disk) dev=/dev/vda ;;
   esac
   run $name $dev $wl $fault
-  [ "$fault" = kill ] && wait_rebuilt
+  case "$fault" in kill|kill+pager) wait_rebuilt ;; esac
 done
 stop_daemon
 finish 0

@@ -1,0 +1,32 @@
+/* A standby daemon for a recoverable ublk device (rampart-ublk --standby).
+ *
+ * When the daemon serving a swap device dies, the kernel holds the device's I/O. In a
+ * machine short of memory that stops everything that allocates: every task in reclaim
+ * waits for a swap-out the dead daemon will never answer, the shell that would start a
+ * new daemon cannot even fork, and the replacement never runs (seen in the starved
+ * guest: kswapd, the workload and `date` all in mempool_alloc for a swap bio). So the
+ * replacement must exist before the crash: started next to the serving daemon, locked
+ * in memory, realtime and an I/O flusher (process_hygiene.c), holding a reserve of
+ * memory it gives back the moment it takes over, and asleep on the serving daemon's
+ * pidfd, which needs nothing allocated to wake it.
+ */
+#ifndef RAMPART_UBLK_STANDBY_H
+#define RAMPART_UBLK_STANDBY_H
+
+#include <stddef.h>
+
+#include "ublk_control.h"
+
+/* Keeps the file's pages in memory for good (mapped, locked under mlockall): the
+ * takeover reads it (a key, the state's anchor), and on a machine whose files live in
+ * tmpfs it could otherwise be swapped out to the device being taken over. */
+void ublk_standby_pin_file(const char *path);
+
+/* Waits for the daemon serving device dev_id to end. 1: it died and left the device
+ * waiting for a daemon (QUIESCED): take it over. 0: the device is gone (its daemon
+ * stopped it). -1 with err: there is no such device to stand by for, or it is not
+ * recoverable. reserve_bytes are held, locked, until then. */
+int ublk_standby_wait(struct ublk_control *c, int dev_id, size_t reserve_bytes, char *err,
+                      size_t errlen);
+
+#endif
