@@ -516,7 +516,11 @@ void engine_state_parity_changed(struct rampart_engine *e, uint16_t buffer, unsi
 
 /* page_write.c */
 void page_write_start(struct page_op *op);
+/* The page's previous version `old` is no longer current. */
 void page_write_retire(struct rampart_engine *e, page_entry old);
+/* The same for a version that was held pinned rather than live (engine_state.c keeps
+ * the version a dead pager's write replaced that way). */
+void page_write_release_version(struct rampart_engine *e, page_entry old, bool pinned);
 void page_write_trim(struct rampart_engine *e, uint64_t page);
 void page_write_reclaim(struct rampart_engine *e, uint32_t group);
 void page_write_close_open_group(struct rampart_engine *e);

@@ -166,38 +166,17 @@ static void drop_recovered_write(struct rampart_engine *e, struct recovered_writ
   e->nrecovered_writes--;
 }
 
-/* A version kept for a fallback is not live (the map does not name it); its group is
- * pinned instead, so it is neither reclaimed nor counted at risk while it waits. */
-static void release_kept_version(struct rampart_engine *e, page_entry old)
-{
-  switch (page_entry_kind(old)) {
-  case PAGE_REMOTE: {
-    uint32_t id = (uint32_t)page_entry_group(old);
-    struct group *g = group_get(&e->groups, id);
-    g->pins--;
-    if (group_is_reclaimable(g))
-      page_write_reclaim(e, id);
-    return;
-  }
-  case PAGE_SPILL:
-    if (old != LOST_ENTRY && e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH)
-      spill_quarantine_free(&e->quarantine, (uint32_t)page_entry_slot_of(old));
-    return;
-  default:
-    return;
-  }
-}
-
 void engine_state_page_rewritten(struct rampart_engine *e, uint64_t page)
 {
   /* The versions a dead process's writes replaced were kept for a fallback that a new
-   * version makes pointless. */
+   * version makes pointless. Kept versions are not live (the map does not name them):
+   * their groups are pinned instead, neither reclaimed nor counted at risk meanwhile. */
   for (uint32_t i = 0; i < PAGER_STATE_WRITES && e->nrecovered_writes; i++) {
     struct recovered_write *w = &e->recovered_writes[i];
     if (!w->kept || w->page != page)
       continue;
     drop_recovered_write(e, w);
-    release_kept_version(e, w->old_entry);
+    page_write_release_version(e, w->old_entry, true);
   }
 }
 
@@ -464,7 +443,7 @@ static void on_replayed(struct rp_request *req)
   if (stored && w->kept && page_map_get(&e->map, w->page) == w->new_entry) {
     /* The new version is where the map says: the old one is not needed any more. */
     drop_recovered_write(e, w);
-    release_kept_version(e, w->old_entry);
+    page_write_release_version(e, w->old_entry, true);
     e->writes_replayed++;
   }
   if (group_is_reclaimable(g))

@@ -69,8 +69,12 @@ void page_write_reclaim(struct rampart_engine *e, uint32_t id)
   group_release(&e->groups, id);
 }
 
-/* The page's previous version `old` is no longer current. */
 void page_write_retire(struct rampart_engine *e, page_entry old)
+{
+  page_write_release_version(e, old, false);
+}
+
+void page_write_release_version(struct rampart_engine *e, page_entry old, bool pinned)
 {
   switch (page_entry_kind(old)) {
   case PAGE_ZERO:
@@ -79,7 +83,10 @@ void page_write_retire(struct rampart_engine *e, page_entry old)
     uint32_t id = (uint32_t)page_entry_group(old);
     unsigned m = page_entry_member(old);
     struct group *g = group_get(&e->groups, id);
-    group_member_dead(&e->groups, id, m);
+    if (pinned)
+      g->pins--;
+    else
+      group_member_dead(&e->groups, id, m);
     if (group_is_reclaimable(g))
       page_write_reclaim(e, id);
     return;

@@ -79,39 +79,54 @@ static bool segment_is_locked(int id)
   return shmctl(id, IPC_STAT, &ds) == 0 && (ds.shm_perm.mode & SHM_LOCKED) != 0;
 }
 
-static void test_state_outlives_a_killed_pager(void **state)
+/* Runs work(r, report) in a child process and kills it with SIGKILL once work has
+ * returned, as a crash would leave the pager: segments attached, no detach, no exit
+ * handler. work fills report (32 bytes) for the parent, or _exits non-zero. */
+static void crash_after(struct rig *r, void (*work)(struct rig *r, uint8_t report[32]),
+                        uint8_t report[32])
 {
-  struct rig *r = *state;
-  int report[2];
-  assert_int_equal(pipe(report), 0);
+  int pipefd[2];
+  assert_int_equal(pipe(pipefd), 0);
   pid_t child = fork();
   assert_true(child >= 0);
   if (child == 0) {
-    struct pager_state st;
-    uint8_t device_key[32];
-    char err[512];
-    if (open_state(r, &st, key_a, device_key, err, sizeof err) < 0 || st.recovered)
-      _exit(1);
-    for (uint64_t p = 0; p < PAGES; p++) {
-      st.map[p] = page_entry_remote(p * 7, (unsigned)(p % 5));
-      st.seals[p].version = (*st.next_version)++;
-      memset(st.seals[p].tag, (int)(p & 0xff), sizeof st.seals[p].tag);
-    }
-    /* The parent kills this process while it still has the segment attached, as a
-     * crash would leave it: no detach, no exit handler. */
-    if (write(report[1], device_key, sizeof device_key) != sizeof device_key)
+    uint8_t out[32] = { 0 };
+    work(r, out);
+    if (write(pipefd[1], out, sizeof out) != sizeof out)
       _exit(1);
     pause();
     _exit(0);
   }
-  close(report[1]);
-  uint8_t written_key[32];
-  assert_int_equal(read(report[0], written_key, sizeof written_key), sizeof written_key);
-  close(report[0]);
+  close(pipefd[1]);
+  int status = 0;
+  if (read(pipefd[0], report, 32) != 32) {
+    waitpid(child, &status, 0);
+    fail_msg("the child died before it was killed: status %#x", status);
+  }
+  close(pipefd[0]);
   assert_int_equal(kill(child, SIGKILL), 0);
-  int status;
   assert_int_equal(waitpid(child, &status, 0), child);
   assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+static void write_map_and_seals(struct rig *r, uint8_t report[32])
+{
+  struct pager_state st;
+  char err[512];
+  if (open_state(r, &st, key_a, report, err, sizeof err) < 0 || st.recovered)
+    _exit(1);
+  for (uint64_t p = 0; p < PAGES; p++) {
+    st.map[p] = page_entry_remote(p * 7, (unsigned)(p % 5));
+    st.seals[p].version = (*st.next_version)++;
+    memset(st.seals[p].tag, (int)(p & 0xff), sizeof st.seals[p].tag);
+  }
+}
+
+static void test_state_outlives_a_killed_pager(void **state)
+{
+  struct rig *r = *state;
+  uint8_t written_key[32];
+  crash_after(r, write_map_and_seals, written_key);
 
   struct pager_state st;
   uint8_t device_key[32];
@@ -137,6 +152,39 @@ static void fill_page(uint8_t *page, uint64_t p)
     page[i] = (uint8_t)(p * 31 + i * 7);
 }
 
+static void stored_path_of(const struct rig *r, char *out, size_t outlen)
+{
+  snprintf(out, outlen, "%s/stored", r->dir);
+}
+
+/* Seals 64 pages and stores their ciphertext in a file, as the servers would hold it. */
+static void seal_and_store(struct rig *r, uint8_t report[32])
+{
+  struct pager_state st;
+  struct page_sealer sealer;
+  uint8_t device_key[32], plain[4096], out[4096];
+  char err[512], stored_path[160];
+  (void)report;
+  stored_path_of(r, stored_path, sizeof stored_path);
+  if (open_state(r, &st, key_a, device_key, err, sizeof err) < 0 ||
+      page_sealer_init_at(&sealer, PAGES, true, device_key, st.seals, st.next_version,
+                          err, sizeof err) < 0)
+    _exit(1);
+  FILE *stored = fopen(stored_path, "we");
+  struct page_map map;
+  page_map_init_at(&map, PAGES, st.map);
+  for (uint64_t p = 0; p < 64; p++) {
+    fill_page(plain, p);
+    struct page_seal seal;
+    const uint8_t *bytes = page_seal(&sealer, p, plain, out, &seal);
+    if (fwrite(bytes, 1, sizeof out, stored) != sizeof out)
+      _exit(1);
+    page_seal_set(&sealer, p, &seal);
+    page_map_set(&map, p, page_entry_slot(PAGE_SPILL, p));
+  }
+  fclose(stored);
+}
+
 /* What the servers hold is ciphertext: after the crash a new sealer, built from the
  * state alone, must open every page the dead one sealed, and its next version must be
  * one no page has used (a repeated GCM nonce under one key would give the key away). */
@@ -144,44 +192,9 @@ static void test_pages_sealed_before_a_crash_open_after_it(void **state)
 {
   struct rig *r = *state;
   char stored_path[160];
-  snprintf(stored_path, sizeof stored_path, "%s/stored", r->dir);
-  int ready[2];
-  assert_int_equal(pipe(ready), 0);
-  pid_t child = fork();
-  assert_true(child >= 0);
-  if (child == 0) {
-    struct pager_state st;
-    struct page_sealer sealer;
-    uint8_t device_key[32], plain[4096], out[4096];
-    char err[512];
-    if (open_state(r, &st, key_a, device_key, err, sizeof err) < 0 ||
-        page_sealer_init_at(&sealer, PAGES, true, device_key, st.seals, st.next_version,
-                            err, sizeof err) < 0)
-      _exit(1);
-    FILE *stored = fopen(stored_path, "we");
-    struct page_map map;
-    page_map_init_at(&map, PAGES, st.map);
-    for (uint64_t p = 0; p < 64; p++) {
-      fill_page(plain, p);
-      struct page_seal seal;
-      const uint8_t *bytes = page_seal(&sealer, p, plain, out, &seal);
-      if (fwrite(bytes, 1, sizeof out, stored) != sizeof out)
-        _exit(1);
-      page_seal_set(&sealer, p, &seal);
-      page_map_set(&map, p, page_entry_slot(PAGE_SPILL, p));
-    }
-    fclose(stored);
-    if (write(ready[1], "x", 1) != 1)
-      _exit(1);
-    pause();
-    _exit(0);
-  }
-  close(ready[1]);
-  char x;
-  assert_int_equal(read(ready[0], &x, 1), 1);
-  close(ready[0]);
-  kill(child, SIGKILL);
-  waitpid(child, NULL, 0);
+  uint8_t report[32];
+  stored_path_of(r, stored_path, sizeof stored_path);
+  crash_after(r, seal_and_store, report);
 
   struct pager_state st;
   struct page_sealer sealer;
@@ -215,58 +228,47 @@ static void test_pages_sealed_before_a_crash_open_after_it(void **state)
   unlink(stored_path);
 }
 
+#define GROUPS_WRITTEN (GROUP_CHUNK_SIZE + 10)
+
+static void write_groups(struct rig *r, uint8_t report[32])
+{
+  struct pager_state st;
+  uint8_t device_key[32];
+  char err[512];
+  (void)report;
+  if (open_state(r, &st, key_a, device_key, err, sizeof err) < 0)
+    _exit(1);
+  struct group_chunk_source source = pager_state_group_chunks(&st);
+  struct group_table t;
+  struct page_map map;
+  page_map_init_at(&map, PAGES, st.map);
+  if (group_table_init_from(&t, GROUPS_WRITTEN, &source) < 0 || t.nchunks != 2) {
+    fprintf(stderr, "group table in the state: %s, %u chunks\n", strerror(errno), t.nchunks);
+    _exit(2);
+  }
+  for (uint32_t i = 0; i < GROUPS_WRITTEN; i++) {
+    uint32_t id = group_open(&t, 2, true, 7);
+    for (unsigned m = 0; m < 2; m++) {
+      uint32_t page = (i * 2 + m) % PAGES;
+      unsigned member = group_add_member(&t, id, (uint8_t)(m + 1), i * 2 + m, page);
+      page_map_set(&map, page, page_entry_remote(id, member));
+    }
+    if (i + 1 < GROUPS_WRITTEN) {
+      group_begin_seal(&t, id, 3, i);
+      group_finish_seal(&t, id);
+    }
+  }
+}
+
 /* A parity log two chunks long, some groups sealed, one open, the map pointing into
  * them: after the kill the table is taken over as it was, and what only the dead
  * process knew (free list, live counts, pins) is worked out again. */
 static void test_groups_outlive_a_killed_pager(void **state)
 {
   struct rig *r = *state;
-  const uint32_t groups = GROUP_CHUNK_SIZE + 10;
-  int ready[2];
-  assert_int_equal(pipe(ready), 0);
-  pid_t child = fork();
-  assert_true(child >= 0);
-  if (child == 0) {
-    struct pager_state st;
-    uint8_t device_key[32];
-    char err[512];
-    if (open_state(r, &st, key_a, device_key, err, sizeof err) < 0)
-      _exit(1);
-    struct group_chunk_source source = pager_state_group_chunks(&st);
-    struct group_table t;
-    struct page_map map;
-    page_map_init_at(&map, PAGES, st.map);
-    if (group_table_init_from(&t, groups, &source) < 0 || t.nchunks != 2) {
-      fprintf(stderr, "group table in the state: %s, %u chunks\n", strerror(errno), t.nchunks);
-      _exit(2);
-    }
-    for (uint32_t i = 0; i < groups; i++) {
-      uint32_t id = group_open(&t, 2, true, 7);
-      for (unsigned m = 0; m < 2; m++) {
-        uint32_t page = (i * 2 + m) % PAGES;
-        unsigned member = group_add_member(&t, id, (uint8_t)(m + 1), i * 2 + m, page);
-        page_map_set(&map, page, page_entry_remote(id, member));
-      }
-      if (i + 1 < groups) {
-        group_begin_seal(&t, id, 3, i);
-        group_finish_seal(&t, id);
-      }
-    }
-    if (write(ready[1], "x", 1) != 1)
-      _exit(1);
-    pause();
-    _exit(0);
-  }
-  close(ready[1]);
-  char x;
-  int status = 0;
-  if (read(ready[0], &x, 1) != 1) {
-    waitpid(child, &status, 0);
-    fail_msg("the child died before it was killed: status %#x", status);
-  }
-  close(ready[0]);
-  kill(child, SIGKILL);
-  waitpid(child, NULL, 0);
+  const uint32_t groups = GROUPS_WRITTEN;
+  uint8_t report[32];
+  crash_after(r, write_groups, report);
 
   struct pager_state st;
   uint8_t device_key[32];
