@@ -846,14 +846,8 @@ static int engine_open_spill(struct rampart_engine *e, char *err, size_t errlen)
   /* Standalone with all of size in RAM never spills: skip the file. */
   if (e->nservers == 0 && e->local.slots.capacity >= e->pages)
     return 0;
-  /* With state= the spill file must outlive a crash too: it gets a name beside the
-   * state's anchor instead of being an unlinked temporary file. */
-  char state_spill[sizeof e->config.state_path + 8];
-  snprintf(state_spill, sizeof state_spill, "%s.spill", e->config.state_path);
   struct spill_store_options so = {
-    .path = e->config.spill_path[0] ? e->config.spill_path
-            : e->state                ? state_spill
-                                      : NULL,
+    .path = e->config.spill_path[0] ? e->config.spill_path : NULL,
     .temp_dir = e->config.temp_dir[0] ? e->config.temp_dir : NULL,
     .pages = spill_pages,
   };
@@ -996,7 +990,7 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
                                            errlen)))
     goto fail;
   if (e->state_recovered ? engine_state_recover(e, err, errlen) < 0
-                                                      : server_set_open(e, err, errlen) < 0)
+                         : server_set_open(e, err, errlen) < 0)
     goto fail;
   int rc = rp_thread_start(&e->thread, "rampart-io", 0, io_thread_main, e);
   if (rc != 0) {

@@ -225,7 +225,7 @@ struct rampart_engine {
   struct group_table groups;
   struct spill_store *spill;
   struct spill_quarantine quarantine;
-  bool spill_is_temporary;
+  bool spill_named_by_state;    /* state= chose spill= (PATH.spill): removed with the state */
   struct local_store local;
 
   /* servers: incarnations; a server that returns empty gets a new entry */

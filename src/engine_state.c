@@ -8,8 +8,10 @@
  *   - every server it had is RECONNECTING, its session resumed with the token the state
  *     kept (server_health.c); a server whose lease ran out comes back empty and is
  *     rebuilt from parity, exactly as when a server restarts under a running pager;
- *   - groups still open or sealing lost their parity buffer with the process: they are
- *     sealed as they are, unprotected, and the mover rewrites their live pages;
+ *   - groups still open or sealing send their parity (again) from the buffer the state
+ *     kept; one whose buffer a kill tore is sealed without parity, unprotected, and the
+ *     mover rewrites its live pages;
+ *   - member writes in flight are sent again from the op pages the state kept;
  *   - slot allocators and live counts are worked out again from the groups and the map;
  *   - a write in flight at the crash named its new version in the map before its bytes
  *     landed. The version it replaced was kept (not reclaimed) until the write ended, so
@@ -30,7 +32,6 @@
 #include "pager_state.h"
 #include "secret.h"
 
-#define LOST_ENTRY page_entry_slot(PAGE_SPILL, PAGE_ENTRY_MAX_SLOT)
 
 _Static_assert(ENGINE_PAGE_OPS <= PAGER_STATE_WRITES, "every page op has a write record");
 _Static_assert(ENGINE_MAX_INCARNATIONS <= PAGER_STATE_SERVERS, "every server has an entry");
@@ -90,6 +91,18 @@ int engine_state_open(struct rampart_engine *e, char *err, size_t errlen)
     rp_log(RP_LOG_WARN, "%s", note);
   struct pager_state *st = e->state;
   e->state_recovered = st->recovered;
+  /* The spill file must outlive a crash too: without spill= it gets a name beside the
+   * anchor instead of being an unlinked temporary file. */
+  if (!e->config.spill_path[0]) {
+    int n = snprintf(e->config.spill_path, sizeof e->config.spill_path, "%s.spill",
+                     c->state_path);
+    if (n < 0 || (size_t)n >= sizeof e->config.spill_path) {
+      snprintf(err, errlen, "state=%s: too long a path for the spill file beside it "
+               "(PATH.spill): give spill= or a shorter state=", c->state_path);
+      return -1;
+    }
+    e->spill_named_by_state = true;
+  }
   r = page_sealer_init_at(&e->sealer, e->pages, !c->encrypt_off, device_key, st->seals,
                           st->next_version, err, errlen);
   OPENSSL_cleanse(device_key, sizeof device_key);
@@ -379,12 +392,12 @@ static int rebuild_allocators(struct rampart_engine *e)
     return r; /* write-through claimed every page's disk slot at open */
   for (uint64_t p = 0; p < e->pages; p++) {
     page_entry entry = page_map_get(&e->map, p);
-    if (page_entry_kind(entry) == PAGE_SPILL && entry != LOST_ENTRY)
+    if (page_entry_kind(entry) == PAGE_SPILL && entry != PAGE_ENTRY_LOST)
       spill_store_claim_slot(e->spill, page_entry_slot_of(entry));
   }
   for (uint32_t i = 0; i < PAGER_STATE_WRITES; i++) {
     page_entry old = e->recovered_writes[i].old_entry;
-    if (e->recovered_writes[i].kept && page_entry_kind(old) == PAGE_SPILL && old != LOST_ENTRY)
+    if (e->recovered_writes[i].kept && page_entry_kind(old) == PAGE_SPILL && old != PAGE_ENTRY_LOST)
       spill_store_claim_slot(e->spill, page_entry_slot_of(old));
   }
   return 0;
@@ -563,13 +576,11 @@ void engine_state_close(struct rampart_engine *e, bool clean)
   /* The groups' chunks are the state's: the table lets go of them before it goes. */
   if (clean) {
     pager_state_remove(st); /* the servers were told GOODBYE: nothing is left to take over */
-    if (!e->config.spill_path[0]) {
-      char spill[sizeof e->config.state_path + 8];
-      snprintf(spill, sizeof spill, "%s.spill", e->config.state_path);
-      unlink(spill);
-    }
-  } else
+    if (e->spill_named_by_state)
+      unlink(e->config.spill_path);
+  } else {
     pager_state_detach(st);
+  }
   free(e->recovered_writes);
   free(e->recovered_bytes);
   free(st);

@@ -49,6 +49,10 @@ static inline page_entry page_entry_slot(enum page_location_kind kind, uint64_t 
   return ((uint64_t)kind << PAGE_ENTRY_KIND_SHIFT) | slot;
 }
 
+/* A page whose every copy is gone: reads fail with EIO until it is written again. A
+ * spill entry with a slot no store has. */
+#define PAGE_ENTRY_LOST page_entry_slot(PAGE_SPILL, PAGE_ENTRY_MAX_SLOT)
+
 static inline uint64_t page_entry_slot_of(page_entry e)
 {
   return e & PAGE_ENTRY_MAX_SLOT;

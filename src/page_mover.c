@@ -23,7 +23,6 @@
 #include "engine_internal.h"
 #include "log.h"
 
-#define LOST_ENTRY page_entry_slot(PAGE_SPILL, PAGE_ENTRY_MAX_SLOT)
 #define GROUPS_PER_TICK 4096u
 #define SPILL_PAGES_PER_TICK 65536u
 /* Cleaning also starts when any one server has less than this share of its reservation
@@ -373,7 +372,7 @@ static void scan_spill(struct rampart_engine *e)
       e->spill_cursor = 0;
     uint64_t page = e->spill_cursor++;
     page_entry entry = page_map_get(&e->map, page);
-    if (page_entry_kind(entry) == PAGE_SPILL && entry != LOST_ENTRY &&
+    if (page_entry_kind(entry) == PAGE_SPILL && entry != PAGE_ENTRY_LOST &&
         !page_write_is_pending(e, page))
       if (!start_move(e, page, entry, GROUP_NONE, RAMPART_MOVE_UNSPILL))
         return;
@@ -459,7 +458,7 @@ void page_mover_read_done(struct page_op *op, int result)
     if (page_map_get(&e->map, op->page) == op->expected &&
         !page_write_is_pending(e, op->page) && page_is_unrecoverable(e, op)) {
       e->pages_lost++;
-      page_write_retire(e, page_map_set(&e->map, op->page, LOST_ENTRY));
+      page_write_retire(e, page_map_set(&e->map, op->page, PAGE_ENTRY_LOST));
       /* A double fault loses thousands at once: name a few (the tick counts the rest). */
       if (e->read_errors_logged++ < 10)
         rp_log(RP_LOG_ERROR, "page %llu is lost: %s; reads of it return EIO until it is "

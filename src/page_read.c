@@ -14,7 +14,6 @@
 #include "engine_internal.h"
 #include "log.h"
 
-#define LOST_ENTRY page_entry_slot(PAGE_SPILL, PAGE_ENTRY_MAX_SLOT)
 #define READ_DEGRADED 4u       /* op->read_source beyond the page_location_kinds */
 #define VERIFY_RESTARTS 8u     /* re-reads after a page changed under a failed check */
 /* ... while a write of the page is still in flight: the map names its version from the
@@ -386,7 +385,7 @@ void page_read_start(struct page_op *op)
     read_finish(op, 0);
     return;
   case PAGE_SPILL:
-    if (entry == LOST_ENTRY) {
+    if (entry == PAGE_ENTRY_LOST) {
       read_failed(op, "it was lost: two copies of its parity group were gone or failed "
                   "verification");
       return;

@@ -13,7 +13,6 @@
 #include "engine_internal.h"
 #include "log.h"
 
-#define LOST_ENTRY page_entry_slot(PAGE_SPILL, PAGE_ENTRY_MAX_SLOT)
 
 static void mark_pending(struct rampart_engine *e, uint64_t page)
 {
@@ -93,7 +92,7 @@ void page_write_release_version(struct rampart_engine *e, page_entry old, bool p
   }
   case PAGE_SPILL:
     /* Write-through keeps page N at slot N for good; the lost marker has no slot. */
-    if (old != LOST_ENTRY && e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH)
+    if (old != PAGE_ENTRY_LOST && e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH)
       spill_quarantine_free(&e->quarantine, (uint32_t)page_entry_slot_of(old));
     return;
   case PAGE_LOCAL:

@@ -73,6 +73,14 @@ static int open_state(struct rig *r, struct pager_state *st, const uint8_t *key,
   return pager_state_open(st, r->path, &r->fp, key, 32, device_key, NULL, 0, err, errlen);
 }
 
+/* Opens the state with key A, failing the test with the refusal if there is one. */
+static void open_state_ok(struct rig *r, struct pager_state *st, uint8_t device_key[32])
+{
+  char err[512] = "";
+  if (open_state(r, st, key_a, device_key, err, sizeof err) < 0)
+    fail_msg("the state was refused: %s", err);
+}
+
 static bool segment_is_locked(int id)
 {
   struct shmid_ds ds;
@@ -130,8 +138,7 @@ static void test_state_outlives_a_killed_pager(void **state)
 
   struct pager_state st;
   uint8_t device_key[32];
-  char err[512] = "";
-  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), 0);
+  open_state_ok(r, &st, device_key);
   assert_true(st.recovered);
   assert_true(st.generation == 2);
   assert_true(segment_is_locked(st.segment));
@@ -200,7 +207,7 @@ static void test_pages_sealed_before_a_crash_open_after_it(void **state)
   struct page_sealer sealer;
   uint8_t device_key[32], buf[4096], expect[4096];
   char err[512] = "";
-  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), 0);
+  open_state_ok(r, &st, device_key);
   assert_int_equal(page_sealer_init_at(&sealer, PAGES, true, device_key, st.seals,
                                        st.next_version, err, sizeof err), 0);
   struct page_map map;
@@ -272,8 +279,7 @@ static void test_groups_outlive_a_killed_pager(void **state)
 
   struct pager_state st;
   uint8_t device_key[32];
-  char err[512] = "";
-  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), 0);
+  open_state_ok(r, &st, device_key);
   assert_int_equal(st.nchunks, 2);
   struct page_map map;
   page_map_init_at(&map, PAGES, st.map);
@@ -334,7 +340,7 @@ static void test_wrong_key_is_refused_and_changes_nothing(void **state)
   struct pager_state st;
   uint8_t device_key[32], again[32];
   char err[512] = "";
-  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), 0);
+  open_state_ok(r, &st, device_key);
   st.map[17] = page_entry_remote(3, 1);
   pager_state_detach(&st);
 
@@ -355,7 +361,7 @@ static void test_another_device_is_refused(void **state)
   struct pager_state st;
   uint8_t device_key[32];
   char err[512] = "";
-  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), 0);
+  open_state_ok(r, &st, device_key);
   pager_state_detach(&st);
 
   r->fp.pages = PAGES * 2;
@@ -367,7 +373,7 @@ static void test_another_device_is_refused(void **state)
   assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), -1);
   assert_non_null(strstr(err, "encrypt=on, this device has encrypt=off"));
   r->fp.encrypt = 1;
-  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), 0);
+  open_state_ok(r, &st, device_key);
   pager_state_remove(&st);
 }
 
@@ -389,7 +395,7 @@ static void test_a_segment_gone_starts_empty_and_says_so(void **state)
   struct pager_state st;
   uint8_t device_key[32];
   char err[512] = "", note[512] = "";
-  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), 0);
+  open_state_ok(r, &st, device_key);
   int old = st.segment;
   st.map[1] = page_entry_remote(1, 1);
   pager_state_detach(&st);
