@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ipc.h>
+#include <sys/file.h>
 #include <sys/shm.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -444,6 +445,84 @@ static int attach_state(struct pager_state *st, const struct anchor *a,
   return -1;
 }
 
+/* ---- the pager's lock ------------------------------------------------------------------
+ * PATH.lock, held (flock) by the one pager serving the state for as long as it lives: the
+ * kernel lets it go when the process ends, however it ends. A second pager is refused
+ * at once, and a standby sleeps on it (pager_state_wait_for_pager_end), so that of
+ * several standbys exactly one wakes to take over; the others wait on for that one. */
+
+static int adopted_lock_fd = -1;     /* a lock this process's standby already holds */
+static char adopted_lock_path[4200];
+
+static void lock_path_of(const char *path, char *out, size_t outlen)
+{
+  snprintf(out, outlen, "%s.lock", path);
+}
+
+static int state_lock_take(const char *path, char *err, size_t errlen)
+{
+  char lock[4200];
+  lock_path_of(path, lock, sizeof lock);
+  if (adopted_lock_fd >= 0 && strcmp(adopted_lock_path, lock) == 0) {
+    int fd = adopted_lock_fd;
+    adopted_lock_fd = -1;
+    return fd;
+  }
+  int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    snprintf(err, errlen, "cannot open the state's lock %s: %s (state= must name a file "
+             "in a directory this user can write, such as /run/rampart/NAME/state)", lock,
+             strerror(errno));
+    return -1;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    int e = errno;
+    close(fd);
+    if (e == EWOULDBLOCK)
+      snprintf(err, errlen, "the state %s is in use by a running pager (it holds %s): stop "
+               "that one first; two pagers on one state would both hand out the same "
+               "slots", path, lock);
+    else
+      snprintf(err, errlen, "cannot lock %s: %s", lock, strerror(e));
+    return -1;
+  }
+  return fd;
+}
+
+int pager_state_wait_for_pager_end(const char *path, char *err, size_t errlen)
+{
+  char lock[4200];
+  lock_path_of(path, lock, sizeof lock);
+  int fd = open(lock, O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(err, errlen, "cannot open %s: %s (is a pager serving state=%s?)", lock,
+             strerror(errno), path);
+    return -1;
+  }
+  if (flock(fd, LOCK_EX) < 0) {
+    int e = errno;
+    close(fd);
+    if (e == EINTR)
+      return 1;
+    snprintf(err, errlen, "cannot wait on %s: %s", lock, strerror(e));
+    return -1;
+  }
+  if (adopted_lock_fd >= 0)
+    close(adopted_lock_fd);
+  adopted_lock_fd = fd;
+  snprintf(adopted_lock_path, sizeof adopted_lock_path, "%s", lock);
+  /* The lock goes when the process's files close; its mappings (the segment) may outlive
+   * that by a moment when another task holds its memory (a reader of /proc/PID/mem). */
+  struct anchor a;
+  char ignored[256];
+  struct shmid_ds ds;
+  if (anchor_read(path, &a, ignored, sizeof ignored) == 1)
+    for (unsigned waited = 0; waited < 5000 && shmctl(a.segment, IPC_STAT, &ds) == 0 &&
+                              ds.shm_nattch > 0; waited += 10)
+      usleep(10000);
+  return 0;
+}
+
 static int open_state(struct pager_state *st, const char *path,
                       const struct pager_state_fingerprint *given, const uint8_t *master,
                       size_t master_len, uint8_t device_key[PAGE_SEAL_KEY_LEN], char *note,
@@ -454,6 +533,7 @@ static int open_state(struct pager_state *st, const char *path,
   const struct pager_state_fingerprint *fp = &layout;
   memset(st, 0, sizeof *st);
   st->segment = -1;
+  st->lock_fd = -1;
   if (note && notelen)
     note[0] = '\0';
   st->chunks = calloc(PAGER_STATE_MAX_CHUNKS, sizeof *st->chunks);
@@ -468,6 +548,9 @@ static int open_state(struct pager_state *st, const char *path,
   }
   snprintf(st->path, sizeof st->path, "%s", path);
   if (check_segments_outlive_processes(err, errlen) < 0)
+    return -1;
+  st->lock_fd = state_lock_take(path, err, errlen);
+  if (st->lock_fd < 0)
     return -1;
   struct anchor a;
   int found = anchor_read(path, &a, err, errlen);
@@ -493,6 +576,9 @@ int pager_state_open(struct pager_state *st, const char *path,
   if (r < 0) {
     free(st->chunks);
     st->chunks = NULL;
+    if (st->lock_fd >= 0)
+      close(st->lock_fd);
+    st->lock_fd = -1;
   }
   return r;
 }
@@ -540,6 +626,9 @@ void pager_state_detach(struct pager_state *st)
   st->chunks = NULL;
   if (st->base)
     shmdt(st->base);
+  if (st->lock_fd >= 0)
+    close(st->lock_fd); /* after the detach: a standby woken by it finds the segment free */
+  st->lock_fd = -1;
   st->base = NULL;
   st->header = NULL;
   st->map = NULL;
@@ -555,6 +644,29 @@ void pager_state_detach(struct pager_state *st)
   st->rebuild = NULL;
 }
 
+int pager_state_serving_pid(const char *path, pid_t *pid, char *err, size_t errlen)
+{
+  struct anchor a;
+  int found = anchor_read(path, &a, err, errlen);
+  if (found < 0)
+    return -1;
+  struct shmid_ds ds;
+  if (found == 0 || shmctl(a.segment, IPC_STAT, &ds) < 0) {
+    snprintf(err, errlen, "there is no pager state at %s: start the serving pager with "
+             "state=%s first, then its standby", path, path);
+    return -1;
+  }
+  if (ds.shm_nattch == 0) {
+    snprintf(err, errlen, "no pager serves the state %s (its pager ended without closing): "
+             "start a pager with state=%s, which takes it over, not a standby", path, path);
+    return -1;
+  }
+  /* The serving pager is the last process that attached the segment: only a pager does,
+   * once, at open, and a second one is refused before it attaches. */
+  *pid = ds.shm_lpid;
+  return 0;
+}
+
 void pager_state_remove(struct pager_state *st)
 {
   int id = st->segment;
@@ -566,4 +678,8 @@ void pager_state_remove(struct pager_state *st)
     shmctl(id, IPC_RMID, NULL);
   st->segment = -1;
   unlink(st->path);
+  /* A standby asleep on the lock wakes to find no anchor: nothing to take over. */
+  char lock[4200];
+  lock_path_of(st->path, lock, sizeof lock);
+  unlink(lock);
 }

@@ -6,7 +6,8 @@
  * with SHM_LOCK, which persists with no process attached and is never paged out (a
  * tmpfs file or memfd would be swappable once its locker died, possibly onto the very
  * device whose daemon is down). A small anchor file (state=PATH) names the segment and
- * the device's identity.
+ * the device's identity; PATH.lock, flocked by the pager for its whole life, says that
+ * one is serving it (and wakes a standby when it ends, however it ends).
  *
  * This file owns the segment's layout, creation, checks and removal. It knows nothing
  * of servers or groups; the engine decides what goes where inside.
@@ -18,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include "page_map.h"
 #include "page_seal.h"
@@ -123,6 +125,7 @@ struct pager_state {
   void **chunks;                      /* group chunks mapped, PAGER_STATE_MAX_CHUNKS */
   uint32_t nchunks;                   /* of which this many exist */
   char path[4096];                    /* the anchor file */
+  int lock_fd;                        /* PATH.lock, flocked while this pager lives */
 };
 
 /* Attaches the state `path` names, or creates it when there is none (or when the
@@ -154,6 +157,14 @@ void pager_state_detach(struct pager_state *st);
 /* Destroys the segment and the anchor: a clean detach of the device, after which its
  * pages are gone on purpose. */
 void pager_state_remove(struct pager_state *st);
+/* The pid of the pager that has the state at path attached now (for a standby to wait
+ * on). -1 with err: there is no state there, or no pager has it. */
+int pager_state_serving_pid(const char *path, pid_t *pid, char *err, size_t errlen);
+/* Sleeps until the pager serving the state at path ends (its lock, PATH.lock, comes
+ * free), then keeps that lock for this process's pager_state_open of the same path and
+ * waits for the segment to be detached. 0 then; 1 when a signal interrupted the wait;
+ * -1 with err. */
+int pager_state_wait_for_pager_end(const char *path, char *err, size_t errlen);
 
 /* Bytes of locked memory the segment holds for `pages` pages. */
 uint64_t pager_state_bytes(uint64_t pages);

@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define RAMPART_PAGE_SIZE 4096u
 #define RAMPART_MAX_SERVERS 128u /* servers one device may list */
@@ -103,6 +104,33 @@ bool rampart_took_over(const struct rampart_engine *engine);
  * crypto library's configuration): for a standby (rampart-ublk --standby) whose
  * takeover happens while files may be swapped out to the device it takes over. */
 void rampart_warm_up(void);
+
+/* ---- A standby pager (docs/recovery.md) ----------------------------------------------
+ * When the pager serving a swap device dies, the kernel holds the device's I/O, and in a
+ * machine short of memory every task that allocates waits on it: nothing can be started
+ * then. So the replacement is started beforehand, beside the serving pager with the same
+ * settings, and these are its steps: pin the files its takeover reads, warm up, find the
+ * pager it stands by for, and sleep on it. Then rampart_open takes the state over. */
+
+/* Keeps the file's pages in memory for good (mapped, locked under mlockall): a key, the
+ * state's anchor; on a machine whose files live in tmpfs they could otherwise be swapped
+ * out to the very device being taken over. */
+void rampart_standby_pin_file(const char *path);
+/* The pid of the pager serving state=PATH, waiting up to wait_ms for one to have opened
+ * it. -1 with err: there is no state there, or no pager serves it. */
+int rampart_standby_find_pager(const char *state_path, unsigned wait_ms, pid_t *serving,
+                               char *err, size_t errlen);
+/* nbdkit rampart standby=true: holds reserve_bytes locked (and half as much heap warm)
+ * and sleeps until the pager serving state_path ends, on the state's lock (PATH.lock),
+ * so that of several standbys one wakes. 0: it died, rampart_open takes the state over
+ * (check rampart_took_over). 1: a signal came first. 2: it stopped cleanly and took the
+ * state with it. -1 with err. */
+int rampart_standby_wait_for_state(const char *state_path, size_t reserve_bytes, char *err,
+                                   size_t errlen);
+/* rampart-ublk --standby: the same, sleeping on the pidfd of the process `serving` (the
+ * ublk device names its daemon). 0: it ended. 1: a stop signal came first (one this
+ * thread blocks is taken). -1 with err: it cannot be watched. */
+int rampart_standby_wait(pid_t serving, size_t reserve_bytes, char *err, size_t errlen);
 
 enum rampart_op { RAMPART_OP_READ, RAMPART_OP_WRITE, RAMPART_OP_TRIM, RAMPART_OP_ZERO,
                   RAMPART_OP_FLUSH };

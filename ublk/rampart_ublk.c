@@ -214,13 +214,14 @@ int main(int argc, char **argv)
   }
   rampart_process_harden(o.lock_memory);
   struct timespec died;
+  err[0] = '\0';
   if (o.standby) {
     for (unsigned i = 0; i < o.nfiles; i++)
-      ublk_standby_pin_file(o.files[i]);
+      rampart_standby_pin_file(o.files[i]);
     rampart_warm_up();
     int w = ublk_standby_wait(&control, (int)o.dev_id, STANDBY_RESERVE, err, sizeof err);
     if (w <= 0) {
-      if (w < 0)
+      if (w < 0 || err[0])
         fprintf(stderr, "rampart-ublk: %s\n", err);
       else
         fprintf(stderr, "rampart-ublk: /dev/ublkb%lu was stopped by its daemon: nothing to "

@@ -8,7 +8,8 @@
  * replacement must exist before the crash: started next to the serving daemon, locked
  * in memory, realtime and an I/O flusher (process_hygiene.c), holding a reserve of
  * memory it gives back the moment it takes over, and asleep on the serving daemon's
- * pidfd, which needs nothing allocated to wake it.
+ * pidfd, which needs nothing allocated to wake it (src/pager_standby.c, shared with
+ * nbdkit rampart standby=true).
  */
 #ifndef RAMPART_UBLK_STANDBY_H
 #define RAMPART_UBLK_STANDBY_H
@@ -17,14 +18,9 @@
 
 #include "ublk_control.h"
 
-/* Keeps the file's pages in memory for good (mapped, locked under mlockall): the
- * takeover reads it (a key, the state's anchor), and on a machine whose files live in
- * tmpfs it could otherwise be swapped out to the device being taken over. */
-void ublk_standby_pin_file(const char *path);
-
 /* Waits for the daemon serving device dev_id to end. 1: it died and left the device
  * waiting for a daemon (QUIESCED): take it over. 0: the device is gone (its daemon
- * stopped it). -1 with err: there is no such device to stand by for, or it is not
+ * stopped it), or this standby was asked to stop (err then says so). -1 with err: there is no such device to stand by for, or it is not
  * recoverable. reserve_bytes are held, locked, until then. */
 int ublk_standby_wait(struct ublk_control *c, int dev_id, size_t reserve_bytes, char *err,
                       size_t errlen);
