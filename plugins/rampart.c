@@ -6,13 +6,21 @@
  * target and the tests. One engine serves every connection, so can_multi_conn is true
  * (a flush on any connection covers writes from all of them). The engine is started in
  * after_fork, because nbdkit forks to daemonize and threads do not survive a fork.
+ *
+ * standby=true makes this nbdkit the standby of another serving the same state=
+ * (docs/recovery.md): it binds its own socket, then waits in after_fork, before it
+ * accepts anyone, until the serving pager dies, and takes its state over.
+ * rampart-nbd-attach (nbd/) moves the kernel's device to it.
  */
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "rampart.h"
 
@@ -21,6 +29,15 @@
 static struct rampart_config *config;
 static struct rampart_engine *engine;
 static bool lock_memory = true;
+static bool standby;
+/* What a standby's takeover reads (state=, key=, enckey=, cluster=), pinned beforehand. */
+static const char *state_path;
+static const char *takeover_files[4];
+static unsigned ntakeover_files;
+
+/* What a standby holds to give back at takeover: the engine's memory (the map and seals
+ * live in the state, already resident) and nbdkit's connection, with room to spare. */
+#define STANDBY_RESERVE (8u << 20)
 
 static void plugin_load(void)
 {
@@ -66,10 +83,24 @@ static int plugin_config(const char *key, const char *value)
     lock_memory = b;
     return 0;
   }
+  if (strcmp(key, "standby") == 0) {
+    int b = nbdkit_parse_bool(value);
+    if (b < 0)
+      return -1;
+    standby = b;
+    return 0;
+  }
   if (rampart_config_set(config, key, value, err, sizeof err) < 0) {
     nbdkit_error("%s", err);
     return -1;
   }
+  /* nbdkit keeps the strings it passes for the life of the process. */
+  if (strcmp(key, "state") == 0)
+    state_path = value;
+  if ((strcmp(key, "state") == 0 || strcmp(key, "key") == 0 ||
+       strcmp(key, "enckey") == 0 || strcmp(key, "cluster") == 0) &&
+      ntakeover_files < sizeof takeover_files / sizeof takeover_files[0])
+    takeover_files[ntakeover_files++] = value;
   return 0;
 }
 
@@ -80,19 +111,81 @@ static int plugin_config_complete(void)
     nbdkit_error("%s", err);
     return -1;
   }
+  if (standby && !state_path) {
+    nbdkit_error("standby=true needs state=PATH, the same as the serving nbdkit's: a "
+                 "standby takes over the state the serving pager leaves when it dies");
+    return -1;
+  }
   return 0;
+}
+
+static int64_t elapsed_ms(const struct timespec *since)
+{
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (int64_t)(now.tv_sec - since->tv_sec) * 1000 +
+         (now.tv_nsec - since->tv_nsec) / 1000000;
+}
+
+/* Returns once the serving pager has died (0), or fails (-1) when there is none, when
+ * it stopped cleanly (its state went with it), or when this standby is being stopped. */
+static int wait_as_standby(void)
+{
+  char err[512];
+  pid_t serving;
+  for (unsigned i = 0; i < ntakeover_files; i++)
+    rampart_standby_pin_file(takeover_files[i]);
+  rampart_warm_up();
+  if (rampart_standby_find_pager(state_path, 10000, &serving, err, sizeof err) < 0) {
+    nbdkit_error("standby: %s", err);
+    return -1;
+  }
+  fprintf(stderr, "nbdkit: rampart: standing by for the pager serving %s (pid %d), "
+          "%u MiB held in reserve\n", state_path, (int)serving, STANDBY_RESERVE >> 20);
+  switch (rampart_standby_wait_for_state(state_path, STANDBY_RESERVE, err, sizeof err)) {
+  case 0:
+    return 0;
+  case 1:
+    nbdkit_error("standby: stopped while a pager still serves %s", state_path);
+    return -1;
+  case 2:
+    nbdkit_error("standby: the pager serving %s stopped cleanly and took its state "
+                 "with it: nothing to take over", state_path);
+    return -1;
+  default:
+    nbdkit_error("standby: %s", err);
+    return -1;
+  }
 }
 
 static int plugin_after_fork(void)
 {
   char err[512];
+  struct timespec died;
   rampart_set_log_sink(log_line);
   rampart_process_harden(lock_memory);
+  if (standby) {
+    if (wait_as_standby() < 0)
+      return -1;
+    clock_gettime(CLOCK_MONOTONIC, &died);
+  }
   engine = rampart_open(config, err, sizeof err);
   if (!engine) {
     nbdkit_error("%s", err);
     return -1;
   }
+  if (standby && !rampart_took_over(engine)) {
+    /* Its segment was gone (removed by hand): an empty device in place of the one that
+     * died would hand the kernel zeros for every page it swapped out. */
+    nbdkit_error("standby: there was no state left at %s to take over: refusing to serve "
+                 "an empty device in place of the one that died", state_path);
+    rampart_close(engine);
+    engine = NULL;
+    return -1;
+  }
+  if (standby)
+    fprintf(stderr, "nbdkit: rampart: took %s over %lld ms after its pager died\n",
+            state_path, (long long)elapsed_ms(&died));
   return 0;
 }
 
@@ -172,6 +265,8 @@ static struct nbdkit_plugin plugin = {
   .config = plugin_config,
   .config_complete = plugin_config_complete,
   .config_help = "mlock=BOOL                lock the daemon's memory (default true)\n"
+                 "standby=BOOL              wait beside the nbdkit serving the same state=,\n"
+                 "                          take it over when that one dies\n"
                  "(see rampart.h / docs for the rest)",
   .magic_config_key = "size",
   .after_fork = plugin_after_fork,

@@ -132,10 +132,11 @@ static void cluster_params(const struct setup *s, char servers[512], char keyp[7
   snprintf(tmp, 700, "tmpdir=%s", s->dir);
 }
 
-static int start_nbdkit(struct setup *s, const char *const *params)
+/* Starts nbdkit with the plugin on dir/SOCK_NAME, its output in dir/LOG_NAME; does not
+ * wait for it. */
+static pid_t spawn_nbdkit(const struct setup *s, const char *sock, const char *log,
+                          const char *const *params)
 {
-  snprintf(s->sock, sizeof s->sock, "%s/nbd.sock", s->dir);
-  snprintf(s->log, sizeof s->log, "%s/nbdkit.log", s->dir);
   const char *plugin = getenv("RAMPART_PLUGIN");
   if (!plugin)
     fail_msg("RAMPART_PLUGIN is not set: run the tests through ctest");
@@ -145,16 +146,19 @@ static int start_nbdkit(struct setup *s, const char *const *params)
   argv[a++] = "--foreground";
   argv[a++] = "--exit-with-parent";
   argv[a++] = "--unix";
-  argv[a++] = s->sock;
+  argv[a++] = sock;
   argv[a++] = plugin;
   for (unsigned i = 0; params[i] && a < 30; i++)
     argv[a++] = params[i];
   argv[a++] = "mlock=false"; /* sanitizer shadow memory cannot be locked */
   argv[a] = NULL;
+  /* Emptied here, before the fork: a caller that reads the log as soon as this returns
+   * must not find an earlier nbdkit's words in it. */
+  int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  assert_true(fd >= 0);
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
-    int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     dup2(fd, 1);
     dup2(fd, 2);
     const char *asan = getenv("RAMPART_ASAN_RUNTIME");
@@ -165,6 +169,15 @@ static int start_nbdkit(struct setup *s, const char *const *params)
     execvp("nbdkit", (char *const *)argv);
     _exit(127);
   }
+  close(fd);
+  return pid;
+}
+
+static int start_nbdkit(struct setup *s, const char *const *params)
+{
+  snprintf(s->sock, sizeof s->sock, "%s/nbd.sock", s->dir);
+  snprintf(s->log, sizeof s->log, "%s/nbdkit.log", s->dir);
+  pid_t pid = spawn_nbdkit(s, s->sock, s->log, params);
   s->nbdkit = pid;
   for (unsigned i = 0; i < 300; i++) {
     struct stat st;
@@ -454,6 +467,134 @@ static void test_concurrent_sub_page_writes_over_several_connections(void **stat
   assert_int_equal(lost, 0);
 }
 
+/* True once the file holds text (a log line the test waits for). */
+static bool file_has(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  bool found = false;
+  while (f && !found && fgets(line, sizeof line, f))
+    found = strstr(line, text) != NULL;
+  if (f)
+    fclose(f);
+  return found;
+}
+
+static void wait_for_line(const char *log, const char *text, unsigned timeout_ms)
+{
+  for (unsigned waited = 0; !file_has(log, text); waited += 50) {
+    if (waited >= timeout_ms) {
+      print_log(log);
+      fail_msg("no '%s' in %s within %u ms", text, log, timeout_ms);
+    }
+    usleep(50000);
+  }
+}
+
+/* Connects the setup's libnbd handle to the nbdkit on sock (logging to log, pid pid). */
+static void serve_from(struct setup *s, pid_t pid, const char *sock, const char *log)
+{
+  s->nbdkit = pid;
+  if (s->nbd)
+    nbd_close(s->nbd);
+  snprintf(s->sock, sizeof s->sock, "%s", sock);
+  snprintf(s->log, sizeof s->log, "%s", log);
+  s->nbd = nbd_create();
+  assert_non_null(s->nbd);
+  if (connect_with_deadline(s->nbd, s->sock, 20000) < 0) {
+    print_log(log);
+    fail_msg("%s did not serve within 20 s: %s", sock, nbd_get_error());
+  }
+}
+
+/* Issue 16 over NBD, without a kernel device: nbdkit rampart with state= is killed with
+ * SIGKILL, and one of two standby nbdkits (standby=true, the same settings, sockets of
+ * their own), which had waited beside it, takes the state over: every byte the dead one
+ * acknowledged reads back, and it serves on. The other stands by on, for the new one,
+ * and takes over in turn when that one is killed. (In a guest, rampart-nbd-attach moves
+ * /dev/nbd0 across: test_guest_starved.sh.) */
+static void test_standby_nbdkits_take_over_killed_ones_in_turn(void **state)
+{
+  (void)state;
+  struct setup s = { .rng = 0x5eed };
+  start_servers(&s, 5);
+  char servers[512], keyp[700], tmp[700], statep[700];
+  cluster_params(&s, servers, keyp, tmp);
+  snprintf(statep, sizeof statep, "state=%s/state", s.dir);
+  const char *params[] = { "size=64M", servers, keyp, tmp, "redundancy=parity-log",
+                           statep, NULL, NULL };
+  if (start_nbdkit(&s, params) < 0) {
+    print_log(s.log);
+    fail_msg("nbdkit exited at start-up");
+  }
+  char sock[2][640], log[2][640];
+  pid_t standby[2];
+  params[6] = "standby=true";
+  for (unsigned i = 0; i < 2; i++) {
+    snprintf(sock[i], sizeof sock[i], "%s/standby-%u.sock", s.dir, i);
+    snprintf(log[i], sizeof log[i], "%s/standby-%u.log", s.dir, i);
+    standby[i] = spawn_nbdkit(&s, sock[i], log[i], params);
+    wait_for_line(log[i], "standing by for the pager serving", 15000);
+  }
+  size_t buflen = 128 * 1024;
+  uint8_t *buf = malloc(buflen);
+  workload(&s, 32u << 20, buf, buflen);
+
+  for (unsigned round = 0; round < 2; round++) {
+    kill(s.nbdkit, SIGKILL);
+    waitpid(s.nbdkit, NULL, 0);
+    /* Exactly one standby wakes (the state's lock): the one whose log says so. */
+    int taker = -1;
+    for (unsigned waited = 0; taker < 0 && waited < 20000; waited += 50) {
+      for (unsigned i = 0; i < 2; i++)
+        if (standby[i] && file_has(log[i], "after its pager died"))
+          taker = (int)i;
+      usleep(50000);
+    }
+    if (taker < 0) {
+      print_log(log[0]);
+      print_log(log[1]);
+      fail_msg("no standby took over within 20 s of the kill");
+    }
+    unsigned other = 1u - (unsigned)taker;
+    if (round == 0) {
+      usleep(500000); /* the other must still be standing by, not serving too */
+      assert_false(file_has(log[other], "after its pager died"));
+      assert_int_equal(waitpid(standby[other], NULL, WNOHANG), 0);
+    }
+    serve_from(&s, standby[taker], sock[taker], log[taker]);
+    standby[taker] = 0;
+    verify_device(&s, buf, buflen);
+    print_log(log[taker]); /* how long the takeover took */
+    workload(&s, 16u << 20, buf, buflen); /* and it serves on */
+    verify_device(&s, buf, buflen);
+  }
+  free(buf);
+  char anchor[600];
+  snprintf(anchor, sizeof anchor, "%s/state", s.dir);
+  assert_int_equal(access(anchor, F_OK), 0);
+  stop_all(&s); /* a clean stop: the state goes with it */
+  assert_int_equal(access(anchor, F_OK), -1);
+}
+
+/* A standby with nothing to stand by for says so, and what to start instead. */
+static void test_a_standby_without_a_serving_pager_is_refused(void **state)
+{
+  (void)state;
+  struct setup s = { 0 };
+  assert_int_equal(rp_test_tmpdir(s.dir, sizeof s.dir), 0);
+  char statep[700];
+  snprintf(statep, sizeof statep, "state=%s/state", s.dir);
+  const char *no_state[] = { "size=1M", "standby=true", NULL };
+  assert_int_equal(start_nbdkit(&s, no_state), -1);
+  assert_true(file_has(s.log, "standby=true needs state=PATH"));
+  const char *no_pager[] = { "size=1M", "servers=127.0.0.1:1", statep, "standby=true", NULL };
+  assert_int_equal(start_nbdkit(&s, no_pager), -1);
+  assert_true(file_has(s.log, "there is no pager state at"));
+  assert_true(file_has(s.log, "start the serving pager with state="));
+  rp_test_tmpdir_remove(s.dir);
+}
+
 static void test_bad_parameters_are_refused_with_a_reason(void **state)
 {
   (void)state;
@@ -487,6 +628,8 @@ int main(void)
     cmocka_unit_test(test_write_through_through_nbdkit_survives_losing_all_servers),
     cmocka_unit_test(test_parity_log_through_nbdkit_survives_a_kill),
     cmocka_unit_test(test_concurrent_sub_page_writes_over_several_connections),
+    cmocka_unit_test(test_a_standby_without_a_serving_pager_is_refused),
+    cmocka_unit_test(test_standby_nbdkits_take_over_killed_ones_in_turn),
   };
   if (getenv("RAMPART_TEST_FILTER"))
     cmocka_set_test_filter(getenv("RAMPART_TEST_FILTER"));
