@@ -6,7 +6,8 @@
 # lines; the host parses "result", "fault", "stall" and "end". /etc/starved.conf (written
 # by the host) sets SERVERS, KILL_ADDR, PROGRAM_MB, DEVICE_SIZE, RUNS, STALL_SECONDS and
 # FRONTEND (nbd: nbdkit + nbd-client; ublk: rampart-ublk). A run names its frontend; a
-# run on the other one stops the daemon and starts that one.
+# run on the other one stops the daemon and starts that one. An nbd run that kills the
+# pager attaches with rampart-nbd-attach beside a standby nbdkit instead (nbd-persist).
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
@@ -49,6 +50,17 @@ settings="servers=$SERVERS key=/etc/rampart/key redundancy=parity-log group=4 le
   spill=/dev/vdb stats-file=/tmp/stats"
 frontend=
 
+# wait_for CONDITION-COMMAND PID SECONDS WHAT: polls the command every 0.1 s until it
+# succeeds; fails the boot, saying WHAT, when PID exits first or SECONDS pass.
+wait_for() {
+  local i=0
+  until eval "$1"; do
+    i=$((i + 1)); [ $i -le $(($3 * 10)) ] || finish "$4 within $3 s"
+    kill -0 $2 2>/dev/null || { wait $2; finish "$4: pid $2 exited with status $?"; }
+    sleep 0.1
+  done
+}
+
 # launch_ublk: rampart-ublk, the engine's own ublk target (ublk/), which prints the device
 # once it takes I/O; sets daemon_pid. Its queue depth and largest request bound its
 # locked buffers (32 x 128 KiB = 4 MiB). With state= the device outlives the daemon, and
@@ -60,12 +72,8 @@ launch_ublk() {
   rampart-ublk $ublk_args size=$DEVICE_SIZE $settings state=/run/rampart-ublk.state \
     </dev/null >/tmp/ublk.out &
   daemon_pid=$!
-  i=0
-  until grep -q /dev/ublkb0 /tmp/ublk.out 2>/dev/null; do
-    i=$((i + 1)); [ $i -le 300 ] || finish "rampart-ublk did not bring /dev/ublkb0 up within 30 s"
-    kill -0 $daemon_pid 2>/dev/null || { wait $daemon_pid; finish "rampart-ublk exited with status $?"; }
-    sleep 0.1
-  done
+  wait_for "grep -q /dev/ublkb0 /tmp/ublk.out 2>/dev/null" $daemon_pid 30 \
+    "rampart-ublk did not bring /dev/ublkb0 up"
   # Only where a run kills the pager: a standby holds memory (its reserve, its own
   # locked pages) that a comparison of the frontends should not be charged.
   case " $RUNS " in
@@ -76,31 +84,60 @@ launch_ublk() {
   esac
 }
 
+# launch_nbd_persist: nbdkit rampart with state=, a standby nbdkit beside it (standby=true,
+# the same settings, its own socket), and /dev/nbd0 attached by rampart-nbd-attach
+# (nbd/), which moves the device to the standby when the serving nbdkit dies. Debian
+# 12's nbd-client cannot: its -persist fails every request while it reconnects
+# (docs/recovery.md). Sets daemon_pid, standby_pid and attach_pid.
+persist_settings="$settings state=/run/rampart-nbd.state"
+launch_nbd_persist() {
+  nbdkit ${NBDKIT_DEBUG:-} --foreground --unix /run/nbd.sock /lib/nbdkit/rampart.so \
+    size=$DEVICE_SIZE $persist_settings </dev/null &
+  daemon_pid=$!
+  wait_for "[ -S /run/nbd.sock ]" $daemon_pid 30 "nbdkit did not create /run/nbd.sock"
+  nbdkit ${NBDKIT_DEBUG:-} --foreground --unix /run/nbd-standby.sock \
+    /lib/nbdkit/rampart.so size=$DEVICE_SIZE $persist_settings standby=true </dev/null &
+  standby_pid=$!
+  wait_for "[ -S /run/nbd-standby.sock ]" $standby_pid 30 \
+    "the standby nbdkit did not create /run/nbd-standby.sock"
+  # stdout: the device, then a line per reconnect (kill_pager waits for it); its
+  # messages go to the console.
+  rampart-nbd-attach --device /dev/nbd0 /run/nbd.sock /run/nbd-standby.sock \
+    </dev/null >/tmp/attach.out &
+  attach_pid=$!
+  wait_for "grep -q /dev/nbd0 /tmp/attach.out 2>/dev/null" $attach_pid 30 \
+    "rampart-nbd-attach did not bring /dev/nbd0 up"
+}
+
 # kill_pager: the pager itself killed with SIGKILL in the middle of a run (issue 16). The
 # kernel holds the device's I/O; the standby takes over the state the dead daemon left,
-# and every request the dead one had is sent again (docs/recovery.md). The standby says
-# on the console how long the device went without a daemon; this says when swap moved.
+# and every request the dead one had is sent again (docs/recovery.md). ublk: the
+# standby says on the console how long the device went without a daemon. nbd: the
+# standby nbdkit says when it took the state over, rampart-nbd-attach when the device
+# had its new connection. This says when swap moved.
 kill_pager() {
-  [ $frontend = ublk ] || finish "the pager fault needs the ublk frontend"
-  local old=$daemon_pid s0
-  say "fault pager at $(awk -v d=$swapdev '$1 == d {print int($4 / 1024)}' /proc/swaps) MiB swapped out: kill -9 rampart-ublk (pid $old), standby pid $standby_pid"
+  local old=$daemon_pid s0 took
+  case $frontend in
+    ublk) took=/tmp/ublk-standby.out; pattern=/dev/ublkb0 ;;
+    nbd-persist) took=/tmp/attach.out; pattern=reconnected ;;
+    *) finish "the pager fault needs the ublk or the nbd-persist frontend" ;;
+  esac
+  say "fault pager at $(awk -v d=$swapdev '$1 == d {print int($4 / 1024)}' /proc/swaps) MiB swapped out: kill -9 the $frontend daemon (pid $old), standby pid $standby_pid"
   s0=$(swaps)
   kill -9 $old
   wait $old 2>/dev/null
-  i=0
-  until grep -q /dev/ublkb0 /tmp/ublk-standby.out 2>/dev/null; do
-    i=$((i + 1)); [ $i -le 600 ] || finish "the standby did not take /dev/ublkb0 over within 60 s"
-    kill -0 $standby_pid 2>/dev/null || { wait $standby_pid; finish "the standby exited with status $?"; }
-    sleep 0.1
-  done
+  wait_for "grep -q $pattern $took 2>/dev/null" $standby_pid 60 \
+    "the standby did not take $swapdev over (its log: $(tr '\n' ' ' <$took 2>/dev/null))"
   daemon_pid=$standby_pid
   standby_pid=
   i=0
   while [ "$(swaps)" = "$s0" ] && [ $i -lt 600 ]; do i=$((i + 1)); sleep 0.1; done
-  say "pager restarted: the standby (pid $daemon_pid) serves /dev/ublkb0; swap moved again ($(( $(swaps) - s0 )) pages since the kill)"
+  say "pager restarted: the standby (pid $daemon_pid) serves $swapdev; swap moved again ($(( $(swaps) - s0 )) pages since the kill)"
+  [ $frontend = nbd-persist ] && say "pager restarted: $(grep reconnected $took)"
+  return 0
 }
 
-# start_daemon nbd|ublk: the rampart device through that frontend, made swap (mkswap):
+# start_daemon nbd|nbd-persist|ublk: the rampart device through that frontend, made swap (mkswap):
 # sets daemon_pid and swapdev. A boot may run both, one after the other, to compare them
 # in the same guest (bench/guest).
 start_daemon() {
@@ -108,16 +145,14 @@ start_daemon() {
   if [ $frontend = ublk ]; then
     launch_ublk
     swapdev=/dev/ublkb0
+  elif [ $frontend = nbd-persist ]; then
+    launch_nbd_persist
+    swapdev=/dev/nbd0
   else
     nbdkit ${NBDKIT_DEBUG:-} --foreground --unix /run/nbd.sock /lib/nbdkit/rampart.so \
       size=$DEVICE_SIZE $settings </dev/null &
     daemon_pid=$!
-    i=0
-    until [ -S /run/nbd.sock ]; do
-      i=$((i + 1)); [ $i -le 300 ] || finish "nbdkit did not create its socket within 30 s"
-      kill -0 $daemon_pid 2>/dev/null || { wait $daemon_pid; finish "nbdkit exited with status $?"; }
-      sleep 0.1
-    done
+    wait_for "[ -S /run/nbd.sock ]" $daemon_pid 30 "nbdkit did not create /run/nbd.sock"
     nbd-client -u /run/nbd.sock /dev/nbd0 -N rampart -nonetlink -swap -block-size 4096 \
       || finish "nbd-client failed"
     # nbd-client (ioctl mode) returns before its daemon child enters NBD_DO_IT, and only
@@ -142,6 +177,12 @@ stop_daemon() {
   if [ $frontend = nbd ]; then
     nbd-client -d /dev/nbd0 >/dev/null 2>&1
     kill -TERM $daemon_pid 2>/dev/null
+  elif [ $frontend = nbd-persist ]; then
+    # rampart-nbd-attach detaches the device as it stops; the standby sees its pager
+    # stop cleanly (the state goes with it) and ends by itself.
+    kill -TERM $attach_pid; wait $attach_pid
+    kill -TERM $daemon_pid 2>/dev/null
+    [ -z "${standby_pid:-}" ] || wait $standby_pid
   else
     kill -TERM $daemon_pid
     # A standby sees its device stopped and ends by itself.
@@ -149,7 +190,7 @@ stop_daemon() {
   fi
   wait $daemon_pid
   say "$frontend daemon stopped with status $?"
-  rm -f /tmp/stats /run/nbd.sock
+  rm -f /tmp/stats /run/nbd.sock /run/nbd-standby.sock
   frontend=
 }
 mkswap /dev/vda >/dev/null || finish "mkswap /dev/vda failed"
@@ -247,9 +288,16 @@ wait_rebuilt() {
 
 # The first rampart run's frontend starts first (FRONTEND when every run is on the disk,
 # which needs a daemon too: its watchdog and CPU report watch it).
+# An nbd run that kills the pager needs the recoverable NBD frontend.
+run_frontend() { # device fault
+  case "$1:$2" in nbd:*pager*) echo nbd-persist ;; *) echo $1 ;; esac
+}
 first=${FRONTEND:-nbd}
 for r in $RUNS; do
-  case $r in *:nbd:*) first=nbd; break ;; *:ublk:*) first=ublk; break ;; esac
+  IFS=: read name dev wl fault <<EOF2
+$r
+EOF2
+  case $dev in nbd|ublk) first=$(run_frontend $dev "$fault"); break ;; esac
 done
 start_daemon $first
 for r in $RUNS; do
@@ -259,7 +307,8 @@ $r
 EOF2
   case $dev in
     nbd|ublk)
-      [ "$frontend" = $dev ] || { stop_daemon; start_daemon $dev; }
+      want=$(run_frontend $dev "$fault")
+      [ "$frontend" = $want ] || { stop_daemon; start_daemon $want; }
       dev=$swapdev ;;
     disk) dev=/dev/vda ;;
   esac
