@@ -133,13 +133,17 @@ static int wait_as_standby(void)
 {
   char err[512];
   pid_t serving;
-  for (unsigned i = 0; i < ntakeover_files; i++)
-    rampart_standby_pin_file(takeover_files[i]);
   rampart_warm_up();
   if (rampart_standby_find_pager(state_path, 10000, &serving, err, sizeof err) < 0) {
     nbdkit_error("standby: %s", err);
     return -1;
   }
+  /* Pinned only now: the pager writes the state's anchor when it opens the state (a new
+   * file renamed into place), and an anchor pinned before that is another file. Seen
+   * in the starved guest: the standby woke and sat in read() of the anchor, swapped
+   * out to the very device it was to take over. */
+  for (unsigned i = 0; i < ntakeover_files; i++)
+    rampart_standby_pin_file(takeover_files[i]);
   fprintf(stderr, "nbdkit: rampart: standing by for the pager serving %s (pid %d), "
           "%u MiB held in reserve\n", state_path, (int)serving, STANDBY_RESERVE >> 20);
   switch (rampart_standby_wait_for_state(state_path, STANDBY_RESERVE, err, sizeof err)) {

@@ -114,7 +114,8 @@ void rampart_warm_up(void);
 
 /* Keeps the file's pages in memory for good (mapped, locked under mlockall): a key, the
  * state's anchor; on a machine whose files live in tmpfs they could otherwise be swapped
- * out to the very device being taken over. */
+ * out to the very device being taken over. Pin the state's anchor only once its pager
+ * has opened it (rampart_standby_find_pager): the pager writes it anew at first open. */
 void rampart_standby_pin_file(const char *path);
 /* The pid of the pager serving state=PATH, waiting up to wait_ms for one to have opened
  * it. -1 with err: there is no state there, or no pager serves it. */

@@ -216,10 +216,9 @@ int main(int argc, char **argv)
   struct timespec died;
   err[0] = '\0';
   if (o.standby) {
-    for (unsigned i = 0; i < o.nfiles; i++)
-      rampart_standby_pin_file(o.files[i]);
     rampart_warm_up();
-    int w = ublk_standby_wait(&control, (int)o.dev_id, STANDBY_RESERVE, err, sizeof err);
+    int w = ublk_standby_wait(&control, (int)o.dev_id, o.files, o.nfiles, STANDBY_RESERVE,
+                              err, sizeof err);
     if (w <= 0) {
       if (w < 0 || err[0])
         fprintf(stderr, "rampart-ublk: %s\n", err);

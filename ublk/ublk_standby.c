@@ -18,8 +18,8 @@ static uint64_t now_ms(void)
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-int ublk_standby_wait(struct ublk_control *c, int dev_id, size_t reserve_bytes, char *err,
-                      size_t errlen)
+int ublk_standby_wait(struct ublk_control *c, int dev_id, const char *const *pin,
+                      unsigned npin, size_t reserve_bytes, char *err, size_t errlen)
 {
   int r = ublk_control_get_info(c, dev_id);
   if (r < 0) {
@@ -32,6 +32,10 @@ int ublk_standby_wait(struct ublk_control *c, int dev_id, size_t reserve_bytes, 
              "must have state= for a standby to take it over", dev_id);
     return -1;
   }
+  /* Pinned once the device exists: its daemon adds it after opening the state, whose
+   * anchor it writes anew at first open (a file pinned before would be another). */
+  for (unsigned i = 0; i < npin; i++)
+    rampart_standby_pin_file(pin[i]);
   pid_t serving = c->info.ublksrv_pid;
   fprintf(stderr, "rampart-ublk: standing by for /dev/ublkb%d (serving daemon pid %d), "
           "%zu MiB held in reserve\n", dev_id, serving, reserve_bytes >> 20);

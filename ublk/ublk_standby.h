@@ -21,8 +21,9 @@
 /* Waits for the daemon serving device dev_id to end. 1: it died and left the device
  * waiting for a daemon (QUIESCED): take it over. 0: the device is gone (its daemon
  * stopped it), or this standby was asked to stop (err then says so). -1 with err: there is no such device to stand by for, or it is not
- * recoverable. reserve_bytes are held, locked, until then. */
-int ublk_standby_wait(struct ublk_control *c, int dev_id, size_t reserve_bytes, char *err,
-                      size_t errlen);
+ * recoverable. The files in pin (what the takeover reads) are pinned once the device is
+ * found; reserve_bytes are held, locked, until the end. */
+int ublk_standby_wait(struct ublk_control *c, int dev_id, const char *const *pin,
+                      unsigned npin, size_t reserve_bytes, char *err, size_t errlen);
 
 #endif
