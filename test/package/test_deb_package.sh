@@ -41,6 +41,7 @@ expect_file -rwxr-xr-x /usr/bin/rampartd
 expect_file -rwxr-xr-x /usr/bin/rampartctl
 expect_file -rwxr-xr-x /usr/sbin/rampart-swap
 expect_file -rwxr-xr-x /usr/sbin/rampart-ublk
+expect_file -rwxr-xr-x /usr/sbin/rampart-nbd-attach
 expect_file -rw-r--r-- "$plugindir/nbdkit-rampart-plugin.so"
 expect_file -rw-r--r-- /lib/systemd/system/rampartd.service
 expect_file -rw-r--r-- /lib/systemd/system/rampart-swap.service
@@ -75,7 +76,7 @@ grep -qx 'User=rampart' "$unit" || fail "rampartd.service does not name User=ram
 grep -q '^ExecStart=/usr/sbin/rampart-swap on' "$work/root/lib/systemd/system/rampart-swap.service" ||
   fail "rampart-swap.service does not run /usr/sbin/rampart-swap"
 ! grep -rq '@[A-Z]*DIR@' "$work/root/lib/systemd/system" || fail "a unit still holds an @...DIR@"
-for b in usr/bin/rampartd usr/bin/rampartctl usr/sbin/rampart-ublk "${plugindir#/}/nbdkit-rampart-plugin.so"; do
+for b in usr/bin/rampartd usr/bin/rampartctl usr/sbin/rampart-ublk usr/sbin/rampart-nbd-attach "${plugindir#/}/nbdkit-rampart-plugin.so"; do
   ! readelf -S "$work/root/$b" | grep -q '\.symtab' || fail "$b is not stripped"
 done
 "$work/root/usr/bin/rampartd" --version >"$work/version" 2>&1 || fail "rampartd --version: $(cat "$work/version")"
