@@ -266,21 +266,25 @@ done
 wait "$qemu_pid" || true
 guest_seconds=$((SECONDS - t0))
 
-if said | grep -q '^rampart-guest: stall'; then
+# What the guest said, read once: under pipefail, 'said | grep -q' fails when grep
+# stops reading at its match before sed is done writing (SIGPIPE), which a long console
+# made happen in CI ("no 'pager restarted' line" under a run that had one).
+said >"$work/said"
+if grep -q '^rampart-guest: stall' "$work/said"; then
   sed -n '/rampart-guest: stall/,$p' "$console" | head -n 1500 >&2
   fail "the watchdog saw swap stand still for 120 s (stacks above)"
 fi
-said | grep -q '^rampart-guest: end 0' \
+grep -q '^rampart-guest: end 0' "$work/said" \
   || fail "the guest did not finish cleanly: $(grep -a -E 'rampart-guest|workload|Kernel panic|Out of memory|oom|nbd|nbdkit|I/O error' "$console" | tail -n 20)"
 
 # ---- the verdict and the report ------------------------------------------------------------
 declare -A secs=()
 for r in $runs; do
   name=${r%%:*}
-  line=$(said | grep "^rampart-guest: result $name " || true)
+  line=$(grep "^rampart-guest: result $name " "$work/said" || true)
   [[ $line == *" rc=0 "*verified=yes* ]] || fail "run $name did not verify: ${line:-no result line}"
   if [[ $r == *pager ]]; then
-    said | grep -q "^rampart-guest: pager restarted" \
+    grep -q "^rampart-guest: pager restarted" "$work/said" \
       || fail "run $name: the pager was not killed and restarted (no 'pager restarted' line)"
   fi
   secs[$name]=$(sed -n 's/.* seconds=\([0-9.]*\).*/\1/p' <<<"$line")
@@ -288,7 +292,7 @@ for r in $runs; do
   # Twice RAM: at least what exceeds RAM went out and came back.
   ((swaps >= guest_mb * 256 * 2)) || fail "run $name moved only $swaps pages through swap"
 done
-said | grep '^rampart-guest: stats ' | sed 's/^rampart-guest: stats /    /' >"$work/stats"
+grep '^rampart-guest: stats ' "$work/said" | sed 's/^rampart-guest: stats /    /' >"$work/stats"
 grep -q 'lost pages 0, read errors 0' "$work/stats" \
   && ! grep -q -E 'lost pages [1-9]|read errors [1-9]' "$work/stats" \
   || fail "the daemon lost pages or failed reads: $(grep '^ *failures' "$work/stats")"
@@ -309,8 +313,8 @@ for wl in pages forks quicksort; do
     "${secs[ublk-$wl]}" "${secs[nbd-$wl]}" \
     "$(awk -v a="${secs[ublk-$wl]}" -v b="${secs[nbd-$wl]}" 'BEGIN {print a / b}')")"
 done
-said | grep '^rampart-guest: pager restarted' | sed 's/^rampart-guest: /  /' || true
+grep '^rampart-guest: pager restarted' "$work/said" | sed 's/^rampart-guest: /  /' || true
 log "daemon memory (VmRSS: what it holds, all of it locked; VmLck counts its locked mappings whole, touched or not):"
-said | grep '^rampart-guest: daemon ' | sed 's/^rampart-guest: daemon /    /'
+grep '^rampart-guest: daemon ' "$work/said" | sed 's/^rampart-guest: daemon /    /'
 grep -a 'warning:\|PR_SET_IO_FLUSHER\|mlockall' "$console" | sed 's/^/    nbdkit: /' || true
 log "PASS (${guest_seconds} s in the guest)"
