@@ -212,8 +212,8 @@ static bool reconnect(struct attach *a, const char *why)
 {
   uint64_t start = now_ms();
   char err[512] = "";
-  unsigned wait_s = a->device.dead_conn_timeout_s < 30 ? (unsigned)a->device.dead_conn_timeout_s
-                                                       : 30;
+  /* A handshake that hangs longer holds up the next socket in the list. */
+  unsigned wait_s = (unsigned)(a->device.dead_conn_timeout_s < 30 ? a->device.dead_conn_timeout_s : 30);
   for (unsigned attempt = 0;; attempt++) {
     for (unsigned k = 0; k < a->nsockets; k++) {
       unsigned i = (a->serving + k) % a->nsockets;

@@ -79,18 +79,14 @@ static int plugin_config(const char *key, const char *value)
     nbdkit_error("out of memory");
     return -1;
   }
-  if (strcmp(key, "mlock") == 0) {
+  /* The plugin's own switches; every other key is the engine's. */
+  bool *flag = strcmp(key, "mlock") == 0 ? &lock_memory
+             : strcmp(key, "standby") == 0 ? &standby : NULL;
+  if (flag) {
     int b = nbdkit_parse_bool(value);
     if (b < 0)
       return -1;
-    lock_memory = b;
-    return 0;
-  }
-  if (strcmp(key, "standby") == 0) {
-    int b = nbdkit_parse_bool(value);
-    if (b < 0)
-      return -1;
-    standby = b;
+    *flag = b;
     return 0;
   }
   if (rampart_config_set(config, key, value, err, sizeof err) < 0) {
