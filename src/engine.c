@@ -791,7 +791,9 @@ static int engine_alloc_pools(struct rampart_engine *e)
                                   RAMPART_PAGE_SIZE);
   /* With state= the parity of the open group lives in the state, to survive a crash. */
   uint8_t *parity_pages = e->state ? e->state->parity_pages
-                                   : alloc_pages((size_t)ENGINE_PARITY_BUFFERS * RAMPART_PAGE_SIZE);
+                                   : alloc_pages((size_t)2 * ENGINE_PARITY_BUFFERS *
+                                                 RAMPART_PAGE_SIZE);
+  e->parity_pages = parity_pages;
   if (!e->ops || !e->op_scratch || !e->degraded || !e->parity || !e->frees || !dr_pages ||
       !parity_pages)
     return -1;
@@ -807,7 +809,7 @@ static int engine_alloc_pools(struct rampart_engine *e)
   }
   for (unsigned i = ENGINE_PARITY_BUFFERS; i-- > 0;) {
     e->parity[i].engine = e;
-    e->parity[i].page = parity_pages + (size_t)i * RAMPART_PAGE_SIZE;
+    parity_buffer_use_page(e, &e->parity[i], 0);
     e->parity[i].next = e->free_parity;
     e->free_parity = &e->parity[i];
   }
@@ -824,8 +826,8 @@ static void engine_free_pools(struct rampart_engine *e)
   if (e->degraded && e->degraded[0].pages)
     munmap(e->degraded[0].pages,
            (size_t)ENGINE_DEGRADED_READS * (GROUP_MAX_DATA + 1) * RAMPART_PAGE_SIZE);
-  if (e->parity && e->parity[0].page && !e->state)
-    munmap(e->parity[0].page, (size_t)ENGINE_PARITY_BUFFERS * RAMPART_PAGE_SIZE);
+  if (e->parity_pages && !e->state)
+    munmap(e->parity_pages, (size_t)2 * ENGINE_PARITY_BUFFERS * RAMPART_PAGE_SIZE);
   if (e->op_scratch && !e->state)
     munmap(e->op_scratch, (size_t)ENGINE_PAGE_OPS * RAMPART_PAGE_SIZE);
   free(e->ops);

@@ -171,10 +171,15 @@ struct degraded_read {
   uint8_t *pages;               /* (GROUP_MAX_DATA + 1) * 4 KiB scratch */
 };
 
+/* The parity of an open or sealing group. A member is XORed from `page` into `spare`,
+ * and the two then swap (parity_buffer_add): `page` is whole at every instant, which a
+ * pager killed in the middle of an XOR needs (pager_state.h). */
 struct parity_buffer {
   struct parity_buffer *next;
   struct rampart_engine *engine;
-  uint8_t *page;
+  uint8_t *page;                /* the XOR of the members added so far */
+  uint8_t *spare;               /* the next XOR is written here */
+  unsigned current;             /* which of the buffer's two pages `page` is (0 or 1) */
   uint32_t group;
   struct page_op *waiter;       /* mirror: the write that completes once this copy is stored */
   struct rp_request req;
@@ -203,6 +208,9 @@ struct recovered_write {
   page_entry old_entry;
   struct page_seal old_seal;
   bool kept;
+  bool installed;               /* the map named the new version: the old one is pinned.
+                                   Not installed: the member joined its group (its parity
+                                   covers it) but the page is still the old version */
   uint8_t *bytes;               /* the new version as sealed, copied from the state */
   struct rp_request req;        /* the replay of a member write */
 };
@@ -246,6 +254,7 @@ struct rampart_engine {
   struct degraded_read *degraded;
   struct degraded_read *free_degraded;
   struct parity_buffer *parity;
+  uint8_t *parity_pages;                      /* two pages per parity buffer */
   struct parity_buffer *free_parity;
   struct free_request *frees;
   struct free_request *free_frees;
@@ -510,9 +519,10 @@ bool engine_state_fall_back(struct page_op *op);
 void engine_state_page_rewritten(struct rampart_engine *e, uint64_t page);
 /* A group opened (with its parity server and slot): a restart continues it. */
 void engine_state_group_opened(struct rampart_engine *e, uint32_t group);
-/* A member is being XORed into parity buffer `buffer`; then it holds `members`. */
-void engine_state_parity_changing(struct rampart_engine *e, uint16_t buffer);
-void engine_state_parity_changed(struct rampart_engine *e, uint16_t buffer, unsigned members);
+/* Parity buffer `buffer`'s page `page` (0 or 1) is now its XOR, covering `covered`
+ * members: one store, so a crash leaves the old page current or the new one. */
+void engine_state_parity_published(struct rampart_engine *e, uint16_t buffer, unsigned page,
+                                   unsigned covered);
 
 /* page_write.c */
 void page_write_start(struct page_op *op);
@@ -527,6 +537,9 @@ void page_write_close_open_group(struct rampart_engine *e);
 /* A SEALING group's parity write is sent again from its buffer (a restart: the dead
  * process's write may not have landed). */
 void page_write_reseal(struct rampart_engine *e, uint32_t group);
+/* Points the buffer at its page `current` (0 or 1) as the XOR, the other as spare. */
+void parity_buffer_use_page(struct rampart_engine *e, struct parity_buffer *pb,
+                            unsigned current);
 
 /* page_read.c */
 void page_read_start(struct page_op *op);

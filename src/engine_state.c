@@ -9,8 +9,9 @@
  *     kept (server_health.c); a server whose lease ran out comes back empty and is
  *     rebuilt from parity, exactly as when a server restarts under a running pager;
  *   - groups still open or sealing send their parity (again) from the buffer the state
- *     kept; one whose buffer a kill tore is sealed without parity, unprotected, and the
- *     mover rewrites its live pages;
+ *     kept, whole whatever instant the kill picked (pager_state.h); one whose buffer
+ *     went to another group is sealed without parity, unprotected, and the mover
+ *     rewrites its live pages;
  *   - member writes in flight are sent again from the op pages the state kept;
  *   - slot allocators and live counts are worked out again from the groups and the map;
  *   - a write in flight at the crash named its new version in the map before its bytes
@@ -27,6 +28,7 @@
 
 #include <openssl/crypto.h>
 
+#include "crash_point.h"
 #include "engine_internal.h"
 #include "log.h"
 #include "pager_state.h"
@@ -38,6 +40,8 @@ _Static_assert(ENGINE_MAX_INCARNATIONS <= PAGER_STATE_SERVERS, "every server has
 _Static_assert(RAMPART_ADDRESS_LEN <= PAGER_STATE_ADDRESS_LEN, "addresses fit");
 _Static_assert(RP_TOKEN_LEN == PAGER_STATE_TOKEN_LEN, "session tokens fit");
 _Static_assert(ENGINE_PARITY_BUFFERS == PAGER_STATE_PARITY_BUFFERS, "parity buffers fit");
+
+void (*rampart_crash_point_hook)(const char *point);
 
 /* ---- open ---------------------------------------------------------------------------- */
 
@@ -189,7 +193,8 @@ void engine_state_page_rewritten(struct rampart_engine *e, uint64_t page)
     if (!w->kept || w->page != page)
       continue;
     drop_recovered_write(e, w);
-    page_write_release_version(e, w->old_entry, true);
+    if (w->installed)
+      page_write_release_version(e, w->old_entry, true);
   }
 }
 
@@ -268,13 +273,12 @@ void engine_state_group_opened(struct rampart_engine *e, uint32_t id)
     return;
   struct group *g = group_get(&e->groups, id);
   if (g->buffer != GROUP_NO_BUFFER) {
+    /* Covering nothing before it names the group: a crash in between leaves it naming
+     * a group that is gone, or this one, empty (which a restart releases). */
     struct pager_state_parity *p = &st->parity[g->buffer];
-    p->busy = 1;
+    p->published = PAGER_STATE_PARITY_PUBLISHED(e->parity[g->buffer].current, 0);
     atomic_signal_fence(memory_order_release);
     p->group = id;
-    p->covered = 0;
-    atomic_signal_fence(memory_order_release);
-    p->busy = 0;
   }
   *st->open_parity_server = e->open_parity_server;
   *st->open_parity_slot = e->open_parity_slot;
@@ -282,36 +286,39 @@ void engine_state_group_opened(struct rampart_engine *e, uint32_t id)
   *st->open_group = id;
 }
 
-void engine_state_parity_changing(struct rampart_engine *e, uint16_t buffer)
+void engine_state_parity_published(struct rampart_engine *e, uint16_t buffer, unsigned page,
+                                   unsigned covered)
 {
   if (!e->state)
     return;
-  e->state->parity[buffer].busy = 1;
+  /* The new page's bytes are all stored before the store that makes it current. */
   atomic_signal_fence(memory_order_release);
-}
-
-void engine_state_parity_changed(struct rampart_engine *e, uint16_t buffer, unsigned members)
-{
-  if (!e->state)
-    return;
-  struct pager_state_parity *p = &e->state->parity[buffer];
-  p->covered = members;
+  e->state->parity[buffer].published = PAGER_STATE_PARITY_PUBLISHED(page, covered);
   atomic_signal_fence(memory_order_release);
-  p->busy = 0;
 }
 
 /* ---- restart -------------------------------------------------------------------------------- */
 
-/* Whether the parity buffer of a group the dead process left open or sealing holds the
- * XOR of exactly its members: not torn by a kill in the middle of an XOR, and not
- * taken over by another group since. */
-static bool parity_buffer_trusted(const struct rampart_engine *e, uint32_t id,
-                                  const struct group *g)
+/* Which page of the parity buffer of a group the dead process left open or sealing
+ * holds the XOR of exactly its members, or -1 when neither does (the buffer went to
+ * another group). The published page covers them unless the process died after it
+ * published a member's XOR and before the member joined the group: then the page
+ * before it still covers exactly the members there are. */
+static int parity_page_trusted(const struct rampart_engine *e, uint32_t id,
+                               const struct group *g)
 {
   if (!g->has_parity || g->buffer >= ENGINE_PARITY_BUFFERS)
-    return false;
+    return -1;
   const struct pager_state_parity *p = &e->state->parity[g->buffer];
-  return p->group == id && !p->busy && p->covered == g->members;
+  if (p->group != id)
+    return -1;
+  unsigned page = PAGER_STATE_PARITY_PAGE(p->published);
+  unsigned covered = PAGER_STATE_PARITY_COVERED(p->published);
+  if (covered == g->members)
+    return (int)page;
+  if (covered == g->members + 1u)
+    return (int)(page ^ 1u);
+  return -1;
 }
 
 /* A group the dead process had not finished. Its parity buffer survived in the state:
@@ -325,7 +332,12 @@ static void take_over_unfinished_group(struct rampart_engine *e, uint32_t id, bo
   if (g->state != GROUP_OPEN && g->state != GROUP_SEALING)
     return;
   struct pager_state *st = e->state;
-  bool trusted = parity_buffer_trusted(e, id, g) && !in_use[g->buffer];
+  int page = parity_page_trusted(e, id, g);
+  bool trusted = page >= 0 && !in_use[g->buffer];
+  if (trusted) {
+    parity_buffer_use_page(e, &e->parity[g->buffer], (unsigned)page);
+    engine_state_parity_published(e, g->buffer, (unsigned)page, g->members);
+  }
   if (g->state == GROUP_OPEN && g->members == 0) {
     group_release(&e->groups, id);
     e->groups.reclaimed--; /* never held anything */
@@ -403,10 +415,24 @@ static int rebuild_allocators(struct rampart_engine *e)
   return 0;
 }
 
+/* Whether a write record's new version is a member of its group: it joined, and its
+ * group's parity covers its bytes, whether or not they reached the server. */
+static bool joined_its_group(const struct rampart_engine *e, page_entry entry)
+{
+  if (page_entry_kind(entry) != PAGE_REMOTE)
+    return false;
+  const struct group *g = group_get(&e->groups, (uint32_t)page_entry_group(entry));
+  return g->state != GROUP_FREE && page_entry_member(entry) < g->members;
+}
+
 /* The writes in flight at the crash: each kept version's group stays pinned until the
  * page is read (and falls back or not), moved or written again, or the replay below
  * stores the new version. Their bytes are copied out of the ops' pages in the state,
- * which new ops are about to reuse. */
+ * which new ops are about to reuse.
+ * A record is made before its member joins the group and the map changes only after:
+ * a write the crash stopped in between never became the page's version (the old one
+ * stands, live), but when its member had joined, its bytes go to the server all the
+ * same, since the group's parity covers them. */
 static int take_over_writes(struct rampart_engine *e)
 {
   struct pager_state *st = e->state;
@@ -424,14 +450,18 @@ static int take_over_writes(struct rampart_engine *e)
     w->active = 0;
     if (w->page >= e->pages || w->new_entry == w->old_entry)
       continue;
+    bool installed = page_map_get(&e->map, w->page) != w->old_entry;
+    if (!installed && !joined_its_group(e, w->new_entry))
+      continue;
     memcpy(rw->bytes, st->op_pages + (size_t)i * RAMPART_PAGE_SIZE, RAMPART_PAGE_SIZE);
     rw->page = w->page;
     rw->new_entry = w->new_entry;
     rw->old_entry = w->old_entry;
     rw->old_seal = w->old_seal;
     rw->kept = true;
+    rw->installed = installed;
     e->nrecovered_writes++;
-    if (page_entry_kind(w->old_entry) == PAGE_REMOTE)
+    if (installed && page_entry_kind(w->old_entry) == PAGE_REMOTE)
       group_get(&e->groups, (uint32_t)page_entry_group(w->old_entry))->pins++;
   }
   return 0;
@@ -453,7 +483,10 @@ static void on_replayed(struct rp_request *req)
       return;
     }
   }
-  if (stored && w->kept && page_map_get(&e->map, w->page) == w->new_entry) {
+  if (stored && w->kept && !w->installed) {
+    /* Its group's parity holds again; the page stays the version the map names. */
+    drop_recovered_write(e, w);
+  } else if (stored && w->kept && page_map_get(&e->map, w->page) == w->new_entry) {
     /* The new version is where the map says: the old one is not needed any more. */
     drop_recovered_write(e, w);
     page_write_release_version(e, w->old_entry, true);

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "crash_point.h"
 #include "engine_internal.h"
 #include "log.h"
 
@@ -38,21 +39,33 @@ static void write_finish(struct page_op *op, int result)
   engine_op_finished(op, result);
 }
 
-/* This write's version becomes the page's current one. The map entry and the seal
- * change together, so a read that starts later pairs the right seal with the right
- * bytes. Moves keep the seal: they copy the same sealed bytes elsewhere. */
-static void install_version(struct page_op *op, page_entry entry)
+/* With state=, the version a write replaces stays until the op ends: if the pager dies
+ * first, a restart may need it (engine_state.c). Recorded before anything names the
+ * new version. True when the version the map names now is to be kept. */
+static bool record_replaced_version(struct page_op *op, page_entry entry)
 {
   struct rampart_engine *e = op->engine;
-  /* With state=, the version replaced stays until this op ends: if the pager dies
-   * first, a restart may need it (engine_state.c). */
-  bool keep = e->state && page_map_get(&e->map, op->page) != entry &&
-              engine_state_keep_replaced(op, entry);
+  return e->state && page_map_get(&e->map, op->page) != entry &&
+         engine_state_keep_replaced(op, entry);
+}
+
+/* This write's version becomes the page's current one. The map entry and the seal
+ * change together, so a read that starts later pairs the right seal with the right
+ * bytes. Moves keep the seal: they copy the same sealed bytes elsewhere. keep: what
+ * record_replaced_version said. */
+static void install_recorded_version(struct page_op *op, page_entry entry, bool keep)
+{
+  struct rampart_engine *e = op->engine;
   if (op->kind == PAGE_OP_WRITE)
     page_seal_set(&e->sealer, op->page, &op->seal);
   page_entry old = page_map_set(&e->map, op->page, entry);
   if (old != entry && !keep)
     page_write_retire(e, old);
+}
+
+static void install_version(struct page_op *op, page_entry entry)
+{
+  install_recorded_version(op, entry, record_replaced_version(op, entry));
 }
 
 /* ---- reclaim and retire -------------------------------------------------------------- */
@@ -109,6 +122,28 @@ void page_write_trim(struct rampart_engine *e, uint64_t page)
 }
 
 /* ---- parity buffers and sealing ---------------------------------------------------------- */
+
+void parity_buffer_use_page(struct rampart_engine *e, struct parity_buffer *pb,
+                            unsigned current)
+{
+  uint8_t *pages = e->parity_pages + (size_t)(pb - e->parity) * 2 * RAMPART_PAGE_SIZE;
+  pb->current = current;
+  pb->page = pages + (size_t)current * RAMPART_PAGE_SIZE;
+  pb->spare = pages + (size_t)(current ^ 1u) * RAMPART_PAGE_SIZE;
+}
+
+/* XORs a member's bytes into the group's parity: computed into the spare page, which
+ * then becomes the parity by one published store, so the parity in the state is whole
+ * at every instant a crash can pick (pager_state.h). `covered`: members it holds then. */
+static void parity_buffer_add(struct rampart_engine *e, struct parity_buffer *pb,
+                              const uint8_t *member, unsigned covered)
+{
+  parity_xor_pages(pb->spare, pb->page, member);
+  crash_point("parity-computed");
+  parity_buffer_use_page(e, pb, pb->current ^ 1u);
+  engine_state_parity_published(e, (uint16_t)(pb - e->parity), pb->current, covered);
+  crash_point("parity-published");
+}
 
 static void parity_buffer_put(struct rampart_engine *e, struct parity_buffer *pb)
 {
@@ -448,19 +483,22 @@ static bool place_remote(struct page_op *op)
     }
     int64_t slot = slot_allocator_alloc(&e->servers[server].slots);
     uint32_t id = e->open_group;
-    if (g->has_parity) {
-      engine_state_parity_changing(e, g->buffer);
-      parity_xor_page(e->parity[g->buffer].page, op->buf);
-    }
+    /* In this order, so a pager killed between any two steps leaves a state a restart
+     * takes over whole (engine_state.c): the write is recorded (its bytes are in the
+     * state), its XOR is published, the member joins, and only then does the map name
+     * it. A member whose parity covers it always has its bytes kept to send again. */
+    bool keep = record_replaced_version(op, page_entry_remote(id, g->members));
+    crash_point("member-recorded");
+    if (g->has_parity)
+      parity_buffer_add(e, &e->parity[g->buffer], op->buf, g->members + 1u);
     unsigned m = group_add_member(&e->groups, id, (uint8_t)server, (uint32_t)slot,
                                   (uint32_t)op->page);
-    if (g->has_parity)
-      engine_state_parity_changed(e, g->buffer, g->members);
+    crash_point("member-joined");
     g->pins++; /* until the write's outcome is known (on_member_written) */
     op->placed = page_entry_remote(id, m);
     op->copy_failed = false; /* a failed copy of an earlier placement says nothing of this */
     mark_pending(e, op->page);
-    install_version(op, op->placed);
+    install_recorded_version(op, op->placed, keep);
 
     memset(&op->req, 0, sizeof op->req);
     op->req.op = RP_OP_WRITE;

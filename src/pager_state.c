@@ -20,7 +20,7 @@
 #include "auth.h"
 
 #define STATE_MAGIC "rampart-state\0\0"
-#define STATE_LAYOUT 1u
+#define STATE_LAYOUT 2u
 #define STATE_HEADER_BYTES (128u * 1024u)
 #define ANCHOR_FIRST_LINE "rampart pager state 1"
 #define WRAP_LABEL "rampart state key wrap v1"
@@ -95,7 +95,7 @@ static uint64_t seals_bytes(uint64_t pages)
 uint64_t pager_state_bytes(uint64_t pages)
 {
   return STATE_HEADER_BYTES + map_bytes(pages) + seals_bytes(pages) +
-         (uint64_t)(PAGER_STATE_PARITY_BUFFERS + PAGER_STATE_WRITES) * 4096u;
+         (uint64_t)(2 * PAGER_STATE_PARITY_BUFFERS + PAGER_STATE_WRITES) * 4096u;
 }
 
 /* ---- the anchor file ------------------------------------------------------------------ */
@@ -283,7 +283,7 @@ static int create_state(struct pager_state *st, const struct pager_state_fingerp
   h->map_offset = STATE_HEADER_BYTES;
   h->seals_offset = STATE_HEADER_BYTES + map_bytes(fp->pages);
   h->parity_offset = h->seals_offset + seals_bytes(fp->pages);
-  h->op_pages_offset = h->parity_offset + (uint64_t)PAGER_STATE_PARITY_BUFFERS * 4096u;
+  h->op_pages_offset = h->parity_offset + (uint64_t)2 * PAGER_STATE_PARITY_BUFFERS * 4096u;
   h->open_group = UINT32_MAX;
   h->total_bytes = bytes;
   for (unsigned i = 0; i < PAGER_STATE_MAX_CHUNKS; i++)

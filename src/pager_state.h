@@ -76,14 +76,20 @@ struct pager_state_rebuild {
 };
 
 /* A parity buffer: the XOR of the members of an open (or sealing) group, kept in the
- * state so the parity of a group still open survives the crash. `busy` is set while a
- * member is XORed in, and `covered` counts the members the XOR holds once it is done: a
- * restart trusts only a buffer that is not busy and covers every member its group has. */
+ * state so the parity of a group still open survives the crash. Each buffer has two
+ * pages: a member is XORed from the current one into the other, which then becomes
+ * current by one store of `published` (bit 0: which page; the rest: how many members
+ * it covers). A kill anywhere leaves a published page that is whole; the page before
+ * it is whole too until the next member, which a restart needs when the member whose
+ * XOR was published never joined its group (engine_state.c). */
 struct pager_state_parity {
   uint32_t group;
-  uint32_t covered;
-  uint32_t busy;
+  uint32_t published;
 };
+
+#define PAGER_STATE_PARITY_PAGE(published) ((published) & 1u)
+#define PAGER_STATE_PARITY_COVERED(published) ((published) >> 1)
+#define PAGER_STATE_PARITY_PUBLISHED(page, covered) (((uint32_t)(covered) << 1) | (page))
 
 /* A page operation that replaced a page's version and has not finished: the version it
  * replaced is kept (not reclaimed) until it does, so a restart can go back to it when
@@ -110,7 +116,7 @@ struct pager_state {
   struct pager_state_server *servers; /* PAGER_STATE_SERVERS */
   struct pager_state_write *writes;   /* PAGER_STATE_WRITES */
   struct pager_state_parity *parity;  /* PAGER_STATE_PARITY_BUFFERS */
-  uint8_t *parity_pages;              /* PAGER_STATE_PARITY_BUFFERS pages of 4 KiB */
+  uint8_t *parity_pages;              /* 2 * PAGER_STATE_PARITY_BUFFERS pages of 4 KiB */
   uint8_t *op_pages;                  /* PAGER_STATE_WRITES pages: each page op's bytes
                                          as sealed, so a write in flight can be sent
                                          again after a crash */

@@ -3,6 +3,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,10 +141,14 @@ unsigned group_add_member(struct group_table *t, uint32_t id, uint8_t server, ui
 {
   struct group *g = group_get(t, id);
   assert(g->state == GROUP_OPEN && g->members < g->capacity);
-  unsigned m = g->members++;
+  unsigned m = g->members;
   g->server[m] = server;
   g->slot[m] = slot;
   g->page[m] = page;
+  /* Counted once its entry is whole: the table may live in a pager's state, and a
+   * restart must not find a member whose server and slot are another group's. */
+  atomic_signal_fence(memory_order_release);
+  g->members++;
   g->live++;
   t->live_pages++;
   return m;
@@ -253,6 +258,13 @@ double group_table_live_ratio(const struct group_table *t)
 uint64_t group_table_memory_bytes(const struct group_table *t)
 {
   return (uint64_t)t->count * sizeof(struct group) + t->nchunks * sizeof(struct group *);
+}
+
+void parity_xor_pages(uint8_t *restrict dst, const uint8_t *restrict a,
+                      const uint8_t *restrict b)
+{
+  for (size_t i = 0; i < RAMPART_PAGE_SIZE; i++)
+    dst[i] = a[i] ^ b[i];
 }
 
 void parity_xor_page(uint8_t *restrict dst, const uint8_t *restrict src)

@@ -153,5 +153,8 @@ uint64_t group_table_memory_bytes(const struct group_table *t);
 
 /* dst ^= src over one 4 KiB page, at any alignment, written so the compiler vectorises it. */
 void parity_xor_page(uint8_t *restrict dst, const uint8_t *restrict src);
+/* dst = a ^ b, into a page that is neither. */
+void parity_xor_pages(uint8_t *restrict dst, const uint8_t *restrict a,
+                      const uint8_t *restrict b);
 
 #endif
