@@ -211,6 +211,9 @@ struct recovered_write {
   bool installed;               /* the map named the new version: the old one is pinned.
                                    Not installed: the member joined its group (its parity
                                    covers it) but the page is still the old version */
+  page_entry joining;           /* a retry's placement that joined its group but that
+                                   the map never named (0: none): sent again too */
+  struct rp_request joining_req;
   uint8_t *bytes;               /* the new version as sealed, copied from the state */
   struct rp_request req;        /* the replay of a member write */
 };
@@ -509,6 +512,8 @@ void engine_state_save_servers(struct rampart_engine *e);
 /* op is about to make `entry` its page's version: records the version it replaces, and
  * true when that one must be kept (not retired) until the op ends. */
 bool engine_state_keep_replaced(struct page_op *op, page_entry entry);
+/* The map now names `entry`, the op's version. */
+void engine_state_installed(struct page_op *op, page_entry entry);
 /* op is going back to the pool: the version it kept is retired now. */
 void engine_state_op_ended(struct page_op *op);
 /* A copy of op's page failed verification: if it is the version a dead process's write
@@ -533,6 +538,9 @@ void page_write_retire(struct rampart_engine *e, page_entry old);
 void page_write_release_version(struct rampart_engine *e, page_entry old, bool pinned);
 void page_write_trim(struct rampart_engine *e, uint64_t page);
 void page_write_reclaim(struct rampart_engine *e, uint32_t group);
+/* A member of `group` never reached its server (and the server is not lost): the
+ * group's parity covers bytes no server holds, so it goes unprotected. */
+void page_write_member_lost(struct rampart_engine *e, uint32_t group);
 void page_write_close_open_group(struct rampart_engine *e);
 /* A SEALING group's parity write is sent again from its buffer (a restart: the dead
  * process's write may not have landed). */

@@ -206,20 +206,33 @@ bool engine_state_keep_replaced(struct page_op *op, page_entry entry)
     engine_state_page_rewritten(e, op->page);
   if (w->active) {
     /* Placed again (its first placement failed): what it replaces now is its own
-     * earlier placement, which never completed. The first replaced version stays kept. */
-    w->new_entry = entry;
+     * earlier placement, which never completed. The first replaced version stays kept,
+     * and the record names the earlier placement until the map names this one. */
+    w->joining = entry;
     return false;
   }
   w->page = op->page;
   w->old_entry = page_map_get(&e->map, op->page);
   w->old_seal = *page_seal_get(&e->sealer, op->page);
   w->new_entry = entry;
+  w->joining = entry;
   /* The record is whole before it counts, and counts before the map changes: a process
    * killed anywhere in between leaves either no record and the old map, or both. */
   atomic_signal_fence(memory_order_release);
   w->active = 1;
   atomic_signal_fence(memory_order_release);
   return true;
+}
+
+void engine_state_installed(struct page_op *op, page_entry entry)
+{
+  struct rampart_engine *e = op->engine;
+  if (!e->state)
+    return;
+  struct pager_state_write *w = write_record(op);
+  /* After the map: a crash in between finds the map naming `joining` (take_over_writes). */
+  if (w->active)
+    w->new_entry = entry;
 }
 
 void engine_state_op_ended(struct page_op *op)
@@ -431,8 +444,10 @@ static bool joined_its_group(const struct rampart_engine *e, page_entry entry)
  * which new ops are about to reuse.
  * A record is made before its member joins the group and the map changes only after:
  * a write the crash stopped in between never became the page's version (the old one
- * stands, live), but when its member had joined, its bytes go to the server all the
- * same, since the group's parity covers them. */
+ * stands, live, with its seal: the new seal is set just before the map), but when its
+ * member had joined, its bytes go to the server all the same, since the group's parity
+ * covers them. So do a retry's: a placement made after the first one failed joins its
+ * group before the map (and then the record) name it. */
 static int take_over_writes(struct rampart_engine *e)
 {
   struct pager_state *st = e->state;
@@ -450,12 +465,18 @@ static int take_over_writes(struct rampart_engine *e)
     w->active = 0;
     if (w->page >= e->pages || w->new_entry == w->old_entry)
       continue;
-    bool installed = page_map_get(&e->map, w->page) != w->old_entry;
-    if (!installed && !joined_its_group(e, w->new_entry))
+    page_entry now = page_map_get(&e->map, w->page);
+    bool installed = now != w->old_entry;
+    if (!installed)
+      page_seal_set(&e->sealer, w->page, &w->old_seal);
+    page_entry newer = installed && now == w->joining ? w->joining : w->new_entry;
+    if (!installed && !joined_its_group(e, newer))
       continue;
     memcpy(rw->bytes, st->op_pages + (size_t)i * RAMPART_PAGE_SIZE, RAMPART_PAGE_SIZE);
+    rw->joining = installed && w->joining != newer && joined_its_group(e, w->joining)
+                    ? w->joining : 0;
     rw->page = w->page;
-    rw->new_entry = w->new_entry;
+    rw->new_entry = newer;
     rw->old_entry = w->old_entry;
     rw->old_seal = w->old_seal;
     rw->kept = true;
@@ -482,6 +503,9 @@ static void on_replayed(struct rp_request *req)
       g->pins++;
       return;
     }
+    /* Refused by a server still there: the group's parity covers bytes it lacks. */
+    if (server < e->nservers && e->servers[server].state != RAMPART_SERVER_LOST)
+      page_write_member_lost(e, id);
   }
   if (stored && w->kept && !w->installed) {
     /* Its group's parity holds again; the page stays the version the map names. */
@@ -496,6 +520,49 @@ static void on_replayed(struct rp_request *req)
     page_write_reclaim(e, id);
 }
 
+/* A retry's placement that joined its group but was never the page's version: its
+ * group's parity covers it, so it is stored all the same, and then let go. */
+static void on_joining_replayed(struct rp_request *req)
+{
+  struct recovered_write *w = req->user;
+  struct rampart_engine *e = w->engine;
+  uint32_t id = (uint32_t)page_entry_group(w->joining);
+  struct group *g = group_get(&e->groups, id);
+  g->pins--;
+  if (req->status != RP_OK) {
+    unsigned server = g->server[page_entry_member(w->joining)];
+    if (server_request_failed(e, server, req, true)) {
+      g->pins++;
+      return;
+    }
+    if (server < e->nservers && e->servers[server].state != RAMPART_SERVER_LOST)
+      page_write_member_lost(e, id);
+  }
+  w->joining = 0;
+  if (group_is_reclaimable(g))
+    page_write_reclaim(e, id);
+}
+
+static bool replay_member_write(struct rampart_engine *e, struct recovered_write *w,
+                                page_entry entry, struct rp_request *req,
+                                void (*done)(struct rp_request *))
+{
+  uint32_t id = (uint32_t)page_entry_group(entry);
+  struct group *g = group_get(&e->groups, id);
+  unsigned m = page_entry_member(entry);
+  if (g->state == GROUP_FREE || m >= g->members || g->server[m] == GROUP_NO_SERVER)
+    return false;
+  g->pins++;
+  memset(req, 0, sizeof *req);
+  req->op = RP_OP_WRITE;
+  req->slot = g->slot[m];
+  req->page = w->bytes;
+  req->done = done;
+  req->user = w;
+  server_set_submit(e, g->server[m], req);
+  return true;
+}
+
 /* Each member write in flight at the crash is sent again from the bytes the state kept,
  * to the slot it was placed in: the group's parity already covers those bytes, so the
  * group is whole again once they are stored, and a degraded read of its other members
@@ -505,22 +572,14 @@ static unsigned replay_member_writes(struct rampart_engine *e)
   unsigned n = 0;
   for (uint32_t i = 0; i < PAGER_STATE_WRITES; i++) {
     struct recovered_write *w = &e->recovered_writes[i];
-    if (!w->kept || page_entry_kind(w->new_entry) != PAGE_REMOTE)
+    if (!w->kept)
       continue;
-    uint32_t id = (uint32_t)page_entry_group(w->new_entry);
-    struct group *g = group_get(&e->groups, id);
-    unsigned m = page_entry_member(w->new_entry);
-    if (g->state == GROUP_FREE || m >= g->members || g->server[m] == GROUP_NO_SERVER)
-      continue;
-    g->pins++;
-    memset(&w->req, 0, sizeof w->req);
-    w->req.op = RP_OP_WRITE;
-    w->req.slot = g->slot[m];
-    w->req.page = w->bytes;
-    w->req.done = on_replayed;
-    w->req.user = w;
-    server_set_submit(e, g->server[m], &w->req);
-    n++;
+    if (w->joining && !replay_member_write(e, w, w->joining, &w->joining_req,
+                                           on_joining_replayed))
+      w->joining = 0;
+    if (page_entry_kind(w->new_entry) == PAGE_REMOTE &&
+        replay_member_write(e, w, w->new_entry, &w->req, on_replayed))
+      n++;
   }
   return n;
 }

@@ -59,6 +59,7 @@ static void install_recorded_version(struct page_op *op, page_entry entry, bool 
   if (op->kind == PAGE_OP_WRITE)
     page_seal_set(&e->sealer, op->page, &op->seal);
   page_entry old = page_map_set(&e->map, op->page, entry);
+  engine_state_installed(op, entry);
   if (old != entry && !keep)
     page_write_retire(e, old);
 }
@@ -132,17 +133,32 @@ void parity_buffer_use_page(struct rampart_engine *e, struct parity_buffer *pb,
   pb->spare = pages + (size_t)(current ^ 1u) * RAMPART_PAGE_SIZE;
 }
 
+/* The steps of a member write a test may crash at (crash_point.h), for a first placement
+ * and for a retry (a placement made after the op's first one failed). */
+enum member_write_step { STEP_RECORDED, STEP_PARITY_COMPUTED, STEP_PARITY_PUBLISHED,
+                         STEP_JOINED };
+
+static void member_write_crash_point(bool retry, enum member_write_step step)
+{
+  static const char *const names[2][4] = {
+    { "member-recorded", "parity-computed", "parity-published", "member-joined" },
+    { "retry-member-recorded", "retry-parity-computed", "retry-parity-published",
+      "retry-member-joined" },
+  };
+  crash_point(names[retry][step]);
+}
+
 /* XORs a member's bytes into the group's parity: computed into the spare page, which
  * then becomes the parity by one published store, so the parity in the state is whole
  * at every instant a crash can pick (pager_state.h). `covered`: members it holds then. */
 static void parity_buffer_add(struct rampart_engine *e, struct parity_buffer *pb,
-                              const uint8_t *member, unsigned covered)
+                              const uint8_t *member, unsigned covered, bool retry)
 {
   parity_xor_pages(pb->spare, pb->page, member);
-  crash_point("parity-computed");
+  member_write_crash_point(retry, STEP_PARITY_COMPUTED);
   parity_buffer_use_page(e, pb, pb->current ^ 1u);
   engine_state_parity_published(e, (uint16_t)(pb - e->parity), pb->current, covered);
-  crash_point("parity-published");
+  member_write_crash_point(retry, STEP_PARITY_PUBLISHED);
 }
 
 static void parity_buffer_put(struct rampart_engine *e, struct parity_buffer *pb)
@@ -488,12 +504,13 @@ static bool place_remote(struct page_op *op)
      * state), its XOR is published, the member joins, and only then does the map name
      * it. A member whose parity covers it always has its bytes kept to send again. */
     bool keep = record_replaced_version(op, page_entry_remote(id, g->members));
-    crash_point("member-recorded");
+    bool retry = e->state && !keep; /* with state=, only a retry keeps nothing */
+    member_write_crash_point(retry, STEP_RECORDED);
     if (g->has_parity)
-      parity_buffer_add(e, &e->parity[g->buffer], op->buf, g->members + 1u);
+      parity_buffer_add(e, &e->parity[g->buffer], op->buf, g->members + 1u, retry);
     unsigned m = group_add_member(&e->groups, id, (uint8_t)server, (uint32_t)slot,
                                   (uint32_t)op->page);
-    crash_point("member-joined");
+    member_write_crash_point(retry, STEP_JOINED);
     g->pins++; /* until the write's outcome is known (on_member_written) */
     op->placed = page_entry_remote(id, m);
     op->copy_failed = false; /* a failed copy of an earlier placement says nothing of this */
@@ -566,7 +583,7 @@ static void sub_done(struct page_op *op, int result)
  * server holds, so it can rebuild none of its other members: it is unprotected from now
  * (counted, and the mover rewrites its live pages into whole groups), whether or not the
  * page itself is placed again. */
-static void group_member_lost(struct rampart_engine *e, uint32_t id)
+void page_write_member_lost(struct rampart_engine *e, uint32_t id)
 {
   struct group *g = group_get(&e->groups, id);
   if (!g->has_parity)
@@ -612,7 +629,7 @@ static void on_member_written(struct rp_request *req)
    * parity rebuilds exactly the bytes meant for this one; a server still there holds in
    * that slot what it held before, or maybe this, which the parity does not match. */
   if (e->servers[op->server].state != RAMPART_SERVER_LOST)
-    group_member_lost(e, id);
+    page_write_member_lost(e, id);
   group_unpin(e, id);
   /* The member's server failed before storing it. If the page has not been rewritten
    * meanwhile, place it again: the caller's buffer is still ours until we complete. (The

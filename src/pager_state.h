@@ -96,7 +96,8 @@ struct pager_state_parity {
  * the new one never reached its store. Indexed by the operation's pool index. */
 struct pager_state_write {
   uint64_t page;
-  page_entry new_entry;
+  page_entry new_entry;            /* the op's version the map names (or will, first) */
+  page_entry joining;              /* the placement being made now: a retry's differs */
   page_entry old_entry;
   struct page_seal old_seal;
   uint32_t active;                 /* set last, cleared first */

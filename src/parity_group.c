@@ -160,6 +160,7 @@ void group_begin_seal(struct group_table *t, uint32_t id, uint8_t server, uint32
   assert(g->state == GROUP_OPEN && g->has_parity);
   g->server[g->capacity] = server;
   g->slot[g->capacity] = slot;
+  atomic_signal_fence(memory_order_release); /* a restart reseals to the slot named */
   g->state = GROUP_SEALING;
 }
 
