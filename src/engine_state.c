@@ -488,25 +488,35 @@ static int take_over_writes(struct rampart_engine *e)
   return 0;
 }
 
+/* The answer to a replayed member write `entry`: unpins its group and says whether the
+ * write is settled (stored, or refused by a server still there, which leaves the group
+ * unprotected: its parity covers bytes the server lacks), or waits, pinned, to be sent
+ * again once the session resumes (if it never does, reads fall back). */
+static bool replay_settled(struct rampart_engine *e, struct rp_request *req, page_entry entry)
+{
+  uint32_t id = (uint32_t)page_entry_group(entry);
+  struct group *g = group_get(&e->groups, id);
+  g->pins--;
+  if (req->status == RP_OK)
+    return true;
+  unsigned server = g->server[page_entry_member(entry)];
+  if (server_request_failed(e, server, req, true)) {
+    g->pins++;
+    return false;
+  }
+  if (server < e->nservers && e->servers[server].state != RAMPART_SERVER_LOST)
+    page_write_member_lost(e, id);
+  return true;
+}
+
 static void on_replayed(struct rp_request *req)
 {
   struct recovered_write *w = req->user;
   struct rampart_engine *e = w->engine;
   uint32_t id = (uint32_t)page_entry_group(w->new_entry);
-  struct group *g = group_get(&e->groups, id);
-  g->pins--;
+  if (!replay_settled(e, req, w->new_entry))
+    return;
   bool stored = req->status == RP_OK;
-  if (!stored) {
-    unsigned server = g->server[page_entry_member(w->new_entry)];
-    /* Sent again once the session resumes; if it never does, reads fall back. */
-    if (server_request_failed(e, server, req, true)) {
-      g->pins++;
-      return;
-    }
-    /* Refused by a server still there: the group's parity covers bytes it lacks. */
-    if (server < e->nservers && e->servers[server].state != RAMPART_SERVER_LOST)
-      page_write_member_lost(e, id);
-  }
   if (stored && w->kept && !w->installed) {
     /* Its group's parity holds again; the page stays the version the map names. */
     drop_recovered_write(e, w);
@@ -516,7 +526,7 @@ static void on_replayed(struct rp_request *req)
     page_write_release_version(e, w->old_entry, true);
     e->writes_replayed++;
   }
-  if (group_is_reclaimable(g))
+  if (group_is_reclaimable(group_get(&e->groups, id)))
     page_write_reclaim(e, id);
 }
 
@@ -527,19 +537,10 @@ static void on_joining_replayed(struct rp_request *req)
   struct recovered_write *w = req->user;
   struct rampart_engine *e = w->engine;
   uint32_t id = (uint32_t)page_entry_group(w->joining);
-  struct group *g = group_get(&e->groups, id);
-  g->pins--;
-  if (req->status != RP_OK) {
-    unsigned server = g->server[page_entry_member(w->joining)];
-    if (server_request_failed(e, server, req, true)) {
-      g->pins++;
-      return;
-    }
-    if (server < e->nservers && e->servers[server].state != RAMPART_SERVER_LOST)
-      page_write_member_lost(e, id);
-  }
+  if (!replay_settled(e, req, w->joining))
+    return;
   w->joining = 0;
-  if (group_is_reclaimable(g))
+  if (group_is_reclaimable(group_get(&e->groups, id)))
     page_write_reclaim(e, id);
 }
 
