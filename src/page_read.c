@@ -55,9 +55,29 @@ static bool read_waits_for_servers(struct page_op *op, const struct group *g)
   return worth_it && server_health_park(e, op);
 }
 
+/* A version a dead pager's write never stored (engine_state.c) is no server's fault and
+ * no lost page: the version before it stands, and the read starts again on that (a move
+ * finds the map moved on). True when it fell back. */
+static bool fell_back_to_version_before(struct page_op *op)
+{
+  struct rampart_engine *e = op->engine;
+  if (!e->nrecovered_writes || !engine_state_fall_back(op))
+    return false;
+  if (op->kind == PAGE_OP_MOVE)
+    page_mover_read_done(op, 0);
+  else
+    page_read_start(op);
+  return true;
+}
+
+/* Also where a version a dead pager's write named but never stored cannot be read at all
+ * (its server lost, its group without parity): it falls back as when it fails
+ * verification. */
 static void read_failed(struct page_op *op, const char *why)
 {
   struct rampart_engine *e = op->engine;
+  if (fell_back_to_version_before(op))
+    return;
   e->read_errors++;
   /* A double loss fails thousands of pages at once: name a few, count the rest (the
    * tick logs the count once a second). */
@@ -109,14 +129,8 @@ static bool copy_was_replaced(const struct page_op *op)
 static void copy_failed_verification(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
-  /* A version a dead pager's write never stored is no server's fault. */
-  if (e->nrecovered_writes && engine_state_fall_back(op)) {
-    if (op->kind == PAGE_OP_MOVE)
-      page_mover_read_done(op, 0); /* the map moved on: nothing to move */
-    else
-      page_read_start(op);
+  if (fell_back_to_version_before(op))
     return;
-  }
   if (copy_was_replaced(op)) {
     if (op->kind == PAGE_OP_MOVE) {
       page_mover_read_done(op, 0); /* the mover sees the map moved on, and stops */

@@ -416,10 +416,16 @@ static void test_a_crash_at_each_step_of_a_member_write_with_a_server_lost(void 
 
 /* A retry: server 0 refuses one write in 64 (as a host that cannot map a page), so
  * such a write is placed again elsewhere, and the pager dies at each step of that second
- * placement while another server is lost. The first placement is the page's version in
- * the map but never stored: a read of it falls back to the version before. (Before, the
- * record named the retry's placement from its first step, and a read of the first
- * placement, matching no record, failed with EIO.) */
+ * placement. The first placement is the page's version in the map but never stored: a
+ * read of it falls back to the version before. (Before, the record named the retry's
+ * placement from its first step, and a read of the first placement, matching no record,
+ * failed with EIO.) Then server 0 is lost while the pager is down, with the first
+ * placement and its group's parity: that read falls back too, and the retry's
+ * placement, which joined a group its parity covers, is sent again. The server lost is
+ * the one that refused: the refusal left the group of its member without parity until
+ * the mover rewrites it, so losing another server of that group would be a second
+ * fault, which no redundancy here survives (CI found that: the test lost server 2 at
+ * first). */
 static void test_a_crash_while_a_refused_write_is_placed_again(void **state)
 {
   static const char *const points[] = {
@@ -433,9 +439,9 @@ static void test_a_crash_while_a_refused_write_is_placed_again(void **state)
     rig_teardown(state);
     assert_int_equal(rig_setup_with_faults(state, faults), 0);
     struct rig *r = *state;
-    print_message("crash at '%s' (pass %u), server %u lost\n", points[p], 1 + p % 2, 1 + p);
+    print_message("crash at '%s' (pass %u), server 0 lost\n", points[p], 1 + p % 2);
     crash_pager_at(r, points[p], 1 + p % 2);
-    take_over_with_a_server_lost(r, 1 + p);
+    take_over_with_a_server_lost(r, 0);
   }
 }
 
