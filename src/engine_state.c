@@ -544,14 +544,17 @@ static void on_joining_replayed(struct rp_request *req)
     page_write_reclaim(e, id);
 }
 
+/* Sends a recovered write's bytes to member `entry`'s slot, if it joined its group and
+ * its server is still named there; the group stays pinned until `done`. */
 static bool replay_member_write(struct rampart_engine *e, struct recovered_write *w,
                                 page_entry entry, struct rp_request *req,
                                 void (*done)(struct rp_request *))
 {
-  uint32_t id = (uint32_t)page_entry_group(entry);
-  struct group *g = group_get(&e->groups, id);
+  if (!joined_its_group(e, entry))
+    return false;
+  struct group *g = group_get(&e->groups, (uint32_t)page_entry_group(entry));
   unsigned m = page_entry_member(entry);
-  if (g->state == GROUP_FREE || m >= g->members || g->server[m] == GROUP_NO_SERVER)
+  if (g->server[m] == GROUP_NO_SERVER)
     return false;
   g->pins++;
   memset(req, 0, sizeof *req);
@@ -578,8 +581,7 @@ static unsigned replay_member_writes(struct rampart_engine *e)
     if (w->joining && !replay_member_write(e, w, w->joining, &w->joining_req,
                                            on_joining_replayed))
       w->joining = 0;
-    if (page_entry_kind(w->new_entry) == PAGE_REMOTE &&
-        replay_member_write(e, w, w->new_entry, &w->req, on_replayed))
+    if (replay_member_write(e, w, w->new_entry, &w->req, on_replayed))
       n++;
   }
   return n;
