@@ -79,6 +79,23 @@ void engine_op_put(struct rampart_engine *e, struct page_op *op)
   e->free_ops = op;
 }
 
+void engine_op_withhold(struct rampart_engine *e, struct page_op *op)
+{
+  for (struct page_op **p = &e->free_ops; *p; p = &(*p)->next)
+    if (*p == op) {
+      *p = op->next;
+      op->next = NULL;
+      return;
+    }
+}
+
+/* Pooled only: the ops never withheld (at least half) finish and start what waits. */
+void engine_op_release_withheld(struct rampart_engine *e, struct page_op *op)
+{
+  op->next = e->free_ops;
+  e->free_ops = op;
+}
+
 /* An op that must wait for a parity buffer or a degraded-read context. */
 void engine_op_wait(struct rampart_engine *e, struct page_op *op)
 {

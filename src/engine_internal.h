@@ -216,6 +216,10 @@ struct recovered_write {
   struct rp_request joining_req;
   uint8_t *bytes;               /* the new version as sealed, copied from the state */
   struct rp_request req;        /* the replay of a member write */
+  unsigned replays;             /* replays in flight (req, joining_req) */
+  bool recorded;                /* its record in the state still stands, for a pager
+                                   killed again: until nothing is kept and no replay is
+                                   in flight (its op is withheld meanwhile) */
 };
 
 struct pager_state;
@@ -398,6 +402,10 @@ int engine_run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length
                     uint64_t offset, uint32_t flags);
 struct page_op *engine_op_get(struct rampart_engine *e);
 void engine_op_put(struct rampart_engine *e, struct page_op *op);
+/* After a restart, an op whose write record the state still needs (engine_state.c) is
+ * kept out of the pool, so no new write overwrites the record, until the record goes. */
+void engine_op_withhold(struct rampart_engine *e, struct page_op *op);
+void engine_op_release_withheld(struct rampart_engine *e, struct page_op *op);
 void engine_op_wait(struct rampart_engine *e, struct page_op *op);
 void engine_op_finished(struct page_op *op, int result);
 void engine_run_waiting(struct rampart_engine *e);

@@ -177,10 +177,32 @@ static struct pager_state_write *write_record(struct page_op *op)
   return &e->state->writes[op - e->ops];
 }
 
+/* A recovered write's record in the state goes once nothing of it would be needed by a
+ * pager killed again: no version kept, no replay in flight. Its op then rejoins the pool
+ * (until now a new write in that op would have overwritten the record). */
+static void recovered_write_settle(struct rampart_engine *e, struct recovered_write *w)
+{
+  if (!w->recorded || w->kept || w->replays)
+    return;
+  size_t i = (size_t)(w - e->recovered_writes);
+  e->state->writes[i].active = 0;
+  atomic_signal_fence(memory_order_release);
+  w->recorded = false;
+  engine_op_release_withheld(e, &e->ops[i]);
+}
+
 static void drop_recovered_write(struct rampart_engine *e, struct recovered_write *w)
 {
   w->kept = false;
   e->nrecovered_writes--;
+  if (w->recorded && w->replays) {
+    /* Its replays still matter after another crash (their groups' parity covers their
+     * bytes); the version it replaced no longer does, and may be reused: the record
+     * says so before the caller lets that version go (take_over_writes: replay only). */
+    e->state->writes[w - e->recovered_writes].old_entry = PAGE_ENTRY_LOST;
+    atomic_signal_fence(memory_order_release);
+  }
+  recovered_write_settle(e, w);
 }
 
 void engine_state_page_rewritten(struct rampart_engine *e, uint64_t page)
@@ -440,14 +462,18 @@ static bool joined_its_group(const struct rampart_engine *e, page_entry entry)
 
 /* The writes in flight at the crash: each kept version's group stays pinned until the
  * page is read (and falls back or not), moved or written again, or the replay below
- * stores the new version. Their bytes are copied out of the ops' pages in the state,
- * which new ops are about to reuse.
+ * stores the new version. Their bytes are copied out of the ops' pages in the state.
  * A record is made before its member joins the group and the map changes only after:
  * a write the crash stopped in between never became the page's version (the old one
  * stands, live, with its seal: the new seal is set just before the map), but when its
  * member had joined, its bytes go to the server all the same, since the group's parity
  * covers them. So do a retry's: a placement made after the first one failed joins its
- * group before the map (and then the record) name it. */
+ * group before the map (and then the record) name it.
+ * The records stay in the state until they are settled (recovered_write_settle), and
+ * their ops out of use, so a pager killed again before its replays land finds them
+ * again: a record whose page is none of its versions any more (or that says so,
+ * old_entry LOST) is only its replays. At most half the ops are withheld: a record past
+ * that is cleared, as every record was before, so new requests always have ops. */
 static int take_over_writes(struct rampart_engine *e)
 {
   struct pager_state *st = e->state;
@@ -455,6 +481,7 @@ static int take_over_writes(struct rampart_engine *e)
   e->recovered_bytes = malloc((size_t)PAGER_STATE_WRITES * RAMPART_PAGE_SIZE);
   if (!e->recovered_writes || !e->recovered_bytes)
     return -1;
+  unsigned withheld = 0;
   for (unsigned i = 0; i < PAGER_STATE_WRITES; i++) {
     struct pager_state_write *w = &st->writes[i];
     struct recovered_write *rw = &e->recovered_writes[i];
@@ -462,28 +489,46 @@ static int take_over_writes(struct rampart_engine *e)
     rw->bytes = e->recovered_bytes + (size_t)i * RAMPART_PAGE_SIZE;
     if (!w->active)
       continue;
-    w->active = 0;
-    if (w->page >= e->pages || w->new_entry == w->old_entry)
+    if (w->page >= e->pages || w->new_entry == w->old_entry || withheld >= ENGINE_PAGE_OPS / 2) {
+      w->active = 0;
       continue;
+    }
     page_entry now = page_map_get(&e->map, w->page);
-    bool installed = now != w->old_entry;
-    if (!installed)
-      page_seal_set(&e->sealer, w->page, &w->old_seal);
-    page_entry newer = installed && now == w->joining ? w->joining : w->new_entry;
-    if (!installed && !joined_its_group(e, newer))
-      continue;
+    if (w->old_entry == PAGE_ENTRY_LOST ||
+        (now != w->old_entry && now != w->new_entry && now != w->joining)) {
+      rw->new_entry = joined_its_group(e, w->new_entry) ? w->new_entry : 0;
+      rw->joining = w->joining != w->new_entry && joined_its_group(e, w->joining)
+                      ? w->joining : 0;
+      if (!rw->new_entry && !rw->joining) {
+        w->active = 0;
+        continue;
+      }
+      w->old_entry = PAGE_ENTRY_LOST;
+    } else {
+      bool installed = now != w->old_entry;
+      if (!installed)
+        page_seal_set(&e->sealer, w->page, &w->old_seal);
+      page_entry newer = installed && now == w->joining ? w->joining : w->new_entry;
+      if (!installed && !joined_its_group(e, newer)) {
+        w->active = 0;
+        continue;
+      }
+      rw->joining = installed && w->joining != newer && joined_its_group(e, w->joining)
+                      ? w->joining : 0;
+      rw->new_entry = newer;
+      rw->old_entry = w->old_entry;
+      rw->old_seal = w->old_seal;
+      rw->kept = true;
+      rw->installed = installed;
+      e->nrecovered_writes++;
+      if (installed && page_entry_kind(w->old_entry) == PAGE_REMOTE)
+        group_get(&e->groups, (uint32_t)page_entry_group(w->old_entry))->pins++;
+    }
     memcpy(rw->bytes, st->op_pages + (size_t)i * RAMPART_PAGE_SIZE, RAMPART_PAGE_SIZE);
-    rw->joining = installed && w->joining != newer && joined_its_group(e, w->joining)
-                    ? w->joining : 0;
     rw->page = w->page;
-    rw->new_entry = newer;
-    rw->old_entry = w->old_entry;
-    rw->old_seal = w->old_seal;
-    rw->kept = true;
-    rw->installed = installed;
-    e->nrecovered_writes++;
-    if (installed && page_entry_kind(w->old_entry) == PAGE_REMOTE)
-      group_get(&e->groups, (uint32_t)page_entry_group(w->old_entry))->pins++;
+    rw->recorded = true;
+    engine_op_withhold(e, &e->ops[i]);
+    withheld++;
   }
   return 0;
 }
@@ -516,6 +561,7 @@ static void on_replayed(struct rp_request *req)
   uint32_t id = (uint32_t)page_entry_group(w->new_entry);
   if (!replay_settled(e, req, w->new_entry))
     return;
+  w->replays--;
   bool stored = req->status == RP_OK;
   if (stored && w->kept && !w->installed) {
     /* Its group's parity holds again; the page stays the version the map names. */
@@ -526,6 +572,7 @@ static void on_replayed(struct rp_request *req)
     page_write_release_version(e, w->old_entry, true);
     e->writes_replayed++;
   }
+  recovered_write_settle(e, w); /* only replays were left of it */
   if (group_is_reclaimable(group_get(&e->groups, id)))
     page_write_reclaim(e, id);
 }
@@ -539,7 +586,12 @@ static void on_joining_replayed(struct rp_request *req)
   uint32_t id = (uint32_t)page_entry_group(w->joining);
   if (!replay_settled(e, req, w->joining))
     return;
+  w->replays--;
+  /* Out of the record before its group may go: its slot may be reused. */
+  e->state->writes[w - e->recovered_writes].joining = 0;
+  atomic_signal_fence(memory_order_release);
   w->joining = 0;
+  recovered_write_settle(e, w);
   if (group_is_reclaimable(group_get(&e->groups, id)))
     page_write_reclaim(e, id);
 }
@@ -557,6 +609,7 @@ static bool replay_member_write(struct rampart_engine *e, struct recovered_write
   if (g->server[m] == GROUP_NO_SERVER)
     return false;
   g->pins++;
+  w->replays++;
   memset(req, 0, sizeof *req);
   req->op = RP_OP_WRITE;
   req->slot = g->slot[m];
@@ -576,13 +629,16 @@ static unsigned replay_member_writes(struct rampart_engine *e)
   unsigned n = 0;
   for (uint32_t i = 0; i < PAGER_STATE_WRITES; i++) {
     struct recovered_write *w = &e->recovered_writes[i];
-    if (!w->kept)
+    if (!w->recorded)
       continue;
     if (w->joining && !replay_member_write(e, w, w->joining, &w->joining_req,
                                            on_joining_replayed))
       w->joining = 0;
-    if (replay_member_write(e, w, w->new_entry, &w->req, on_replayed))
+    if (w->new_entry && replay_member_write(e, w, w->new_entry, &w->req, on_replayed))
       n++;
+    if (w->kept && !w->installed && !w->replays)
+      drop_recovered_write(e, w); /* the page is the old version, and nothing to send */
+    recovered_write_settle(e, w);   /* only replays were left, and none could be sent */
   }
   return n;
 }
