@@ -43,6 +43,7 @@ struct ledger {
   _Atomic uint32_t writing[PAGES];
   _Atomic uint32_t acked[PAGES];
   _Atomic uint64_t completed;
+  _Atomic int opened;           /* the child's engine is open (the device taken over) */
 };
 
 struct rig {
@@ -179,6 +180,7 @@ static void run_child(struct rig *r, unsigned writers)
     w[i] = (struct writer){ e, r->ledger, i, writers };
     pthread_create(&t[i], NULL, writer_main, &w[i]);
   }
+  atomic_store(&r->ledger->opened, 1);
   pause(); /* killed by the parent */
   _exit(0);
 }
@@ -452,29 +454,14 @@ static void kill_the_takeover_before_its_replays_land(struct rig *r, unsigned wr
 {
   for (unsigned i = 0; i < r->cluster.n; i++)
     assert_int_equal(kill(r->cluster.servers[i].pid, SIGSTOP), 0);
-  atomic_store(&r->ledger->completed, 0);
+  atomic_store(&r->ledger->opened, 0);
   pid_t child = fork();
   assert_true(child >= 0);
-  if (child == 0) {
-    char err[1024];
-    struct rampart_engine *e = open_engine(r, r->enckey, err, sizeof err);
-    if (!e) {
-      fprintf(stderr, "second pager: %s\n", err);
-      _exit(2);
-    }
-    struct writer w[WRITERS];
-    pthread_t t[WRITERS];
-    for (unsigned i = 0; i < writers; i++) {
-      w[i] = (struct writer){ e, r->ledger, i, writers };
-      pthread_create(&t[i], NULL, writer_main, &w[i]);
-    }
-    atomic_store(&r->ledger->completed, UINT64_MAX); /* taken over: kill me */
-    pause();
-    _exit(0);
-  }
+  if (child == 0)
+    run_child(r, writers);
   uint64_t start = rp_test_now_ms();
   int status;
-  while (atomic_load(&r->ledger->completed) != UINT64_MAX) {
+  while (!atomic_load(&r->ledger->opened)) {
     if (waitpid(child, &status, WNOHANG) == child)
       fail_msg("the second pager ended (status %#x) before it took the device over", status);
     if (rp_test_now_ms() - start > 60000)
