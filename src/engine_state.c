@@ -489,7 +489,7 @@ static int take_over_writes(struct rampart_engine *e)
     rw->bytes = e->recovered_bytes + (size_t)i * RAMPART_PAGE_SIZE;
     if (!w->active)
       continue;
-    if (w->page >= e->pages || w->new_entry == w->old_entry || withheld >= ENGINE_PAGE_OPS / 2) {
+    if (w->page >= e->pages || w->new_entry == w->old_entry) {
       w->active = 0;
       continue;
     }
@@ -526,6 +526,18 @@ static int take_over_writes(struct rampart_engine *e)
     }
     memcpy(rw->bytes, st->op_pages + (size_t)i * RAMPART_PAGE_SIZE, RAMPART_PAGE_SIZE);
     rw->page = w->page;
+    if (withheld >= ENGINE_PAGE_OPS / 2) {
+      w->active = 0; /* past the cap: taken over all the same, but off the record */
+      continue;
+    }
+    /* The record names only what this takeover holds: a placement it does not send
+     * (never joined, or a failed first placement the map no longer names) may be
+     * reclaimed and its group id reused while the record stands. new_entry first: the
+     * record stays consistent after either store. */
+    w->new_entry = rw->new_entry;
+    atomic_signal_fence(memory_order_release);
+    w->joining = rw->joining;
+    atomic_signal_fence(memory_order_release);
     rw->recorded = true;
     engine_op_withhold(e, &e->ops[i]);
     withheld++;
@@ -563,8 +575,10 @@ static void on_replayed(struct rp_request *req)
     return;
   w->replays--;
   bool stored = req->status == RP_OK;
-  if (stored && w->kept && !w->installed) {
-    /* Its group's parity holds again; the page stays the version the map names. */
+  if (w->kept && !w->installed) {
+    /* The page stays the version the map names. Stored: its group's parity holds again;
+     * not: the group is unprotected or its server lost, and rebuilt or moved. Either way
+     * nothing of the record is needed, and its group may go once unpinned. */
     drop_recovered_write(e, w);
   } else if (stored && w->kept && page_map_get(&e->map, w->page) == w->new_entry) {
     /* The new version is where the map says: the old one is not needed any more. */
@@ -588,8 +602,10 @@ static void on_joining_replayed(struct rp_request *req)
     return;
   w->replays--;
   /* Out of the record before its group may go: its slot may be reused. */
-  e->state->writes[w - e->recovered_writes].joining = 0;
-  atomic_signal_fence(memory_order_release);
+  if (w->recorded) {
+    e->state->writes[w - e->recovered_writes].joining = 0;
+    atomic_signal_fence(memory_order_release);
+  }
   w->joining = 0;
   recovered_write_settle(e, w);
   if (group_is_reclaimable(group_get(&e->groups, id)))
@@ -629,8 +645,8 @@ static unsigned replay_member_writes(struct rampart_engine *e)
   unsigned n = 0;
   for (uint32_t i = 0; i < PAGER_STATE_WRITES; i++) {
     struct recovered_write *w = &e->recovered_writes[i];
-    if (!w->recorded)
-      continue;
+    if (!w->new_entry && !w->joining)
+      continue; /* nothing taken over */
     if (w->joining && !replay_member_write(e, w, w->joining, &w->joining_req,
                                            on_joining_replayed))
       w->joining = 0;

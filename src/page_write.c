@@ -681,6 +681,8 @@ static void on_move_spilled(struct spill_io *sio)
   struct rampart_engine *e = op->engine;
   spill_quarantine_io_done(&e->quarantine, op->spill_epoch);
   if (sio->result == 0 && page_map_get(&e->map, op->page) == op->expected) {
+    if (e->nrecovered_writes)
+      engine_state_page_rewritten(e, op->page); /* as a move placed remotely does */
     page_write_retire(e, page_map_set(&e->map, op->page, page_entry_slot(PAGE_SPILL, sio->slot)));
   } else {
     spill_store_free_slot(e->spill, sio->slot);
