@@ -59,6 +59,8 @@ swap_test_cleanup() {
   done
   for cg in "${cgroups[@]}"; do memcg_destroy "$cg" || rc=1; done
   cluster_stop
+  # A guest test's namespace (test_guest_starved.sh), once its servers are gone.
+  [[ -z ${netns_made:-} ]] || ip netns delete "$netns_made" || rc=1
   if ((${#CLUSTER_BAD[@]})); then
     printf '[%s] FAIL: %s\n' "$test_name" "${CLUSTER_BAD[@]}" >&2
     rc=1
