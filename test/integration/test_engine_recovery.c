@@ -101,6 +101,14 @@ static int rig_teardown(void **state)
   return 0;
 }
 
+/* A test's next pass, on a cluster and a state of its own. */
+static struct rig *fresh_rig(void **state)
+{
+  rig_teardown(state);
+  assert_int_equal(rig_setup(state), 0);
+  return *state;
+}
+
 static struct rampart_engine *open_engine(struct rig *r, const char *enckey, char *err,
                                           size_t errlen)
 {
@@ -121,6 +129,16 @@ static struct rampart_engine *open_engine(struct rig *r, const char *enckey, cha
     }
   struct rampart_engine *e = rampart_open(c, err, errlen);
   rampart_config_free(c);
+  return e;
+}
+
+/* The next pager: takes the device over, or fails the test with the refusal. */
+static struct rampart_engine *take_over(struct rig *r)
+{
+  char err[1024] = "";
+  struct rampart_engine *e = open_engine(r, r->enckey, err, sizeof err);
+  if (!e)
+    fail_msg("restart refused: %s", err);
   return e;
 }
 
@@ -290,11 +308,8 @@ static void test_every_acknowledged_page_survives_kill_9_of_the_pager(void **sta
   kill_pager_while_writing(r, 6000);
   assert_int_equal(access(r->state_path, F_OK), 0); /* a crash leaves the state */
 
-  char err[1024] = "";
   uint64_t t0 = rp_test_now_ms();
-  struct rampart_engine *e = open_engine(r, r->enckey, err, sizeof err);
-  if (!e)
-    fail_msg("restart refused: %s", err);
+  struct rampart_engine *e = take_over(r);
   uint8_t *buf = aligned_alloc(PAGE, PAGE);
   assert_int_equal(rampart_pread(e, buf, PAGE, 0), 0);
   uint64_t first_io_ms = rp_test_now_ms() - t0;
@@ -346,32 +361,32 @@ static void test_a_restart_with_another_key_or_device_is_refused(void **state)
   snprintf(r->size, sizeof r->size, "%u", PAGES * PAGE);
 
   /* Neither refusal touched the servers or the state: the right key takes it over. */
-  struct rampart_engine *e = open_engine(r, r->enckey, err, sizeof err);
-  if (!e)
-    fail_msg("restart refused: %s", err);
+  struct rampart_engine *e = take_over(r);
   verify_every_page(r, e);
   rampart_close(e);
 }
 
 /* Restarts `server` empty (its sessions gone), takes the device over and checks every
  * page, before and after the rebuild of the lost server's pages. */
+static void wait_for_rebuild(struct rampart_engine *e, struct rampart_stats *st)
+{
+  uint64_t start = rp_test_now_ms();
+  do {
+    rampart_get_stats(e, st);
+    if (st->rebuilds_finished > 0)
+      break;
+    rp_test_sleep_ms(100);
+  } while (rp_test_now_ms() - start < 60000);
+}
+
 static void take_over_with_a_server_lost(struct rig *r, unsigned server)
 {
   assert_int_equal(rp_test_cluster_restart(&r->cluster, server, NULL), 0);
 
-  char err[1024] = "";
-  struct rampart_engine *e = open_engine(r, r->enckey, err, sizeof err);
-  if (!e)
-    fail_msg("restart refused: %s", err);
+  struct rampart_engine *e = take_over(r);
   verify_every_page(r, e);
   struct rampart_stats st;
-  uint64_t start = rp_test_now_ms();
-  do {
-    rampart_get_stats(e, &st);
-    if (st.rebuilds_finished > 0)
-      break;
-    rp_test_sleep_ms(100);
-  } while (rp_test_now_ms() - start < 60000);
+  wait_for_rebuild(e, &st);
   print_message("rebuilds finished %u, degraded reads %llu, lost pages %llu\n",
                 st.rebuilds_finished, (unsigned long long)st.pages_degraded_reads,
                 (unsigned long long)st.pages_lost);
@@ -404,11 +419,8 @@ static void test_a_crash_at_each_step_of_a_member_write_with_a_server_lost(void 
   struct rig *r = *state;
   for (unsigned p = 0; p < sizeof points / sizeof points[0]; p++)
     for (unsigned server = 0; server < 5; server++) {
-      if (p > 0 || server > 0) {
-        rig_teardown(state);
-        assert_int_equal(rig_setup(state), 0);
-        r = *state;
-      }
+      if (p > 0 || server > 0)
+        r = fresh_rig(state);
       unsigned hits = 1002 + (p + server) % 3;
       print_message("crash at '%s' (pass %u), server %u lost\n", points[p], hits, server);
       crash_pager_at(r, points[p], hits);
@@ -450,6 +462,23 @@ static void test_a_crash_while_a_refused_write_is_placed_again(void **state)
 /* Every server stopped, a pager takes the device over (and with `writers`, writes on,
  * its writes waiting for the servers), and is killed before any replay can land; then
  * the servers go on. */
+/* Kills a second pager (child) once it says `opened`, and `settle_ms` later. */
+static void kill_second_pager_once_opened(struct rig *r, pid_t child, unsigned settle_ms)
+{
+  uint64_t start = rp_test_now_ms();
+  int status;
+  while (!atomic_load(&r->ledger->opened)) {
+    if (waitpid(child, &status, WNOHANG) == child)
+      fail_msg("the second pager ended (status %#x) before it got where it is killed", status);
+    if (rp_test_now_ms() - start > 120000)
+      fail_msg("the second pager did not get where it is killed in 120 s");
+    rp_test_sleep_ms(5);
+  }
+  rp_test_sleep_ms(settle_ms);
+  assert_int_equal(kill(child, SIGKILL), 0);
+  assert_int_equal(waitpid(child, &status, 0), child);
+}
+
 static void kill_the_takeover_before_its_replays_land(struct rig *r, unsigned writers)
 {
   for (unsigned i = 0; i < r->cluster.n; i++)
@@ -459,18 +488,8 @@ static void kill_the_takeover_before_its_replays_land(struct rig *r, unsigned wr
   assert_true(child >= 0);
   if (child == 0)
     run_child(r, writers);
-  uint64_t start = rp_test_now_ms();
-  int status;
-  while (!atomic_load(&r->ledger->opened)) {
-    if (waitpid(child, &status, WNOHANG) == child)
-      fail_msg("the second pager ended (status %#x) before it took the device over", status);
-    if (rp_test_now_ms() - start > 60000)
-      fail_msg("the second pager did not take the device over in 60 s");
-    rp_test_sleep_ms(5);
-  }
-  rp_test_sleep_ms(100); /* its replays (and writes) queued for the stopped servers */
-  assert_int_equal(kill(child, SIGKILL), 0);
-  assert_int_equal(waitpid(child, &status, 0), child);
+  /* its replays (and writes) queued for the stopped servers */
+  kill_second_pager_once_opened(r, child, 100);
   for (unsigned i = 0; i < r->cluster.n; i++)
     assert_int_equal(kill(r->cluster.servers[i].pid, SIGCONT), 0);
 }
@@ -485,11 +504,8 @@ static void test_a_pager_killed_again_before_its_replays_land(void **state)
 {
   struct rig *r = *state;
   for (unsigned server = 0; server < 5; server++) {
-    if (server > 0) {
-      rig_teardown(state);
-      assert_int_equal(rig_setup(state), 0);
-      r = *state;
-    }
+    if (server > 0)
+      r = fresh_rig(state);
     unsigned hits = 1002 + server % 3;
     print_message("crash at 'member-joined' (pass %u); the takeover killed before its "
                   "replays land; server %u lost\n", hits, server);
@@ -515,7 +531,7 @@ static void test_a_pager_killed_twice_while_writing(void **state)
  * and is killed. */
 static void second_pager_rewrites_all_but(struct rig *r, uint64_t keep)
 {
-  atomic_store(&r->ledger->completed, 0);
+  atomic_store(&r->ledger->opened, 0);
   pid_t child = fork();
   assert_true(child >= 0);
   if (child == 0) {
@@ -526,13 +542,7 @@ static void second_pager_rewrites_all_but(struct rig *r, uint64_t keep)
       _exit(2);
     }
     struct rampart_stats st;
-    uint64_t start = rp_test_now_ms();
-    do {
-      rampart_get_stats(e, &st);
-      if (st.rebuilds_finished > 0)
-        break;
-      rp_test_sleep_ms(100);
-    } while (rp_test_now_ms() - start < 60000);
+    wait_for_rebuild(e, &st);
     uint8_t *buf = aligned_alloc(PAGE, PAGE);
     for (uint64_t p = 0; p < PAGES; p++) {
       if (p == keep)
@@ -545,22 +555,11 @@ static void second_pager_rewrites_all_but(struct rig *r, uint64_t keep)
       atomic_store(&r->ledger->acked[p], v);
       atomic_store(&r->ledger->writing[p], 0);
     }
-    rp_test_sleep_ms(300); /* the mover settles */
-    atomic_store(&r->ledger->completed, UINT64_MAX);
+    atomic_store(&r->ledger->opened, 1);
     pause();
     _exit(0);
   }
-  uint64_t start = rp_test_now_ms();
-  int status;
-  while (atomic_load(&r->ledger->completed) != UINT64_MAX) {
-    if (waitpid(child, &status, WNOHANG) == child)
-      fail_msg("the second pager ended (status %#x)", status);
-    if (rp_test_now_ms() - start > 120000)
-      fail_msg("the second pager did not finish in 120 s");
-    rp_test_sleep_ms(5);
-  }
-  assert_int_equal(kill(child, SIGKILL), 0);
-  assert_int_equal(waitpid(child, &status, 0), child);
+  kill_second_pager_once_opened(r, child, 300); /* the mover settles */
 }
 
 /* The pager dies at 'member-joined': page P's member joined its group G, the map still
@@ -577,11 +576,8 @@ static void test_a_replay_not_stored_leaves_no_record_naming_a_reused_group(void
 {
   struct rig *r = *state;
   for (unsigned server = 0; server < 5; server++) {
-    if (server > 0) {
-      rig_teardown(state);
-      assert_int_equal(rig_setup(state), 0);
-      r = *state;
-    }
+    if (server > 0)
+      r = fresh_rig(state);
     print_message("crash at 'member-joined' (pass 1003); server %u lost; the takeover "
                   "rewrites every other page and is killed\n", server);
     crash_pager_at(r, "member-joined", 1003);
@@ -593,10 +589,7 @@ static void test_a_replay_not_stored_leaves_no_record_naming_a_reused_group(void
     assert_int_equal(rp_test_cluster_restart(&r->cluster, server, NULL), 0);
     second_pager_rewrites_all_but(r, inflight);
 
-    char err[1024] = "";
-    struct rampart_engine *e = open_engine(r, r->enckey, err, sizeof err);
-    if (!e)
-      fail_msg("restart refused: %s", err);
+    struct rampart_engine *e = take_over(r);
     verify_every_page(r, e);
     struct rampart_stats st;
     rampart_get_stats(e, &st);
