@@ -544,6 +544,10 @@ void page_write_retire(struct rampart_engine *e, page_entry old);
 /* The same for a version that was held pinned rather than live (engine_state.c keeps
  * the version a dead pager's write replaced that way). */
 void page_write_release_version(struct rampart_engine *e, page_entry old, bool pinned);
+/* The page becomes `entry` other than by a write's own install (a trim, a move to the
+ * spill store, a page declared lost): the old version retires, and so does what a dead
+ * pager's write of the page kept for a fallback (engine_state_page_rewritten). */
+void page_write_supersede(struct rampart_engine *e, uint64_t page, page_entry entry);
 void page_write_trim(struct rampart_engine *e, uint64_t page);
 void page_write_reclaim(struct rampart_engine *e, uint32_t group);
 /* A member of `group` never reached its server (and the server is not lost): the

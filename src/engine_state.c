@@ -472,8 +472,9 @@ static bool joined_its_group(const struct rampart_engine *e, page_entry entry)
  * The records stay in the state until they are settled (recovered_write_settle), and
  * their ops out of use, so a pager killed again before its replays land finds them
  * again: a record whose page is none of its versions any more (or that says so,
- * old_entry LOST) is only its replays. At most half the ops are withheld: a record past
- * that is cleared, as every record was before, so new requests always have ops. */
+ * old_entry LOST) is only its replays. At most half the ops are withheld, so new
+ * requests always have ops: a record past that is taken over all the same, but cleared
+ * from the state, as every record was before. */
 static int take_over_writes(struct rampart_engine *e)
 {
   struct pager_state *st = e->state;

@@ -115,11 +115,16 @@ void page_write_release_version(struct rampart_engine *e, page_entry old, bool p
   }
 }
 
-void page_write_trim(struct rampart_engine *e, uint64_t page)
+void page_write_supersede(struct rampart_engine *e, uint64_t page, page_entry entry)
 {
   if (e->nrecovered_writes)
     engine_state_page_rewritten(e, page);
-  page_write_retire(e, page_map_set(&e->map, page, 0));
+  page_write_retire(e, page_map_set(&e->map, page, entry));
+}
+
+void page_write_trim(struct rampart_engine *e, uint64_t page)
+{
+  page_write_supersede(e, page, 0);
 }
 
 /* ---- parity buffers and sealing ---------------------------------------------------------- */
@@ -681,9 +686,7 @@ static void on_move_spilled(struct spill_io *sio)
   struct rampart_engine *e = op->engine;
   spill_quarantine_io_done(&e->quarantine, op->spill_epoch);
   if (sio->result == 0 && page_map_get(&e->map, op->page) == op->expected) {
-    if (e->nrecovered_writes)
-      engine_state_page_rewritten(e, op->page); /* as a move placed remotely does */
-    page_write_retire(e, page_map_set(&e->map, op->page, page_entry_slot(PAGE_SPILL, sio->slot)));
+    page_write_supersede(e, op->page, page_entry_slot(PAGE_SPILL, sio->slot));
   } else {
     spill_store_free_slot(e->spill, sio->slot);
   }
