@@ -458,7 +458,7 @@ void page_mover_read_done(struct page_op *op, int result)
     if (page_map_get(&e->map, op->page) == op->expected &&
         !page_write_is_pending(e, op->page) && page_is_unrecoverable(e, op)) {
       e->pages_lost++;
-      page_write_retire(e, page_map_set(&e->map, op->page, PAGE_ENTRY_LOST));
+      page_write_supersede(e, op->page, PAGE_ENTRY_LOST);
       /* A double fault loses thousands at once: name a few (the tick counts the rest). */
       if (e->read_errors_logged++ < 10)
         rp_log(RP_LOG_ERROR, "page %llu is lost: %s; reads of it return EIO until it is "
