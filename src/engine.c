@@ -274,7 +274,7 @@ static void io_begin(struct rampart_engine *e, struct rampart_io *io)
   uint32_t npages = io->length / RAMPART_PAGE_SIZE;
   switch (io->op) {
   case RAMPART_OP_FLUSH:
-    if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH && e->spill)
+    if (e->redundancy->flush_syncs_disk && e->spill)
       flush_begin(e, io);
     else
       io->done(io, 0);
@@ -857,7 +857,7 @@ static int engine_open_spill(struct rampart_engine *e, char *err, size_t errlen)
 {
   uint64_t spill_pages = e->config.spill_size ? e->config.spill_size / RAMPART_PAGE_SIZE
                                               : e->pages;
-  if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH && spill_pages < e->pages) {
+  if (e->redundancy->disk_copy && spill_pages < e->pages) {
     snprintf(err, errlen, "write-through keeps a copy of every page on disk: spill-size= "
              "must be at least size=");
     return -1;
@@ -880,7 +880,7 @@ static int engine_open_spill(struct rampart_engine *e, char *err, size_t errlen)
     snprintf(err, errlen, "out of memory for the spill store's slot lists");
     return -1;
   }
-  if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH)
+  if (e->redundancy->disk_copy)
     for (uint64_t p = 0; p < e->pages; p++)
       spill_store_claim_slot(e->spill, p);
   return 0;
@@ -946,6 +946,7 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
   }
   e->config = *config;
   rampart_config_effective(config, &e->policy, &e->group_size);
+  e->redundancy = redundancy_policy_of(e->policy);
   e->pages = config->size / RAMPART_PAGE_SIZE;
   e->open_group = GROUP_NONE;
   e->clean_live_max = (uint8_t)(e->group_size / 2);

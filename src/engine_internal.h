@@ -11,6 +11,7 @@
  *   local_store.c   standalone RAM pages
  *   page_seal.c     encryption and verification of every page (its own header)
  *   placement_order.c  the order new pages visit the servers in (its own header)
+ *   redundancy_policy.c  what each policy does, as one table (its own header)
  * Everything here is owned by whoever holds the engine's lock (the I/O thread, or a
  * frontend thread starting its request: see `lock`) unless a comment says otherwise.
  */
@@ -31,6 +32,7 @@
 #include "parity_group.h"
 #include "placement_order.h"
 #include "rampart.h"
+#include "redundancy_policy.h"
 #include "slot_allocator.h"
 #include "spill_quarantine.h"
 #include "spill_store.h"
@@ -227,6 +229,7 @@ struct pager_state;
 struct rampart_engine {
   struct rampart_config config;
   enum rampart_redundancy policy;
+  const struct redundancy_policy *redundancy; /* the policy's behaviour (its table row) */
   unsigned group_size;
   uint64_t pages;
 
@@ -373,17 +376,11 @@ struct rampart_engine {
   pthread_mutex_t rmw_locks[ENGINE_RMW_LOCKS];
 };
 
-/* Parity-log and mirror keep a parity page (a copy, for mirror) per group. */
-static inline bool engine_policy_has_parity(const struct rampart_engine *e)
-{
-  return e->policy == RAMPART_REDUNDANCY_PARITY_LOG || e->policy == RAMPART_REDUNDANCY_MIRROR;
-}
-
 /* The data width new groups get with `placeable` servers to place on: group=, or one
  * fewer than the servers when fewer than group + 1 are left (the parity needs its own). */
 static inline unsigned engine_group_width(const struct rampart_engine *e, unsigned placeable)
 {
-  if (engine_policy_has_parity(e) && placeable >= 2 && placeable - 1 < e->group_size)
+  if (e->redundancy->parity && placeable >= 2 && placeable - 1 < e->group_size)
     return placeable - 1;
   return e->group_size;
 }
@@ -392,7 +389,7 @@ static inline unsigned engine_group_width(const struct rampart_engine *e, unsign
  * share of the parity page. */
 static inline double engine_slots_per_page(const struct rampart_engine *e, unsigned width)
 {
-  return 1.0 + (engine_policy_has_parity(e) ? 1.0 / width : 0.0);
+  return 1.0 + (e->redundancy->parity ? 1.0 / width : 0.0);
 }
 
 /* engine.c */

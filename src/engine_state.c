@@ -435,7 +435,7 @@ static int rebuild_allocators(struct rampart_engine *e)
     slot_allocator_rebuild(&e->servers[i].slots, used[i]);
   for (unsigned i = 0; i < e->nservers; i++)
     free(used[i]);
-  if (r < 0 || !e->spill || e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH)
+  if (r < 0 || !e->spill || e->redundancy->disk_copy)
     return r; /* write-through claimed every page's disk slot at open */
   for (uint64_t p = 0; p < e->pages; p++) {
     page_entry entry = page_map_get(&e->map, p);

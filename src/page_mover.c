@@ -362,10 +362,9 @@ static void scan_groups(struct rampart_engine *e)
 /* Pages that had to go to disk move back once servers have room again. */
 static void scan_spill(struct rampart_engine *e)
 {
-  if (!e->spill || e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH || e->nservers == 0)
+  if (!e->spill || !e->redundancy->spilled_pages_move_back || e->nservers == 0)
     return;
-  unsigned needed = engine_policy_has_parity(e) ? 2 : 1;
-  if (server_set_placeable(e) < needed || e->cleaning || spill_store_used(e->spill) == 0)
+  if (server_set_placeable(e) < redundancy_policy_servers_needed(e->redundancy) || e->cleaning || spill_store_used(e->spill) == 0)
     return;
   for (unsigned n = 0; n < SPILL_PAGES_PER_TICK && e->moves_in_flight < ENGINE_MOVES; n++) {
     if (e->spill_cursor >= e->pages)
@@ -403,8 +402,7 @@ static bool mover_has_work(const struct rampart_engine *e)
   }
   if (e->rebalancing && e->rebalance_budget > 0)
     return true;
-  return e->spill && spill_store_used(e->spill) > 0 &&
-         e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH;
+  return e->spill && spill_store_used(e->spill) > 0 && e->redundancy->spilled_pages_move_back;
 }
 
 void page_mover_tick(struct rampart_engine *e)

@@ -152,7 +152,7 @@ static void copy_failed_verification(struct page_op *op)
     unsigned server = g->server[op->member];
     const char *addr = e->servers[server].address;
     server_failed_verification(e, server);
-    if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH) {
+    if (e->redundancy->second_copy == SECOND_COPY_DISK) {
       /* The disk copy is the second copy: read it, verified like any other. */
       if (e->read_errors_logged++ < 10)
         rp_log(RP_LOG_ERROR, "page %llu from server %s failed verification (altered, stale "
@@ -162,9 +162,7 @@ static void copy_failed_verification(struct page_op *op)
     }
     if (!g->has_parity) {
       snprintf(why, sizeof why, "server %s returned it altered, stale or misplaced (failed "
-               "verification) and %s", addr,
-               e->policy == RAMPART_REDUNDANCY_NONE ? "redundancy=none keeps no second copy"
-                                                    : "its group's parity was lost too");
+               "verification) and %s", addr, e->redundancy->no_second_copy);
       read_failed(op, why);
       return;
     }
@@ -290,9 +288,9 @@ static void degraded_start(struct page_op *op, uint32_t id, unsigned lost)
   struct rampart_engine *e = op->engine;
   struct group *g = group_get(&e->groups, id);
   if (!g->has_parity) {
-    read_failed(op, e->policy == RAMPART_REDUNDANCY_NONE
-                        ? "its server is gone and redundancy=none keeps no second copy"
-                        : "its server is gone and its group's parity was lost too");
+    char why[160];
+    snprintf(why, sizeof why, "its server is gone and %s", e->redundancy->no_second_copy);
+    read_failed(op, why);
     return;
   }
   /* Check every piece before taking a context: two losses fail at once. */
@@ -414,7 +412,7 @@ void page_read_start(struct page_op *op)
   struct group *g = group_get(&e->groups, op->group);
   struct server *s = &e->servers[g->server[op->member]];
   if (!server_usable_for_reads(s)) {
-    if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH)
+    if (e->redundancy->second_copy == SECOND_COPY_DISK)
       read_from_spill(op, op->page);
     else if (!read_waits_for_servers(op, g))
       degraded_start(op, op->group, op->member);

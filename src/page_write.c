@@ -106,7 +106,7 @@ void page_write_release_version(struct rampart_engine *e, page_entry old, bool p
   }
   case PAGE_SPILL:
     /* Write-through keeps page N at slot N for good; the lost marker has no slot. */
-    if (old != PAGE_ENTRY_LOST && e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH)
+    if (old != PAGE_ENTRY_LOST && !e->redundancy->disk_copy)
       spill_quarantine_free(&e->quarantine, (uint32_t)page_entry_slot_of(old));
     return;
   case PAGE_LOCAL:
@@ -348,8 +348,8 @@ enum open_result { OPENED, NO_SERVERS, NO_BUFFER };
 static enum open_result open_new_group(struct rampart_engine *e)
 {
   unsigned usable = server_set_placeable(e);
-  bool parity = engine_policy_has_parity(e);
-  if (usable < (parity ? 2u : 1u))
+  bool parity = e->redundancy->parity;
+  if (usable < redundancy_policy_servers_needed(e->redundancy))
     return NO_SERVERS;
   unsigned capacity = e->group_size;
   if (capacity > usable - (parity ? 1u : 0u))
@@ -535,7 +535,7 @@ static bool place_remote(struct page_op *op)
     e->pages_written++;
     e->wire_bytes_written += RP_HEADER_SIZE + RAMPART_PAGE_SIZE;
     if (group_is_full(g))
-      seal_open_group(e, e->policy == RAMPART_REDUNDANCY_MIRROR ? op : NULL);
+      seal_open_group(e, e->redundancy->write_waits_for_parity ? op : NULL);
     server_set_submit(e, (unsigned)server, &op->req);
     return true;
   }
@@ -550,7 +550,7 @@ static void place_again(struct page_op *op)
   struct rampart_engine *e = op->engine;
   if (place_remote(op))
     return;
-  if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH) {
+  if (e->redundancy->disk_copy) {
     /* The disk copy written alongside is now the page. */
     op->placed = page_entry_slot(PAGE_SPILL, op->page);
     install_version(op, op->placed);
@@ -627,7 +627,7 @@ static void on_member_written(struct rp_request *req)
    * sent again there (the pin holds the group meanwhile). Under write-through the disk
    * copy is already the page, so the write does not wait: it goes elsewhere or ends
    * with that copy. */
-  bool may_wait = e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH;
+  bool may_wait = e->redundancy->unanswered_write_waits;
   if (server_request_failed(e, op->server, req, may_wait))
     return;
   /* Not stored, or not known to be. A lost server's slots are gone, and the group's
@@ -701,7 +701,7 @@ static void write_to_spill(struct page_op *op)
     return;
   }
   uint64_t slot;
-  if (e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH) {
+  if (e->redundancy->disk_copy) {
     slot = op->page;
   } else {
     /* A fresh slot for every version, never an overwrite in place: each version then has
@@ -715,7 +715,7 @@ static void write_to_spill(struct page_op *op)
     }
     slot = (uint64_t)s;
   }
-  if (op->kind == PAGE_OP_MOVE && e->policy != RAMPART_REDUNDANCY_WRITE_THROUGH) {
+  if (op->kind == PAGE_OP_MOVE && !e->redundancy->disk_copy) {
     submit_spill(op, slot, on_move_spilled);
     return;
   }
@@ -763,7 +763,7 @@ void page_write_start(struct page_op *op)
     write_to_local(op);
     return;
   }
-  bool wt = e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH;
+  bool wt = e->redundancy->disk_copy;
   /* A move under write-through leaves the disk copy alone: it already holds the page. */
   if (wt && !op->disk_started && op->kind != PAGE_OP_MOVE) {
     /* Count the disk copy before placing, so a synchronous remote failure cannot finish

@@ -480,10 +480,7 @@ void server_health_failed(struct rampart_engine *e, struct server *s, const char
   h->writes_given_up = false;
   h->past_blip = false;
   h->last_failure[0] = '\0';
-  const char *meanwhile =
-    e->policy == RAMPART_REDUNDANCY_WRITE_THROUGH ? "its pages are read from the disk copy"
-    : e->policy == RAMPART_REDUNDANCY_NONE ? "reads of its pages wait for it"
-    : "its pages are rebuilt from their groups when read, or wait for it when they cannot be";
+  const char *meanwhile = e->redundancy->while_server_away;
   rp_log(RP_LOG_WARN, "server %s failed (%s): reconnecting for up to %u s (lease=); meanwhile "
          "%s (io-timeout=%llu ms), and writes go to the other servers", s->address, why,
          e->config.lease_seconds, meanwhile,

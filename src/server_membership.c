@@ -329,7 +329,7 @@ static void drain_start(struct rampart_engine *e, void *arg)
   uint64_t need = (uint64_t)((double)e->groups.live_pages *
                              engine_slots_per_page(e, engine_group_width(e, others)) + 0.999);
   uint64_t usable = room - room / 20;
-  unsigned needed_servers = engine_policy_has_parity(e) ? 2 : 1;
+  unsigned needed_servers = redundancy_policy_servers_needed(e->redundancy);
   if (others < needed_servers) {
     msg_set(c->msg, c->msglen, "cannot %s %s: %u other server%s can take pages, and %s needs "
             "%u to keep every page recoverable. Add a server first (rampartctl device SOCKET "
