@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "engine_internal.h"
+#include "page_mover.h"
 #include "pager_state.h"
 #include "log.h"
 #include "secret.h"
@@ -309,7 +310,7 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
     /* Let moves in flight finish (on_mover_prepare breaks the loop then), so closing
      * never tears a page move in half. */
     e->draining = true;
-    if (e->moves_in_flight == 0)
+    if (page_mover_in_flight(e) == 0)
       ev_break(loop, EVBREAK_ALL);
     return;
   }
@@ -358,7 +359,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
   struct rampart_engine *e = w->data;
   if (e->draining && ++e->drain_ticks > 50) {
     rp_log(RP_LOG_WARN, "closing with %u page moves still in flight after 5 s",
-           e->moves_in_flight);
+           page_mover_in_flight(e));
     ev_break(loop, EVBREAK_ALL);
     return;
   }
@@ -400,13 +401,12 @@ static void on_spill_ready(struct ev_loop *loop, ev_io *w, int revents)
 static void on_mover_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 {
   struct rampart_engine *e = w->data;
-  if (e->draining && e->moves_in_flight == 0) {
+  if (e->draining && page_mover_in_flight(e) == 0) {
     ev_break(loop, EVBREAK_ALL);
     return;
   }
   page_mover_run(e);
-  if (e->mover_wakeup) {
-    e->mover_wakeup = false;
+  if (page_mover_take_wakeup(e)) {
     engine_run_waiting(e);
   }
   if (e->spill)
@@ -467,7 +467,7 @@ static bool submit_inline(struct rampart_engine *e, struct rampart_io *io)
   if (e->spill)
     spill_store_flush_submissions(e->spill);
   bool wake = loop_changes(e) != changes || e->io_head || e->wait_head ||
-              e->health_wait_head || e->mover_wakeup;
+              e->health_wait_head || page_mover_wakeup_pending(e);
   pthread_mutex_unlock(&e->lock);
   if (wake)
     ev_async_send(e->loop, &e->wake);
@@ -704,8 +704,6 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->groups_open = e->groups.in_use;
   st->groups_sealed = e->groups.sealed;
   st->groups_reclaimed = e->groups.reclaimed;
-  st->groups_cleaned = e->groups_cleaned;
-  st->cleaning = e->cleaning;
   st->live_ratio = group_table_live_ratio(&e->groups);
   st->pages_zero = e->map.count[PAGE_ZERO];
   st->pages_remote = e->map.count[PAGE_REMOTE];
@@ -717,14 +715,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->read_errors = e->read_errors;
   st->integrity_failures = e->integrity_failures;
   st->encrypted = e->sealer.encrypt;
-  st->rebuild_pages_done = e->rebuild_pages_done;
-  st->rebuild_running = e->rebuilding;
-  st->rebuilds_finished = e->rebuilds_finished;
-  st->rebuild_pages_moved = e->rebuild_pages_moved;
-  if (e->rebuilding || e->rebuilds_finished > 0)
-    st->rebuild_seconds = (double)((e->rebuilding ? engine_now_ns() : e->rebuild_finished_ns) -
-                                   e->rebuild_started_ns) / 1e9;
-  st->moves_in_flight = e->moves_in_flight;
+  page_mover_stats(e, st);
   for (struct page_op *w = e->wait_head; w; w = w->next)
     st->ops_waiting++;
   server_health_stats(e, st);
@@ -737,7 +728,6 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
     st->spill_capacity_pages = spill_store_capacity(e->spill);
     st->spill_used_pages = spill_store_used(e->spill);
   }
-  memcpy(st->moves_by_reason, e->moves_by_reason, sizeof st->moves_by_reason);
   for (unsigned op = 0; op < RAMPART_LATENCY_OPS; op++) {
     for (unsigned k = 0; k < RAMPART_LATENCY_BUCKETS; k++)
       st->latency_count[op][k] = atomic_load_explicit(&e->latency_count[op][k],
@@ -949,10 +939,13 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
   e->redundancy = redundancy_policy_of(e->policy);
   e->pages = config->size / RAMPART_PAGE_SIZE;
   e->open_group = GROUP_NONE;
-  e->clean_live_max = (uint8_t)(e->group_size / 2);
   pthread_mutex_init(&e->stats_lock, NULL);
   pthread_mutex_init(&e->lock, NULL);
   page_rmw_init(e);
+  if (page_mover_init(e) < 0) {
+    snprintf(err, errlen, "out of memory");
+    goto fail;
+  }
 
   /* The cluster key lives on a page of its own: not in core dumps, never swapped,
    * wiped when the engine closes (a zero-length key when there is no key file). */
@@ -1072,6 +1065,7 @@ void rampart_close(struct rampart_engine *e)
   pthread_mutex_destroy(&e->lock);
   page_rmw_destroy(e);
   free(e->report);
+  page_mover_free(e);
   rp_secret_free(e->key, sizeof *e->key);
   free(e);
 }

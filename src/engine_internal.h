@@ -225,6 +225,7 @@ struct recovered_write {
 };
 
 struct pager_state;
+struct page_mover;
 
 struct rampart_engine {
   struct rampart_config config;
@@ -268,7 +269,6 @@ struct rampart_engine {
   struct parity_buffer *free_parity;
   struct free_request *frees;
   struct free_request *free_frees;
-  unsigned moves_in_flight;
 
   /* queues of work waiting for a pool */
   struct rampart_io *io_head, *io_tail;       /* frontend requests with pages to start */
@@ -311,22 +311,9 @@ struct rampart_engine {
   uint64_t resumes, requests_replayed;
   uint64_t health_log_ns;       /* last "requests waiting" log line */
 
-  /* mover state */
-  uint32_t move_cursor;         /* next group to examine */
-  uint64_t spill_cursor;        /* next page to examine for moving back from disk */
-  bool cleaning;
-  uint8_t clean_live_max;       /* clean groups with at most this many live pages */
-  uint32_t pass_cleaned;        /* groups cleaned in the current pass */
-  double clean_target;          /* slots the live data may hold: overflow= is spent */
-  double clean_start;           /* slots held past which cleaning starts */
-  bool clean_resting;           /* the last pass found nothing to clean */
-  bool mover_wakeup;            /* a move finished: restart throttled writes */
+  /* the mover's own state (page_mover.c), and the watcher that runs it each iteration */
+  struct page_mover *mover;
   ev_prepare mover_watcher;
-  bool lost_seen[ENGINE_MAX_INCARNATIONS]; /* this pass met a group on that lost server */
-
-  uint32_t rebalance_budget;    /* pages the mover may still rewrite to rebalance, this tick */
-  bool rebalancing;             /* some server is much fuller than the emptiest */
-  double rebalance_threshold;   /* groups on servers fuller than this move (0..1) */
   struct control_socket *control; /* control=, or NULL */
 
   uint64_t ticks;
@@ -339,9 +326,8 @@ struct rampart_engine {
   /* write-through flushes: those the fdatasync in flight covers, and those after it */
   struct rampart_io *flush_running, *flush_waiting;
   struct spill_io flush_sync;
-  /* Pages moves started by reason (page_mover.c; I/O thread only), and the frontend's
-   * request latency (engine_run_sync, any frontend thread: hence atomic, relaxed). */
-  uint64_t moves_by_reason[RAMPART_MOVE_REASONS];
+  /* The frontend's request latency (engine_run_sync, any frontend thread: hence
+   * atomic, relaxed). */
   _Atomic uint64_t latency_count[RAMPART_LATENCY_OPS][RAMPART_LATENCY_BUCKETS];
   _Atomic uint64_t latency_sum_ns[RAMPART_LATENCY_OPS];
   /* Blocking requests (engine_run_sync) submitted and not yet returned: when a device
@@ -352,13 +338,6 @@ struct rampart_engine {
   uint64_t pages_written, wire_bytes_written;
   uint64_t degraded_reads, read_errors, pages_lost;
   uint64_t integrity_failures;  /* stored pages that failed verification */
-  uint64_t rebuild_pages_done, groups_cleaned;
-  /* the rebuild now running, or the last one: from the first loss to the end of the
-   * pass that found nothing left at risk (times from engine_now_ns) */
-  bool rebuilding;
-  uint32_t rebuilds_finished;
-  uint64_t rebuild_started_ns, rebuild_finished_ns;
-  uint64_t rebuild_pages_moved;  /* pages of groups on a lost server, written again */
   uint64_t pages_remote, pages_spilled, pages_local;
   /* state= (engine_state.c): the pager's state segment, or NULL; after a restart, the
    * writes the dead process had in flight, and how many fell back to the older version */
@@ -560,23 +539,6 @@ void parity_buffer_use_page(struct rampart_engine *e, struct parity_buffer *pb,
 
 /* page_read.c */
 void page_read_start(struct page_op *op);
-
-/* page_mover.c */
-void page_mover_tick(struct rampart_engine *e);
-/* A server was just declared lost: starts the rebuild clock, unless one is running. */
-void page_mover_rebuild_begin(struct rampart_engine *e);
-void page_mover_run(struct rampart_engine *e);
-/* Cleaning is far behind: frontend writes should wait for moves to finish. */
-bool page_mover_should_throttle(struct rampart_engine *e);
-void page_mover_read_done(struct page_op *op, int result);
-void page_mover_move_done(struct page_op *op);
-/* Per server: live pages stored there, and live pages that depend on it (stored there,
- * or in groups whose parity is there). Derived in one scan of the group table, never
- * counted incrementally, so they cannot drift; callers are rare (stats once a second,
- * the end of a rebuild pass, the log line when a server is lost). */
-void page_mover_live_by_server(const struct rampart_engine *e, uint64_t *live,
-                               uint64_t *at_risk);
-uint64_t page_mover_at_risk(const struct rampart_engine *e, unsigned i);
 
 /* page_rmw.c: reads and writes of part of one page, from frontend threads */
 void page_rmw_init(struct rampart_engine *e);

@@ -30,6 +30,7 @@
 
 #include "crash_point.h"
 #include "engine_internal.h"
+#include "page_mover.h"
 #include "log.h"
 #include "pager_state.h"
 #include "secret.h"
@@ -164,11 +165,7 @@ void engine_state_save_servers(struct rampart_engine *e)
     return;
   for (unsigned i = 0; i < e->nservers; i++)
     engine_state_save_server(e, &e->servers[i]);
-  *st->rebuild = (struct pager_state_rebuild){
-    .running = e->rebuilding, .finished = e->rebuilds_finished,
-    .started_ns = e->rebuild_started_ns, .finished_ns = e->rebuild_finished_ns,
-    .pages_moved = e->rebuild_pages_moved,
-  };
+  page_mover_rebuild_record(e, st->rebuild);
 }
 
 static struct pager_state_write *write_record(struct page_op *op)
@@ -704,11 +701,7 @@ int engine_state_recover(struct rampart_engine *e, char *err, size_t errlen)
     return -1;
   }
   /* The rebuild record goes on (a rebuild still running is begun again below). */
-  e->rebuilds_finished = st->rebuild->finished;
-  e->rebuild_started_ns = st->rebuild->started_ns;
-  e->rebuild_finished_ns = st->rebuild->finished_ns;
-  e->rebuild_pages_moved = st->rebuild->pages_moved;
-  e->rebuilding = st->rebuild->running;
+  page_mover_rebuild_restore(e, st->rebuild);
   unsigned resuming = 0;
   for (unsigned i = 0; i < n; i++) {
     struct server *s = &e->servers[i];

@@ -18,16 +18,110 @@
  * Every move re-checks that the page map still points at the copy it read, so a
  * frontend write racing the move always wins.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine_internal.h"
 #include "log.h"
+#include "page_mover.h"
+#include "pager_state.h"
 
 #define GROUPS_PER_TICK 4096u
 #define SPILL_PAGES_PER_TICK 65536u
 /* Cleaning also starts when any one server has less than this share of its reservation
  * free (placement was uneven), whatever the total. */
 #define CLEAN_SHORT_PERCENT 5u
+
+/* Owned by the mover alone (page_mover.h): the other files ask through functions. */
+struct page_mover {
+  uint32_t move_cursor;         /* next group to examine */
+  uint64_t spill_cursor;        /* next page to examine for moving back from disk */
+  unsigned moves_in_flight;     /* each holds a page op; at most ENGINE_MOVES */
+  bool wakeup;                  /* a move finished: restart writes cleaning held back */
+  bool lost_seen[ENGINE_MAX_INCARNATIONS]; /* this pass met a group on that lost server */
+
+  /* cleaning (update_cleaning, finish_pass) */
+  bool cleaning;
+  uint8_t clean_live_max;       /* clean groups with at most this many live pages */
+  uint32_t pass_cleaned;        /* groups cleaned in the current pass */
+  double clean_target;          /* slots the live data may hold: overflow= is spent */
+  double clean_start;           /* slots held past which cleaning starts */
+  bool clean_resting;           /* the last pass found nothing to clean */
+
+  /* rebalancing (update_rebalancing) */
+  uint32_t rebalance_budget;    /* pages it may still rewrite to rebalance, this tick */
+  bool rebalancing;             /* some server is much fuller than the emptiest */
+  double rebalance_threshold;   /* groups on servers fuller than this move (0..1) */
+
+  /* The rebuild now running, or the last one: from the first loss to the end of the
+   * pass that found nothing left at risk (times from engine_now_ns), in the form the
+   * pager's state keeps it; pages_moved counts pages of groups on a lost server. */
+  struct pager_state_rebuild rebuild;
+
+  /* counters, since open */
+  uint64_t moves_by_reason[RAMPART_MOVE_REASONS];
+  uint64_t groups_cleaned;
+  uint64_t rebuild_pages_done;  /* pages every reason moved */
+};
+
+int page_mover_init(struct rampart_engine *e)
+{
+  e->mover = calloc(1, sizeof *e->mover);
+  if (!e->mover)
+    return -1;
+  e->mover->clean_live_max = (uint8_t)(e->group_size / 2);
+  return 0;
+}
+
+void page_mover_free(struct rampart_engine *e)
+{
+  free(e->mover);
+  e->mover = NULL;
+}
+
+unsigned page_mover_in_flight(const struct rampart_engine *e)
+{
+  return e->mover->moves_in_flight;
+}
+
+bool page_mover_wakeup_pending(const struct rampart_engine *e)
+{
+  return e->mover->wakeup;
+}
+
+bool page_mover_take_wakeup(struct rampart_engine *e)
+{
+  bool was = e->mover->wakeup;
+  e->mover->wakeup = false;
+  return was;
+}
+
+void page_mover_rebuild_record(const struct rampart_engine *e, struct pager_state_rebuild *r)
+{
+  *r = e->mover->rebuild;
+}
+
+void page_mover_rebuild_restore(struct rampart_engine *e, const struct pager_state_rebuild *r)
+{
+  e->mover->rebuild = *r;
+}
+
+void page_mover_stats(const struct rampart_engine *e, struct rampart_stats *st)
+{
+  const struct page_mover *m = e->mover;
+  st->groups_cleaned = m->groups_cleaned;
+  st->cleaning = m->cleaning;
+  st->rebuild_pages_done = m->rebuild_pages_done;
+  st->rebuild_running = m->rebuild.running;
+  st->rebuilds_finished = m->rebuild.finished;
+  st->rebuild_pages_moved = m->rebuild.pages_moved;
+  if (m->rebuild.running || m->rebuild.finished > 0)
+    st->rebuild_seconds = (double)((m->rebuild.running ? engine_now_ns()
+                                                        : m->rebuild.finished_ns) -
+                                   m->rebuild.started_ns) / 1e9;
+  st->moves_in_flight = m->moves_in_flight;
+  memcpy(st->moves_by_reason, m->moves_by_reason, sizeof st->moves_by_reason);
+}
 
 static bool server_is_lost(const struct rampart_engine *e, uint8_t index)
 {
@@ -72,17 +166,17 @@ static void update_cleaning(struct rampart_engine *e)
   /* A few groups' worth of slack for the groups open and sealing, so a tiny device does
    * not clean forever. */
   double slack = (double)(e->group_size + 1) * 8;
-  e->clean_target = need * (1.0 + overflow) + slack;
+  e->mover->clean_target = need * (1.0 + overflow) + slack;
   double start = need * (1.0 + overflow * 0.8) + slack;
   double stop = need * (1.0 + overflow * 0.7) + slack;
-  e->clean_start = start;
-  bool was = e->cleaning;
-  if (e->clean_resting) {
-    e->clean_resting = false;
+  e->mover->clean_start = start;
+  bool was = e->mover->cleaning;
+  if (e->mover->clean_resting) {
+    e->mover->clean_resting = false;
     was = false;
   }
-  e->cleaning = short_of_room || (double)held > start || (was && (double)held > stop);
-  if (e->cleaning && !was)
+  e->mover->cleaning = short_of_room || (double)held > start || (was && (double)held > stop);
+  if (e->mover->cleaning && !was)
     rp_log(RP_LOG_DEBUG, "cleaning: %llu slots held for %llu live pages; rewriting sparse "
            "groups", (unsigned long long)held, (unsigned long long)e->groups.live_pages);
 }
@@ -122,22 +216,22 @@ static void update_rebalancing(struct rampart_engine *e)
   }
   double spread = n >= 2 ? (hi - lo) * 100.0 : 0.0;
   /* Groups with a copy on a server past halfway from the emptiest to the fullest move. */
-  e->rebalance_threshold = (lo + hi) / 2.0;
-  bool was = e->rebalancing;
-  e->rebalancing = e->config.rebalance_pages > 0 && !e->rebuilding &&
+  e->mover->rebalance_threshold = (lo + hi) / 2.0;
+  bool was = e->mover->rebalancing;
+  e->mover->rebalancing = e->config.rebalance_pages > 0 && !e->mover->rebuild.running &&
                    (spread > REBALANCE_START_POINTS || (was && spread > REBALANCE_STOP_POINTS));
-  if (e->rebalancing != was)
-    rp_log(RP_LOG_INFO, e->rebalancing ? "rebalancing: the fullest server is %.0f points "
+  if (e->mover->rebalancing != was)
+    rp_log(RP_LOG_INFO, e->mover->rebalancing ? "rebalancing: the fullest server is %.0f points "
            "fuller than the emptiest; rewriting groups off it at up to %u pages/s"
            : "rebalancing done: the servers are within %.0f points of each other "
            "(rebalance=%u pages/s)", spread, e->config.rebalance_pages);
   if (e->ticks % 10 == 0)
-    e->rebalance_budget = e->config.rebalance_pages;
+    e->mover->rebalance_budget = e->config.rebalance_pages;
 }
 
 static bool group_on_full_server(struct rampart_engine *e, const struct group *g)
 {
-  double threshold = e->rebalance_threshold;
+  double threshold = e->mover->rebalance_threshold;
   unsigned slots = g->members + (g->has_parity ? 1u : 0u);
   for (unsigned k = 0; k < slots; k++) {
     uint8_t srv = g->server[k < g->members ? k : g->capacity];
@@ -159,7 +253,7 @@ static enum rampart_move_reason group_move_reason(struct rampart_engine *e,
     uint8_t srv = g->server[k < g->members ? k : g->capacity];
     bool none_yet = why == RAMPART_MOVE_REASONS;
     if (server_is_lost(e, srv)) {
-      e->lost_seen[srv] = true;
+      e->mover->lost_seen[srv] = true;
       why = RAMPART_MOVE_REBUILD;
     } else if (srv != GROUP_NO_SERVER && e->servers[srv].suspect && none_yet) {
       why = RAMPART_MOVE_EVACUATE; /* off a server whose copies failed verification */
@@ -175,9 +269,9 @@ static enum rampart_move_reason group_move_reason(struct rampart_engine *e,
     return why;
   if (g->unprotected && server_set_placeable(e) >= 2)
     return RAMPART_MOVE_PROTECT;
-  if (e->cleaning && g->live <= e->clean_live_max && g->live < g->members)
+  if (e->mover->cleaning && g->live <= e->mover->clean_live_max && g->live < g->members)
     return RAMPART_MOVE_CLEAN;
-  if (e->rebalancing && g->live > 0 && g->live <= e->rebalance_budget &&
+  if (e->mover->rebalancing && g->live > 0 && g->live <= e->mover->rebalance_budget &&
       group_on_full_server(e, g))
     return RAMPART_MOVE_REBALANCE;
   return RAMPART_MOVE_REASONS;
@@ -200,14 +294,14 @@ static bool start_move(struct rampart_engine *e, uint64_t page, page_entry expec
   struct page_op *op = engine_op_get(e);
   if (!op)
     return false;
-  e->moves_by_reason[why]++;
+  e->mover->moves_by_reason[why]++;
   op->kind = PAGE_OP_MOVE;
   op->move_rebuilds = why == RAMPART_MOVE_REBUILD;
   op->page = page;
   op->expected = expected;
   op->group = group;
   op->buf = op->scratch;
-  e->moves_in_flight++;
+  e->mover->moves_in_flight++;
   if (group != GROUP_NONE)
     group_get(&e->groups, group)->pins++;
   page_read_start(op);
@@ -265,24 +359,24 @@ uint64_t page_mover_at_risk(const struct rampart_engine *e, unsigned i)
 
 void page_mover_rebuild_begin(struct rampart_engine *e)
 {
-  if (e->rebuilding)
+  if (e->mover->rebuild.running)
     return; /* a second loss during a rebuild extends it */
-  e->rebuilding = true;
-  e->rebuild_started_ns = engine_now_ns();
-  e->rebuild_finished_ns = 0;
-  e->rebuild_pages_moved = 0;
+  e->mover->rebuild.running = true;
+  e->mover->rebuild.started_ns = engine_now_ns();
+  e->mover->rebuild.finished_ns = 0;
+  e->mover->rebuild.pages_moved = 0;
 }
 
 static void rebuild_finish(struct rampart_engine *e)
 {
-  e->rebuilding = false;
-  e->rebuilds_finished++;
-  e->rebuild_finished_ns = engine_now_ns();
-  double seconds = (double)(e->rebuild_finished_ns - e->rebuild_started_ns) / 1e9;
-  double mib = (double)e->rebuild_pages_moved * RAMPART_PAGE_SIZE / 1048576.0;
+  e->mover->rebuild.running = false;
+  e->mover->rebuild.finished++;
+  e->mover->rebuild.finished_ns = engine_now_ns();
+  double seconds = (double)(e->mover->rebuild.finished_ns - e->mover->rebuild.started_ns) / 1e9;
+  double mib = (double)e->mover->rebuild.pages_moved * RAMPART_PAGE_SIZE / 1048576.0;
   rp_log(RP_LOG_INFO, "rebuild finished: %llu pages (%.1f MiB) written again in %.3f s "
          "(%.1f MiB/s); every live page has its redundancy back",
-         (unsigned long long)e->rebuild_pages_moved, mib, seconds,
+         (unsigned long long)e->mover->rebuild.pages_moved, mib, seconds,
          seconds > 0 ? mib / seconds : 0.0);
 }
 
@@ -291,15 +385,15 @@ static void finish_pass(struct rampart_engine *e)
   bool still_rebuilding = false;
   for (unsigned i = 0; i < e->nservers; i++) {
     struct server *s = &e->servers[i];
-    if (s->rebuild_needed && !e->lost_seen[i] && e->moves_in_flight == 0 &&
+    if (s->rebuild_needed && !e->mover->lost_seen[i] && e->mover->moves_in_flight == 0 &&
         page_mover_at_risk(e, i) == 0) {
       s->rebuild_needed = false;
       rp_log(RP_LOG_INFO, "rebuild after losing %s finished", s->address);
     }
     still_rebuilding |= s->rebuild_needed;
-    e->lost_seen[i] = false;
+    e->mover->lost_seen[i] = false;
   }
-  if (e->rebuilding && !still_rebuilding)
+  if (e->mover->rebuild.running && !still_rebuilding)
     rebuild_finish(e);
   /* Cleaning takes the sparsest groups first (a group with fewer live pages frees its
    * slots for fewer rewrites). A pass that ends still above the point where cleaning
@@ -308,29 +402,29 @@ static void finish_pass(struct rampart_engine *e)
    * pass that found nothing at all to clean rests the cleaner until the next tick, rather
    * than rescanning every group on every loop iteration (and holding back the move of
    * spilled pages) for nothing. */
-  if (!e->cleaning) {
-    e->clean_live_max = (uint8_t)(e->group_size / 2);
-  } else if (e->pass_cleaned == 0 || (double)slots_held(e) > e->clean_start) {
-    if (e->clean_live_max + 1u < e->group_size) {
-      e->clean_live_max++;
-    } else if (e->pass_cleaned == 0) {
-      e->cleaning = false;
-      e->clean_resting = true;
+  if (!e->mover->cleaning) {
+    e->mover->clean_live_max = (uint8_t)(e->group_size / 2);
+  } else if (e->mover->pass_cleaned == 0 || (double)slots_held(e) > e->mover->clean_start) {
+    if (e->mover->clean_live_max + 1u < e->group_size) {
+      e->mover->clean_live_max++;
+    } else if (e->mover->pass_cleaned == 0) {
+      e->mover->cleaning = false;
+      e->mover->clean_resting = true;
     }
   }
-  e->pass_cleaned = 0;
+  e->mover->pass_cleaned = 0;
   server_membership_pass_done(e);
 }
 
 static void scan_groups(struct rampart_engine *e)
 {
-  for (unsigned n = 0; n < GROUPS_PER_TICK && e->moves_in_flight < ENGINE_MOVES; n++) {
-    if (e->move_cursor >= e->groups.count) {
-      e->move_cursor = 0;
+  for (unsigned n = 0; n < GROUPS_PER_TICK && e->mover->moves_in_flight < ENGINE_MOVES; n++) {
+    if (e->mover->move_cursor >= e->groups.count) {
+      e->mover->move_cursor = 0;
       finish_pass(e);
       return;
     }
-    uint32_t id = e->move_cursor++;
+    uint32_t id = e->mover->move_cursor++;
     struct group *g = group_get(&e->groups, id);
     if (g->state != GROUP_SEALED || g->pins > 0)
       continue;
@@ -342,17 +436,17 @@ static void scan_groups(struct rampart_engine *e)
       continue;
     }
     if (why == RAMPART_MOVE_CLEAN) {
-      e->groups_cleaned++;
-      e->pass_cleaned++;
+      e->mover->groups_cleaned++;
+      e->mover->pass_cleaned++;
     }
     if (why == RAMPART_MOVE_REBALANCE)
-      e->rebalance_budget -= g->live;
+      e->mover->rebalance_budget -= g->live;
     for (unsigned m = 0; m < g->members; m++) {
       if (!group_member_is_live(&e->groups, &e->map, id, m) ||
           page_write_is_pending(e, g->page[m]))
         continue;
       if (!start_move(e, g->page[m], page_entry_remote(id, m), id, why)) {
-        e->move_cursor = id; /* out of ops: come back to this group */
+        e->mover->move_cursor = id; /* out of ops: come back to this group */
         return;
       }
     }
@@ -364,12 +458,12 @@ static void scan_spill(struct rampart_engine *e)
 {
   if (!e->spill || !e->redundancy->spilled_pages_move_back || e->nservers == 0)
     return;
-  if (server_set_placeable(e) < redundancy_policy_servers_needed(e->redundancy) || e->cleaning || spill_store_used(e->spill) == 0)
+  if (server_set_placeable(e) < redundancy_policy_servers_needed(e->redundancy) || e->mover->cleaning || spill_store_used(e->spill) == 0)
     return;
-  for (unsigned n = 0; n < SPILL_PAGES_PER_TICK && e->moves_in_flight < ENGINE_MOVES; n++) {
-    if (e->spill_cursor >= e->pages)
-      e->spill_cursor = 0;
-    uint64_t page = e->spill_cursor++;
+  for (unsigned n = 0; n < SPILL_PAGES_PER_TICK && e->mover->moves_in_flight < ENGINE_MOVES; n++) {
+    if (e->mover->spill_cursor >= e->pages)
+      e->mover->spill_cursor = 0;
+    uint64_t page = e->mover->spill_cursor++;
     page_entry entry = page_map_get(&e->map, page);
     if (page_entry_kind(entry) == PAGE_SPILL && entry != PAGE_ENTRY_LOST &&
         !page_write_is_pending(e, page))
@@ -382,7 +476,7 @@ static void scan_spill(struct rampart_engine *e)
  * all is well. */
 static bool mover_has_work(const struct rampart_engine *e)
 {
-  if (e->cleaning)
+  if (e->mover->cleaning)
     return true;
   /* Unprotected groups are one loss from gone, and nothing else may be under way to
    * bring the mover round to them. */
@@ -400,7 +494,7 @@ static bool mover_has_work(const struct rampart_engine *e)
     if (s->leaving && !s->drained && s->state != RAMPART_SERVER_REMOVED)
       return true;
   }
-  if (e->rebalancing && e->rebalance_budget > 0)
+  if (e->mover->rebalancing && e->mover->rebalance_budget > 0)
     return true;
   return e->spill && spill_store_used(e->spill) > 0 && e->redundancy->spilled_pages_move_back;
 }
@@ -416,7 +510,7 @@ void page_mover_tick(struct rampart_engine *e)
 
 void page_mover_run(struct rampart_engine *e)
 {
-  if (e->nservers == 0 || e->draining || e->moves_in_flight >= ENGINE_MOVES ||
+  if (e->nservers == 0 || e->draining || e->mover->moves_in_flight >= ENGINE_MOVES ||
       !mover_has_work(e))
     return;
   scan_groups(e);
@@ -425,9 +519,9 @@ void page_mover_run(struct rampart_engine *e)
 
 bool page_mover_should_throttle(struct rampart_engine *e)
 {
-  if (!e->cleaning || e->moves_in_flight == 0)
+  if (!e->mover->cleaning || e->mover->moves_in_flight == 0)
     return false; /* nothing in flight would wake a waiting write */
-  return (double)slots_held(e) > e->clean_target;
+  return (double)slots_held(e) > e->mover->clean_target;
 }
 
 /* A move that could not read its page: is the page gone for good? It is when the copies
@@ -480,12 +574,12 @@ void page_mover_read_done(struct page_op *op, int result)
 void page_mover_move_done(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
-  e->moves_in_flight--;
-  e->mover_wakeup = true; /* writes held back by cleaning may go on (engine.c) */
+  e->mover->moves_in_flight--;
+  e->mover->wakeup = true; /* writes held back by cleaning may go on (engine.c) */
   if (op->move_writing) {
-    e->rebuild_pages_done++;
+    e->mover->rebuild_pages_done++;
     if (op->move_rebuilds)
-      e->rebuild_pages_moved++;
+      e->mover->rebuild.pages_moved++;
   }
   if (op->group == GROUP_NONE)
     return;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine_internal.h"
+#include "page_mover.h"
 #include "log.h"
 
 #define READ_DEGRADED 4u       /* op->read_source beyond the page_location_kinds */

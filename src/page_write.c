@@ -12,6 +12,7 @@
 
 #include "crash_point.h"
 #include "engine_internal.h"
+#include "page_mover.h"
 #include "log.h"
 
 

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "engine_internal.h"
+#include "page_mover.h"
 #include "log.h"
 #include "thread_start.h"
 

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "engine_internal.h"
+#include "page_mover.h"
 #include "log.h"
 #include "parse.h"
 
