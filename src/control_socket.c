@@ -21,6 +21,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "control_socket.h"
 #include "engine_internal.h"
 #include "log.h"
 #include "thread_start.h"

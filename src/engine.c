@@ -25,11 +25,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "control_socket.h"
 #include "engine_internal.h"
-#include "page_mover.h"
-#include "pager_state.h"
+#include "engine_state.h"
+#include "event_arena.h"
 #include "log.h"
+#include "page_mover.h"
+#include "page_read.h"
+#include "page_rmw.h"
+#include "page_write.h"
+#include "pager_state.h"
 #include "secret.h"
+#include "server_health.h"
 #include "stats_file.h"
 #include "thread_start.h"
 
@@ -467,7 +474,7 @@ static bool submit_inline(struct rampart_engine *e, struct rampart_io *io)
   if (e->spill)
     spill_store_flush_submissions(e->spill);
   bool wake = loop_changes(e) != changes || e->io_head || e->wait_head ||
-              e->health_wait_head || page_mover_wakeup_pending(e);
+              server_health_any_waiting(e) || page_mover_wakeup_pending(e);
   pthread_mutex_unlock(&e->lock);
   if (wake)
     ev_async_send(e->loop, &e->wake);
@@ -939,13 +946,17 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
   e->redundancy = redundancy_policy_of(e->policy);
   e->pages = config->size / RAMPART_PAGE_SIZE;
   e->open_group = GROUP_NONE;
+  /* The parts with state of their own, before anything can fail: every later failure
+   * ends in rampart_close, which asks them. */
+  if (server_health_alloc(e) < 0 || page_mover_init(e) < 0) {
+    server_health_release(e);
+    free(e);
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
   pthread_mutex_init(&e->stats_lock, NULL);
   pthread_mutex_init(&e->lock, NULL);
   page_rmw_init(e);
-  if (page_mover_init(e) < 0) {
-    snprintf(err, errlen, "out of memory");
-    goto fail;
-  }
 
   /* The cluster key lives on a page of its own: not in core dumps, never swapped,
    * wiped when the engine closes (a zero-length key when there is no key file). */
@@ -1066,6 +1077,7 @@ void rampart_close(struct rampart_engine *e)
   page_rmw_destroy(e);
   free(e->report);
   page_mover_free(e);
+  server_health_release(e);
   rp_secret_free(e->key, sizeof *e->key);
   free(e);
 }

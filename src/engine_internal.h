@@ -2,9 +2,11 @@
  *   engine.c        open/close, the I/O thread, hand-over from frontend threads, stats
  *   server_set.c    connections to servers, reservations, requests and slots on them
  *   server_health.c each server's health: UP -> RECONNECTING -> UP | LOST, reconnects
+ *                   (server_health.h; what the servers share is its own struct)
  *   page_write.c    placement, the open group, sealing, reclaim
  *   page_read.c     reads, degraded reads
  *   page_mover.c    rebuild after a loss, cleaning, migration off advised servers
+ *                   (page_mover.h; its state is its own struct, seen by no other file)
  *   server_membership.c  servers added, drained and removed under a running device
  *   control_socket.c     the control= socket: rampartctl's commands to the above
  *   page_rmw.c      sub-page reads and writes (read-modify-write), serialised per page
@@ -14,6 +16,9 @@
  *   redundancy_policy.c  what each policy does, as one table (its own header)
  * Everything here is owned by whoever holds the engine's lock (the I/O thread, or a
  * frontend thread starting its request: see `lock`) unless a comment says otherwise.
+ * A part whose state no other file needs keeps it in a struct of its own, defined in
+ * its .c file, and the engine holds a pointer (the mover, the servers' shared health):
+ * what is left here is what several files really share.
  */
 #ifndef RAMPART_ENGINE_INTERNAL_H
 #define RAMPART_ENGINE_INTERNAL_H
@@ -226,6 +231,7 @@ struct recovered_write {
 
 struct pager_state;
 struct page_mover;
+struct server_health_shared;
 
 struct rampart_engine {
   struct rampart_config config;
@@ -297,19 +303,10 @@ struct rampart_engine {
   unsigned drain_ticks;
   bool thread_started;
 
-  /* server health (server_health.c) */
-  uint64_t io_timeout_ns;       /* io-timeout=: longest a request waits for a server */
-  _Atomic(struct reconnect_attempt *) attempts_done; /* pushed by helper threads */
+  /* what the servers' health shares (server_health.c's own) */
+  struct server_health_shared *health;
   struct rp_conn_pool *conn_pool; /* every server connection's memory, made at open */
-  ev_async attempt_wake;
   bool closing;                 /* server_set_close runs: no reconnects, no replays */
-  /* page ops waiting for a reconnecting server, started over when any server's state
-   * changes (linked through op->next) */
-  struct page_op *health_wait_head, *health_wait_tail;
-  uint32_t health_waiting;
-  bool health_waking, health_wake_again;
-  uint64_t resumes, requests_replayed;
-  uint64_t health_log_ns;       /* last "requests waiting" log line */
 
   /* the mover's own state (page_mover.c), and the watcher that runs it each iteration */
   struct page_mover *mover;
@@ -426,127 +423,10 @@ unsigned server_set_members(const struct rampart_engine *e);
 /* A pass of the mover ended: drains that finished end (and removes happen). */
 void server_membership_pass_done(struct rampart_engine *e);
 
-/* control_socket.c */
-struct control_socket;
-struct control_socket *control_socket_open(struct rampart_engine *e, const char *path,
-                                           char *err, size_t errlen);
-void control_socket_close(struct control_socket *c);
-
-/* event_arena.c: libev's arrays come from a preallocated arena, not the heap (process-
- * wide, once; before the first loop). */
-void rampart_event_arena_install(void);
-size_t rampart_event_arena_bytes(void); /* resident for the process's lifetime */
-
-/* server_health.c */
-void server_health_init(struct rampart_engine *e);
-int server_health_init_server(struct rampart_engine *e, struct server *s); /* 0 or -1 (memory) */
-/* Frees what init_server made, once no attempt runs (after server_health_close). */
-void server_health_free(struct rampart_engine *e);
-/* The same for one server never used (taken back from the table before it served). */
-void server_health_free_server(struct server *s);
-/* s's connection failed (or a request on it did): UP -> RECONNECTING. silent: it failed
- * by not answering within timeout= (stalled or cut off), not by a closed connection. */
-void server_health_failed(struct rampart_engine *e, struct server *s, const char *why,
-                          bool silent);
-/* Queues req for s's resumed session if s is reconnecting and may still come back within
- * io-timeout=; false when it cannot be queued. A write is not queued when another server
- * can take it and s is not likely back at once (it went silent, or has been out longer
- * than timeout=): its owner places it again elsewhere, as for a lost server. */
-bool server_health_queue(struct rampart_engine *e, struct server *s, struct rp_request *req);
-void server_health_tick(struct rampart_engine *e);
-/* op cannot go on until a server comes back (a read whose group cannot be rebuilt
- * without a reconnecting server, a write with no server to go to). Parks it, to be
- * started over whenever a server's state changes, and returns true; false once it has
- * waited io-timeout= (the caller then goes on as its policy says without the server). */
-bool server_health_park(struct rampart_engine *e, struct page_op *op);
-/* Some server is up, and every reconnecting server has been out for timeout= or more:
- * no longer a blip worth holding a frontend's write for. */
-bool server_health_partial_outage_past_blip(const struct rampart_engine *e);
-/* Some server is reconnecting: waiting may bring it back. */
-bool server_health_any_reconnecting(const struct rampart_engine *e);
-/* Stops every reconnect (waits for attempts in flight) before the servers are closed. */
-void server_health_close(struct rampart_engine *e);
-struct rampart_stats;
-void server_health_stats(struct rampart_engine *e, struct rampart_stats *st);
-/* After a restart (engine_state.c): a server the dead pager had resumes its session (it
- * goes RECONNECTING, with the token the state kept) or, lost, tries to join again. 1
- * when it is resuming. */
-unsigned server_health_after_restart(struct rampart_engine *e, struct server *s);
-/* s was removed: it must never reconnect; its session (if it has one) is ended by its
- * helper thread with GOODBYE, so the server frees our pages now, not after a lease. */
-void server_health_retire(struct rampart_engine *e, struct server *s);
-/* s is lost and being removed: no more attempts to join again as a new server. */
-void server_health_stop_rejoining(struct rampart_engine *e, struct server *s);
-
 static inline bool page_write_is_pending(const struct rampart_engine *e, uint64_t page)
 {
   return (e->write_pending[page / 64] >> (page % 64)) & 1u;
 }
-
-/* engine_state.c: state= (docs/recovery.md) */
-int engine_state_open(struct rampart_engine *e, char *err, size_t errlen);
-/* After the loop and the spill store exist, instead of server_set_open, when the state
- * was left by a process that died. */
-int engine_state_recover(struct rampart_engine *e, char *err, size_t errlen);
-/* clean: the servers were told GOODBYE, so the state goes; else it stays to be taken
- * over. */
-void engine_state_close(struct rampart_engine *e, bool clean);
-void engine_state_save_server(struct rampart_engine *e, const struct server *s);
-void engine_state_save_servers(struct rampart_engine *e);
-/* op is about to make `entry` its page's version: records the version it replaces, and
- * true when that one must be kept (not retired) until the op ends. */
-bool engine_state_keep_replaced(struct page_op *op, page_entry entry);
-/* The map now names `entry`, the op's version. */
-void engine_state_installed(struct page_op *op, page_entry entry);
-/* op is going back to the pool: the version it kept is retired now. */
-void engine_state_op_ended(struct page_op *op);
-/* A copy of op's page failed verification: if it is the version a dead process's write
- * had not yet stored, the page goes back to the version before it; true then, and the
- * caller reads the page again. */
-bool engine_state_fall_back(struct page_op *op);
-/* The page gets a new version (or is trimmed): versions kept for a fallback go. */
-void engine_state_page_rewritten(struct rampart_engine *e, uint64_t page);
-/* A group opened (with its parity server and slot): a restart continues it. */
-void engine_state_group_opened(struct rampart_engine *e, uint32_t group);
-/* Parity buffer `buffer`'s page `page` (0 or 1) is now its XOR, covering `covered`
- * members: one store, so a crash leaves the old page current or the new one. */
-void engine_state_parity_published(struct rampart_engine *e, uint16_t buffer, unsigned page,
-                                   unsigned covered);
-
-/* page_write.c */
-void page_write_start(struct page_op *op);
-/* The page's previous version `old` is no longer current. */
-void page_write_retire(struct rampart_engine *e, page_entry old);
-/* The same for a version that was held pinned rather than live (engine_state.c keeps
- * the version a dead pager's write replaced that way). */
-void page_write_release_version(struct rampart_engine *e, page_entry old, bool pinned);
-/* The page becomes `entry` other than by a write's own install (a trim, a move to the
- * spill store, a page declared lost): the old version retires, and so does what a dead
- * pager's write of the page kept for a fallback (engine_state_page_rewritten). */
-void page_write_supersede(struct rampart_engine *e, uint64_t page, page_entry entry);
-void page_write_trim(struct rampart_engine *e, uint64_t page);
-void page_write_reclaim(struct rampart_engine *e, uint32_t group);
-/* A member of `group` never reached its server (and the server is not lost): the
- * group's parity covers bytes no server holds, so it goes unprotected. */
-void page_write_member_lost(struct rampart_engine *e, uint32_t group);
-void page_write_close_open_group(struct rampart_engine *e);
-/* A SEALING group's parity write is sent again from its buffer (a restart: the dead
- * process's write may not have landed). */
-void page_write_reseal(struct rampart_engine *e, uint32_t group);
-/* Points the buffer at its page `current` (0 or 1) as the XOR, the other as spare. */
-void parity_buffer_use_page(struct rampart_engine *e, struct parity_buffer *pb,
-                            unsigned current);
-
-/* page_read.c */
-void page_read_start(struct page_op *op);
-
-/* page_rmw.c: reads and writes of part of one page, from frontend threads */
-void page_rmw_init(struct rampart_engine *e);
-void page_rmw_destroy(struct rampart_engine *e);
-int page_rmw_read(struct rampart_engine *e, uint8_t *dst, uint32_t len, uint64_t off);
-/* src NULL: patch with zeros. */
-int page_rmw_write(struct rampart_engine *e, const uint8_t *src, uint32_t len, uint64_t off,
-                   uint32_t flags);
 
 /* local_store.c */
 int local_store_init(struct local_store *s, uint64_t pages);

@@ -30,10 +30,13 @@
 
 #include "crash_point.h"
 #include "engine_internal.h"
-#include "page_mover.h"
+#include "engine_state.h"
 #include "log.h"
+#include "page_mover.h"
+#include "page_write.h"
 #include "pager_state.h"
 #include "secret.h"
+#include "server_health.h"
 
 
 _Static_assert(ENGINE_PAGE_OPS <= PAGER_STATE_WRITES, "every page op has a write record");

@@ -23,6 +23,7 @@
 #include <ev.h>
 
 #include "engine_internal.h"
+#include "event_arena.h"
 
 #define ARENA_BYTES (1u << 20)
 #define MIN_SHIFT 6u   /* 64-byte blocks */

@@ -24,6 +24,8 @@
 #include "engine_internal.h"
 #include "log.h"
 #include "page_mover.h"
+#include "page_read.h"
+#include "page_write.h"
 #include "pager_state.h"
 
 #define GROUPS_PER_TICK 4096u

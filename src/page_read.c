@@ -12,8 +12,12 @@
 #include <string.h>
 
 #include "engine_internal.h"
-#include "page_mover.h"
+#include "engine_state.h"
 #include "log.h"
+#include "page_mover.h"
+#include "page_read.h"
+#include "page_write.h"
+#include "server_health.h"
 
 #define READ_DEGRADED 4u       /* op->read_source beyond the page_location_kinds */
 #define VERIFY_RESTARTS 8u     /* re-reads after a page changed under a failed check */

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "engine_internal.h"
+#include "page_rmw.h"
 
 static pthread_mutex_t *page_lock(struct rampart_engine *e, uint64_t page)
 {

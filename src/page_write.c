@@ -12,8 +12,11 @@
 
 #include "crash_point.h"
 #include "engine_internal.h"
-#include "page_mover.h"
+#include "engine_state.h"
 #include "log.h"
+#include "page_mover.h"
+#include "page_write.h"
+#include "server_health.h"
 
 
 static void mark_pending(struct rampart_engine *e, uint64_t page)

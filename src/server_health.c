@@ -35,12 +35,46 @@
 #include <string.h>
 
 #include "engine_internal.h"
-#include "page_mover.h"
 #include "log.h"
+#include "page_mover.h"
+#include "page_read.h"
+#include "page_write.h"
+#include "server_health.h"
 #include "thread_start.h"
 
 #define BACKOFF_FIRST_MS 50u
 #define BACKOFF_MAX_MS 500u
+
+/* What every server's health shares; the engine holds it, only this file sees into it. */
+struct server_health_shared {
+  uint64_t io_timeout_ns;       /* io-timeout=: longest a request waits for a server */
+  _Atomic(struct reconnect_attempt *) attempts_done; /* pushed by helper threads */
+  ev_async attempt_wake;
+  /* page ops waiting for a reconnecting server, started over when any server's state
+   * changes (linked through op->next) */
+  struct page_op *wait_head, *wait_tail;
+  uint32_t waiting;
+  bool waking, wake_again;
+  uint64_t resumes, requests_replayed;
+  uint64_t log_ns;              /* last "requests waiting" log line */
+};
+
+int server_health_alloc(struct rampart_engine *e)
+{
+  e->health = calloc(1, sizeof *e->health);
+  return e->health ? 0 : -1;
+}
+
+void server_health_release(struct rampart_engine *e)
+{
+  free(e->health);
+  e->health = NULL;
+}
+
+bool server_health_any_waiting(const struct rampart_engine *e)
+{
+  return e->health->wait_head != NULL;
+}
 
 /* A server's reconnect helper: its thread, which waits for an attempt to run, and the
  * attempt itself, the thread's only input and output. */
@@ -232,8 +266,8 @@ static void start_attempt(struct rampart_engine *e, struct server *s, struct rp_
   a->reserve_pages = server_reservation_wanted(e);
   a->timeout_ms = e->config.timeout_ms;
   a->loop = e->loop;
-  a->wake = &e->attempt_wake;
-  a->done = &e->attempts_done;
+  a->wake = &e->health->attempt_wake;
+  a->done = &e->health->attempts_done;
   pthread_mutex_lock(&a->lock); /* held by the thread only between attempts */
   a->work = true;
   pthread_cond_signal(&a->wake_thread);
@@ -268,12 +302,12 @@ static void schedule_retry(struct rampart_engine *e, struct server *s)
 static void park_append(struct rampart_engine *e, struct page_op *op)
 {
   op->next = NULL;
-  if (e->health_wait_tail)
-    e->health_wait_tail->next = op;
+  if (e->health->wait_tail)
+    e->health->wait_tail->next = op;
   else
-    e->health_wait_head = op;
-  e->health_wait_tail = op;
-  e->health_waiting++;
+    e->health->wait_head = op;
+  e->health->wait_tail = op;
+  e->health->waiting++;
 }
 
 bool server_health_any_reconnecting(const struct rampart_engine *e)
@@ -291,7 +325,7 @@ bool server_health_park(struct rampart_engine *e, struct page_op *op)
     return false;
   if (!op->wait_since_ns)
     op->wait_since_ns = now;
-  if (now - op->wait_since_ns >= e->io_timeout_ns)
+  if (now - op->wait_since_ns >= e->health->io_timeout_ns)
     return false;
   park_append(e, op);
   return true;
@@ -325,38 +359,38 @@ static void restart(struct page_op *op)
  * map and either goes on or waits again (keeping its first wait's time). */
 static void wake_parked(struct rampart_engine *e)
 {
-  if (e->health_waking) {
-    e->health_wake_again = true; /* an op's restart changed a server's state */
+  if (e->health->waking) {
+    e->health->wake_again = true; /* an op's restart changed a server's state */
     return;
   }
-  e->health_waking = true;
+  e->health->waking = true;
   do {
-    e->health_wake_again = false;
-    struct page_op *list = e->health_wait_head;
-    e->health_wait_head = e->health_wait_tail = NULL;
-    e->health_waiting = 0;
+    e->health->wake_again = false;
+    struct page_op *list = e->health->wait_head;
+    e->health->wait_head = e->health->wait_tail = NULL;
+    e->health->waiting = 0;
     while (list) {
       struct page_op *op = list;
       list = op->next;
       op->next = NULL;
       restart(op);
     }
-  } while (e->health_wake_again);
-  e->health_waking = false;
+  } while (e->health->wake_again);
+  e->health->waking = false;
 }
 
 /* Ops that have waited io-timeout= start over once more, and now go on without. */
 static void wake_expired(struct rampart_engine *e, uint64_t now)
 {
-  struct page_op *list = e->health_wait_head, *expired = NULL, **tail = &expired;
-  e->health_wait_head = e->health_wait_tail = NULL;
-  e->health_waiting = 0;
+  struct page_op *list = e->health->wait_head, *expired = NULL, **tail = &expired;
+  e->health->wait_head = e->health->wait_tail = NULL;
+  e->health->waiting = 0;
   bool draining = e->draining;
   while (list) {
     struct page_op *op = list;
     list = op->next;
     op->next = NULL;
-    if (draining || now - op->wait_since_ns >= e->io_timeout_ns) {
+    if (draining || now - op->wait_since_ns >= e->health->io_timeout_ns) {
       *tail = op;
       tail = &op->next;
     } else {
@@ -474,7 +508,7 @@ void server_health_failed(struct rampart_engine *e, struct server *s, const char
   s->state = RAMPART_SERVER_RECONNECTING;
   h->since_ns = now;
   h->lost_at_ns = now + (uint64_t)e->config.lease_seconds * 1000000000u;
-  h->replay_until_ns = now + e->io_timeout_ns;
+  h->replay_until_ns = now + e->health->io_timeout_ns;
   h->attempts = 0;
   h->backoff_ms = 0;
   h->silent = silent;
@@ -485,7 +519,7 @@ void server_health_failed(struct rampart_engine *e, struct server *s, const char
   rp_log(RP_LOG_WARN, "server %s failed (%s): reconnecting for up to %u s (lease=); meanwhile "
          "%s (io-timeout=%llu ms), and writes go to the other servers", s->address, why,
          e->config.lease_seconds, meanwhile,
-         (unsigned long long)(e->io_timeout_ns / 1000000u));
+         (unsigned long long)(e->health->io_timeout_ns / 1000000u));
   /* Give the connection up now: every request still on it fails back to its owner,
    * which queues it here (state is RECONNECTING already) or starts over elsewhere. */
   if (s->conn) {
@@ -554,8 +588,8 @@ static void resume(struct rampart_engine *e, struct server *s, struct reconnect_
     server_set_submit(e, s->index, q);
     q = next;
   }
-  e->resumes++;
-  e->requests_replayed += resent;
+  e->health->resumes++;
+  e->health->requests_replayed += resent;
   rp_log(RP_LOG_INFO, "server %s is back with its session after %llu ms: no page was lost; "
          "%u requests sent again", s->address, (unsigned long long)out_ms, resent);
   if (s->conn)
@@ -652,7 +686,7 @@ static void attempt_finished(struct rampart_engine *e, struct reconnect_attempt 
 static void on_attempt_done(struct ev_loop *loop, ev_async *w, int revents)
 {
   struct rampart_engine *e = w->data;
-  struct reconnect_attempt *list = atomic_exchange(&e->attempts_done, NULL);
+  struct reconnect_attempt *list = atomic_exchange(&e->health->attempts_done, NULL);
   while (list) {
     struct reconnect_attempt *next = list->next;
     attempt_finished(e, list);
@@ -665,7 +699,7 @@ static void on_attempt_done(struct ev_loop *loop, ev_async *w, int revents)
 static uint64_t oldest_wait_ns(const struct rampart_engine *e)
 {
   uint64_t oldest = 0;
-  for (const struct page_op *op = e->health_wait_head; op; op = op->next)
+  for (const struct page_op *op = e->health->wait_head; op; op = op->next)
     if (!oldest || op->wait_since_ns < oldest)
       oldest = op->wait_since_ns;
   for (unsigned i = 0; i < e->nservers; i++) {
@@ -678,7 +712,7 @@ static uint64_t oldest_wait_ns(const struct rampart_engine *e)
 
 static uint32_t requests_waiting(const struct rampart_engine *e)
 {
-  uint32_t n = e->health_waiting;
+  uint32_t n = e->health->waiting;
   for (unsigned i = 0; i < e->nservers; i++)
     n += e->servers[i].health.replay_writes;
   return n;
@@ -688,22 +722,22 @@ static uint32_t requests_waiting(const struct rampart_engine *e)
 static void log_waiting(struct rampart_engine *e, uint64_t now)
 {
   uint64_t oldest = oldest_wait_ns(e);
-  if (!oldest || now - oldest < 1000000000u || now - e->health_log_ns < 5000000000u)
+  if (!oldest || now - oldest < 1000000000u || now - e->health->log_ns < 5000000000u)
     return;
-  e->health_log_ns = now;
+  e->health->log_ns = now;
   unsigned reconnecting = 0;
   for (unsigned i = 0; i < e->nservers; i++)
     reconnecting += e->servers[i].state == RAMPART_SERVER_RECONNECTING;
   rp_log(RP_LOG_WARN, "%u requests are waiting for %u reconnecting servers, the oldest for "
          "%llu ms; they give up after io-timeout=%llu ms", requests_waiting(e), reconnecting,
          (unsigned long long)((now - oldest) / 1000000u),
-         (unsigned long long)(e->io_timeout_ns / 1000000u));
+         (unsigned long long)(e->health->io_timeout_ns / 1000000u));
 }
 
 void server_health_tick(struct rampart_engine *e)
 {
   uint64_t now = engine_now_ns();
-  if (e->health_wait_head)
+  if (e->health->wait_head)
     wake_expired(e, now);
   log_waiting(e, now);
   bool blip_ended = false;
@@ -723,7 +757,7 @@ void server_health_tick(struct rampart_engine *e)
     } else if (s->health.replay_head && now >= s->health.replay_until_ns) {
       char why[160];
       snprintf(why, sizeof why, "server %s did not come back within io-timeout=%llu ms",
-               s->address, (unsigned long long)(e->io_timeout_ns / 1000000u));
+               s->address, (unsigned long long)(e->health->io_timeout_ns / 1000000u));
       rp_log(RP_LOG_WARN, "%s: %u requests to it go elsewhere", why, s->health.replay_count);
       give_up_queue(e, s, RP_ERR_TIMEOUT, why);
     } else if (s->health.replay_head && !s->health.writes_given_up && s->health.past_blip &&
@@ -733,7 +767,7 @@ void server_health_tick(struct rampart_engine *e)
   }
   /* Writes parked for a server that is now more than a blip away may go to the spill
    * store (page_write.c); reads park again. Once per server and outage, not per tick. */
-  if (blip_ended && e->health_wait_head)
+  if (blip_ended && e->health->wait_head)
     wake_parked(e);
 }
 
@@ -741,13 +775,13 @@ void server_health_tick(struct rampart_engine *e)
 
 void server_health_init(struct rampart_engine *e)
 {
-  e->io_timeout_ns = e->config.io_timeout_given
+  e->health->io_timeout_ns = e->config.io_timeout_given
                        ? (uint64_t)e->config.io_timeout_ms * 1000000u
                        : (uint64_t)e->config.lease_seconds * 1000000000u;
   ev_set_userdata(e->loop, e);
-  ev_async_init(&e->attempt_wake, on_attempt_done);
-  e->attempt_wake.data = e;
-  ev_async_start(e->loop, &e->attempt_wake);
+  ev_async_init(&e->health->attempt_wake, on_attempt_done);
+  e->health->attempt_wake.data = e;
+  ev_async_start(e->loop, &e->health->attempt_wake);
 }
 
 int server_health_init_server(struct rampart_engine *e, struct server *s)
@@ -781,8 +815,8 @@ void server_health_stats(struct rampart_engine *e, struct rampart_stats *st)
   st->requests_waiting = requests_waiting(e);
   uint64_t oldest = oldest_wait_ns(e);
   st->oldest_wait_ms = oldest ? ms_since(oldest) : 0;
-  st->resumes = e->resumes;
-  st->requests_replayed = e->requests_replayed;
+  st->resumes = e->health->resumes;
+  st->requests_replayed = e->health->requests_replayed;
 }
 
 void server_health_retire(struct rampart_engine *e, struct server *s)
@@ -811,9 +845,9 @@ void server_health_close(struct rampart_engine *e)
     h->replay_head = h->replay_tail = NULL;
     h->replay_count = h->replay_writes = 0;
   }
-  ev_async_stop(e->loop, &e->attempt_wake);
+  ev_async_stop(e->loop, &e->health->attempt_wake);
   /* Sessions opened by attempts that finished after the loop stopped: nobody uses them. */
-  struct reconnect_attempt *list = atomic_exchange(&e->attempts_done, NULL);
+  struct reconnect_attempt *list = atomic_exchange(&e->health->attempts_done, NULL);
   while (list) {
     struct reconnect_attempt *next = list->next;
     if (list->conn)

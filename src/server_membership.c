@@ -23,9 +23,11 @@
 #include <string.h>
 
 #include "engine_internal.h"
-#include "page_mover.h"
 #include "log.h"
+#include "page_mover.h"
+#include "page_write.h"
 #include "parse.h"
+#include "server_health.h"
 
 #define ADD_CONNECT_TIMEOUT_MS 5000u
 #define ADD_POOL_CONNECTIONS 3u /* its connection, a reconnect's, and a session to end */

@@ -13,8 +13,10 @@
 #include <time.h>
 
 #include "engine_internal.h"
+#include "engine_state.h"
 #include "log.h"
 #include "parse.h"
+#include "server_health.h"
 
 bool server_usable_for_reads(const struct server *s)
 {

@@ -1,0 +1,14 @@
+/* The control= socket (control_socket.c): rampartctl's commands to a running device. */
+#ifndef RAMPART_CONTROL_SOCKET_H
+#define RAMPART_CONTROL_SOCKET_H
+
+#include <stddef.h>
+
+struct rampart_engine;
+struct control_socket;
+
+struct control_socket *control_socket_open(struct rampart_engine *e, const char *path,
+                                           char *err, size_t errlen);
+void control_socket_close(struct control_socket *c);
+
+#endif
