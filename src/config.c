@@ -38,9 +38,9 @@ const char rampart_config_help[] =
   "enckey=FILE               key material for the page key (default: random per attach)\n"
   "state=PATH                keep the device's state where a restarted pager finds it\n"
   "                          (docs/recovery.md): its pages survive the pager's crash\n"
-  "submit=handover|inline    who starts a request: always the engine's I/O thread\n"
-  "                          (default), or the frontend's own thread when the I/O thread\n"
-  "                          is idle (measured no faster on 2 cores: docs/engine.md)";
+  "submit=inline|handover    who starts a request: the frontend's own thread when the\n"
+  "                          engine's I/O thread is idle (default: half the latency at\n"
+  "                          queue depth 1, docs/engine.md), or always the I/O thread";
 
 struct rampart_config *rampart_config_new(void)
 {
@@ -49,6 +49,7 @@ struct rampart_config *rampart_config_new(void)
     return NULL;
   c->memory = UINT64_MAX;
   c->overflow_percent = 10;
+  c->submit_inline = true;
   c->timeout_ms = 2000;
   c->lease_seconds = 10;
   c->rebalance_pages = 256;
@@ -240,8 +241,8 @@ int rampart_config_set(struct rampart_config *c, const char *key, const char *v,
   }
   if (strcmp(key, "submit") == 0) {
     if (strcmp(v, "inline") && strcmp(v, "handover")) {
-      snprintf(err, errlen, "submit=%s: write submit=handover (the default) or "
-               "submit=inline", v);
+      snprintf(err, errlen, "submit=%s: write submit=inline (the default) or "
+               "submit=handover", v);
       return -1;
     }
     c->submit_inline = strcmp(v, "inline") == 0;

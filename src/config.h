@@ -27,7 +27,8 @@ struct rampart_config {
   unsigned rebalance_pages;   /* rebalance=: pages a second; 0: off */
   char enckey_path[4096];     /* "": a random page key per attach */
   bool encrypt_off;           /* encrypt=off: checksummed plaintext (benchmarks) */
-  bool submit_inline;         /* submit=inline: frontends start requests when the loop idles */
+  bool submit_inline;         /* submit=inline (default): frontends start requests when the
+                                 loop idles; false: submit=handover */
   uint64_t spill_size;        /* 0: device size */
   uint64_t memory;            /* standalone RAM before spilling; UINT64_MAX: not given */
   unsigned overflow_percent;

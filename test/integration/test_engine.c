@@ -78,9 +78,11 @@ static void policy_round_trip(const char *policy, unsigned nservers)
   rp_test_cluster_stop(&c);
 }
 
-/* submit=inline: the test's own threads start their requests while the I/O thread
- * sleeps (engine.c); kills, replays and the rebuild then run with requests started on
- * both sides of the engine's lock. Several submitting threads at once. */
+/* Requests started from several frontend threads at once while a server is killed,
+ * under both ways of starting them (engine.c): submit=inline (the default: a thread
+ * starts its own request while the I/O thread sleeps, so kills, replays and the rebuild
+ * run with requests started on both sides of the engine's lock) and submit=handover
+ * (every request handed to the I/O thread). */
 struct inline_writer {
   struct rampart_engine *engine;
   uint64_t first, pages;
@@ -107,13 +109,12 @@ static void *inline_writer_main(void *arg)
   return NULL;
 }
 
-static void test_inline_start_survives_a_kill(void **state)
+static void threads_survive_a_kill(const char *submit)
 {
-  (void)state;
   struct rp_test_cluster c;
   cluster_start(&c, 6, "64M");
   const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
-                          "timeout", "1000", "submit", "inline", NULL };
+                          "timeout", "1000", "submit", submit, NULL };
   struct rp_test_device d;
   const uint64_t pages = 4096;
   rp_test_device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 13);
@@ -141,6 +142,18 @@ static void test_inline_start_survives_a_kill(void **state)
   assert_int_equal(st.pages_lost, 0);
   rp_test_device_free(&d);
   rp_test_cluster_stop(&c);
+}
+
+static void test_inline_start_survives_a_kill(void **state)
+{
+  (void)state;
+  threads_survive_a_kill("inline");
+}
+
+static void test_handover_start_survives_a_kill(void **state)
+{
+  (void)state;
+  threads_survive_a_kill("handover");
 }
 
 static void test_policy_none(void **state) { (void)state; policy_round_trip("none", 4); }
@@ -542,6 +555,7 @@ int main(void)
     cmocka_unit_test(test_policy_write_through),
     cmocka_unit_test(test_parity_log_survives_kills),
     cmocka_unit_test(test_inline_start_survives_a_kill),
+    cmocka_unit_test(test_handover_start_survives_a_kill),
     cmocka_unit_test(test_rebuild_is_counted_and_timed),
     cmocka_unit_test(test_mirror_survives_a_kill),
     cmocka_unit_test(test_restarted_server_rejoins_empty),
