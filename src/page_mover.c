@@ -460,7 +460,8 @@ static void scan_spill(struct rampart_engine *e)
 {
   if (!e->spill || !e->redundancy->spilled_pages_move_back || e->nservers == 0)
     return;
-  if (server_set_placeable(e) < redundancy_policy_servers_needed(e->redundancy) || e->mover->cleaning || spill_store_used(e->spill) == 0)
+  if (server_set_placeable(e) < redundancy_policy_servers_needed(e->redundancy) ||
+      e->mover->cleaning || spill_store_used(e->spill) == 0)
     return;
   for (unsigned n = 0; n < SPILL_PAGES_PER_TICK && e->mover->moves_in_flight < ENGINE_MOVES; n++) {
     if (e->mover->spill_cursor >= e->pages)
