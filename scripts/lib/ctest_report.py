@@ -16,7 +16,10 @@ something skipped; this reads every test's own output instead:
     cases that passed before it.
 
 Prints 'counts PASSED FAILED SKIPPED', then one 'skip TEST[: CASE]: REASON' or
-'fail TEST[: CASE]' line per such test, for scripts/test to report.
+'fail TEST[: CASE]' line per such test, for scripts/test to report. A failed cmocka case
+is followed by 'why LINE' lines: cmocka's error and the lines the case printed just
+before it, so that the summary at the end of a CI log (often all of it that is kept)
+says what failed, not only where.
 """
 import re
 import sys
@@ -26,28 +29,48 @@ import xml.etree.ElementTree as ET
 # report) can land in the middle of a stdout line in the captured output.
 RESULT = re.compile(r"\[ *(OK|FAILED|ERROR|SKIPPED) *\] (\S+)\s*$")
 RUN = re.compile(r"\[ RUN +\] (\S+)\s*$")
+# cmocka's own account of a failed check: '[  ERROR   ] --- 0 != 0x1' and
+# '[   LINE   ] --- file.c:123: error: Failure!'.
+CHECK = re.compile(r"\[ *(ERROR|LINE) *\] --- ")
+WHY_CONTEXT = 4      # lines printed just before the failed check
+WHY_WIDTH = 240      # a log line can be long; the start of it says enough
 
 
 def cmocka_cases(out):
-    """Yields (case, verdict, reason) for each case that printed a result line."""
-    current, reason = None, None
+    """Yields (case, verdict, reason) for each case that printed a result line. The
+    reason is the skip's, or for a failure a list of lines saying why."""
+    current, reason, recent, why = None, None, [], []
     for line in out.splitlines():
         m = RUN.search(line)
         if m:
             if current:
-                yield current, "UNFINISHED", None
-            current, reason = m.group(1), None
+                yield current, "UNFINISHED", recent[-WHY_CONTEXT:]
+            current, reason, recent, why = m.group(1), None, [], []
             continue
         m = RESULT.search(line)
         if m and current and m.group(2) == current:
-            yield current, m.group(1), reason
+            yield current, m.group(1), (why or recent[-WHY_CONTEXT:]) \
+                if m.group(1) in ("FAILED", "ERROR") else reason
             current = None
             continue
-        if current and line.lstrip().lower().startswith("skipped:"):
+        if not current:
+            continue
+        if CHECK.search(line):
+            if not why:
+                why = recent[-WHY_CONTEXT:]
+            why.append(line.strip())
+        elif line.strip():
+            recent.append(line.strip())
+            del recent[:-WHY_CONTEXT]
+        if line.lstrip().lower().startswith("skipped:"):
             reason = line.strip()[len("skipped:"):].strip()
     if current:
         # RUN with no result: the binary died inside this case.
-        yield current, "UNFINISHED", None
+        yield current, "UNFINISHED", recent[-WHY_CONTEXT:]
+
+
+def why_lines(reason):
+    return [f"why {line[:WHY_WIDTH]}" for line in reason or []]
 
 
 def skip_reason(out, ctest_message):
@@ -80,10 +103,12 @@ def main():
                     case_failed = True
                     lines.append(f"fail {name}: {cname}" +
                                  (" (its setup or teardown failed)" if verdict == "ERROR" else ""))
+                    lines.extend(why_lines(reason))
                 else:
                     failed += 1
                     case_failed = True
                     lines.append(f"fail {name}: {cname} (never finished: crash or time-out)")
+                    lines.extend(why_lines(reason))
             if test_failed and not case_failed:
                 failed += 1
                 lines.append(f"fail {name} (exited abnormally after its cases: crash, "
