@@ -725,6 +725,8 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   page_mover_stats(e, st);
   for (struct page_op *w = e->wait_head; w; w = w->next)
     st->ops_waiting++;
+  for (struct page_op *w = e->reads_awaiting_write; w; w = w->next)
+    st->ops_waiting++;
   server_health_stats(e, st);
   for (unsigned i = 0; i < e->nservers; i++)
     if (e->servers[i].rebuild_needed)

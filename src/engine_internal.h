@@ -279,6 +279,8 @@ struct rampart_engine {
   /* queues of work waiting for a pool */
   struct rampart_io *io_head, *io_tail;       /* frontend requests with pages to start */
   struct page_op *wait_head, *wait_tail;      /* ops waiting for a parity buffer / degraded ctx */
+  struct page_op *reads_awaiting_write;       /* reads of a page whose write is in flight
+                                                 (page_read.c): restarted when it ends */
   bool starting_ios;
 
   /* Who runs the engine: the holder of `lock`. The I/O thread holds it except while

@@ -21,11 +21,6 @@
 
 #define READ_DEGRADED 4u       /* op->read_source beyond the page_location_kinds */
 #define VERIFY_RESTARTS 8u     /* re-reads after a page changed under a failed check */
-/* ... while a write of the page is still in flight: the map names its version from the
- * moment it is placed, so a read can get there before its bytes (a spill write racing a
- * spill read of the same slot). Each re-read waits for an answer, not a spin; the bound
- * only keeps a write that never ends from holding a read forever. */
-#define VERIFY_RESTARTS_WRITE_IN_FLIGHT 256u
 
 static void degraded_start(struct page_op *op, uint32_t id, unsigned lost);
 static void read_finish(struct page_op *op, int result);
@@ -122,6 +117,41 @@ static bool copy_was_replaced(const struct page_op *op)
          page_write_is_pending(e, op->page) || op->read_while_written;
 }
 
+/* The map names a write's version from the moment it is placed, so a read can get to
+ * the copy before its bytes do (a spill read overtaking the spill write of the same
+ * slot, a member read overtaking its member write). Reading again at once could spin
+ * for as long as the write takes, which on a loaded disk is longer than any count of
+ * re-reads allows: the read waits for the write of its page to end (it does, within
+ * io-timeout: stored, placed again, or failed) and then starts over from the map. */
+static void read_waits_for_write(struct page_op *op)
+{
+  struct rampart_engine *e = op->engine;
+  op->next = e->reads_awaiting_write;
+  e->reads_awaiting_write = op;
+}
+
+void page_read_write_ended(struct rampart_engine *e, uint64_t page)
+{
+  struct page_op *ready = NULL, **link = &e->reads_awaiting_write;
+  while (*link) {
+    struct page_op *op = *link;
+    if (op->page == page) {
+      *link = op->next;
+      op->next = ready;
+      ready = op;
+    } else {
+      link = &op->next;
+    }
+  }
+  /* Unlinked first: a read started again may wait again, on a newer write. */
+  while (ready) {
+    struct page_op *op = ready;
+    ready = op->next;
+    op->next = NULL;
+    page_read_start(op);
+  }
+}
+
 /* The one place where a copy that failed verification is handled, for reads, moves
  * (cleaning, migration) and rebuilds alike: the bytes are not what this client sealed
  * for the page (altered, stale or another page's). Unless the page was replaced meanwhile
@@ -141,9 +171,11 @@ static void copy_failed_verification(struct page_op *op)
       page_mover_read_done(op, 0); /* the mover sees the map moved on, and stops */
       return;
     }
-    unsigned limit = page_write_is_pending(e, op->page) ? VERIFY_RESTARTS_WRITE_IN_FLIGHT
-                                                        : VERIFY_RESTARTS;
-    if (op->verify_retries < limit) {
+    if (page_write_is_pending(e, op->page)) {
+      read_waits_for_write(op);
+      return;
+    }
+    if (op->verify_retries < VERIFY_RESTARTS) {
       op->verify_retries++;
       page_read_start(op);
       return;

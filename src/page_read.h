@@ -4,7 +4,11 @@
 #define RAMPART_PAGE_READ_H
 
 struct page_op;
+struct rampart_engine;
 
 void page_read_start(struct page_op *op);
+/* A write of `page` ended (page_write.c): the reads that met its bytes not yet landed
+ * start again. */
+void page_read_write_ended(struct rampart_engine *e, uint64_t page);
 
 #endif

@@ -15,6 +15,7 @@
 #include "engine_state.h"
 #include "log.h"
 #include "page_mover.h"
+#include "page_read.h"
 #include "page_write.h"
 #include "server_health.h"
 
@@ -40,6 +41,8 @@ static void write_finish(struct page_op *op, int result)
    * nothing about whether the newest has landed. */
   if (op->placed && page_map_get(&e->map, op->page) == op->placed)
     e->write_pending[op->page / 64] &= ~(UINT64_C(1) << (op->page % 64));
+  if (e->reads_awaiting_write)
+    page_read_write_ended(e, op->page);
   engine_op_finished(op, result);
 }
 
@@ -129,6 +132,10 @@ void page_write_supersede(struct rampart_engine *e, uint64_t page, page_entry en
 void page_write_trim(struct rampart_engine *e, uint64_t page)
 {
   page_write_supersede(e, page, 0);
+  /* Zeros have nothing to land. A write of the page still in flight no longer names the
+   * map's version, so its end would leave the bit set, and a read would wait for a
+   * write that is not there (page_read.c); one placed again sets it again. */
+  e->write_pending[page / 64] &= ~(UINT64_C(1) << (page % 64));
 }
 
 /* ---- parity buffers and sealing ---------------------------------------------------------- */

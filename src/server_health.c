@@ -516,9 +516,9 @@ void server_health_failed(struct rampart_engine *e, struct server *s, const char
   h->past_blip = false;
   h->last_failure[0] = '\0';
   const char *meanwhile = e->redundancy->while_server_away;
-  rp_log(RP_LOG_WARN, "server %s failed (%s): reconnecting for up to %u s (lease=); meanwhile "
+  rp_log(RP_LOG_WARN, "server %s failed (%s): reconnecting for up to %u s (lease=%u); meanwhile "
          "%s (io-timeout=%llu ms), and writes go to the other servers", s->address, why,
-         e->config.lease_seconds, meanwhile,
+         e->config.lease_seconds, e->config.lease_seconds, meanwhile,
          (unsigned long long)(e->health->io_timeout_ns / 1000000u));
   /* Give the connection up now: every request still on it fails back to its owner,
    * which queues it here (state is RECONNECTING already) or starts over elsewhere. */
