@@ -81,6 +81,12 @@ void engine_op_put(struct rampart_engine *e, struct page_op *op)
     abort();
   }
   op->in_use = false;
+  if (op->waits != PAGE_OP_NOT_WAITING) {
+    /* Still on a queue: whatever ends its wait would start a freed op again. */
+    rp_log(RP_LOG_ERROR, "internal error: page operation ended while waiting (page %llu)",
+           (unsigned long long)op->page);
+    abort();
+  }
   if (e->state)
     engine_state_op_ended(op);
   op->next = e->free_ops;
@@ -104,9 +110,41 @@ void engine_op_release_withheld(struct rampart_engine *e, struct page_op *op)
   e->free_ops = op;
 }
 
-/* An op that must wait for a parity buffer or a degraded-read context. */
-void engine_op_wait(struct rampart_engine *e, struct page_op *op)
+static bool op_is_writing(const struct page_op *op)
 {
+  return op->kind == PAGE_OP_WRITE || (op->kind == PAGE_OP_MOVE && op->move_writing);
+}
+
+void engine_op_begin_wait(struct page_op *op, enum page_op_wait why)
+{
+  if (op->waits != PAGE_OP_NOT_WAITING) {
+    /* On two queues at once, it would be started twice. */
+    rp_log(RP_LOG_ERROR, "internal error: page operation waits twice (page %llu)",
+           (unsigned long long)op->page);
+    abort();
+  }
+  op->waits = why;
+  /* A writing op holds a pending count while it waits, so that a write-through disk
+   * copy finishing meanwhile cannot end the op under the queue it is on. */
+  if (op_is_writing(op))
+    op->pending++;
+}
+
+void engine_op_resume(struct page_op *op)
+{
+  op->waits = PAGE_OP_NOT_WAITING;
+  if (op_is_writing(op)) {
+    op->pending--;
+    page_write_start(op);
+  } else {
+    page_read_start(op);
+  }
+}
+
+/* An op that must wait for a parity buffer, a degraded read's buffers or cleaning. */
+void engine_op_wait(struct rampart_engine *e, struct page_op *op, enum page_op_wait why)
+{
+  engine_op_begin_wait(op, why);
   op->next = NULL;
   if (e->wait_tail)
     e->wait_tail->next = op;
@@ -142,10 +180,7 @@ void engine_run_waiting(struct rampart_engine *e)
     struct page_op *op = head;
     head = op->next;
     op->next = NULL;
-    if (op->kind == PAGE_OP_READ || (op->kind == PAGE_OP_MOVE && !op->move_writing))
-      page_read_start(op);
-    else
-      page_write_start(op);
+    engine_op_resume(op);
   }
 }
 

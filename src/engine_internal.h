@@ -115,6 +115,19 @@ struct server {
 
 enum page_op_kind { PAGE_OP_READ, PAGE_OP_WRITE, PAGE_OP_MOVE };
 
+/* What a page op is waiting for. It waits for one thing at a time, on that thing's
+ * queue, and leaves it only through engine_op_resume, called by the event that ends
+ * the wait: it then starts over from the page map. Every wait is bounded: a buffer
+ * frees as groups seal, cleaning's moves in flight end, a server returns or io-timeout
+ * passes, and a write ends within io-timeout. */
+enum page_op_wait {
+  PAGE_OP_NOT_WAITING,
+  PAGE_OP_WAITS_FOR_BUFFER,    /* a parity buffer or a degraded read's (e->wait_head) */
+  PAGE_OP_WAITS_FOR_CLEANING,  /* writes: cleaning behind the overwrite rate (e->wait_head) */
+  PAGE_OP_WAITS_FOR_SERVER,    /* a reconnecting server (server_health.c) */
+  PAGE_OP_WAITS_FOR_WRITE,     /* reads: the write of its page in flight (page_read.c) */
+};
+
 /* One page of work: a page of a frontend request, or one page being moved by the mover. */
 struct page_op {
   struct page_op *next;
@@ -131,8 +144,7 @@ struct page_op {
   bool move_writing;            /* moves: the read is done, now rewriting */
   bool move_rebuilds;           /* moves: its group had a copy on a lost server */
   bool disk_started;            /* write-through: the disk copy was submitted */
-  bool parked;                  /* waiting (a parity buffer, cleaning, a reconnecting
-                                   server): holds one pending count */
+  enum page_op_wait waits;      /* a writing op holds one pending count while it waits */
   bool ending;                  /* writes: finished while a sub-request was out: ends with
                                    end_result when the last one completes (write_finish) */
   int end_result;
@@ -381,7 +393,12 @@ void engine_op_put(struct rampart_engine *e, struct page_op *op);
  * kept out of the pool, so no new write overwrites the record, until the record goes. */
 void engine_op_withhold(struct rampart_engine *e, struct page_op *op);
 void engine_op_release_withheld(struct rampart_engine *e, struct page_op *op);
-void engine_op_wait(struct rampart_engine *e, struct page_op *op);
+/* An op's waits (enum page_op_wait): begin marks it waiting (the caller queues it);
+ * engine_op_wait queues it on the engine's own list, for a buffer or cleaning; resume
+ * ends the wait and starts it over, reading or writing as it was. */
+void engine_op_begin_wait(struct page_op *op, enum page_op_wait why);
+void engine_op_wait(struct rampart_engine *e, struct page_op *op, enum page_op_wait why);
+void engine_op_resume(struct page_op *op);
 void engine_op_finished(struct page_op *op, int result);
 void engine_run_waiting(struct rampart_engine *e);
 /* Runs fn(e, arg) on the engine (holding it, on the I/O thread or inline) and waits for

@@ -126,6 +126,7 @@ static bool copy_was_replaced(const struct page_op *op)
 static void read_waits_for_write(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
+  engine_op_begin_wait(op, PAGE_OP_WAITS_FOR_WRITE);
   op->next = e->reads_awaiting_write;
   e->reads_awaiting_write = op;
 }
@@ -148,7 +149,7 @@ void page_read_write_ended(struct rampart_engine *e, uint64_t page)
     struct page_op *op = ready;
     ready = op->next;
     op->next = NULL;
-    page_read_start(op);
+    engine_op_resume(op);
   }
 }
 
@@ -343,7 +344,7 @@ static void degraded_start(struct page_op *op, uint32_t id, unsigned lost)
   }
   struct degraded_read *dr = e->free_degraded;
   if (!dr) {
-    engine_op_wait(e, op);
+    engine_op_wait(e, op, PAGE_OP_WAITS_FOR_BUFFER);
     return;
   }
   e->free_degraded = dr->next;

@@ -471,11 +471,7 @@ static bool write_waits_for_servers(struct page_op *op)
   bool spill_has_room = e->spill && spill_store_used(e->spill) < spill_store_capacity(e->spill);
   if (spill_has_room && server_health_partial_outage_past_blip(e))
     return false;
-  if (!server_health_park(e, op))
-    return false;
-  op->pending++;
-  op->parked = true;
-  return true;
+  return server_health_park(e, op);
 }
 
 /* Places the op's page as a member of the open group and sends it. Returns false when
@@ -488,19 +484,13 @@ static bool place_remote(struct page_op *op)
         page_mover_should_throttle(e)) {
       /* Cleaning is far behind the overwrite rate: hold new writes until moves free
        * slots, as a log-structured store blocks writers when clean segments run out. */
-      op->pending++;
-      op->parked = true;
-      engine_op_wait(e, op);
+      engine_op_wait(e, op, PAGE_OP_WAITS_FOR_CLEANING);
       return true;
     }
     if (e->open_group == GROUP_NONE) {
       enum open_result r = open_new_group(e);
       if (r == NO_BUFFER) {
-        /* Holds a pending count while parked, so a write-through disk copy finishing
-         * meanwhile cannot complete the op under the wait queue. */
-        op->pending++;
-        op->parked = true;
-        engine_op_wait(e, op);
+        engine_op_wait(e, op, PAGE_OP_WAITS_FOR_BUFFER);
         return true;
       }
       if (r == NO_SERVERS)
@@ -762,10 +752,6 @@ static void write_to_local(struct page_op *op)
 void page_write_start(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
-  if (op->parked) {
-    op->parked = false;
-    op->pending--;
-  }
   if (op->kind == PAGE_OP_MOVE && page_map_get(&e->map, op->page) != op->expected) {
     write_finish(op, 0); /* rewritten or trimmed meanwhile: nothing left to move */
     return;

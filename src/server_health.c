@@ -327,6 +327,7 @@ bool server_health_park(struct rampart_engine *e, struct page_op *op)
     op->wait_since_ns = now;
   if (now - op->wait_since_ns >= e->health->io_timeout_ns)
     return false;
+  engine_op_begin_wait(op, PAGE_OP_WAITS_FOR_SERVER);
   park_append(e, op);
   return true;
 }
@@ -347,14 +348,6 @@ bool server_health_partial_outage_past_blip(const struct rampart_engine *e)
   return away && up;
 }
 
-static void restart(struct page_op *op)
-{
-  if (op->kind == PAGE_OP_WRITE || (op->kind == PAGE_OP_MOVE && op->move_writing))
-    page_write_start(op);
-  else
-    page_read_start(op);
-}
-
 /* A server came back, was lost or joined: every waiting op starts over from the page
  * map and either goes on or waits again (keeping its first wait's time). */
 static void wake_parked(struct rampart_engine *e)
@@ -373,7 +366,7 @@ static void wake_parked(struct rampart_engine *e)
       struct page_op *op = list;
       list = op->next;
       op->next = NULL;
-      restart(op);
+      engine_op_resume(op);
     }
   } while (e->health->wake_again);
   e->health->waking = false;
@@ -401,7 +394,7 @@ static void wake_expired(struct rampart_engine *e, uint64_t now)
     struct page_op *op = expired;
     expired = op->next;
     op->next = NULL;
-    restart(op);
+    engine_op_resume(op);
   }
 }
 
