@@ -421,6 +421,8 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
    * them. */
   if (e->wait_head)
     engine_run_waiting(e);
+  if (e->reads_awaiting_write)
+    page_read_expire_write_waits(e, engine_now_ns());
   if (e->spill)
     spill_quarantine_advance(&e->quarantine, e->spill);
   if (e->spill)

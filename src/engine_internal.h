@@ -118,8 +118,9 @@ enum page_op_kind { PAGE_OP_READ, PAGE_OP_WRITE, PAGE_OP_MOVE };
 /* What a page op is waiting for. It waits for one thing at a time, on that thing's
  * queue, and leaves it only through engine_op_resume, called by the event that ends
  * the wait: it then starts over from the page map. Every wait is bounded: a buffer
- * frees as groups seal, cleaning's moves in flight end, a server returns or io-timeout
- * passes, and a write ends within io-timeout. */
+ * frees as groups seal, cleaning's moves in flight end (the tick checks too), a server
+ * returns or io-timeout passes, and a read waits for writes of its page io-timeout at
+ * most in all (the tick checks), then takes its copy as failed verification. */
 enum page_op_wait {
   PAGE_OP_NOT_WAITING,
   PAGE_OP_WAITS_FOR_BUFFER,    /* a parity buffer or a degraded read's (e->wait_head) */
@@ -168,6 +169,7 @@ struct page_op {
                                    page too), for the mover's verdict on a failed move */
   page_entry read_entry;        /* reads: the map entry being read */
   uint64_t wait_since_ns;       /* first waited for a reconnecting server (0: never) */
+  uint64_t write_wait_since_ns; /* reads: first waited for a write of its page (0: never) */
   struct page_seal seal;        /* writes: the new version's seal; reads: the expected one */
   struct rp_request req;
   struct spill_io sio;

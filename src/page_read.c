@@ -119,16 +119,46 @@ static bool copy_was_replaced(const struct page_op *op)
 
 /* The map names a write's version from the moment it is placed, so a read can get to
  * the copy before its bytes do (a spill read overtaking the spill write of the same
- * slot, a member read overtaking its member write). Reading again at once could spin
- * for as long as the write takes, which on a loaded disk is longer than any count of
- * re-reads allows: the read waits for the write of its page to end (it does, within
- * io-timeout: stored, placed again, or failed) and then starts over from the map. */
-static void read_waits_for_write(struct page_op *op)
+ * slot, a read of a move's new copy). Reading again at once could spin for as long as
+ * the write takes, which on a loaded disk is longer than any count of re-reads allows:
+ * the read waits for the write of its page to end (stored, placed again, or failed)
+ * and then starts over from the map. Writes that keep overlapping it, or a write that
+ * never ends, hold it io-timeout at most in all, as a server would: then its copy is
+ * taken as failed verification. True when it waits. */
+static bool read_waits_for_write(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
+  uint64_t now = engine_now_ns();
+  if (!op->write_wait_since_ns)
+    op->write_wait_since_ns = now;
+  if (now - op->write_wait_since_ns >= server_health_io_timeout_ns(e))
+    return false;
   engine_op_begin_wait(op, PAGE_OP_WAITS_FOR_WRITE);
   op->next = e->reads_awaiting_write;
   e->reads_awaiting_write = op;
+  return true;
+}
+
+void page_read_expire_write_waits(struct rampart_engine *e, uint64_t now_ns)
+{
+  struct page_op *expired = NULL, **link = &e->reads_awaiting_write;
+  uint64_t limit = server_health_io_timeout_ns(e);
+  while (*link) {
+    struct page_op *op = *link;
+    if (now_ns - op->write_wait_since_ns >= limit) {
+      *link = op->next;
+      op->next = expired;
+      expired = op;
+    } else {
+      link = &op->next;
+    }
+  }
+  while (expired) {
+    struct page_op *op = expired;
+    expired = op->next;
+    op->next = NULL;
+    engine_op_resume(op);
+  }
 }
 
 void page_read_write_ended(struct rampart_engine *e, uint64_t page)
@@ -172,10 +202,8 @@ static void copy_failed_verification(struct page_op *op)
       page_mover_read_done(op, 0); /* the mover sees the map moved on, and stops */
       return;
     }
-    if (page_write_is_pending(e, op->page)) {
-      read_waits_for_write(op);
+    if (page_write_is_pending(e, op->page) && read_waits_for_write(op))
       return;
-    }
     if (op->verify_retries < VERIFY_RESTARTS) {
       op->verify_retries++;
       page_read_start(op);

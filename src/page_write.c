@@ -688,6 +688,11 @@ static void on_move_spilled(struct spill_io *sio)
   spill_quarantine_io_done(&e->quarantine, op->spill_epoch);
   if (sio->result == 0 && page_map_get(&e->map, op->page) == op->expected) {
     page_write_supersede(e, op->page, page_entry_slot(PAGE_SPILL, sio->slot));
+    /* The map names bytes that have landed, and no write of the page is placed (one
+     * would have changed the map). The move may have set the bit when it was placed
+     * first (a member write that failed, then no server to place it again): its end
+     * will not clear it, the map no longer naming that placement. */
+    e->write_pending[op->page / 64] &= ~(UINT64_C(1) << (op->page % 64));
   } else {
     spill_store_free_slot(e->spill, sio->slot);
   }
@@ -777,8 +782,8 @@ void page_write_start(struct page_op *op)
       /* No server can take it: the disk copy is the page now. */
       op->placed = page_entry_slot(PAGE_SPILL, op->page);
       install_version(op, op->placed);
-      /* The op ends when its disk copy does; if that already happened (the op was
-       * parked meanwhile) or there is none (a move), end it here. */
+      /* The op ends when its disk copy does; if that already happened (the op waited
+       * meanwhile) or there is none (a move), end it here. */
       if (op->pending == 0)
         write_finish(op, op->failed ? -EIO : 0);
       return;

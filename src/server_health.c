@@ -310,6 +310,11 @@ static void park_append(struct rampart_engine *e, struct page_op *op)
   e->health->waiting++;
 }
 
+uint64_t server_health_io_timeout_ns(const struct rampart_engine *e)
+{
+  return e->health->io_timeout_ns;
+}
+
 bool server_health_any_reconnecting(const struct rampart_engine *e)
 {
   for (unsigned i = 0; i < e->nservers; i++)
