@@ -139,34 +139,15 @@ static bool read_waits_for_write(struct page_op *op)
   return true;
 }
 
-void page_read_expire_write_waits(struct rampart_engine *e, uint64_t now_ns)
-{
-  struct page_op *expired = NULL, **link = &e->reads_awaiting_write;
-  uint64_t limit = server_health_io_timeout_ns(e);
-  while (*link) {
-    struct page_op *op = *link;
-    if (now_ns - op->write_wait_since_ns >= limit) {
-      *link = op->next;
-      op->next = expired;
-      expired = op;
-    } else {
-      link = &op->next;
-    }
-  }
-  while (expired) {
-    struct page_op *op = expired;
-    expired = op->next;
-    op->next = NULL;
-    engine_op_resume(op);
-  }
-}
-
-void page_read_write_ended(struct rampart_engine *e, uint64_t page)
+/* Resumes the reads waiting for a write of `page` (any page: UINT64_MAX) that first
+ * waited before `since_before` (any time: UINT64_MAX). */
+static void resume_reads_awaiting_write(struct rampart_engine *e, uint64_t page,
+                                        uint64_t since_before)
 {
   struct page_op *ready = NULL, **link = &e->reads_awaiting_write;
   while (*link) {
     struct page_op *op = *link;
-    if (op->page == page) {
+    if ((page == UINT64_MAX || op->page == page) && op->write_wait_since_ns < since_before) {
       *link = op->next;
       op->next = ready;
       ready = op;
@@ -181,6 +162,18 @@ void page_read_write_ended(struct rampart_engine *e, uint64_t page)
     op->next = NULL;
     engine_op_resume(op);
   }
+}
+
+void page_read_expire_write_waits(struct rampart_engine *e, uint64_t now_ns)
+{
+  uint64_t limit = server_health_io_timeout_ns(e);
+  if (now_ns > limit)
+    resume_reads_awaiting_write(e, UINT64_MAX, now_ns - limit + 1);
+}
+
+void page_read_write_ended(struct rampart_engine *e, uint64_t page)
+{
+  resume_reads_awaiting_write(e, page, UINT64_MAX);
 }
 
 /* The one place where a copy that failed verification is handled, for reads, moves
