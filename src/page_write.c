@@ -19,10 +19,14 @@
 #include "page_write.h"
 #include "server_health.h"
 
-
 static void mark_pending(struct rampart_engine *e, uint64_t page)
 {
   e->write_pending[page / 64] |= UINT64_C(1) << (page % 64);
+}
+
+static void clear_pending(struct rampart_engine *e, uint64_t page)
+{
+  e->write_pending[page / 64] &= ~(UINT64_C(1) << (page % 64));
 }
 
 static void write_finish(struct page_op *op, int result)
@@ -40,7 +44,7 @@ static void write_finish(struct page_op *op, int result)
   /* Only the newest write of the page clears the bit: an older one finishing late says
    * nothing about whether the newest has landed. */
   if (op->placed && page_map_get(&e->map, op->page) == op->placed)
-    e->write_pending[op->page / 64] &= ~(UINT64_C(1) << (op->page % 64));
+    clear_pending(e, op->page);
   if (e->reads_awaiting_write)
     page_read_write_ended(e, op->page);
   engine_op_finished(op, result);
@@ -135,7 +139,7 @@ void page_write_trim(struct rampart_engine *e, uint64_t page)
   /* Zeros have nothing to land. A write of the page still in flight no longer names the
    * map's version, so its end would leave the bit set, and a read would wait for a
    * write that is not there (page_read.c); one placed again sets it again. */
-  e->write_pending[page / 64] &= ~(UINT64_C(1) << (page % 64));
+  clear_pending(e, page);
 }
 
 /* ---- parity buffers and sealing ---------------------------------------------------------- */
@@ -692,7 +696,7 @@ static void on_move_spilled(struct spill_io *sio)
      * would have changed the map). The move may have set the bit when it was placed
      * first (a member write that failed, then no server to place it again): its end
      * will not clear it, the map no longer naming that placement. */
-    e->write_pending[op->page / 64] &= ~(UINT64_C(1) << (op->page % 64));
+    clear_pending(e, op->page);
   } else {
     spill_store_free_slot(e->spill, sio->slot);
   }
