@@ -37,6 +37,7 @@
 #include "pager_state.h"
 #include "secret.h"
 #include "server_health.h"
+#include "server_transport.h"
 #include "stats_file.h"
 #include "thread_start.h"
 
@@ -369,7 +370,7 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
     io_begin(e, fifo);
     fifo = next;
   }
-  server_set_flush(e);
+  server_transport_flush(e);
   if (e->spill)
     spill_store_flush_submissions(e->spill);
 }
@@ -507,7 +508,7 @@ static bool submit_inline(struct rampart_engine *e, struct rampart_io *io)
   }
   unsigned changes = loop_changes(e);
   io_begin(e, io);
-  server_set_flush(e);
+  server_transport_flush(e);
   if (e->spill)
     spill_store_flush_submissions(e->spill);
   bool wake = loop_changes(e) != changes || e->io_head || e->wait_head ||

@@ -53,6 +53,7 @@
 
 struct rampart_engine;
 struct reconnect_attempt;
+struct server_transport_filter;
 
 /* A server's health between a dropped connection and its return (server_health.c).
  * Owned by the I/O thread like the rest; a reconnect attempt runs in a helper thread
@@ -322,6 +323,9 @@ struct rampart_engine {
   /* what the servers' health shares (server_health.c's own) */
   struct server_health_shared *health;
   struct rp_conn_pool *conn_pool; /* every server connection's memory, made at open */
+  /* a filter over the transport (server_transport.h), or NULL: the tests' faults */
+  const struct server_transport_filter *transport_filter;
+  void *transport_filter_ctx;
   bool closing;                 /* server_set_close runs: no reconnects, no replays */
 
   /* the mover's own state (page_mover.c), and the watcher that runs it each iteration */
@@ -416,9 +420,9 @@ void server_set_close(struct rampart_engine *e);
 bool server_usable_for_reads(const struct server *s);
 bool server_usable_for_placement(const struct server *s);
 unsigned server_set_placeable(const struct rampart_engine *e);
-void server_set_submit(struct rampart_engine *e, unsigned server, struct rp_request *req);
-/* Sends every connection's queued requests now (after a burst from the frontends). */
-void server_set_flush(struct rampart_engine *e);
+/* A request for a server that cannot take it now: a write or free waits for its session
+ * while it reconnects; anything else completes at once with RP_ERR_DISCONNECTED. */
+void server_unreachable(struct rampart_engine *e, struct server *s, struct rp_request *req);
 void server_release_slot(struct rampart_engine *e, unsigned server, uint32_t slot);
 /* A request to this server failed. The server's connection is given up (it goes
  * RECONNECTING). With may_wait, a write or free the server never answered is queued to

@@ -37,6 +37,7 @@
 #include "pager_state.h"
 #include "secret.h"
 #include "server_health.h"
+#include "server_transport.h"
 
 
 _Static_assert(ENGINE_PAGE_OPS <= PAGER_STATE_WRITES, "every page op has a write record");
@@ -633,7 +634,7 @@ static bool replay_member_write(struct rampart_engine *e, struct recovered_write
   req->page = w->bytes;
   req->done = done;
   req->user = w;
-  server_set_submit(e, g->server[m], req);
+  server_transport_send(e, g->server[m], req);
   return true;
 }
 

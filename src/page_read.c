@@ -18,6 +18,7 @@
 #include "page_read.h"
 #include "page_write.h"
 #include "server_health.h"
+#include "server_transport.h"
 
 #define READ_DEGRADED 4u       /* op->read_source beyond the page_location_kinds */
 #define VERIFY_RESTARTS 8u     /* re-reads after a page changed under a failed check */
@@ -409,7 +410,7 @@ static void degraded_start(struct page_op *op, uint32_t id, unsigned lost)
     req->done = on_piece_read;
     req->user = dr;
     dr->piece_server[k] = g->server[m];
-    server_set_submit(e, g->server[m], req);
+    server_transport_send(e, g->server[m], req);
   }
 }
 
@@ -484,5 +485,5 @@ void page_read_start(struct page_op *op)
   op->req.done = on_remote_read;
   op->req.user = op;
   op->read_server = (uint8_t)s->index;
-  server_set_submit(e, s->index, &op->req);
+  server_transport_send(e, s->index, &op->req);
 }

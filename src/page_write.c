@@ -18,6 +18,7 @@
 #include "page_read.h"
 #include "page_write.h"
 #include "server_health.h"
+#include "server_transport.h"
 
 static void mark_pending(struct rampart_engine *e, uint64_t page)
 {
@@ -269,7 +270,7 @@ static void submit_parity(struct rampart_engine *e, uint32_t id, struct parity_b
   pb->req.done = on_parity_written;
   pb->req.user = pb;
   e->wire_bytes_written += RP_HEADER_SIZE + RAMPART_PAGE_SIZE;
-  server_set_submit(e, server, &pb->req);
+  server_transport_send(e, server, &pb->req);
 }
 
 void page_write_reseal(struct rampart_engine *e, uint32_t id)
@@ -541,7 +542,7 @@ static bool place_remote(struct page_op *op)
     e->wire_bytes_written += RP_HEADER_SIZE + RAMPART_PAGE_SIZE;
     if (group_is_full(g))
       seal_open_group(e, e->redundancy->write_waits_for_parity ? op : NULL);
-    server_set_submit(e, (unsigned)server, &op->req);
+    server_transport_send(e, (unsigned)server, &op->req);
     return true;
   }
   return false;

@@ -40,6 +40,7 @@
 #include "page_read.h"
 #include "page_write.h"
 #include "server_health.h"
+#include "server_transport.h"
 #include "thread_start.h"
 
 #define BACKOFF_FIRST_MS 50u
@@ -583,7 +584,7 @@ static void resume(struct rampart_engine *e, struct server *s, struct reconnect_
   while (q) {
     struct rp_request *next = q->caller_next;
     q->caller_next = NULL;
-    server_set_submit(e, s->index, q);
+    server_transport_send(e, s->index, q);
     q = next;
   }
   e->health->resumes++;

@@ -17,6 +17,7 @@
 #include "log.h"
 #include "parse.h"
 #include "server_health.h"
+#include "server_transport.h"
 
 bool server_usable_for_reads(const struct server *s)
 {
@@ -97,13 +98,8 @@ static void on_disconnect(struct rp_conn *conn, const struct rp_error *why, void
   server_health_failed(engine_of(s), s, why->message, false);
 }
 
-void server_set_submit(struct rampart_engine *e, unsigned index, struct rp_request *req)
+void server_unreachable(struct rampart_engine *e, struct server *s, struct rp_request *req)
 {
-  struct server *s = &e->servers[index];
-  if (server_usable_for_reads(s)) {
-    rp_conn_submit(s->conn, req);
-    return;
-  }
   /* Writes and frees must reach this server's own session: they wait for it while it
    * reconnects. Reads restart from the page map instead (page_read.c). */
   if ((req->op == RP_OP_WRITE || req->op == RP_OP_FREE) && server_health_queue(e, s, req))
@@ -112,15 +108,6 @@ void server_set_submit(struct rampart_engine *e, unsigned index, struct rp_reque
   snprintf(req->error_message, sizeof req->error_message, "server %s is %s", s->address,
            s->state == RAMPART_SERVER_LOST ? "lost" : "not connected");
   req->done(req);
-}
-
-void server_set_flush(struct rampart_engine *e)
-{
-  /* A flush that finds a connection broken fails its requests, and their callbacks may
-   * close it: read each server's connection afresh. */
-  for (unsigned i = 0; i < e->nservers; i++)
-    if (e->servers[i].conn)
-      rp_conn_flush(e->servers[i].conn);
 }
 
 bool server_request_failed(struct rampart_engine *e, unsigned index, struct rp_request *req,
@@ -182,7 +169,7 @@ void server_release_slot(struct rampart_engine *e, unsigned index, uint32_t slot
   fr->req.count = 1;
   fr->req.done = on_free_done;
   fr->req.user = fr;
-  server_set_submit(e, index, &fr->req);
+  server_transport_send(e, index, &fr->req);
 }
 
 static int server_connect(struct rampart_engine *e, struct server *s, const uint8_t *token,

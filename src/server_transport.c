@@ -1,0 +1,57 @@
+/* Where a page op meets the wire: the TCP connection, and a filter over it (see
+ * server_transport.h). */
+#include "engine_internal.h"
+#include "server_transport.h"
+
+void server_transport_pass(struct rampart_engine *e, unsigned index, struct rp_request *req)
+{
+  struct server *s = &e->servers[index];
+  if (server_usable_for_reads(s))
+    rp_conn_submit(s->conn, req);
+  else
+    server_unreachable(e, s, req);
+}
+
+void server_transport_send(struct rampart_engine *e, unsigned index, struct rp_request *req)
+{
+  if (e->transport_filter)
+    e->transport_filter->send(e->transport_filter_ctx, e, index, req);
+  else
+    server_transport_pass(e, index, req);
+}
+
+void server_transport_flush(struct rampart_engine *e)
+{
+  /* A flush that finds a connection broken fails its requests, and their callbacks may
+   * close it: read each server's connection afresh. */
+  for (unsigned i = 0; i < e->nservers; i++)
+    if (e->servers[i].conn)
+      rp_conn_flush(e->servers[i].conn);
+}
+
+struct filter_change {
+  const struct server_transport_filter *filter;
+  void *ctx;
+};
+
+static void change_filter(struct rampart_engine *e, void *arg)
+{
+  const struct filter_change *c = arg;
+  if (e->transport_filter && e->transport_filter->detach)
+    e->transport_filter->detach(e->transport_filter_ctx, e, e->loop);
+  e->transport_filter = c->filter;
+  e->transport_filter_ctx = c->ctx;
+  if (c->filter && c->filter->attach)
+    c->filter->attach(c->ctx, e, e->loop);
+  /* A frontend thread may run this while the loop sleeps: wake it to see the filter's
+   * watchers, and what a detach passed on. */
+  e->loop_changes++;
+  server_transport_flush(e);
+}
+
+void server_transport_set_filter(struct rampart_engine *e,
+                                 const struct server_transport_filter *f, void *ctx)
+{
+  struct filter_change c = { .filter = f, .ctx = ctx };
+  engine_call(e, change_filter, &c);
+}
