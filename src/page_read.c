@@ -424,6 +424,15 @@ static void on_remote_read(struct rp_request *req)
     read_finish(op, 0);
     return;
   }
+  if (req->status == RP_ERR_NOT_FOUND) {
+    /* The server answered, and has nothing in the slot. Either the page's write has not
+     * landed yet (the map names a copy from the moment it is placed), and the read
+     * waits for it; or the server lost a page it had stored, which is a copy failing
+     * verification, not a connection failing: giving the connection up would fail and
+     * resend everything else on it, and a resumed session would answer the same. */
+    copy_failed_verification(op);
+    return;
+  }
   server_request_failed(e, op->read_server, req, false);
   /* Start over from the page map: while this read was in flight the page may have been
    * moved and its old group reclaimed. The server is marked failed now, so the retry
