@@ -34,6 +34,7 @@
 #include "page_read.h"
 #include "page_rmw.h"
 #include "page_write.h"
+#include "page_write_pending.h"
 #include "pager_state.h"
 #include "secret.h"
 #include "server_health.h"
@@ -159,18 +160,25 @@ static void engine_start_ios(struct rampart_engine *e);
 void engine_op_finished(struct page_op *op, int result)
 {
   struct rampart_engine *e = op->engine;
-  struct rampart_io *io = op->io;
-  if (op->kind == PAGE_OP_MOVE) {
-    page_mover_move_done(op);
-  } else if (io) {
-    if (result < 0 && io->result == 0)
-      io->result = result;
-    if (--io->pages_pending == 0)
-      io->done(io, io->result);
-  }
+  op->owner->ended(op, result);
   engine_op_put(e, op);
   engine_start_ios(e);
 }
+
+/* A frontend's request completes with its last page. */
+static void request_page_ended(struct page_op *op, int result)
+{
+  struct rampart_io *io = op->io;
+  if (result < 0 && io->result == 0)
+    io->result = result;
+  if (--io->pages_pending == 0)
+    io->done(io, io->result);
+}
+
+static const struct page_op_owner frontend_request = {
+  .read_ended = engine_op_finished,
+  .ended = request_page_ended,
+};
 
 /* Restarts ops that waited for a resource; called when one is released. */
 void engine_run_waiting(struct rampart_engine *e)
@@ -222,6 +230,7 @@ static void engine_start_ios(struct rampart_engine *e)
         goto out;
       uint32_t i = io->pages_started++;
       last = i + 1 == npages;
+      op->owner = &frontend_request;
       op->kind = io->op == RAMPART_OP_READ ? PAGE_OP_READ : PAGE_OP_WRITE;
       op->io = io;
       op->page = io->offset / RAMPART_PAGE_SIZE + i;

@@ -49,11 +49,14 @@
 #define ENGINE_FREE_REQUESTS 1024u  /* best-effort FREEs in flight */
 #define ENGINE_MOVES 32u            /* rebuild/clean/migrate pages in flight */
 #define ENGINE_MAX_INCARNATIONS 255u /* server table entries (GROUP_NO_SERVER is 255) */
+_Static_assert(ENGINE_MAX_INCARNATIONS <= PLACEMENT_MAX_SERVERS,
+               "every server table entry must fit in a placement sweep");
 #define ENGINE_RMW_LOCKS 256u        /* stripes of pages for sub-page writes (page_rmw.c) */
 
 struct rampart_engine;
 struct reconnect_attempt;
 struct server_transport_filter;
+struct page_op;
 
 /* A server's health between a dropped connection and its return (server_health.c).
  * Owned by the I/O thread like the rest; a reconnect attempt runs in a helper thread
@@ -131,9 +134,21 @@ enum page_op_wait {
 };
 
 /* One page of work: a page of a frontend request, or one page being moved by the mover. */
+/* Who a page op works for, and what it is told as it goes. page_read and page_write
+ * carry an op to the end of its read or its write and tell the owner; they never ask
+ * who the owner is. Two owners: the frontends' requests (engine.c) and the mover's
+ * moves (page_mover.c), whose read, once verified, becomes the rewrite. */
+struct page_op_owner {
+  /* The op's read ended: 0 with op->buf holding the page as verified, or -errno. */
+  void (*read_ended)(struct page_op *op, int result);
+  /* The op is over (after its read, or its write); the engine takes it back next. */
+  void (*ended)(struct page_op *op, int result);
+};
+
 struct page_op {
   struct page_op *next;
   struct rampart_engine *engine;
+  const struct page_op_owner *owner;
   enum page_op_kind kind;
   struct rampart_io *io;        /* NULL for moves */
   uint64_t page;                /* logical page */
@@ -447,11 +462,6 @@ unsigned server_set_members(const struct rampart_engine *e);
 /* server_membership.c (on the loop) */
 /* A pass of the mover ended: drains that finished end (and removes happen). */
 void server_membership_pass_done(struct rampart_engine *e);
-
-static inline bool page_write_is_pending(const struct rampart_engine *e, uint64_t page)
-{
-  return (e->write_pending[page / 64] >> (page % 64)) & 1u;
-}
 
 /* local_store.c */
 int local_store_init(struct local_store *s, uint64_t pages);

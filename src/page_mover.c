@@ -26,6 +26,7 @@
 #include "page_mover.h"
 #include "page_read.h"
 #include "page_write.h"
+#include "page_write_pending.h"
 #include "pager_state.h"
 
 #define GROUPS_PER_TICK 4096u
@@ -290,6 +291,15 @@ const char *rampart_move_reason_name(enum rampart_move_reason reason)
   return (unsigned)reason < RAMPART_MOVE_REASONS ? names[reason] : "?";
 }
 
+/* A move is a page op the mover owns: its read, once verified, becomes its rewrite. */
+static void move_read_ended(struct page_op *op, int result);
+static void move_ended(struct page_op *op, int result);
+
+static const struct page_op_owner mover_move = {
+  .read_ended = move_read_ended,
+  .ended = move_ended,
+};
+
 static bool start_move(struct rampart_engine *e, uint64_t page, page_entry expected,
                        uint32_t group, enum rampart_move_reason why)
 {
@@ -297,6 +307,7 @@ static bool start_move(struct rampart_engine *e, uint64_t page, page_entry expec
   if (!op)
     return false;
   e->mover->moves_by_reason[why]++;
+  op->owner = &mover_move;
   op->kind = PAGE_OP_MOVE;
   op->move_rebuilds = why == RAMPART_MOVE_REBUILD;
   op->page = page;
@@ -544,7 +555,8 @@ static bool page_is_unrecoverable(struct rampart_engine *e, const struct page_op
   return gone + server_is_lost(e, g->server[g->capacity]) >= 2;
 }
 
-void page_mover_read_done(struct page_op *op, int result)
+/* The move's read ended (result < 0: it could not read the page). */
+static void move_read_ended(struct page_op *op, int result)
 {
   struct rampart_engine *e = op->engine;
   if (result < 0) {
@@ -574,8 +586,9 @@ void page_mover_read_done(struct page_op *op, int result)
   page_write_start(op);
 }
 
-void page_mover_move_done(struct page_op *op)
+static void move_ended(struct page_op *op, int result)
 {
+  (void)result; /* a move that could not read its page said so above */
   struct rampart_engine *e = op->engine;
   e->mover->moves_in_flight--;
   e->mover->wakeup = true; /* writes held back by cleaning may go on (engine.c) */

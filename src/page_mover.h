@@ -41,10 +41,6 @@ void page_mover_rebuild_begin(struct rampart_engine *e);
 void page_mover_rebuild_record(const struct rampart_engine *e, struct pager_state_rebuild *r);
 void page_mover_rebuild_restore(struct rampart_engine *e, const struct pager_state_rebuild *r);
 
-/* A move's read ended (result < 0: it could not read the page), and the whole move. */
-void page_mover_read_done(struct page_op *op, int result);
-void page_mover_move_done(struct page_op *op);
-
 /* Per server: live pages stored there, and live pages that depend on it (stored there,
  * or in groups whose parity is there). Derived in one scan of the group table, never
  * counted incrementally, so they cannot drift; callers are rare (stats once a second,

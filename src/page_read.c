@@ -14,9 +14,9 @@
 #include "engine_internal.h"
 #include "engine_state.h"
 #include "log.h"
-#include "page_mover.h"
 #include "page_read.h"
 #include "page_write.h"
+#include "page_write_pending.h"
 #include "server_health.h"
 #include "server_transport.h"
 
@@ -65,7 +65,7 @@ static bool fell_back_to_version_before(struct page_op *op)
   if (!e->nrecovered_writes || !engine_state_fall_back(op))
     return false;
   if (op->kind == PAGE_OP_MOVE)
-    page_mover_read_done(op, 0);
+    op->owner->read_ended(op, 0); /* the mover finds the map moved on */
   else
     page_read_start(op);
   return true;
@@ -118,65 +118,6 @@ static bool copy_was_replaced(const struct page_op *op)
          page_write_is_pending(e, op->page) || op->read_while_written;
 }
 
-/* The map names a write's version from the moment it is placed, so a read can get to
- * the copy before its bytes do (a spill read overtaking the spill write of the same
- * slot, a read of a move's new copy). Reading again at once could spin for as long as
- * the write takes, which on a loaded disk is longer than any count of re-reads allows:
- * the read waits for the write of its page to end (stored, placed again, or failed)
- * and then starts over from the map. Writes that keep overlapping it, or a write that
- * never ends, hold it io-timeout at most in all, as a server would: then its copy is
- * taken as failed verification. True when it waits. */
-static bool read_waits_for_write(struct page_op *op)
-{
-  struct rampart_engine *e = op->engine;
-  uint64_t now = engine_now_ns();
-  if (!op->write_wait_since_ns)
-    op->write_wait_since_ns = now;
-  if (now - op->write_wait_since_ns >= server_health_io_timeout_ns(e))
-    return false;
-  engine_op_begin_wait(op, PAGE_OP_WAITS_FOR_WRITE);
-  op->next = e->reads_awaiting_write;
-  e->reads_awaiting_write = op;
-  return true;
-}
-
-/* Resumes the reads waiting for a write of `page` (any page: UINT64_MAX) that first
- * waited before `since_before` (any time: UINT64_MAX). */
-static void resume_reads_awaiting_write(struct rampart_engine *e, uint64_t page,
-                                        uint64_t since_before)
-{
-  struct page_op *ready = NULL, **link = &e->reads_awaiting_write;
-  while (*link) {
-    struct page_op *op = *link;
-    if ((page == UINT64_MAX || op->page == page) && op->write_wait_since_ns < since_before) {
-      *link = op->next;
-      op->next = ready;
-      ready = op;
-    } else {
-      link = &op->next;
-    }
-  }
-  /* Unlinked first: a read started again may wait again, on a newer write. */
-  while (ready) {
-    struct page_op *op = ready;
-    ready = op->next;
-    op->next = NULL;
-    engine_op_resume(op);
-  }
-}
-
-void page_read_expire_write_waits(struct rampart_engine *e, uint64_t now_ns)
-{
-  uint64_t limit = server_health_io_timeout_ns(e);
-  if (now_ns > limit)
-    resume_reads_awaiting_write(e, UINT64_MAX, now_ns - limit + 1);
-}
-
-void page_read_write_ended(struct rampart_engine *e, uint64_t page)
-{
-  resume_reads_awaiting_write(e, page, UINT64_MAX);
-}
-
 /* The one place where a copy that failed verification is handled, for reads, moves
  * (cleaning, migration) and rebuilds alike: the bytes are not what this client sealed
  * for the page (altered, stale or another page's). Unless the page was replaced meanwhile
@@ -193,10 +134,10 @@ static void copy_failed_verification(struct page_op *op)
     return;
   if (copy_was_replaced(op)) {
     if (op->kind == PAGE_OP_MOVE) {
-      page_mover_read_done(op, 0); /* the mover sees the map moved on, and stops */
+      op->owner->read_ended(op, 0); /* the mover sees the map moved on, and stops */
       return;
     }
-    if (page_write_is_pending(e, op->page) && read_waits_for_write(op))
+    if (page_write_is_pending(e, op->page) && page_read_waits_for_write(op))
       return;
     if (op->verify_retries < VERIFY_RESTARTS) {
       op->verify_retries++;
@@ -269,10 +210,7 @@ static void read_finish(struct page_op *op, int result)
     copy_failed_verification(op);
     return;
   }
-  if (op->kind == PAGE_OP_MOVE)
-    page_mover_read_done(op, result);
-  else
-    engine_op_finished(op, result);
+  op->owner->read_ended(op, result);
 }
 
 static void on_spill_read(struct spill_io *sio)
@@ -447,7 +385,7 @@ void page_read_start(struct page_op *op)
     op->buf = op->scratch;
   page_entry entry = page_map_get(&e->map, op->page);
   if (op->kind == PAGE_OP_MOVE && entry != op->expected) {
-    page_mover_read_done(op, 0); /* rewritten or trimmed meanwhile: nothing to move */
+    op->owner->read_ended(op, 0); /* rewritten or trimmed meanwhile: nothing to move */
     return;
   }
   /* The seal is taken with the entry: a write that replaces both while this read is in

@@ -15,20 +15,10 @@
 #include "engine_state.h"
 #include "log.h"
 #include "page_mover.h"
-#include "page_read.h"
 #include "page_write.h"
+#include "page_write_pending.h"
 #include "server_health.h"
 #include "server_transport.h"
-
-static void mark_pending(struct rampart_engine *e, uint64_t page)
-{
-  e->write_pending[page / 64] |= UINT64_C(1) << (page % 64);
-}
-
-static void clear_pending(struct rampart_engine *e, uint64_t page)
-{
-  e->write_pending[page / 64] &= ~(UINT64_C(1) << (page % 64));
-}
 
 static void write_finish(struct page_op *op, int result)
 {
@@ -42,12 +32,8 @@ static void write_finish(struct page_op *op, int result)
       op->end_result = result;
     return;
   }
-  /* Only the newest write of the page clears the bit: an older one finishing late says
-   * nothing about whether the newest has landed. */
-  if (op->placed && page_map_get(&e->map, op->page) == op->placed)
-    clear_pending(e, op->page);
-  if (e->reads_awaiting_write)
-    page_read_write_ended(e, op->page);
+  page_write_pending_ended(e, op->page,
+                           op->placed && page_map_get(&e->map, op->page) == op->placed);
   engine_op_finished(op, result);
 }
 
@@ -140,7 +126,7 @@ void page_write_trim(struct rampart_engine *e, uint64_t page)
   /* Zeros have nothing to land. A write of the page still in flight no longer names the
    * map's version, so its end would leave the bit set, and a read would wait for a
    * write that is not there (page_read.c); one placed again sets it again. */
-  clear_pending(e, page);
+  page_write_pending_clear(e, page);
 }
 
 /* ---- parity buffers and sealing ---------------------------------------------------------- */
@@ -525,7 +511,7 @@ static bool place_remote(struct page_op *op)
     g->pins++; /* until the write's outcome is known (on_member_written) */
     op->placed = page_entry_remote(id, m);
     op->copy_failed = false; /* a failed copy of an earlier placement says nothing of this */
-    mark_pending(e, op->page);
+    page_write_pending_set(e, op->page);
     install_recorded_version(op, op->placed, keep);
 
     memset(&op->req, 0, sizeof op->req);
@@ -697,7 +683,7 @@ static void on_move_spilled(struct spill_io *sio)
      * would have changed the map). The move may have set the bit when it was placed
      * first (a member write that failed, then no server to place it again): its end
      * will not clear it, the map no longer naming that placement. */
-    clear_pending(e, op->page);
+    page_write_pending_clear(e, op->page);
   } else {
     spill_store_free_slot(e->spill, sio->slot);
   }
@@ -733,7 +719,7 @@ static void write_to_spill(struct page_op *op)
   page_entry now = page_entry_slot(PAGE_SPILL, slot);
   install_version(op, now);
   op->placed = now;
-  mark_pending(e, op->page);
+  page_write_pending_set(e, op->page);
   submit_spill_write(op, slot);
 }
 
@@ -779,7 +765,7 @@ void page_write_start(struct page_op *op)
     /* Pending from now, not from placement: the disk copy is rewritten in place, and
      * if placing waits (no buffer, cleaning behind) the map still names the old version
      * while its disk bytes are already being replaced. The mover must leave it alone. */
-    mark_pending(e, op->page);
+    page_write_pending_set(e, op->page);
     submit_spill_write(op, op->page);
   }
   if (!place_remote(op)) {

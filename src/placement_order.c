@@ -1,11 +1,6 @@
 /* Servers in a fresh random order each sweep (placement_order.h). */
 #include "placement_order.h"
 
-#include "engine_internal.h"
-
-_Static_assert(ENGINE_MAX_INCARNATIONS <= PLACEMENT_MAX_SERVERS,
-               "every server table entry must fit in a sweep");
-
 static uint64_t next_random(struct placement_order *o)
 {
   if (o->rng == 0)

@@ -37,7 +37,6 @@
 #include "engine_internal.h"
 #include "log.h"
 #include "page_mover.h"
-#include "page_read.h"
 #include "page_write.h"
 #include "server_health.h"
 #include "server_transport.h"
