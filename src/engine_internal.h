@@ -273,9 +273,10 @@ struct rampart_engine {
   struct rp_key *key;           /* the cluster key, on a secret page (common/secret.h) */
   struct page_map map;
   struct page_sealer sealer;
-  /* One bit per page: its newest write has not completed. The mover leaves such pages
-   * alone: unlike a server connection, the spill store does not order a read after a
-   * write still in flight, so moving the page could copy what was there before. */
+  /* One bit per page: its newest write has not completed (page_write_pending.c). The
+   * mover leaves such pages alone: unlike a server connection, the spill store does not
+   * order a read after a write still in flight, so moving the page could copy what was
+   * there before; and a read that meets one waits for it. */
   uint64_t *write_pending;
   struct group_table groups;
   struct spill_store *spill;
@@ -310,7 +311,8 @@ struct rampart_engine {
   struct rampart_io *io_head, *io_tail;       /* frontend requests with pages to start */
   struct page_op *wait_head, *wait_tail;      /* ops waiting for a parity buffer / degraded ctx */
   struct page_op *reads_awaiting_write;       /* reads of a page whose write is in flight
-                                                 (page_read.c): restarted when it ends */
+                                                 (page_write_pending.c): restarted when it
+                                                 ends */
   bool starting_ios;
 
   /* Who runs the engine: the holder of `lock`. The I/O thread holds it except while

@@ -125,7 +125,7 @@ void page_write_trim(struct rampart_engine *e, uint64_t page)
   page_write_supersede(e, page, 0);
   /* Zeros have nothing to land. A write of the page still in flight no longer names the
    * map's version, so its end would leave the bit set, and a read would wait for a
-   * write that is not there (page_read.c); one placed again sets it again. */
+   * write that is not there (page_write_pending.c); one placed again sets it again. */
   page_write_pending_clear(e, page);
 }
 
