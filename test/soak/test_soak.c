@@ -2,7 +2,8 @@
  * a chaos loop does one thing at a time to a random server, as an operator's bad week
  * would: kill -9 and restart, SIGSTOP/SIGCONT, a partition shorter and one longer than
  * the lease, delay with packet loss, and a restart as a server that corrupts every page
- * it returns (--test-fault flip). After each fault it waits for the engine to settle
+ * it returns (--test-fault flip), and a server that refuses some writes and whose replies
+ * to others are lost (the fault transport, test/support/fault_transport.h). After each fault it waits for the engine to settle
  * (every server up, no rebuild running) before the next, so each fault is one fault.
  *
  * It ends with a table per policy: faults by kind, rebuilds, pages verified, bytes that
@@ -10,7 +11,7 @@
  * to survive one fault at a time).
  *
  *   test_soak [--seconds N] [--policies parity-log,mirror,write-through] [--seed N]
- *             [--faults kill,stop,partition,long-partition,impair,flip]
+ *             [--faults kill,stop,partition,long-partition,impair,flip,refuse]
  *
  * ctest runs it short (RAMPART_SOAK_SECONDS, default 40 s a policy); run it by hand with
  * --seconds 900 for a long soak. Servers live in network namespaces of their own when
@@ -33,7 +34,9 @@
 #include <cmocka.h>
 
 #include "engine_cluster.h"
+#include "fault_transport.h"
 #include "rampart.h"
+#include "wire.h"
 
 #define PAGE RAMPART_PAGE_SIZE
 #define PAGES 4096   /* 16 MiB */
@@ -41,17 +44,20 @@
 #define NSERVERS 5
 #define LEASE_S 6
 
-enum fault_kind { F_KILL, F_STOP, F_PARTITION, F_LONG_PARTITION, F_IMPAIR, F_FLIP, F_KINDS };
+enum fault_kind { F_KILL, F_STOP, F_PARTITION, F_LONG_PARTITION, F_IMPAIR, F_FLIP, F_REFUSE,
+                  F_KINDS };
 /* --faults takes these names. */
 static const char *const fault_keys[F_KINDS] = {
   [F_KILL] = "kill", [F_STOP] = "stop", [F_PARTITION] = "partition",
   [F_LONG_PARTITION] = "long-partition", [F_IMPAIR] = "impair", [F_FLIP] = "flip",
+  [F_REFUSE] = "refuse",
 };
-static bool fault_enabled[F_KINDS] = { true, true, true, true, true, true };
+static bool fault_enabled[F_KINDS] = { true, true, true, true, true, true, true };
 static const char *const fault_names[F_KINDS] = {
   [F_KILL] = "kill -9 + restart",    [F_STOP] = "SIGSTOP 1-3 s",
   [F_PARTITION] = "partition 1-3 s", [F_LONG_PARTITION] = "partition > lease",
   [F_IMPAIR] = "delay + 5% loss",    [F_FLIP] = "corrupting server",
+  [F_REFUSE] = "writes refused, replies lost",
 };
 
 static unsigned soak_seconds = 40;
@@ -175,6 +181,8 @@ struct chaos {
   uint64_t rng;
   unsigned injected[F_KINDS];
   unsigned unsettled;
+  struct rp_test_faults *faults;
+  unsigned requests_hit;        /* by F_REFUSE's rules */
 };
 
 static bool settled(struct rampart_engine *e)
@@ -294,6 +302,25 @@ static void inject_one(struct chaos *ch)
     sleep_ms(hold + 2000);
     replace_server(ch, i, NULL);
     break;
+  case F_REFUSE: {
+    /* A server whose host cannot map pages for a moment (writes refused), and whose
+     * replies to a few writes and FREEs are lost on the way: each costs it its
+     * connection, and each write must land somewhere, each FREE be answered, once. */
+    unsigned r[3];
+    r[0] = rp_test_faults_add(ch->faults, (struct rp_test_fault_rule){
+      .server = (int)i, .op = RP_OP_WRITE, .count = 6, .fault = RP_TEST_FAULT_FAIL,
+      .status = RP_ERR_INTERNAL });
+    r[1] = rp_test_faults_add(ch->faults, (struct rp_test_fault_rule){
+      .server = (int)i, .op = RP_OP_WRITE, .skip = 6, .count = 4,
+      .fault = RP_TEST_FAULT_LOSE_REPLY });
+    r[2] = rp_test_faults_add(ch->faults, (struct rp_test_fault_rule){
+      .server = (int)i, .op = RP_OP_FREE, .count = 2, .fault = RP_TEST_FAULT_LOSE_REPLY });
+    sleep_ms(hold);
+    rp_test_faults_clear(ch->faults);
+    for (unsigned n = 0; n < 3; n++)
+      ch->requests_hit += rp_test_faults_hits(ch->faults, r[n]);
+    break;
+  }
   case F_KINDS:
     break;
   }
@@ -335,7 +362,8 @@ static void soak_policy(const char *policy)
   struct rampart_stats st0;
   rampart_get_stats(e, &st0);
   struct chaos ch = { .cluster = &c, .engine = e, .netns = netns,
-                      .rng = soak_seed * 0xbf58476d1ce4e5b9ull + 7 };
+                      .rng = soak_seed * 0xbf58476d1ce4e5b9ull + 7,
+                      .faults = rp_test_faults_install(e) };
   double end = now_ms() + soak_seconds * 1000.0;
   sleep_ms(1000);
   while (now_ms() < end)
@@ -373,8 +401,11 @@ static void soak_policy(const char *policy)
          (unsigned long long)failed,
          (unsigned long long)(st.integrity_failures - st0.integrity_failures), longest,
          ch.unsettled);
+  printf("(writes refused or replies lost, by the fault transport: %u requests)\n\n",
+         ch.requests_hit);
   fflush(stdout);
 
+  rp_test_faults_remove(ch.faults);
   rampart_close(e);
   free(shadow);
   rp_test_cluster_stop(&c);
@@ -415,7 +446,7 @@ static void enable_faults(const char *list, const char *argv0)
 static void usage_exit(const char *argv0)
 {
   fprintf(stderr, "usage: %s [--seconds N] [--policies LIST] [--seed N] [--faults LIST]\n"
-                  "  faults: kill, stop, partition, long-partition, impair, flip\n", argv0);
+                  "  faults: kill, stop, partition, long-partition, impair, flip, refuse\n", argv0);
   exit(2);
 }
 
