@@ -175,6 +175,83 @@ static void test_a_free_whose_reply_is_lost_never_frees_a_later_page(void **stat
   rig_stop(&r);
 }
 
+/* Refusals, then a loss. A burst of refused writes to one server hits data members and
+ * parities alike, leaving groups whose parity covers bytes no server holds. Once the
+ * engine has settled they must all be whole again (rewritten by the mover): then a
+ * second server lost costs no page. A group still believed protected that is not would
+ * return EIO here, or wrong bytes. */
+static void test_refused_writes_then_another_server_lost_lose_nothing(void **state)
+{
+  (void)state;
+  struct rig r;
+  rig_start(&r, "parity-log", NULL);
+  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
+    .server = 2, .op = RP_OP_WRITE, .skip = 40, .count = 30, .fault = RP_TEST_FAULT_FAIL,
+    .status = RP_ERR_INTERNAL });
+  /* Every page once more, and no overwrite after: the groups the refusals left are the
+   * ones the loss then needs. */
+  rp_test_device_fill(&r.dev, 0, PAGES);
+  assert_int_equal(rp_test_faults_hits(r.faults, rule), 30);
+  wait_settled(&r, 30);
+  rp_test_server_kill(&r.cluster.servers[0]);
+  rp_test_device_wait_noticed(&r.dev, 0, 10);
+  rp_test_device_wait_rebuilt(&r.dev, 60);
+  uint64_t eio = rp_test_device_verify(&r.dev, true);
+  struct rampart_stats st;
+  rp_test_device_stats(&r.dev, &st);
+  print_message("30 writes refused, then a server lost: %llu pages EIO, %llu lost, %llu "
+                "degraded reads\n", (unsigned long long)eio, (unsigned long long)st.pages_lost,
+                (unsigned long long)st.pages_degraded_reads);
+  assert_int_equal(eio, 0);
+  assert_int_equal(st.pages_lost, 0);
+  rig_stop(&r);
+}
+
+/* Mirror: a server stores copies whose replies are lost; they are sent again on the
+ * resumed session. Then that server is lost for good: every page must still have its
+ * other copy. */
+static void test_mirror_copies_whose_replies_were_lost_then_their_server_lost(void **state)
+{
+  (void)state;
+  struct rig r;
+  rig_start(&r, "mirror", NULL);
+  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
+    .server = 1, .op = RP_OP_WRITE, .skip = 3, .count = 6,
+    .fault = RP_TEST_FAULT_LOSE_REPLY });
+  rp_test_device_workload(&r.dev, 40, 100, 0);
+  assert_int_equal(rp_test_faults_hits(r.faults, rule), 6);
+  wait_settled(&r, 30);
+  rp_test_server_kill(&r.cluster.servers[1]);
+  rp_test_device_wait_noticed(&r.dev, 1, 10);
+  rp_test_device_wait_rebuilt(&r.dev, 60);
+  assert_int_equal(rp_test_device_verify(&r.dev, false), 0);
+  struct rampart_stats st;
+  rp_test_device_stats(&r.dev, &st);
+  assert_int_equal(st.pages_lost, 0);
+  rig_stop(&r);
+}
+
+/* Write-through: member writes refused while their disk copies land. Each page is
+ * placed again or left to its disk copy; with its server then lost, every page reads
+ * back from a server or the disk. */
+static void test_write_through_refused_members_then_their_server_lost(void **state)
+{
+  (void)state;
+  struct rig r;
+  rig_start(&r, "write-through", NULL);
+  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
+    .server = 0, .op = RP_OP_WRITE, .skip = 2, .count = 8, .fault = RP_TEST_FAULT_FAIL,
+    .status = RP_ERR_INTERNAL });
+  rp_test_device_workload(&r.dev, 40, 100, 0);
+  assert_int_equal(rp_test_faults_hits(r.faults, rule), 8);
+  wait_settled(&r, 30);
+  rp_test_server_kill(&r.cluster.servers[0]);
+  rp_test_device_wait_noticed(&r.dev, 0, 10);
+  rp_test_device_wait_rebuilt(&r.dev, 60);
+  assert_int_equal(rp_test_device_verify(&r.dev, false), 0);
+  rig_stop(&r);
+}
+
 /* ---- reads -------------------------------------------------------------------------- */
 
 /* A copy that comes back corrupt fails verification: the page is rebuilt from its group,
@@ -366,6 +443,9 @@ int main(void)
     cmocka_unit_test(test_unanswered_writes_are_sent_again),
     cmocka_unit_test(test_a_write_whose_reply_is_lost_is_sent_again),
     cmocka_unit_test(test_a_free_whose_reply_is_lost_never_frees_a_later_page),
+    cmocka_unit_test(test_refused_writes_then_another_server_lost_lose_nothing),
+    cmocka_unit_test(test_mirror_copies_whose_replies_were_lost_then_their_server_lost),
+    cmocka_unit_test(test_write_through_refused_members_then_their_server_lost),
     cmocka_unit_test(test_a_corrupt_read_is_rebuilt_from_its_group),
     cmocka_unit_test(test_a_refused_read_is_rebuilt_from_its_group),
     cmocka_unit_test(test_a_corrupt_copy_with_a_piece_of_its_group_refused_is_never_wrong),
