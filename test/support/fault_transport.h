@@ -20,7 +20,8 @@ enum rp_test_fault {
   RP_TEST_FAULT_TIMEOUT,    /* not sent; completes RP_ERR_TIMEOUT after hold_ms: a server
                                that stopped answering */
   RP_TEST_FAULT_LOSE_REPLY, /* sent and carried out; the reply is lost (RP_ERR_TIMEOUT) */
-  RP_TEST_FAULT_DELAY,      /* sent hold_ms late */
+  RP_TEST_FAULT_DELAY,      /* sent hold_ms late (held before the connection, so its
+                               request timeout starts only then: never a timeout) */
   RP_TEST_FAULT_CORRUPT,    /* a READ whose reply comes back with one byte flipped */
 };
 
