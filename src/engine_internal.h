@@ -198,7 +198,8 @@ struct degraded_read {
   unsigned lost_member;
   unsigned pending;
   bool failed;
-  bool unanswered;              /* a piece failed because its server's connection dropped */
+  bool unanswered;              /* a piece failed with its server coming back: its
+                                   connection dropped, or it refused and reconnects */
   unsigned pieces;
   uint8_t piece_member[GROUP_MAX_DATA + 1]; /* member index per piece; capacity = parity */
   uint8_t piece_server[GROUP_MAX_DATA + 1]; /* where each piece was sent: the group's own

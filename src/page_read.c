@@ -273,9 +273,16 @@ static void on_piece_read(struct rp_request *req)
   struct rampart_engine *e = dr->op->engine;
   if (req->status != RP_OK) {
     dr->failed = true;
-    dr->unanswered |= req->status == RP_ERR_DISCONNECTED || req->status == RP_ERR_TIMEOUT;
     unsigned k = (unsigned)(req - dr->reqs);
-    server_request_failed(e, dr->piece_server[k], req, false);
+    unsigned server = dr->piece_server[k];
+    server_request_failed(e, server, req, false);
+    /* A server that answered with an error (it refused the read) is reconnecting now,
+     * and keeps our pages for its lease: the read starts over from the map and waits
+     * for it, io-timeout at most, as for a dropped connection. Failing it instead gave
+     * EIO for a page nothing had lost (found by test_page_op_edges). */
+    dr->unanswered |= req->status == RP_ERR_DISCONNECTED || req->status == RP_ERR_TIMEOUT ||
+                      (server < e->nservers &&
+                       e->servers[server].state == RAMPART_SERVER_RECONNECTING);
   }
   if (--dr->pending == 0)
     degraded_complete(dr);
