@@ -93,7 +93,10 @@ static void reply_changed(struct rp_request *req)
     req->status = RP_ERR_TIMEOUT;
     snprintf(req->error_message, sizeof req->error_message,
              "no reply in time (fault_transport lost the reply on purpose)");
-  } else if (c->fault == RP_TEST_FAULT_CORRUPT && req->status == RP_OK && req->page) {
+  } else if (c->fault == RP_TEST_FAULT_CORRUPT && req->op == RP_OP_READ &&
+             req->status == RP_OK && req->page) {
+    /* A READ's reply only: a WRITE's page is the engine's own buffer, which no server
+     * can touch. */
     req->page[123] ^= 0x20;
   }
   free(c);
