@@ -32,23 +32,17 @@
 
 #include "engine_cluster.h"
 #include "engine_device.h"
+#include "fault_rig.h"
 #include "fault_transport.h"
 #include "rampart.h"
 #include "wire.h"
 
 #define PAGES 1024
 
-struct rig {
-  struct rp_test_cluster cluster;
-  struct rp_test_device dev;
-  struct rp_test_faults *faults;
-};
-
 /* Five servers, PAGES pages written once, no rebalancing (its moves would take rules'
  * hits); the fault transport set with no rules. extra: more settings, or NULL. */
 static void rig_start(struct rig *r, const char *redundancy, const char *const *extra)
 {
-  assert_int_equal(rp_test_cluster_start(&r->cluster, 5, "64M", NULL), 0);
   const char *settings[24] = { "redundancy", redundancy, "lease", "3", "timeout", "2000",
                                "rebalance", "0" };
   unsigned n = 8;
@@ -59,52 +53,7 @@ static void rig_start(struct rig *r, const char *redundancy, const char *const *
   for (unsigned i = 0; extra && extra[i]; i++)
     settings[n++] = extra[i];
   settings[n] = NULL;
-  rp_test_device_init(&r->dev, rp_test_engine_open(&r->cluster, PAGES, settings), PAGES, 97);
-  r->faults = rp_test_faults_install(r->dev.engine);
-  rp_test_device_fill(&r->dev, 0, PAGES);
-}
-
-static void rig_stop(struct rig *r)
-{
-  rp_test_faults_remove(r->faults);
-  rp_test_device_free(&r->dev);
-  rp_test_cluster_stop(&r->cluster);
-}
-
-static void print_stats(struct rig *r)
-{
-  static char report[16384];
-  struct rampart_stats st;
-  rp_test_device_stats(&r->dev, &st);
-  rampart_format_stats(&st, report, sizeof report);
-  print_message("%s", report);
-}
-
-/* Every server up (a killed one's new incarnation), nothing moving or waiting, every
- * live page protected, for half a second running; fails the test after timeout_s. */
-static void wait_settled(struct rig *r, unsigned timeout_s)
-{
-  struct rampart_stats st;
-  unsigned quiet = 0;
-  for (unsigned i = 0; i < timeout_s * 10 && quiet < 5; i++) {
-    rp_test_device_stats(&r->dev, &st);
-    bool calm = st.moves_in_flight == 0 && st.ops_waiting == 0 && st.requests_waiting == 0 &&
-                st.pages_unprotected == 0 && st.servers_reconnecting == 0;
-    /* A killed server's old incarnation stays LOST; its new one must be up. */
-    unsigned up = 0;
-    for (unsigned s = 0; s < st.nservers; s++) {
-      up += st.servers[s].state == RAMPART_SERVER_UP;
-      calm &= st.servers[s].state == RAMPART_SERVER_UP ||
-              st.servers[s].state == RAMPART_SERVER_LOST;
-    }
-    calm &= up == r->cluster.n;
-    quiet = calm ? quiet + 1 : 0;
-    usleep(100000);
-  }
-  if (quiet < 5) {
-    print_stats(r);
-    fail_msg("the engine did not settle in %u s", timeout_s);
-  }
+  rig_open(r, settings, PAGES, 97);
 }
 
 /* After the faults: every page reads back, and no page was lost beyond `lost` (those
@@ -406,7 +355,7 @@ static void wait_server_up(struct rig *r, unsigned s, unsigned timeout_s)
       return;
     usleep(10000);
   }
-  print_stats(r);
+  rig_print_stats(r);
   fail_msg("server %u not up again within %u s", s, timeout_s);
 }
 
@@ -629,7 +578,7 @@ static void test_mirror_corrupt_copy_then_its_server_emptied_then_another_lost(v
     if (st.servers[2].pages_stored == 0 && st.moves_in_flight == 0)
       break;
     if (waited == 300) {
-      print_stats(&r);
+      rig_print_stats(&r);
       fail_msg("suspect server 2 not emptied in 30 s");
     }
     usleep(100000);

@@ -21,6 +21,7 @@
 
 #include "engine_cluster.h"
 #include "engine_device.h"
+#include "fault_rig.h"
 #include "fault_transport.h"
 #include "rampart.h"
 #include "wire.h"
@@ -28,17 +29,10 @@
 #define PAGE RAMPART_PAGE_SIZE
 #define PAGES 1024
 
-struct rig {
-  struct rp_test_cluster cluster;
-  struct rp_test_device dev;
-  struct rp_test_faults *faults;
-};
-
 /* Five servers, parity-log 4+1, PAGES pages written once; the fault transport set with
  * no rules. extra: more settings (NULL-terminated pairs), or NULL. */
 static void rig_start(struct rig *r, const char *redundancy, const char *const *extra)
 {
-  assert_int_equal(rp_test_cluster_start(&r->cluster, 5, "64M", NULL), 0);
   const char *settings[24] = { "redundancy", redundancy, "lease", "5", "timeout", "2000" };
   unsigned n = 6;
   if (strcmp(redundancy, "parity-log") == 0) {
@@ -48,46 +42,7 @@ static void rig_start(struct rig *r, const char *redundancy, const char *const *
   for (unsigned i = 0; extra && extra[i]; i++)
     settings[n++] = extra[i];
   settings[n] = NULL;
-  rp_test_device_init(&r->dev, rp_test_engine_open(&r->cluster, PAGES, settings), PAGES, 89);
-  r->faults = rp_test_faults_install(r->dev.engine);
-  rp_test_device_fill(&r->dev, 0, PAGES);
-}
-
-static void rig_stop(struct rig *r)
-{
-  rp_test_faults_remove(r->faults);
-  rp_test_device_free(&r->dev);
-  rp_test_cluster_stop(&r->cluster);
-}
-
-static void print_stats(struct rig *r)
-{
-  static char report[16384];
-  struct rampart_stats st;
-  rp_test_device_stats(&r->dev, &st);
-  rampart_format_stats(&st, report, sizeof report);
-  print_message("%s", report);
-}
-
-/* Waits until every server is up, nothing moves or waits and every live page is
- * protected, for half a second running; fails the test after timeout_s. */
-static void wait_settled(struct rig *r, unsigned timeout_s)
-{
-  struct rampart_stats st;
-  unsigned quiet = 0;
-  for (unsigned i = 0; i < timeout_s * 10 && quiet < 5; i++) {
-    rp_test_device_stats(&r->dev, &st);
-    bool calm = st.moves_in_flight == 0 && st.ops_waiting == 0 && st.requests_waiting == 0 &&
-                st.pages_unprotected == 0 && st.servers_reconnecting == 0;
-    for (unsigned s = 0; s < st.nservers; s++)
-      calm &= st.servers[s].state == RAMPART_SERVER_UP;
-    quiet = calm ? quiet + 1 : 0;
-    usleep(100000);
-  }
-  if (quiet < 5) {
-    print_stats(r);
-    fail_msg("the engine did not settle in %u s", timeout_s);
-  }
+  rig_open(r, settings, PAGES, 89);
 }
 
 /* After the faults: every page reads back as written, none lost. */
@@ -419,7 +374,7 @@ static void test_a_drain_whose_move_writes_time_out_still_finishes(void **state)
     if (st.servers[4].drained)
       break;
     if (waited == 300) {
-      print_stats(&r);
+      rig_print_stats(&r);
       fail_msg("server 4 not drained in 30 s");
     }
     usleep(100000);
