@@ -57,114 +57,6 @@ uint64_t engine_now_ns(void)
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- pools ---------------------------------------------------------------- */
-
-struct page_op *engine_op_get(struct rampart_engine *e)
-{
-  struct page_op *op = e->free_ops;
-  if (!op)
-    return NULL;
-  e->free_ops = op->next;
-  uint8_t *scratch = op->scratch;
-  memset(op, 0, sizeof *op);
-  op->scratch = scratch;
-  op->engine = e;
-  op->in_use = true;
-  return op;
-}
-
-void engine_op_put(struct rampart_engine *e, struct page_op *op)
-{
-  if (!op->in_use) {
-    /* A completion path ran twice: continuing would complete some later request early
-     * with the wrong bytes. Stop loudly instead. */
-    rp_log(RP_LOG_ERROR, "internal error: page operation completed twice (page %llu)",
-           (unsigned long long)op->page);
-    abort();
-  }
-  op->in_use = false;
-  if (op->waits != PAGE_OP_NOT_WAITING) {
-    /* Still on a queue: whatever ends its wait would start a freed op again. */
-    rp_log(RP_LOG_ERROR, "internal error: page operation ended while waiting (page %llu)",
-           (unsigned long long)op->page);
-    abort();
-  }
-  if (e->state)
-    engine_state_op_ended(op);
-  op->next = e->free_ops;
-  e->free_ops = op;
-}
-
-void engine_op_withhold(struct rampart_engine *e, struct page_op *op)
-{
-  for (struct page_op **p = &e->free_ops; *p; p = &(*p)->next)
-    if (*p == op) {
-      *p = op->next;
-      op->next = NULL;
-      return;
-    }
-}
-
-/* Pooled only: the ops never withheld (at least half) finish and start what waits. */
-void engine_op_release_withheld(struct rampart_engine *e, struct page_op *op)
-{
-  op->next = e->free_ops;
-  e->free_ops = op;
-}
-
-static bool op_is_writing(const struct page_op *op)
-{
-  return op->kind == PAGE_OP_WRITE || (op->kind == PAGE_OP_MOVE && op->move_writing);
-}
-
-void engine_op_begin_wait(struct page_op *op, enum page_op_wait why)
-{
-  if (op->waits != PAGE_OP_NOT_WAITING) {
-    /* On two queues at once, it would be started twice. */
-    rp_log(RP_LOG_ERROR, "internal error: page operation waits twice (page %llu)",
-           (unsigned long long)op->page);
-    abort();
-  }
-  op->waits = why;
-  /* A writing op holds a pending count while it waits, so that a write-through disk
-   * copy finishing meanwhile cannot end the op under the queue it is on. */
-  if (op_is_writing(op))
-    op->pending++;
-}
-
-void engine_op_resume(struct page_op *op)
-{
-  op->waits = PAGE_OP_NOT_WAITING;
-  if (op_is_writing(op)) {
-    op->pending--;
-    page_write_start(op);
-  } else {
-    page_read_start(op);
-  }
-}
-
-/* An op that must wait for a parity buffer, a degraded read's buffers or cleaning. */
-void engine_op_wait(struct rampart_engine *e, struct page_op *op, enum page_op_wait why)
-{
-  engine_op_begin_wait(op, why);
-  op->next = NULL;
-  if (e->wait_tail)
-    e->wait_tail->next = op;
-  else
-    e->wait_head = op;
-  e->wait_tail = op;
-}
-
-static void engine_start_ios(struct rampart_engine *e);
-
-void engine_op_finished(struct page_op *op, int result)
-{
-  struct rampart_engine *e = op->engine;
-  op->owner->ended(op, result);
-  engine_op_put(e, op);
-  engine_start_ios(e);
-}
-
 /* A frontend's request completes with its last page. */
 static void request_page_ended(struct page_op *op, int result)
 {
@@ -176,22 +68,9 @@ static void request_page_ended(struct page_op *op, int result)
 }
 
 static const struct page_op_owner frontend_request = {
-  .read_ended = engine_op_finished,
+  .read_ended = page_op_finished,
   .ended = request_page_ended,
 };
-
-/* Restarts ops that waited for a resource; called when one is released. */
-void engine_run_waiting(struct rampart_engine *e)
-{
-  struct page_op *head = e->wait_head;
-  e->wait_head = e->wait_tail = NULL;
-  while (head) {
-    struct page_op *op = head;
-    head = op->next;
-    op->next = NULL;
-    engine_op_resume(op);
-  }
-}
 
 /* ---- requests --------------------------------------------------------------- */
 
@@ -215,7 +94,7 @@ static void io_queue(struct rampart_engine *e, struct rampart_io *io)
   e->io_tail = io;
 }
 
-static void engine_start_ios(struct rampart_engine *e)
+void engine_start_ios(struct rampart_engine *e)
 {
   if (e->starting_ios)
     return; /* an op finished synchronously inside the loop below; it continues */
@@ -225,7 +104,7 @@ static void engine_start_ios(struct rampart_engine *e)
     uint32_t npages = io->length / RAMPART_PAGE_SIZE;
     bool last;
     do {
-      struct page_op *op = engine_op_get(e);
+      struct page_op *op = page_op_get(e);
       if (!op)
         goto out;
       uint32_t i = io->pages_started++;
@@ -430,7 +309,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
    * tick too, so that a move that never finishes slows writes down instead of hanging
    * them. */
   if (e->wait_head)
-    engine_run_waiting(e);
+    page_op_run_waiting(e);
   if (e->reads_awaiting_write)
     page_read_expire_write_waits(e, engine_now_ns());
   if (e->spill)
@@ -461,7 +340,7 @@ static void on_mover_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
   }
   page_mover_run(e);
   if (page_mover_take_wakeup(e)) {
-    engine_run_waiting(e);
+    page_op_run_waiting(e);
   }
   if (e->spill)
     spill_store_flush_submissions(e->spill);

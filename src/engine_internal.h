@@ -3,6 +3,8 @@
  *   server_set.c    connections to servers, reservations, requests and slots on them
  *   server_health.c each server's health: UP -> RECONNECTING -> UP | LOST, reconnects
  *                   (server_health.h; what the servers share is its own struct)
+ *   page_op.c       the page-op protocol: an op's pool, states, waits and end
+ *                   (page_op.h)
  *   page_write.c    placement, the open group, sealing, reclaim
  *   page_read.c     reads, degraded reads
  *   page_mover.c    rebuild after a loss, cleaning, migration off advised servers
@@ -33,6 +35,7 @@
 #include "client.h"
 #include "config.h"
 #include "page_map.h"
+#include "page_op.h"
 #include "page_seal.h"
 #include "parity_group.h"
 #include "placement_order.h"
@@ -56,8 +59,6 @@ _Static_assert(ENGINE_MAX_INCARNATIONS <= PLACEMENT_MAX_SERVERS,
 struct rampart_engine;
 struct reconnect_attempt;
 struct server_transport_filter;
-struct page_op;
-
 /* A server's health between a dropped connection and its return (server_health.c).
  * Owned by the I/O thread like the rest; a reconnect attempt runs in a helper thread
  * that gets a copy of what it needs and hands its result back as a message. */
@@ -115,80 +116,6 @@ struct server {
    * to the running device a pool of its own (shared by its later incarnations). */
   struct rp_conn_pool *pool;
   struct server_health health;
-};
-
-enum page_op_kind { PAGE_OP_READ, PAGE_OP_WRITE, PAGE_OP_MOVE };
-
-/* What a page op is waiting for. It waits for one thing at a time, on that thing's
- * queue, and leaves it only through engine_op_resume, called by the event that ends
- * the wait: it then starts over from the page map. Every wait is bounded: a buffer
- * frees as groups seal, cleaning's moves in flight end (the tick checks too), a server
- * returns or io-timeout passes, and a read waits for writes of its page io-timeout at
- * most in all (the tick checks), then takes its copy as failed verification. */
-enum page_op_wait {
-  PAGE_OP_NOT_WAITING,
-  PAGE_OP_WAITS_FOR_BUFFER,    /* a parity buffer or a degraded read's (e->wait_head) */
-  PAGE_OP_WAITS_FOR_CLEANING,  /* writes: cleaning behind the overwrite rate (e->wait_head) */
-  PAGE_OP_WAITS_FOR_SERVER,    /* a reconnecting server (server_health.c) */
-  PAGE_OP_WAITS_FOR_WRITE,     /* reads: the write of its page in flight (page_read.c) */
-};
-
-/* One page of work: a page of a frontend request, or one page being moved by the mover. */
-/* Who a page op works for, and what it is told as it goes. page_read and page_write
- * carry an op to the end of its read or its write and tell the owner; they never ask
- * who the owner is. Two owners: the frontends' requests (engine.c) and the mover's
- * moves (page_mover.c), whose read, once verified, becomes the rewrite. */
-struct page_op_owner {
-  /* The op's read ended: 0 with op->buf holding the page as verified, or -errno. */
-  void (*read_ended)(struct page_op *op, int result);
-  /* The op is over (after its read, or its write); the engine takes it back next. */
-  void (*ended)(struct page_op *op, int result);
-};
-
-struct page_op {
-  struct page_op *next;
-  struct rampart_engine *engine;
-  const struct page_op_owner *owner;
-  enum page_op_kind kind;
-  struct rampart_io *io;        /* NULL for moves */
-  uint64_t page;                /* logical page */
-  uint8_t *buf;                 /* frontend slice, or the op's own scratch page */
-  uint8_t *scratch;             /* 4 KiB owned by this op (moves) */
-  page_entry placed;            /* writes: the entry this op installed */
-  page_entry expected;          /* moves: only install if the map still holds this */
-  uint8_t pending;              /* sub-requests outstanding */
-  bool failed;
-  bool move_writing;            /* moves: the read is done, now rewriting */
-  bool move_rebuilds;           /* moves: its group had a copy on a lost server */
-  bool disk_started;            /* write-through: the disk copy was submitted */
-  enum page_op_wait waits;      /* a writing op holds one pending count while it waits */
-  bool ending;                  /* writes: finished while a sub-request was out: ends with
-                                   end_result when the last one completes (write_finish) */
-  int end_result;
-  bool copy_failed;             /* mirror: the second copy was not stored: place again */
-  bool in_use;                  /* taken from the pool (catches double completion) */
-  uint8_t server;               /* writes: server of the member in flight */
-  uint8_t spill_epoch;          /* quarantine epoch of the op's spill I/O in flight */
-  uint8_t member;               /* reads: the member being read */
-  uint8_t read_server;          /* reads: the server that read went to. A failure blames
-                                   it, not whatever the group names by then: a read does
-                                   not pin its group, which may be reclaimed and its id
-                                   reused meanwhile */
-  uint32_t group;               /* reads: its group */
-  uint8_t read_source;          /* reads: page_location_kind read, or READ_DEGRADED */
-  uint16_t verify_retries;      /* reads: restarts after a page failed verification */
-  bool read_while_written;      /* reads: started while a write of the page was in flight,
-                                   whose version the map already names but whose bytes
-                                   may not have landed: a copy that fails verification
-                                   then is read again, not blamed */
-  uint8_t bad_copies;           /* moves: copies that failed verification (2: the rebuilt
-                                   page too), for the mover's verdict on a failed move */
-  page_entry read_entry;        /* reads: the map entry being read */
-  uint64_t wait_since_ns;       /* first waited for a reconnecting server (0: never) */
-  uint64_t write_wait_since_ns; /* reads: first waited for a write of its page (0: never) */
-  struct page_seal seal;        /* writes: the new version's seal; reads: the expected one */
-  struct rp_request req;
-  struct spill_io sio;
 };
 
 struct degraded_read {
@@ -411,20 +338,8 @@ uint64_t engine_now_ns(void);
 /* Submits one request and sleeps until it completes (frontend threads only). */
 int engine_run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length,
                     uint64_t offset, uint32_t flags);
-struct page_op *engine_op_get(struct rampart_engine *e);
-void engine_op_put(struct rampart_engine *e, struct page_op *op);
-/* After a restart, an op whose write record the state still needs (engine_state.c) is
- * kept out of the pool, so no new write overwrites the record, until the record goes. */
-void engine_op_withhold(struct rampart_engine *e, struct page_op *op);
-void engine_op_release_withheld(struct rampart_engine *e, struct page_op *op);
-/* An op's waits (enum page_op_wait): begin marks it waiting (the caller queues it);
- * engine_op_wait queues it on the engine's own list, for a buffer or cleaning; resume
- * ends the wait and starts it over, reading or writing as it was. */
-void engine_op_begin_wait(struct page_op *op, enum page_op_wait why);
-void engine_op_wait(struct rampart_engine *e, struct page_op *op, enum page_op_wait why);
-void engine_op_resume(struct page_op *op);
-void engine_op_finished(struct page_op *op, int result);
-void engine_run_waiting(struct rampart_engine *e);
+/* Starts the frontend requests waiting for a page op, as many as the pool has ops for. */
+void engine_start_ios(struct rampart_engine *e);
 /* Runs fn(e, arg) on the engine (holding it, on the I/O thread or inline) and waits for
  * it; from a thread that is not the engine's own. */
 void engine_call(struct rampart_engine *e, void (*fn)(struct rampart_engine *e, void *arg),

@@ -189,7 +189,7 @@ static void recovered_write_settle(struct rampart_engine *e, struct recovered_wr
   e->state->writes[i].active = 0;
   atomic_signal_fence(memory_order_release);
   w->recorded = false;
-  engine_op_release_withheld(e, &e->ops[i]);
+  page_op_release_withheld(e, &e->ops[i]);
 }
 
 static void drop_recovered_write(struct rampart_engine *e, struct recovered_write *w)
@@ -541,7 +541,7 @@ static int take_over_writes(struct rampart_engine *e)
     w->joining = rw->joining;
     atomic_signal_fence(memory_order_release);
     rw->recorded = true;
-    engine_op_withhold(e, &e->ops[i]);
+    page_op_withhold(e, &e->ops[i]);
     withheld++;
   }
   return 0;

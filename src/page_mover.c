@@ -303,7 +303,7 @@ static const struct page_op_owner mover_move = {
 static bool start_move(struct rampart_engine *e, uint64_t page, page_entry expected,
                        uint32_t group, enum rampart_move_reason why)
 {
-  struct page_op *op = engine_op_get(e);
+  struct page_op *op = page_op_get(e);
   if (!op)
     return false;
   e->mover->moves_by_reason[why]++;
@@ -573,16 +573,15 @@ static void move_read_ended(struct page_op *op, int result)
                op->bad_copies ? "the copies left to rebuild it from failed verification or "
                                 "are gone" : "two servers of its parity group are gone");
     }
-    engine_op_finished(op, result);
+    page_op_finished(op, result);
     return;
   }
   /* Rewritten, trimmed, or being rewritten: the write in flight supersedes the move (and
    * under write-through may be replacing the very disk copy just read). */
   if (page_map_get(&e->map, op->page) != op->expected || page_write_is_pending(e, op->page)) {
-    engine_op_finished(op, 0);
+    page_op_finished(op, 0);
     return;
   }
-  op->move_writing = true;
   page_write_start(op);
 }
 
@@ -592,7 +591,7 @@ static void move_ended(struct page_op *op, int result)
   struct rampart_engine *e = op->engine;
   e->mover->moves_in_flight--;
   e->mover->wakeup = true; /* writes held back by cleaning may go on (engine.c) */
-  if (op->move_writing) {
+  if (page_op_is_writing(op)) {
     e->mover->rebuild_pages_done++;
     if (op->move_rebuilds)
       e->mover->rebuild.pages_moved++;

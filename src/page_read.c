@@ -20,7 +20,6 @@
 #include "server_health.h"
 #include "server_transport.h"
 
-#define READ_DEGRADED 4u       /* op->read_source beyond the page_location_kinds */
 #define VERIFY_RESTARTS 8u     /* re-reads after a page changed under a failed check */
 
 static void degraded_start(struct page_op *op, uint32_t id, unsigned lost);
@@ -148,6 +147,16 @@ static void copy_failed_verification(struct page_op *op)
   e->integrity_failures++;
   op->bad_copies++;
   char why[240];
+  if (op->state == PAGE_OP_REBUILDING) {
+    /* Rebuilt from every other piece of its group and still not the page: nothing is
+     * left to try. */
+    op->bad_copies = 2;
+    snprintf(why, sizeof why, "rebuilt from its parity group (its own server %s being gone "
+             "or having returned it altered) it failed verification too",
+             e->servers[op->server].address);
+    read_failed(op, why);
+    return;
+  }
   if (op->read_source == PAGE_REMOTE) {
     struct group *g = group_get(&e->groups, op->group);
     unsigned server = g->server[op->member];
@@ -174,17 +183,8 @@ static void copy_failed_verification(struct page_op *op)
     degraded_start(op, op->group, op->member);
     return;
   }
-  if (op->read_source == READ_DEGRADED) {
-    /* Rebuilt from every other piece of its group and still not the page: nothing is
-     * left to try. */
-    op->bad_copies = 2;
-    snprintf(why, sizeof why, "rebuilt from its parity group (its own server %s being gone "
-             "or having returned it altered) it failed verification too",
-             e->servers[op->server].address);
-  } else {
-    snprintf(why, sizeof why, "the copy in the %s failed verification (altered or stale)",
-             op->read_source == PAGE_SPILL ? "spill store" : "local RAM store");
-  }
+  snprintf(why, sizeof why, "the copy in the %s failed verification (altered or stale)",
+           op->read_source == PAGE_SPILL ? "spill store" : "local RAM store");
   read_failed(op, why);
 }
 
@@ -239,7 +239,7 @@ static void degraded_put(struct rampart_engine *e, struct degraded_read *dr)
 {
   dr->next = e->free_degraded;
   e->free_degraded = dr;
-  engine_run_waiting(e);
+  page_op_run_waiting(e);
 }
 
 static void degraded_complete(struct degraded_read *dr)
@@ -311,13 +311,12 @@ static void degraded_start(struct page_op *op, uint32_t id, unsigned lost)
   }
   struct degraded_read *dr = e->free_degraded;
   if (!dr) {
-    engine_op_wait(e, op, PAGE_OP_WAITS_FOR_BUFFER);
+    page_op_wait(e, op, PAGE_OP_WAITS_FOR_BUFFER);
     return;
   }
   e->free_degraded = dr->next;
-  if (op->read_source == PAGE_REMOTE)
-    op->server = g->server[lost]; /* named if the rebuilt page fails verification */
-  op->read_source = READ_DEGRADED;
+  op->server = g->server[lost]; /* named if the rebuilt page fails verification */
+  page_op_enter(op, PAGE_OP_REBUILDING);
   dr->op = op;
   dr->group = id;
   dr->failed = false;
@@ -388,6 +387,7 @@ static void on_remote_read(struct rp_request *req)
 void page_read_start(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
+  page_op_enter(op, PAGE_OP_READING);
   if (op->kind == PAGE_OP_MOVE)
     op->buf = op->scratch;
   page_entry entry = page_map_get(&e->map, op->page);

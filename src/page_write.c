@@ -27,14 +27,14 @@ static void write_finish(struct page_op *op, int result)
     /* A sub-request is still out (a mirror copy sent before its member failed): the op
      * is the owner of that request's completion, so it ends with the last of them
      * (sub_done), never before. */
-    op->ending = true;
+    page_op_enter(op, PAGE_OP_ENDING);
     if (result < 0 && op->end_result == 0)
       op->end_result = result;
     return;
   }
   page_write_pending_ended(e, op->page,
                            op->placed && page_map_get(&e->map, op->page) == op->placed);
-  engine_op_finished(op, result);
+  page_op_finished(op, result);
 }
 
 /* With state=, the version a write replaces stays until the op ends: if the pager dies
@@ -172,7 +172,7 @@ static void parity_buffer_put(struct rampart_engine *e, struct parity_buffer *pb
 {
   pb->next = e->free_parity;
   e->free_parity = pb;
-  engine_run_waiting(e);
+  page_op_run_waiting(e);
 }
 
 static void sub_done(struct page_op *op, int result);
@@ -475,13 +475,13 @@ static bool place_remote(struct page_op *op)
         page_mover_should_throttle(e)) {
       /* Cleaning is far behind the overwrite rate: hold new writes until moves free
        * slots, as a log-structured store blocks writers when clean segments run out. */
-      engine_op_wait(e, op, PAGE_OP_WAITS_FOR_CLEANING);
+      page_op_wait(e, op, PAGE_OP_WAITS_FOR_CLEANING);
       return true;
     }
     if (e->open_group == GROUP_NONE) {
       enum open_result r = open_new_group(e);
       if (r == NO_BUFFER) {
-        engine_op_wait(e, op, PAGE_OP_WAITS_FOR_BUFFER);
+        page_op_wait(e, op, PAGE_OP_WAITS_FOR_BUFFER);
         return true;
       }
       if (r == NO_SERVERS)
@@ -559,7 +559,7 @@ static void sub_done(struct page_op *op, int result)
     op->failed = true;
   if (--op->pending > 0)
     return;
-  if (op->ending) {
+  if (op->state == PAGE_OP_ENDING) {
     write_finish(op, op->end_result);
     return;
   }
@@ -748,6 +748,7 @@ static void write_to_local(struct page_op *op)
 void page_write_start(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
+  page_op_enter(op, PAGE_OP_WRITING);
   if (op->kind == PAGE_OP_MOVE && page_map_get(&e->map, op->page) != op->expected) {
     write_finish(op, 0); /* rewritten or trimmed meanwhile: nothing left to move */
     return;

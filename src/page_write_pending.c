@@ -43,7 +43,7 @@ static void resume_reads_awaiting_write(struct rampart_engine *e, uint64_t page,
     struct page_op *op = ready;
     ready = op->next;
     op->next = NULL;
-    engine_op_resume(op);
+    page_op_resume(op);
   }
 }
 
@@ -65,7 +65,7 @@ bool page_read_waits_for_write(struct page_op *op)
     op->write_wait_since_ns = now;
   if (now - op->write_wait_since_ns >= server_health_io_timeout_ns(e))
     return false;
-  engine_op_begin_wait(op, PAGE_OP_WAITS_FOR_WRITE);
+  page_op_begin_wait(op, PAGE_OP_WAITS_FOR_WRITE);
   op->next = e->reads_awaiting_write;
   e->reads_awaiting_write = op;
   return true;

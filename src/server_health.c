@@ -332,7 +332,7 @@ bool server_health_park(struct rampart_engine *e, struct page_op *op)
     op->wait_since_ns = now;
   if (now - op->wait_since_ns >= e->health->io_timeout_ns)
     return false;
-  engine_op_begin_wait(op, PAGE_OP_WAITS_FOR_SERVER);
+  page_op_begin_wait(op, PAGE_OP_WAITS_FOR_SERVER);
   park_append(e, op);
   return true;
 }
@@ -371,7 +371,7 @@ static void wake_parked(struct rampart_engine *e)
       struct page_op *op = list;
       list = op->next;
       op->next = NULL;
-      engine_op_resume(op);
+      page_op_resume(op);
     }
   } while (e->health->wake_again);
   e->health->waking = false;
@@ -399,7 +399,7 @@ static void wake_expired(struct rampart_engine *e, uint64_t now)
     struct page_op *op = expired;
     expired = op->next;
     op->next = NULL;
-    engine_op_resume(op);
+    page_op_resume(op);
   }
 }
 

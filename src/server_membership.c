@@ -143,7 +143,7 @@ static void add_adopt(struct rampart_engine *e, void *arg)
   msg_set(c->msg, c->msglen, "added %s: %llu pages (%.1f MiB) reserved there; the device has "
           "%u servers", s->address, (unsigned long long)s->reserved_pages,
           pages_mib(s->reserved_pages), server_set_members(e));
-  engine_run_waiting(e); /* writes waiting for room may go there */
+  page_op_run_waiting(e); /* writes waiting for room may go there */
 }
 
 int rampart_server_add(struct rampart_engine *e, const char *address, char *msg,
