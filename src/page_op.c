@@ -13,16 +13,27 @@
 
 #define TO(s) (1u << (s))
 
-/* The transitions the protocol has, from each state. READING -> WRITING and
- * REBUILDING -> WRITING are a move's alone (its verified read becomes its rewrite):
- * page_op_enter checks that too. */
-static const unsigned allowed_next[PAGE_OP_STATES] = {
-  [PAGE_OP_FREE] = TO(PAGE_OP_READING) | TO(PAGE_OP_WRITING),
-  [PAGE_OP_READING] = TO(PAGE_OP_READING) | TO(PAGE_OP_REBUILDING) | TO(PAGE_OP_WRITING) |
-                      TO(PAGE_OP_FREE),
-  [PAGE_OP_REBUILDING] = TO(PAGE_OP_READING) | TO(PAGE_OP_WRITING) | TO(PAGE_OP_FREE),
-  [PAGE_OP_WRITING] = TO(PAGE_OP_WRITING) | TO(PAGE_OP_ENDING) | TO(PAGE_OP_FREE),
-  [PAGE_OP_ENDING] = TO(PAGE_OP_FREE),
+/* The transitions the protocol has, by kind and from each state. A read never writes
+ * and a write never reads; a move is a read whose verified bytes become a write. */
+static const unsigned allowed_next[3][PAGE_OP_STATES] = {
+  [PAGE_OP_READ] = {
+    [PAGE_OP_FREE] = TO(PAGE_OP_READING),
+    [PAGE_OP_READING] = TO(PAGE_OP_READING) | TO(PAGE_OP_REBUILDING) | TO(PAGE_OP_FREE),
+    [PAGE_OP_REBUILDING] = TO(PAGE_OP_READING) | TO(PAGE_OP_FREE),
+  },
+  [PAGE_OP_WRITE] = {
+    [PAGE_OP_FREE] = TO(PAGE_OP_WRITING),
+    [PAGE_OP_WRITING] = TO(PAGE_OP_WRITING) | TO(PAGE_OP_ENDING) | TO(PAGE_OP_FREE),
+    [PAGE_OP_ENDING] = TO(PAGE_OP_FREE),
+  },
+  [PAGE_OP_MOVE] = {
+    [PAGE_OP_FREE] = TO(PAGE_OP_READING),
+    [PAGE_OP_READING] = TO(PAGE_OP_READING) | TO(PAGE_OP_REBUILDING) | TO(PAGE_OP_WRITING) |
+                        TO(PAGE_OP_FREE),
+    [PAGE_OP_REBUILDING] = TO(PAGE_OP_READING) | TO(PAGE_OP_WRITING) | TO(PAGE_OP_FREE),
+    [PAGE_OP_WRITING] = TO(PAGE_OP_WRITING) | TO(PAGE_OP_ENDING) | TO(PAGE_OP_FREE),
+    [PAGE_OP_ENDING] = TO(PAGE_OP_FREE),
+  },
 };
 
 const char *page_op_state_name(enum page_op_state state)
@@ -54,9 +65,8 @@ static _Noreturn void protocol_broken(const struct page_op *op, const char *what
 
 void page_op_enter(struct page_op *op, enum page_op_state next)
 {
-  bool allowed = (allowed_next[op->state] & TO(next)) != 0;
-  if (next == PAGE_OP_WRITING && op->state != PAGE_OP_FREE && op->state != PAGE_OP_WRITING)
-    allowed &= op->kind == PAGE_OP_MOVE;
+  bool allowed = (unsigned)op->kind <= PAGE_OP_MOVE && (unsigned)op->state < PAGE_OP_STATES &&
+                 (allowed_next[op->kind][op->state] & TO(next)) != 0;
   if (next == PAGE_OP_FREE && op->waits != PAGE_OP_NOT_WAITING)
     allowed = false; /* still on a queue: whatever ends its wait would start it again */
   if (!allowed) {

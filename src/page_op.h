@@ -23,11 +23,13 @@
  *       v            v
  *      FREE <--------+---- page_op_finished  (the owner told, the op back in the pool)
  *
- * A write starts in WRITING. Waiting (for a buffer, cleaning, a server, its page's
- * write) is not a state of its own: an op waits in READING, REBUILDING or WRITING and
- * resumes in the same one, from the page map. A transition the table does not allow
- * stops the engine with an internal error: it means two paths think they own the op,
- * and going on would complete some request with another one's bytes.
+ * A read starts in READING and never writes; a write starts in WRITING and never
+ * reads; a move starts in READING and writes once its read verified. Waiting (for a
+ * buffer, cleaning, a server, its page's write) is not a state of its own: an op waits
+ * in READING, REBUILDING or WRITING and resumes in the same one, from the page map.
+ * A transition the table does not allow stops the engine with an internal error: it
+ * means two paths think they own the op, and going on would complete some request
+ * with another one's bytes.
  */
 #ifndef RAMPART_PAGE_OP_H
 #define RAMPART_PAGE_OP_H
