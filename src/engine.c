@@ -375,9 +375,9 @@ static void *io_thread_main(void *arg)
 static unsigned loop_changes(const struct rampart_engine *e)
 {
   unsigned n = e->loop_changes;
-  for (unsigned i = 0; i < e->nservers; i++)
-    if (e->servers[i].conn)
-      n += rp_conn_loop_changes(e->servers[i].conn);
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    if (e->set.servers[i].conn)
+      n += rp_conn_loop_changes(e->set.servers[i].conn);
   return n;
 }
 
@@ -616,11 +616,11 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->device_pages = e->pages;
   st->redundancy = e->policy;
   st->group_size = e->group_size;
-  st->nservers = e->nservers;
+  st->nservers = e->set.nservers;
   uint64_t live[ENGINE_MAX_INCARNATIONS], at_risk[ENGINE_MAX_INCARNATIONS];
   page_mover_live_by_server(e, live, at_risk);
   for (unsigned i = 0; i < st->nservers; i++) {
-    struct server *s = &e->servers[i];
+    struct server *s = &e->set.servers[i];
     struct rampart_server_stats *ss = &st->servers[i];
     snprintf(ss->address, sizeof ss->address, "%s", s->address);
     ss->state = s->state;
@@ -642,11 +642,11 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->pages_remote = e->map.count[PAGE_REMOTE];
   st->pages_spilled = e->map.count[PAGE_SPILL];
   st->pages_local_ram = e->map.count[PAGE_LOCAL];
-  st->pages_degraded_reads = e->degraded_reads;
-  st->pages_lost = e->pages_lost;
+  st->pages_degraded_reads = e->counters.degraded_reads;
+  st->pages_lost = e->counters.pages_lost;
   st->pages_unprotected = group_table_unprotected_live(&e->groups);
-  st->read_errors = e->read_errors;
-  st->integrity_failures = e->integrity_failures;
+  st->read_errors = e->counters.read_errors;
+  st->integrity_failures = e->counters.integrity_failures;
   st->encrypted = e->sealer.encrypt;
   page_mover_stats(e, st);
   for (struct page_op *w = e->wait_head; w; w = w->next)
@@ -654,11 +654,11 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   for (struct page_op *w = e->reads_awaiting_write; w; w = w->next)
     st->ops_waiting++;
   server_health_stats(e, st);
-  for (unsigned i = 0; i < e->nservers; i++)
-    if (e->servers[i].rebuild_needed)
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    if (e->set.servers[i].rebuild_needed)
       st->rebuild_pages_pending += at_risk[i];
-  st->pages_written = e->pages_written;
-  st->wire_bytes_written = e->wire_bytes_written;
+  st->pages_written = e->counters.pages_written;
+  st->wire_bytes_written = e->counters.wire_bytes_written;
   if (e->spill) {
     st->spill_capacity_pages = spill_store_capacity(e->spill);
     st->spill_used_pages = spill_store_used(e->spill);
@@ -677,13 +677,13 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
     (uint64_t)ENGINE_DEGRADED_READS * (sizeof(struct degraded_read) +
                                        (GROUP_MAX_DATA + 1) * RAMPART_PAGE_SIZE) +
     (uint64_t)ENGINE_FREE_REQUESTS * sizeof(struct free_request) + sizeof *e +
-    rampart_event_arena_bytes() + rp_conn_pool_bytes(e->conn_pool);
+    rampart_event_arena_bytes() + rp_conn_pool_bytes(e->set.conn_pool);
   /* What grows with the device: map, pending bits, groups, per-server slot stacks. */
   st->client_memory_bytes = st->client_memory_fixed_bytes + page_map_memory_bytes(&e->map) +
                             page_sealer_memory_bytes(&e->sealer) +
                             (e->pages + 63) / 64 * 8 + group_table_memory_bytes(&e->groups);
-  for (unsigned i = 0; i < e->nservers; i++)
-    st->client_memory_bytes += (uint64_t)e->servers[i].slots.capacity * sizeof(uint32_t);
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    st->client_memory_bytes += (uint64_t)e->set.servers[i].slots.capacity * sizeof(uint32_t);
 }
 
 void rampart_get_stats(struct rampart_engine *e, struct rampart_stats *stats)
@@ -788,7 +788,7 @@ static int engine_open_spill(struct rampart_engine *e, char *err, size_t errlen)
     return -1;
   }
   /* Standalone with all of size in RAM never spills: skip the file. */
-  if (e->nservers == 0 && e->local.slots.capacity >= e->pages)
+  if (e->set.nservers == 0 && e->local.slots.capacity >= e->pages)
     return 0;
   struct spill_store_options so = {
     .path = e->config.spill_path[0] ? e->config.spill_path : NULL,
@@ -873,7 +873,7 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
   rampart_config_effective(config, &e->policy, &e->group_size);
   e->redundancy = redundancy_policy_of(e->policy);
   e->pages = config->size / RAMPART_PAGE_SIZE;
-  e->open_group = GROUP_NONE;
+  e->placement.open_group = GROUP_NONE;
   /* The parts with state of their own, before anything can fail: every later failure
    * ends in rampart_close, which asks them. */
   if (server_health_alloc(e) < 0 || page_mover_init(e) < 0) {
@@ -955,7 +955,7 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
       !(e->control = control_socket_open(e, e->config.control_path, err, errlen)))
     goto fail;
   rp_log(RP_LOG_INFO, "device of %llu pages, %u servers, redundancy %s, group %u",
-         (unsigned long long)e->pages, e->nservers, rampart_redundancy_name(e->policy),
+         (unsigned long long)e->pages, e->set.nservers, rampart_redundancy_name(e->policy),
          e->group_size);
   e->opened = true;
   return e;

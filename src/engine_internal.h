@@ -191,6 +191,44 @@ struct pager_state;
 struct page_mover;
 struct server_health_shared;
 
+/* The servers (server_set.c; their health: server_health.c; membership:
+ * server_membership.c). Every part reads it; those files change it. */
+struct server_set {
+  /* incarnations: a server that returns empty gets a new entry */
+  struct server servers[ENGINE_MAX_INCARNATIONS];
+  unsigned nservers;
+  struct rp_conn_pool *conn_pool; /* every server connection's memory, made at open */
+  /* a filter over the transport (server_transport.h), or NULL: the tests' faults */
+  const struct server_transport_filter *transport_filter;
+  void *transport_filter_ctx;
+  bool closing;                 /* server_set_close runs: no reconnects, no replays */
+};
+
+/* Where new pages go (page_write.c; engine_state.c saves and restores the open group). */
+struct write_placement {
+  struct placement_order member_order; /* servers for members: each once per sweep */
+  unsigned parity_cursor;       /* rotation of the parity server */
+  /* the open group, its parity server and the parity's slot there (reserved at open) */
+  uint32_t open_group;          /* GROUP_NONE when none */
+  uint8_t open_parity_server;
+  uint32_t open_parity_slot;
+};
+
+/* What the engine counts, for stats-file=, metrics-file= and rampartctl (engine.c
+ * reports them; each path counts its own). */
+struct engine_counters {
+  uint64_t pages_written, wire_bytes_written;
+  uint64_t degraded_reads, read_errors, pages_lost;
+  uint64_t integrity_failures;  /* stored pages that failed verification */
+  uint64_t writes_replayed;     /* after a restart (engine_state.c) */
+  uint64_t writes_rolled_back;
+};
+
+/* The engine, by owner: its settings (`config`, the policy's row), the page map and
+ * seals, the group table, the stores (spill, local), the servers (`set`), where new
+ * pages go (`placement`), the page ops' pools and queues (page_op.c), the thread that
+ * runs it, the mover and the servers' health (each a struct of its own, private to its
+ * file), what it counts (`counters`) and, with state=, its state segment. */
 struct rampart_engine {
   struct rampart_config config;
   enum rampart_redundancy policy;
@@ -212,16 +250,8 @@ struct rampart_engine {
   bool spill_named_by_state;    /* state= chose spill= (PATH.spill): removed with the state */
   struct local_store local;
 
-  /* servers: incarnations; a server that returns empty gets a new entry */
-  struct server servers[ENGINE_MAX_INCARNATIONS];
-  unsigned nservers;
-  struct placement_order member_order; /* servers for members: each once per sweep */
-  unsigned parity_cursor;       /* rotation of the parity server */
-
-  /* the open group, its parity server and the parity's slot there (reserved at open) */
-  uint32_t open_group;          /* GROUP_NONE when none */
-  uint8_t open_parity_server;
-  uint32_t open_parity_slot;
+  struct server_set set;
+  struct write_placement placement;
 
   /* pools */
   struct page_op *ops;
@@ -267,11 +297,6 @@ struct rampart_engine {
 
   /* what the servers' health shares (server_health.c's own) */
   struct server_health_shared *health;
-  struct rp_conn_pool *conn_pool; /* every server connection's memory, made at open */
-  /* a filter over the transport (server_transport.h), or NULL: the tests' faults */
-  const struct server_transport_filter *transport_filter;
-  void *transport_filter_ctx;
-  bool closing;                 /* server_set_close runs: no reconnects, no replays */
 
   /* the mover's own state (page_mover.c), and the watcher that runs it each iteration */
   struct page_mover *mover;
@@ -296,11 +321,7 @@ struct rampart_engine {
    * hangs, tells a request lost inside the engine from one lost before or after it. */
   _Atomic uint32_t frontend_waiting;
 
-  /* counters */
-  uint64_t pages_written, wire_bytes_written;
-  uint64_t degraded_reads, read_errors, pages_lost;
-  uint64_t integrity_failures;  /* stored pages that failed verification */
-  uint64_t pages_remote, pages_spilled, pages_local;
+  struct engine_counters counters;
   /* state= (engine_state.c): the pager's state segment, or NULL; after a restart, the
    * writes the dead process had in flight, and how many fell back to the older version */
   struct pager_state *state;
@@ -309,8 +330,6 @@ struct rampart_engine {
   struct recovered_write *recovered_writes; /* PAGER_STATE_WRITES entries */
   uint8_t *recovered_bytes;
   uint32_t nrecovered_writes;   /* entries still kept */
-  uint64_t writes_replayed;
-  uint64_t writes_rolled_back;
   pthread_mutex_t stats_lock;   /* guards the snapshot copied to other threads */
   /* Taken by frontend threads, never by the I/O thread: a sub-page write holds its
    * page's stripe from its read to the end of its write-back (page_rmw.c). */

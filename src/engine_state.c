@@ -167,8 +167,8 @@ void engine_state_save_servers(struct rampart_engine *e)
   struct pager_state *st = e->state;
   if (!st)
     return;
-  for (unsigned i = 0; i < e->nservers; i++)
-    engine_state_save_server(e, &e->servers[i]);
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    engine_state_save_server(e, &e->set.servers[i]);
   page_mover_rebuild_record(e, st->rebuild);
 }
 
@@ -296,7 +296,7 @@ bool engine_state_fall_back(struct page_op *op)
       g->pins--;
     }
     page_write_retire(e, newer);
-    e->writes_rolled_back++;
+    e->counters.writes_rolled_back++;
     return true;
   }
   return false;
@@ -316,8 +316,8 @@ void engine_state_group_opened(struct rampart_engine *e, uint32_t id)
     atomic_signal_fence(memory_order_release);
     p->group = id;
   }
-  *st->open_parity_server = e->open_parity_server;
-  *st->open_parity_slot = e->open_parity_slot;
+  *st->open_parity_server = e->placement.open_parity_server;
+  *st->open_parity_slot = e->placement.open_parity_slot;
   atomic_signal_fence(memory_order_release);
   *st->open_group = id;
 }
@@ -380,7 +380,7 @@ static void take_over_unfinished_group(struct rampart_engine *e, uint32_t id, bo
     return;
   }
   if (g->state == GROUP_OPEN && g->has_parity && trusted && id == *st->open_group &&
-      *st->open_parity_server < e->nservers) {
+      *st->open_parity_server < e->set.nservers) {
     /* Sealed short at once, its parity to the slot reserved when it opened: every
      * server is only reconnecting now, and a group left open would be closed without
      * parity by the first write that finds no server to place on. */
@@ -407,7 +407,7 @@ static void take_over_unfinished_group(struct rampart_engine *e, uint32_t id, bo
 static void mark_used(uint64_t **used, const struct rampart_engine *e, unsigned server,
                       uint32_t slot)
 {
-  if (server < e->nservers && used[server] && slot < e->servers[server].slots.capacity)
+  if (server < e->set.nservers && used[server] && slot < e->set.servers[server].slots.capacity)
     used[server][slot / 64] |= UINT64_C(1) << (slot % 64);
 }
 
@@ -417,8 +417,8 @@ static int rebuild_allocators(struct rampart_engine *e)
 {
   uint64_t *used[ENGINE_MAX_INCARNATIONS] = { 0 };
   int r = 0;
-  for (unsigned i = 0; i < e->nservers && r == 0; i++) {
-    used[i] = calloc(e->servers[i].slots.capacity / 64 + 1, sizeof(uint64_t));
+  for (unsigned i = 0; i < e->set.nservers && r == 0; i++) {
+    used[i] = calloc(e->set.servers[i].slots.capacity / 64 + 1, sizeof(uint64_t));
     if (!used[i])
       r = -1;
   }
@@ -432,9 +432,9 @@ static int rebuild_allocators(struct rampart_engine *e)
     if (g->has_parity && g->server[g->capacity] != GROUP_NO_SERVER)
       mark_used(used, e, g->server[g->capacity], g->slot[g->capacity]);
   }
-  for (unsigned i = 0; i < e->nservers && r == 0; i++)
-    slot_allocator_rebuild(&e->servers[i].slots, used[i]);
-  for (unsigned i = 0; i < e->nservers; i++)
+  for (unsigned i = 0; i < e->set.nservers && r == 0; i++)
+    slot_allocator_rebuild(&e->set.servers[i].slots, used[i]);
+  for (unsigned i = 0; i < e->set.nservers; i++)
     free(used[i]);
   if (r < 0 || !e->spill || e->redundancy->disk_copy)
     return r; /* write-through claimed every page's disk slot at open */
@@ -563,7 +563,7 @@ static bool replay_settled(struct rampart_engine *e, struct rp_request *req, pag
     g->pins++;
     return false;
   }
-  if (server < e->nservers && e->servers[server].state != RAMPART_SERVER_LOST)
+  if (server < e->set.nservers && e->set.servers[server].state != RAMPART_SERVER_LOST)
     page_write_member_lost(e, id);
   return true;
 }
@@ -586,7 +586,7 @@ static void on_replayed(struct rp_request *req)
     /* The new version is where the map says: the old one is not needed any more. */
     drop_recovered_write(e, w);
     page_write_release_version(e, w->old_entry, true);
-    e->writes_replayed++;
+    e->counters.writes_replayed++;
   }
   recovered_write_settle(e, w); /* only replays were left of it */
   if (group_is_reclaimable(group_get(&e->groups, id)))
@@ -708,7 +708,7 @@ int engine_state_recover(struct rampart_engine *e, char *err, size_t errlen)
   page_mover_rebuild_restore(e, st->rebuild);
   unsigned resuming = 0;
   for (unsigned i = 0; i < n; i++) {
-    struct server *s = &e->servers[i];
+    struct server *s = &e->set.servers[i];
     if (s->state == RAMPART_SERVER_LOST && s->rebuild_needed)
       page_mover_rebuild_begin(e);
     resuming += server_health_after_restart(e, s);

@@ -128,16 +128,16 @@ void page_mover_stats(const struct rampart_engine *e, struct rampart_stats *st)
 
 static bool server_is_lost(const struct rampart_engine *e, uint8_t index)
 {
-  return index != GROUP_NO_SERVER && e->servers[index].state == RAMPART_SERVER_LOST;
+  return index != GROUP_NO_SERVER && e->set.servers[index].state == RAMPART_SERVER_LOST;
 }
 
 /* Slots held on servers, on every server not lost. */
 static uint64_t slots_held(const struct rampart_engine *e)
 {
   uint64_t held = 0;
-  for (unsigned i = 0; i < e->nservers; i++)
-    if (e->servers[i].state != RAMPART_SERVER_LOST)
-      held += e->servers[i].slots.in_use;
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    if (e->set.servers[i].state != RAMPART_SERVER_LOST)
+      held += e->set.servers[i].slots.in_use;
   return held;
 }
 
@@ -151,8 +151,8 @@ static void update_cleaning(struct rampart_engine *e)
 {
   bool short_of_room = false;
   unsigned up = 0;
-  for (unsigned i = 0; i < e->nservers; i++) {
-    const struct server *s = &e->servers[i];
+  for (unsigned i = 0; i < e->set.nservers; i++) {
+    const struct server *s = &e->set.servers[i];
     if (s->state != RAMPART_SERVER_UP)
       continue;
     up += !s->advised;
@@ -208,8 +208,8 @@ static void update_rebalancing(struct rampart_engine *e)
 {
   double lo = 2.0, hi = -1.0;
   unsigned n = 0;
-  for (unsigned i = 0; i < e->nservers; i++) {
-    const struct server *s = &e->servers[i];
+  for (unsigned i = 0; i < e->set.nservers; i++) {
+    const struct server *s = &e->set.servers[i];
     if (!server_takes_rebalance(s))
       continue;
     double f = server_fill(s);
@@ -238,8 +238,8 @@ static bool group_on_full_server(struct rampart_engine *e, const struct group *g
   unsigned slots = g->members + (g->has_parity ? 1u : 0u);
   for (unsigned k = 0; k < slots; k++) {
     uint8_t srv = g->server[k < g->members ? k : g->capacity];
-    if (srv != GROUP_NO_SERVER && server_takes_rebalance(&e->servers[srv]) &&
-        server_fill(&e->servers[srv]) > threshold)
+    if (srv != GROUP_NO_SERVER && server_takes_rebalance(&e->set.servers[srv]) &&
+        server_fill(&e->set.servers[srv]) > threshold)
       return true;
   }
   return false;
@@ -258,13 +258,13 @@ static enum rampart_move_reason group_move_reason(struct rampart_engine *e,
     if (server_is_lost(e, srv)) {
       e->mover->lost_seen[srv] = true;
       why = RAMPART_MOVE_REBUILD;
-    } else if (srv != GROUP_NO_SERVER && e->servers[srv].suspect && none_yet) {
+    } else if (srv != GROUP_NO_SERVER && e->set.servers[srv].suspect && none_yet) {
       why = RAMPART_MOVE_EVACUATE; /* off a server whose copies failed verification */
-    } else if (srv != GROUP_NO_SERVER && e->servers[srv].advised && none_yet) {
+    } else if (srv != GROUP_NO_SERVER && e->set.servers[srv].advised && none_yet) {
       /* The parity too: a group sealed while its parity server was already advising
        * (its slot was reserved earlier) still frees that server once moved. */
       why = RAMPART_MOVE_MIGRATE;
-    } else if (srv != GROUP_NO_SERVER && e->servers[srv].leaving && none_yet) {
+    } else if (srv != GROUP_NO_SERVER && e->set.servers[srv].leaving && none_yet) {
       why = RAMPART_MOVE_DRAIN;
     }
   }
@@ -331,7 +331,7 @@ static bool start_move(struct rampart_engine *e, uint64_t page, page_entry expec
 void page_mover_live_by_server(const struct rampart_engine *e, uint64_t *live,
                                uint64_t *at_risk)
 {
-  for (unsigned i = 0; i < e->nservers; i++)
+  for (unsigned i = 0; i < e->set.nservers; i++)
     live[i] = at_risk[i] = 0;
   for (uint32_t id = 0; id < e->groups.count; id++) {
     const struct group *g = group_get(&e->groups, id);
@@ -396,8 +396,8 @@ static void rebuild_finish(struct rampart_engine *e)
 static void finish_pass(struct rampart_engine *e)
 {
   bool still_rebuilding = false;
-  for (unsigned i = 0; i < e->nservers; i++) {
-    struct server *s = &e->servers[i];
+  for (unsigned i = 0; i < e->set.nservers; i++) {
+    struct server *s = &e->set.servers[i];
     if (s->rebuild_needed && !e->mover->lost_seen[i] && e->mover->moves_in_flight == 0 &&
         page_mover_at_risk(e, i) == 0) {
       s->rebuild_needed = false;
@@ -469,7 +469,7 @@ static void scan_groups(struct rampart_engine *e)
 /* Pages that had to go to disk move back once servers have room again. */
 static void scan_spill(struct rampart_engine *e)
 {
-  if (!e->spill || !e->redundancy->spilled_pages_move_back || e->nservers == 0)
+  if (!e->spill || !e->redundancy->spilled_pages_move_back || e->set.nservers == 0)
     return;
   if (server_set_placeable(e) < redundancy_policy_servers_needed(e->redundancy) ||
       e->mover->cleaning || spill_store_used(e->spill) == 0)
@@ -496,8 +496,8 @@ static bool mover_has_work(const struct rampart_engine *e)
    * bring the mover round to them. */
   if (e->groups.unprotected > 0 && server_set_placeable(e) >= 2)
     return true;
-  for (unsigned i = 0; i < e->nservers; i++) {
-    const struct server *s = &e->servers[i];
+  for (unsigned i = 0; i < e->set.nservers; i++) {
+    const struct server *s = &e->set.servers[i];
     if (s->rebuild_needed || s->advised)
       return true;
     /* A suspect server is emptied: until it holds no slot of ours (every group that
@@ -515,7 +515,7 @@ static bool mover_has_work(const struct rampart_engine *e)
 
 void page_mover_tick(struct rampart_engine *e)
 {
-  if (e->nservers == 0)
+  if (e->set.nservers == 0)
     return;
   update_cleaning(e);
   update_rebalancing(e);
@@ -524,7 +524,7 @@ void page_mover_tick(struct rampart_engine *e)
 
 void page_mover_run(struct rampart_engine *e)
 {
-  if (e->nservers == 0 || e->draining || e->mover->moves_in_flight >= ENGINE_MOVES ||
+  if (e->set.nservers == 0 || e->draining || e->mover->moves_in_flight >= ENGINE_MOVES ||
       !mover_has_work(e))
     return;
   scan_groups(e);
@@ -564,7 +564,7 @@ static void move_read_ended(struct page_op *op, int result)
      * mover: left where it is, a rebuild would retry it forever and never finish. */
     if (page_map_get(&e->map, op->page) == op->expected &&
         !page_write_is_pending(e, op->page) && page_is_unrecoverable(e, op)) {
-      e->pages_lost++;
+      e->counters.pages_lost++;
       page_write_supersede(e, op->page, PAGE_ENTRY_LOST);
       /* A double fault loses thousands at once: name a few (the tick counts the rest). */
       if (e->read_errors_logged++ < 10)

@@ -226,9 +226,9 @@ static void on_parity_written(struct rp_request *req)
  * any placeable server that holds no member of g. */
 static int choose_parity_server(struct rampart_engine *e, const struct group *g)
 {
-  for (unsigned k = 0; k < e->nservers; k++) {
-    unsigned i = (e->open_parity_server + k) % e->nservers;
-    if (!server_usable_for_placement(&e->servers[i]))
+  for (unsigned k = 0; k < e->set.nservers; k++) {
+    unsigned i = (e->placement.open_parity_server + k) % e->set.nservers;
+    if (!server_usable_for_placement(&e->set.servers[i]))
       continue;
     bool in_group = false;
     for (unsigned m = 0; m < g->members; m++)
@@ -255,7 +255,7 @@ static void submit_parity(struct rampart_engine *e, uint32_t id, struct parity_b
   pb->req.page = pb->page;
   pb->req.done = on_parity_written;
   pb->req.user = pb;
-  e->wire_bytes_written += RP_HEADER_SIZE + RAMPART_PAGE_SIZE;
+  e->counters.wire_bytes_written += RP_HEADER_SIZE + RAMPART_PAGE_SIZE;
   server_transport_send(e, server, &pb->req);
 }
 
@@ -270,8 +270,8 @@ void page_write_reseal(struct rampart_engine *e, uint32_t id)
  * the moment it is XORed into the client's buffer. */
 static void seal_open_group(struct rampart_engine *e, struct page_op *waiter)
 {
-  uint32_t id = e->open_group;
-  e->open_group = GROUP_NONE;
+  uint32_t id = e->placement.open_group;
+  e->placement.open_group = GROUP_NONE;
   struct group *g = group_get(&e->groups, id);
   /* A group closed early (a server failed, none left to place on) seals with the
    * members it has: the parity covers exactly those. */
@@ -287,12 +287,12 @@ static void seal_open_group(struct rampart_engine *e, struct page_op *waiter)
    * since come under pressure or run out of room still takes it (pressure stops new
    * placements, not the slots a client already holds). Only a server that has failed
    * meanwhile cannot: then any other server that holds no member, if one can. */
-  int p = e->open_parity_server;
-  int64_t slot = e->open_parity_slot;
-  if (!server_usable_for_reads(&e->servers[p])) {
+  int p = e->placement.open_parity_server;
+  int64_t slot = e->placement.open_parity_slot;
+  if (!server_usable_for_reads(&e->set.servers[p])) {
     server_release_slot(e, (unsigned)p, (uint32_t)slot);
     p = choose_parity_server(e, g);
-    slot = p >= 0 ? slot_allocator_alloc(&e->servers[p].slots) : -1;
+    slot = p >= 0 ? slot_allocator_alloc(&e->set.servers[p].slots) : -1;
   }
   if (slot < 0) {
     /* Nowhere to put the parity: seal unprotected, counted, and the mover rewrites the
@@ -313,20 +313,20 @@ static void seal_open_group(struct rampart_engine *e, struct page_op *waiter)
 
 void page_write_close_open_group(struct rampart_engine *e)
 {
-  uint32_t id = e->open_group;
+  uint32_t id = e->placement.open_group;
   if (id == GROUP_NONE)
     return;
   struct group *g = group_get(&e->groups, id);
   if (g->members == 0) {
     /* Release before handing back the buffer: that restarts waiting writes, which
      * open a group of their own. */
-    e->open_group = GROUP_NONE;
+    e->placement.open_group = GROUP_NONE;
     uint16_t buffer = g->buffer;
     bool parity = g->has_parity;
     group_release(&e->groups, id);
     e->groups.reclaimed--; /* never held anything: not a reclaim */
     if (parity) {
-      server_release_slot(e, e->open_parity_server, e->open_parity_slot);
+      server_release_slot(e, e->placement.open_parity_server, e->placement.open_parity_slot);
       parity_buffer_put(e, &e->parity[buffer]);
     }
     return;
@@ -369,30 +369,30 @@ static enum open_result open_new_group(struct rampart_engine *e)
      * parity's slot there now: the group must not find at sealing time that its parity
      * server has come under pressure or filled up. */
     double most = 0.0;
-    for (unsigned i = 0; i < e->nservers; i++)
-      if (server_usable_for_placement(&e->servers[i]) && room_share(&e->servers[i]) > most)
-        most = room_share(&e->servers[i]);
+    for (unsigned i = 0; i < e->set.nservers; i++)
+      if (server_usable_for_placement(&e->set.servers[i]) && room_share(&e->set.servers[i]) > most)
+        most = room_share(&e->set.servers[i]);
     int best = -1;
-    for (unsigned k = 0; k < e->nservers && best < 0; k++) {
-      unsigned i = (e->parity_cursor + k) % e->nservers;
-      if (server_usable_for_placement(&e->servers[i]) &&
-          room_share(&e->servers[i]) >= most * 7.0 / 8.0)
+    for (unsigned k = 0; k < e->set.nservers && best < 0; k++) {
+      unsigned i = (e->placement.parity_cursor + k) % e->set.nservers;
+      if (server_usable_for_placement(&e->set.servers[i]) &&
+          room_share(&e->set.servers[i]) >= most * 7.0 / 8.0)
         best = (int)i;
     }
-    e->open_parity_server = (uint8_t)best;
-    e->parity_cursor = (unsigned)best + 1;
-    e->open_parity_slot =
-      (uint32_t)slot_allocator_alloc(&e->servers[e->open_parity_server].slots);
+    e->placement.open_parity_server = (uint8_t)best;
+    e->placement.parity_cursor = (unsigned)best + 1;
+    e->placement.open_parity_slot =
+      (uint32_t)slot_allocator_alloc(&e->set.servers[e->placement.open_parity_server].slots);
   }
   uint32_t id = group_open(&e->groups, capacity, parity, buffer);
   if (id == GROUP_NONE) {
     if (parity) {
-      server_release_slot(e, e->open_parity_server, e->open_parity_slot);
+      server_release_slot(e, e->placement.open_parity_server, e->placement.open_parity_slot);
       parity_buffer_put(e, &e->parity[buffer]);
     }
     return NO_SERVERS;
   }
-  e->open_group = id;
+  e->placement.open_group = id;
   engine_state_group_opened(e, id);
   return OPENED;
 }
@@ -400,9 +400,9 @@ static enum open_result open_new_group(struct rampart_engine *e)
 /* Whether server i may take a member of group g now. */
 static bool member_candidate(const struct rampart_engine *e, const struct group *g, unsigned i)
 {
-  if (!server_usable_for_placement(&e->servers[i]))
+  if (!server_usable_for_placement(&e->set.servers[i]))
     return false;
-  if (g->has_parity && i == e->open_parity_server)
+  if (g->has_parity && i == e->placement.open_parity_server)
     return false;
   for (unsigned m = 0; m < g->members; m++)
     if (g->server[m] == i)
@@ -418,17 +418,17 @@ static bool member_candidate(const struct rampart_engine *e, const struct group 
  * running device) takes a member of every group until it is level with them. */
 static int choose_member_server(struct rampart_engine *e, const struct group *g)
 {
-  placement_order_begin(&e->member_order, e->nservers);
+  placement_order_begin(&e->placement.member_order, e->set.nservers);
   double most = -1.0;
-  for (unsigned i = 0; i < e->nservers; i++)
-    if (member_candidate(e, g, i) && room_share(&e->servers[i]) > most)
-      most = room_share(&e->servers[i]);
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    if (member_candidate(e, g, i) && room_share(&e->set.servers[i]) > most)
+      most = room_share(&e->set.servers[i]);
   if (most < 0)
     return -1;
-  for (unsigned k = 0; k < e->nservers; k++) {
-    unsigned i = placement_order_candidate(&e->member_order, k);
-    if (member_candidate(e, g, i) && room_share(&e->servers[i]) >= most * 7.0 / 8.0) {
-      placement_order_taken(&e->member_order, k);
+  for (unsigned k = 0; k < e->set.nservers; k++) {
+    unsigned i = placement_order_candidate(&e->placement.member_order, k);
+    if (member_candidate(e, g, i) && room_share(&e->set.servers[i]) >= most * 7.0 / 8.0) {
+      placement_order_taken(&e->placement.member_order, k);
       return (int)i;
     }
   }
@@ -471,14 +471,14 @@ static bool place_remote(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
   for (int attempt = 0; attempt < 2; attempt++) {
-    if (e->open_group == GROUP_NONE && op->kind == PAGE_OP_WRITE &&
+    if (e->placement.open_group == GROUP_NONE && op->kind == PAGE_OP_WRITE &&
         page_mover_should_throttle(e)) {
       /* Cleaning is far behind the overwrite rate: hold new writes until moves free
        * slots, as a log-structured store blocks writers when clean segments run out. */
       page_op_wait(e, op, PAGE_OP_WAITS_FOR_CLEANING);
       return true;
     }
-    if (e->open_group == GROUP_NONE) {
+    if (e->placement.open_group == GROUP_NONE) {
       enum open_result r = open_new_group(e);
       if (r == NO_BUFFER) {
         page_op_wait(e, op, PAGE_OP_WAITS_FOR_BUFFER);
@@ -487,15 +487,15 @@ static bool place_remote(struct page_op *op)
       if (r == NO_SERVERS)
         return false;
     }
-    struct group *g = group_get(&e->groups, e->open_group);
+    struct group *g = group_get(&e->groups, e->placement.open_group);
     int server = choose_member_server(e, g);
     if (server < 0) {
       /* Fewer fit servers than when the group opened: close it and try a new one. */
       page_write_close_open_group(e);
       continue;
     }
-    int64_t slot = slot_allocator_alloc(&e->servers[server].slots);
-    uint32_t id = e->open_group;
+    int64_t slot = slot_allocator_alloc(&e->set.servers[server].slots);
+    uint32_t id = e->placement.open_group;
     /* In this order, so a pager killed between any two steps leaves a state a restart
      * takes over whole (engine_state.c): the write is recorded (its bytes are in the
      * state), its XOR is published, the member joins, and only then does the map name
@@ -524,8 +524,8 @@ static bool place_remote(struct page_op *op)
     if (op->kind == PAGE_OP_MOVE)
       op->expected = op->placed; /* a retry must find the map still pointing here */
     op->pending++;
-    e->pages_written++;
-    e->wire_bytes_written += RP_HEADER_SIZE + RAMPART_PAGE_SIZE;
+    e->counters.pages_written++;
+    e->counters.wire_bytes_written += RP_HEADER_SIZE + RAMPART_PAGE_SIZE;
     if (group_is_full(g))
       seal_open_group(e, e->redundancy->write_waits_for_parity ? op : NULL);
     server_transport_send(e, (unsigned)server, &op->req);
@@ -585,7 +585,7 @@ void page_write_member_lost(struct rampart_engine *e, uint32_t id)
   struct group *g = group_get(&e->groups, id);
   if (!g->has_parity)
     return;
-  if (id == e->open_group)
+  if (id == e->placement.open_group)
     page_write_close_open_group(e); /* no more members into a group that is not whole */
   if (!g->has_parity)
     return; /* it sealed without parity: already unprotected */
@@ -625,7 +625,7 @@ static void on_member_written(struct rp_request *req)
   /* Not stored, or not known to be. A lost server's slots are gone, and the group's
    * parity rebuilds exactly the bytes meant for this one; a server still there holds in
    * that slot what it held before, or maybe this, which the parity does not match. */
-  if (e->servers[op->server].state != RAMPART_SERVER_LOST)
+  if (e->set.servers[op->server].state != RAMPART_SERVER_LOST)
     page_write_member_lost(e, id);
   group_unpin(e, id);
   /* The member's server failed before storing it. If the page has not been rewritten
@@ -753,7 +753,7 @@ void page_write_start(struct page_op *op)
     write_finish(op, 0); /* rewritten or trimmed meanwhile: nothing left to move */
     return;
   }
-  if (e->nservers == 0) {
+  if (e->set.nservers == 0) {
     write_to_local(op);
     return;
   }

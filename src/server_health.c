@@ -243,7 +243,7 @@ static void start_attempt(struct rampart_engine *e, struct server *s, struct rp_
 {
   struct server_health *h = &s->health;
   bool retiring = s->state == RAMPART_SERVER_REMOVED;
-  if (e->closing || h->attempting || (h->replaced && !retiring) ||
+  if (e->set.closing || h->attempting || (h->replaced && !retiring) ||
       (s->state != RAMPART_SERVER_RECONNECTING && s->state != RAMPART_SERVER_LOST &&
        !retiring)) {
     if (stale)
@@ -286,7 +286,7 @@ static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 static void schedule_retry(struct rampart_engine *e, struct server *s)
 {
   struct server_health *h = &s->health;
-  if (e->closing || h->replaced || ev_is_active(&h->retry) ||
+  if (e->set.closing || h->replaced || ev_is_active(&h->retry) ||
       (s->remove_when_drained && s->state == RAMPART_SERVER_LOST))
     return;
   h->backoff_ms = h->backoff_ms ? h->backoff_ms * 2 : BACKOFF_FIRST_MS;
@@ -317,8 +317,8 @@ uint64_t server_health_io_timeout_ns(const struct rampart_engine *e)
 
 bool server_health_any_reconnecting(const struct rampart_engine *e)
 {
-  for (unsigned i = 0; i < e->nservers; i++)
-    if (e->servers[i].state == RAMPART_SERVER_RECONNECTING)
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    if (e->set.servers[i].state == RAMPART_SERVER_RECONNECTING)
       return true;
   return false;
 }
@@ -326,7 +326,7 @@ bool server_health_any_reconnecting(const struct rampart_engine *e)
 bool server_health_park(struct rampart_engine *e, struct page_op *op)
 {
   uint64_t now = engine_now_ns();
-  if (e->closing || e->draining)
+  if (e->set.closing || e->draining)
     return false;
   if (!op->wait_since_ns)
     op->wait_since_ns = now;
@@ -340,8 +340,8 @@ bool server_health_park(struct rampart_engine *e, struct page_op *op)
 bool server_health_partial_outage_past_blip(const struct rampart_engine *e)
 {
   bool away = false, up = false;
-  for (unsigned i = 0; i < e->nservers; i++) {
-    const struct server *s = &e->servers[i];
+  for (unsigned i = 0; i < e->set.nservers; i++) {
+    const struct server *s = &e->set.servers[i];
     if (s->state == RAMPART_SERVER_UP || s->state == RAMPART_SERVER_ADVISED)
       up = true;
     if (s->state != RAMPART_SERVER_RECONNECTING)
@@ -499,7 +499,7 @@ static void declare_lost(struct rampart_engine *e, struct server *s, const char 
 void server_health_failed(struct rampart_engine *e, struct server *s, const char *why,
                           bool silent)
 {
-  if (e->closing || (s->state != RAMPART_SERVER_UP && s->state != RAMPART_SERVER_ADVISED))
+  if (e->set.closing || (s->state != RAMPART_SERVER_UP && s->state != RAMPART_SERVER_ADVISED))
     return;
   struct server_health *h = &s->health;
   uint64_t now = engine_now_ns();
@@ -552,7 +552,7 @@ void server_health_stop_rejoining(struct rampart_engine *e, struct server *s)
 
 bool server_health_queue(struct rampart_engine *e, struct server *s, struct rp_request *req)
 {
-  if (e->closing || s->state != RAMPART_SERVER_RECONNECTING ||
+  if (e->set.closing || s->state != RAMPART_SERVER_RECONNECTING ||
       engine_now_ns() >= s->health.replay_until_ns)
     return false;
   struct server_health *h = &s->health;
@@ -606,7 +606,7 @@ static void join_as_new(struct rampart_engine *e, struct server *s, struct recon
     rp_log(RP_LOG_ERROR, "server %s came back but the engine has no room for it: restart "
            "the device to use it again", s->address);
     if (fresh) {
-      e->nservers--;
+      e->set.nservers--;
       server_health_free_server(fresh);
     }
     rp_conn_close(a->conn);
@@ -641,7 +641,7 @@ static void attempt_failed(struct rampart_engine *e, struct server *s, const cha
 
 static void attempt_finished(struct rampart_engine *e, struct reconnect_attempt *a)
 {
-  struct server *s = &e->servers[a->server];
+  struct server *s = &e->set.servers[a->server];
   s->health.attempting = false;
   struct rp_conn *stale = NULL;
   if (s->state == RAMPART_SERVER_REMOVED) {
@@ -700,8 +700,8 @@ static uint64_t oldest_wait_ns(const struct rampart_engine *e)
   for (const struct page_op *op = e->health->wait_head; op; op = op->next)
     if (!oldest || op->wait_since_ns < oldest)
       oldest = op->wait_since_ns;
-  for (unsigned i = 0; i < e->nservers; i++) {
-    const struct server *s = &e->servers[i];
+  for (unsigned i = 0; i < e->set.nservers; i++) {
+    const struct server *s = &e->set.servers[i];
     if (s->health.replay_writes && (!oldest || s->health.since_ns < oldest))
       oldest = s->health.since_ns;
   }
@@ -711,8 +711,8 @@ static uint64_t oldest_wait_ns(const struct rampart_engine *e)
 static uint32_t requests_waiting(const struct rampart_engine *e)
 {
   uint32_t n = e->health->waiting;
-  for (unsigned i = 0; i < e->nservers; i++)
-    n += e->servers[i].health.replay_writes;
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    n += e->set.servers[i].health.replay_writes;
   return n;
 }
 
@@ -724,8 +724,8 @@ static void log_waiting(struct rampart_engine *e, uint64_t now)
     return;
   e->health->log_ns = now;
   unsigned reconnecting = 0;
-  for (unsigned i = 0; i < e->nservers; i++)
-    reconnecting += e->servers[i].state == RAMPART_SERVER_RECONNECTING;
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    reconnecting += e->set.servers[i].state == RAMPART_SERVER_RECONNECTING;
   rp_log(RP_LOG_WARN, "%u requests are waiting for %u reconnecting servers, the oldest for "
          "%llu ms; they give up after io-timeout=%llu ms", requests_waiting(e), reconnecting,
          (unsigned long long)((now - oldest) / 1000000u),
@@ -739,8 +739,8 @@ void server_health_tick(struct rampart_engine *e)
     wake_expired(e, now);
   log_waiting(e, now);
   bool blip_ended = false;
-  for (unsigned i = 0; i < e->nservers; i++) {
-    struct server *s = &e->servers[i];
+  for (unsigned i = 0; i < e->set.nservers; i++) {
+    struct server *s = &e->set.servers[i];
     if (s->state != RAMPART_SERVER_RECONNECTING)
       continue;
     if (!s->health.past_blip &&
@@ -808,8 +808,8 @@ int server_health_init_server(struct rampart_engine *e, struct server *s)
 
 void server_health_stats(struct rampart_engine *e, struct rampart_stats *st)
 {
-  for (unsigned i = 0; i < e->nservers; i++)
-    st->servers_reconnecting += e->servers[i].state == RAMPART_SERVER_RECONNECTING;
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    st->servers_reconnecting += e->set.servers[i].state == RAMPART_SERVER_RECONNECTING;
   st->requests_waiting = requests_waiting(e);
   uint64_t oldest = oldest_wait_ns(e);
   st->oldest_wait_ms = oldest ? ms_since(oldest) : 0;
@@ -834,8 +834,8 @@ void server_health_close(struct rampart_engine *e)
 {
   if (!e->loop)
     return; /* open failed before the loop existed: no server was set up */
-  for (unsigned i = 0; i < e->nservers; i++) {
-    struct server_health *h = &e->servers[i].health;
+  for (unsigned i = 0; i < e->set.nservers; i++) {
+    struct server_health *h = &e->set.servers[i].health;
     ev_timer_stop(e->loop, &h->retry);
     attempt_helper_stop(h->attempt); /* waits for an attempt running now */
     h->attempting = false;
@@ -863,8 +863,8 @@ void server_health_free_server(struct server *s)
 
 void server_health_free(struct rampart_engine *e)
 {
-  for (unsigned i = 0; i < e->nservers; i++) {
-    attempt_helper_free(e->servers[i].health.attempt);
-    e->servers[i].health.attempt = NULL;
+  for (unsigned i = 0; i < e->set.nservers; i++) {
+    attempt_helper_free(e->set.servers[i].health.attempt);
+    e->set.servers[i].health.attempt = NULL;
   }
 }

@@ -84,7 +84,7 @@ static void add_check(struct rampart_engine *e, void *arg)
     c->done = true;
     return;
   }
-  if (e->config.nservers == 0 && e->nservers == 0) {
+  if (e->config.nservers == 0 && e->set.nservers == 0) {
     msg_set(c->msg, c->msglen, "this device was started without servers (a standalone RAM "
             "disk): it cannot take one now; start it again with servers= or cluster=");
     c->result = -EINVAL;
@@ -97,7 +97,7 @@ static void add_check(struct rampart_engine *e, void *arg)
     c->result = -ENOSPC;
     return;
   }
-  if (e->nservers >= ENGINE_MAX_INCARNATIONS) {
+  if (e->set.nservers >= ENGINE_MAX_INCARNATIONS) {
     msg_set(c->msg, c->msglen, "the device's server table is full (%u entries, servers that "
             "rejoined or were removed included): restart the device to add more",
             ENGINE_MAX_INCARNATIONS);
@@ -123,7 +123,7 @@ static void add_adopt(struct rampart_engine *e, void *arg)
   struct server *s = server_new(e, c->address, NULL);
   if (!s || slot_allocator_init(&s->slots, (uint32_t)c->reserved) < 0) {
     if (s) {
-      e->nservers--;
+      e->set.nservers--;
       server_health_free_server(s);
     }
     msg_set(c->msg, c->msglen, "out of memory for server %s: nothing changed", c->address);
@@ -219,8 +219,8 @@ static void list_members(const struct rampart_engine *e, char *out, size_t len)
 {
   size_t n = 0;
   out[0] = '\0';
-  for (unsigned i = 0; i < e->nservers && n < len; i++) {
-    const struct server *s = &e->servers[i];
+  for (unsigned i = 0; i < e->set.nservers && n < len; i++) {
+    const struct server *s = &e->set.servers[i];
     if (s->health.replaced || s->state == RAMPART_SERVER_REMOVED)
       continue;
     n += (size_t)snprintf(out + n, len - n, "%s%s", n ? ", " : "", s->address);
@@ -229,9 +229,9 @@ static void list_members(const struct rampart_engine *e, char *out, size_t len)
 
 static bool address_was_removed(const struct rampart_engine *e, const char *address)
 {
-  for (unsigned i = 0; i < e->nservers; i++)
-    if (e->servers[i].state == RAMPART_SERVER_REMOVED &&
-        strcmp(e->servers[i].address, address) == 0)
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    if (e->set.servers[i].state == RAMPART_SERVER_REMOVED &&
+        strcmp(e->set.servers[i].address, address) == 0)
       return true;
   return false;
 }
@@ -321,8 +321,8 @@ static void drain_start(struct rampart_engine *e, void *arg)
    * device; each group moved frees its old slots, so it needs room once, not twice.) */
   unsigned others = 0;
   uint64_t room = 0, free_slots = 0;
-  for (unsigned i = 0; i < e->nservers; i++) {
-    const struct server *o = &e->servers[i];
+  for (unsigned i = 0; i < e->set.nservers; i++) {
+    const struct server *o = &e->set.servers[i];
     if (o == s || !server_usable_for_placement(o))
       continue;
     others++;
@@ -380,8 +380,8 @@ int rampart_server_drain(struct rampart_engine *e, const char *address, bool rem
 
 void server_membership_pass_done(struct rampart_engine *e)
 {
-  for (unsigned i = 0; i < e->nservers; i++) {
-    struct server *s = &e->servers[i];
+  for (unsigned i = 0; i < e->set.nservers; i++) {
+    struct server *s = &e->set.servers[i];
     if (!s->leaving || s->drained || s->state == RAMPART_SERVER_REMOVED)
       continue;
     if (s->state == RAMPART_SERVER_LOST) {
@@ -413,8 +413,8 @@ static void members_snapshot(struct rampart_engine *e, void *arg)
 {
   struct members_call *c = arg;
   c->n = 0;
-  for (unsigned i = 0; i < e->nservers && c->n < ENGINE_MAX_INCARNATIONS; i++) {
-    const struct server *s = &e->servers[i];
+  for (unsigned i = 0; i < e->set.nservers && c->n < ENGINE_MAX_INCARNATIONS; i++) {
+    const struct server *s = &e->set.servers[i];
     if (s->health.replaced || s->state == RAMPART_SERVER_REMOVED)
       continue;
     snprintf(c->addresses[c->n], RAMPART_ADDRESS_LEN, "%s", s->address);

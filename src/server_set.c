@@ -33,8 +33,8 @@ bool server_usable_for_placement(const struct server *s)
 
 struct server *server_set_find(struct rampart_engine *e, const char *address)
 {
-  for (unsigned i = e->nservers; i-- > 0;) {
-    struct server *s = &e->servers[i];
+  for (unsigned i = e->set.nservers; i-- > 0;) {
+    struct server *s = &e->set.servers[i];
     if (strcmp(s->address, address) == 0)
       return s->health.replaced || s->state == RAMPART_SERVER_REMOVED ? NULL : s;
   }
@@ -44,16 +44,16 @@ struct server *server_set_find(struct rampart_engine *e, const char *address)
 unsigned server_set_members(const struct rampart_engine *e)
 {
   unsigned n = 0;
-  for (unsigned i = 0; i < e->nservers; i++)
-    n += !e->servers[i].health.replaced && e->servers[i].state != RAMPART_SERVER_REMOVED;
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    n += !e->set.servers[i].health.replaced && e->set.servers[i].state != RAMPART_SERVER_REMOVED;
   return n;
 }
 
 unsigned server_set_placeable(const struct rampart_engine *e)
 {
   unsigned n = 0;
-  for (unsigned i = 0; i < e->nservers; i++)
-    n += server_usable_for_placement(&e->servers[i]);
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    n += server_usable_for_placement(&e->set.servers[i]);
   return n;
 }
 
@@ -89,7 +89,7 @@ static struct rampart_engine *engine_of(struct server *s)
 {
   /* servers[] is embedded in the engine; walk back from this entry. */
   return (struct rampart_engine *)((char *)(s - s->index) -
-                                   offsetof(struct rampart_engine, servers));
+                                   offsetof(struct rampart_engine, set.servers));
 }
 
 static void on_disconnect(struct rp_conn *conn, const struct rp_error *why, void *user)
@@ -113,14 +113,14 @@ void server_unreachable(struct rampart_engine *e, struct server *s, struct rp_re
 bool server_request_failed(struct rampart_engine *e, unsigned index, struct rp_request *req,
                            bool may_wait)
 {
-  if (index >= e->nservers) {
+  if (index >= e->set.nservers) {
     /* A caller that looked the server up after the fact (a cleared or reused group
      * entry) must not reach past the table: that once freed the engine. */
     rp_log(RP_LOG_ERROR, "internal error: a failed request named server %u of %u; ignored",
-           index, e->nservers);
+           index, e->set.nservers);
     return false;
   }
-  struct server *s = &e->servers[index];
+  struct server *s = &e->set.servers[index];
   char why[200];
   snprintf(why, sizeof why, "%s%s%s", rp_status_name(req->status),
            req->error_message[0] ? ": " : "", req->error_message);
@@ -139,7 +139,7 @@ static void on_free_done(struct rp_request *req)
   bool unanswered = req->status == RP_ERR_DISCONNECTED || req->status == RP_ERR_TIMEOUT;
   if (unanswered && server_request_failed(e, fr->server, req, true))
     return; /* resent on the resumed session */
-  struct server *s = &e->servers[fr->server];
+  struct server *s = &e->set.servers[fr->server];
   if (s->state != RAMPART_SERVER_LOST)
     slot_allocator_release(&s->slots, (uint32_t)req->slot);
   fr->next = e->free_frees;
@@ -148,7 +148,7 @@ static void on_free_done(struct rp_request *req)
 
 void server_release_slot(struct rampart_engine *e, unsigned index, uint32_t slot)
 {
-  struct server *s = &e->servers[index];
+  struct server *s = &e->set.servers[index];
   if (s->state == RAMPART_SERVER_LOST)
     return; /* that incarnation's slots are gone with it */
   /* Best effort: returning the page to the server keeps its memory at what is live.
@@ -157,7 +157,7 @@ void server_release_slot(struct rampart_engine *e, unsigned index, uint32_t slot
    * waiting to be resent after a reconnect must never overtake that later WRITE. */
   struct free_request *fr = e->free_frees;
   bool reachable = server_usable_for_reads(s) || s->state == RAMPART_SERVER_RECONNECTING;
-  if (!fr || !reachable || e->closing) {
+  if (!fr || !reachable || e->set.closing) {
     slot_allocator_release(&s->slots, slot);
     return;
   }
@@ -215,15 +215,15 @@ void server_adopt(struct rampart_engine *e, struct server *s, struct rp_conn *co
 struct server *server_new(struct rampart_engine *e, const char *address,
                           const struct server *like)
 {
-  if (e->nservers == ENGINE_MAX_INCARNATIONS)
+  if (e->set.nservers == ENGINE_MAX_INCARNATIONS)
     return NULL;
-  struct server *s = &e->servers[e->nservers];
+  struct server *s = &e->set.servers[e->set.nservers];
   memset(s, 0, sizeof *s);
-  s->index = e->nservers;
+  s->index = e->set.nservers;
   snprintf(s->address, sizeof s->address, "%s", address);
   char err[200];
   rp_parse_hostport(address, s->host, sizeof s->host, s->port, sizeof s->port, err, sizeof err);
-  s->pool = e->conn_pool;
+  s->pool = e->set.conn_pool;
   if (like) {
     s->addr = like->addr;
     s->addr_len = like->addr_len;
@@ -231,7 +231,7 @@ struct server *server_new(struct rampart_engine *e, const char *address,
   }
   if (server_health_init_server(e, s) < 0)
     return NULL;
-  e->nservers++;
+  e->set.nservers++;
   engine_state_save_server(e, s);
   return s;
 }
@@ -242,8 +242,8 @@ int server_set_pool_new(struct rampart_engine *e, unsigned n, char *err, size_t 
 {
   /* Two connections' memory per server (its connection, and a reconnect's while the old
    * one is still being closed), and two for a rejoin and an ending stale session. */
-  e->conn_pool = rp_conn_pool_new(2 * n + 2);
-  if (!e->conn_pool) {
+  e->set.conn_pool = rp_conn_pool_new(2 * n + 2);
+  if (!e->set.conn_pool) {
     snprintf(err, errlen, "out of memory for %u server connections", n);
     return -1;
   }
@@ -291,14 +291,14 @@ int server_set_open(struct rampart_engine *e, char *err, size_t errlen)
 
 void server_set_close(struct rampart_engine *e)
 {
-  e->closing = true;
+  e->set.closing = true;
   server_health_close(e);
   /* Closing: a connection failing now must not call back into the engine. */
-  for (unsigned i = 0; i < e->nservers; i++)
-    if (e->servers[i].conn)
-      rp_conn_set_callbacks(e->servers[i].conn, NULL, NULL, NULL);
-  for (unsigned i = 0; i < e->nservers; i++) {
-    struct server *s = &e->servers[i];
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    if (e->set.servers[i].conn)
+      rp_conn_set_callbacks(e->set.servers[i].conn, NULL, NULL, NULL);
+  for (unsigned i = 0; i < e->set.nservers; i++) {
+    struct server *s = &e->set.servers[i];
     if (s->conn) {
       struct rp_error err;
       if (rp_conn_is_connected(s->conn))
@@ -308,19 +308,19 @@ void server_set_close(struct rampart_engine *e)
     }
   }
   /* Only now: completions run inside later goodbyes may still release slots. */
-  for (unsigned i = 0; i < e->nservers; i++)
-    slot_allocator_destroy(&e->servers[i].slots);
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    slot_allocator_destroy(&e->set.servers[i].slots);
   server_health_free(e);
   /* Pools of servers added while running, each once (its incarnations share it). */
-  for (unsigned i = 0; i < e->nservers; i++) {
-    struct rp_conn_pool *pool = e->servers[i].pool;
-    if (pool == e->conn_pool)
+  for (unsigned i = 0; i < e->set.nservers; i++) {
+    struct rp_conn_pool *pool = e->set.servers[i].pool;
+    if (pool == e->set.conn_pool)
       continue;
-    for (unsigned j = i; j < e->nservers; j++)
-      if (e->servers[j].pool == pool)
-        e->servers[j].pool = e->conn_pool;
+    for (unsigned j = i; j < e->set.nservers; j++)
+      if (e->set.servers[j].pool == pool)
+        e->set.servers[j].pool = e->set.conn_pool;
     rp_conn_pool_free(pool);
   }
-  rp_conn_pool_free(e->conn_pool);
-  e->conn_pool = NULL;
+  rp_conn_pool_free(e->set.conn_pool);
+  e->set.conn_pool = NULL;
 }

@@ -5,7 +5,7 @@
 
 void server_transport_pass(struct rampart_engine *e, unsigned index, struct rp_request *req)
 {
-  struct server *s = &e->servers[index];
+  struct server *s = &e->set.servers[index];
   if (server_usable_for_reads(s))
     rp_conn_submit(s->conn, req);
   else
@@ -14,8 +14,8 @@ void server_transport_pass(struct rampart_engine *e, unsigned index, struct rp_r
 
 void server_transport_send(struct rampart_engine *e, unsigned index, struct rp_request *req)
 {
-  if (e->transport_filter)
-    e->transport_filter->send(e->transport_filter_ctx, e, index, req);
+  if (e->set.transport_filter)
+    e->set.transport_filter->send(e->set.transport_filter_ctx, e, index, req);
   else
     server_transport_pass(e, index, req);
 }
@@ -24,9 +24,9 @@ void server_transport_flush(struct rampart_engine *e)
 {
   /* A flush that finds a connection broken fails its requests, and their callbacks may
    * close it: read each server's connection afresh. */
-  for (unsigned i = 0; i < e->nservers; i++)
-    if (e->servers[i].conn)
-      rp_conn_flush(e->servers[i].conn);
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    if (e->set.servers[i].conn)
+      rp_conn_flush(e->set.servers[i].conn);
 }
 
 struct filter_change {
@@ -37,10 +37,10 @@ struct filter_change {
 static void change_filter(struct rampart_engine *e, void *arg)
 {
   const struct filter_change *c = arg;
-  if (e->transport_filter && e->transport_filter->detach)
-    e->transport_filter->detach(e->transport_filter_ctx, e, e->loop);
-  e->transport_filter = c->filter;
-  e->transport_filter_ctx = c->ctx;
+  if (e->set.transport_filter && e->set.transport_filter->detach)
+    e->set.transport_filter->detach(e->set.transport_filter_ctx, e, e->loop);
+  e->set.transport_filter = c->filter;
+  e->set.transport_filter_ctx = c->ctx;
   if (c->filter && c->filter->attach)
     c->filter->attach(c->ctx, e, e->loop);
   /* A frontend thread may run this while the loop sleeps: wake it to see the filter's

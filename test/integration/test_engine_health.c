@@ -774,7 +774,7 @@ static void test_failed_read_blames_its_server_not_a_reused_group(void **state)
     }
   }
   if (log_has("server  failed ("))
-    print_message("a server with an empty address (e->servers[255]) was marked failed\n");
+    print_message("a server with an empty address (e->set.servers[255]) was marked failed\n");
   assert_int_equal(wrong, 0);
   assert_false(log_has("server  failed ("));
   traffic_free(&t);
