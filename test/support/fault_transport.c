@@ -30,6 +30,7 @@ struct held_request {
   enum rp_test_fault fault;
   uint16_t status;
   uint64_t due_ns;
+  uint64_t seq;            /* send order: held requests end in it, as a connection's would */
 };
 
 struct rule_state {
@@ -46,6 +47,8 @@ struct rp_test_faults {
   unsigned nrules;
   struct held_request held[MAX_HELD]; /* the engine's only (held by it) */
   unsigned nheld;
+  uint64_t next_seq;
+  struct held_order { unsigned index; uint64_t seq; } order[MAX_HELD]; /* end_due's */
   ev_timer timer;
 };
 
@@ -118,17 +121,35 @@ static void end_held(struct rp_test_faults *f, struct held_request *h)
   req->done(req);
 }
 
+/* Ends the held requests due by `due` (UINT64_MAX: all), in the order they were sent:
+ * a server answers one connection's requests in order, and a delayed WRITE must not
+ * reach it after a READ sent behind it. An ended request's owner may send again at
+ * once (another placement): entries made meanwhile are ended on a later pass. */
+static void end_due(struct rp_test_faults *f, uint64_t due)
+{
+  struct held_order *order = f->order;
+  unsigned n = 0;
+  for (unsigned i = 0; i < MAX_HELD && n < f->nheld; i++)
+    if (f->held[i].req && f->held[i].due_ns <= due) {
+      unsigned k = n++;
+      for (; k > 0 && order[k - 1].seq > f->held[i].seq; k--)
+        order[k] = order[k - 1];
+      order[k].index = i;
+      order[k].seq = f->held[i].seq;
+    }
+  for (unsigned k = 0; k < n; k++) {
+    struct held_request *h = &f->held[order[k].index];
+    if (h->req && h->seq == order[k].seq)
+      end_held(f, h);
+  }
+}
+
 static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
   (void)loop;
   (void)revents;
   struct rp_test_faults *f = w->data;
-  uint64_t now = now_ns();
-  /* An ended request's owner may send again at once (another placement): new entries
-   * are due later than now, or are ended on the next pass. */
-  for (unsigned i = 0; i < MAX_HELD && f->nheld; i++)
-    if (f->held[i].req && f->held[i].due_ns <= now)
-      end_held(f, &f->held[i]);
+  end_due(f, now_ns());
   server_transport_flush(f->engine);
 }
 
@@ -141,7 +162,8 @@ static bool hold(struct rp_test_faults *f, unsigned server, struct rp_request *r
       continue;
     *h = (struct held_request){ .req = req, .server = server, .fault = rule->fault,
                                 .status = rule->status,
-                                .due_ns = now_ns() + (uint64_t)rule->hold_ms * 1000000u };
+                                .due_ns = now_ns() + (uint64_t)rule->hold_ms * 1000000u,
+                                .seq = f->next_seq++ };
     f->nheld++;
     return true;
   }
@@ -193,9 +215,7 @@ static void filter_detach(void *ctx, struct rampart_engine *e, struct ev_loop *l
   (void)e;
   struct rp_test_faults *f = ctx;
   ev_timer_stop(loop, &f->timer);
-  for (unsigned i = 0; i < MAX_HELD && f->nheld; i++)
-    if (f->held[i].req)
-      end_held(f, &f->held[i]);
+  end_due(f, UINT64_MAX);
 }
 
 static const struct server_transport_filter fault_filter = {
