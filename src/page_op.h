@@ -8,20 +8,19 @@
  * protocol"). This file owns the op's life: the pool, the state and the one function
  * that changes it, the waits, and the end.
  *
- *            page_op_get
- *                 |
- *       +---------+----------+
- *       v                    v
- *    READING <-----------> REBUILDING        (a read: its copy, or its group's pieces;
- *       |  \                 |  /             either may start over from the map)
- *       |   \   (a move)     | /
- *       |    +---> WRITING <-+               (placing its version, a member or the
- *       |            |    ^                   spill store in flight; placed again)
- *       |            |    |
- *       |            v    |
- *       |          ENDING |                  (its outcome known, a sub-request out)
- *       v            v
- *      FREE <--------+---- page_op_finished  (the owner told, the op back in the pool)
+ *                 page_op_get: FREE
+ *           a read, a move |      | a write
+ *                          v      |
+ *   REBUILDING <------> READING   |     a read: its copy, or its group's pieces;
+ *        |                 |      |     either starts over from the map as it needs
+ *        |                 v      |     (into WRITING from a read: a move's alone)
+ *        +-----------> WRITING <--+     placing its version: a member, a disk copy or
+ *                       |  ^  |         the spill store in flight; placed again
+ *                       |  +--+
+ *                       v
+ *                     ENDING            its outcome known, a sub-request still out
+ *
+ *   READING, REBUILDING, WRITING, ENDING --page_op_finished--> FREE (the owner told)
  *
  * A read starts in READING and never writes; a write starts in WRITING and never
  * reads; a move starts in READING and writes once its read verified. Waiting (for a
