@@ -93,10 +93,9 @@ struct page_op *page_op_get(struct rampart_engine *e)
   return op;
 }
 
+/* page_op_finished has checked the op is not free already (before telling its owner). */
 static void page_op_put(struct rampart_engine *e, struct page_op *op)
 {
-  if (op->state == PAGE_OP_FREE)
-    protocol_broken(op, "completed twice");
   page_op_enter(op, PAGE_OP_FREE);
   if (e->state)
     engine_state_op_ended(op);

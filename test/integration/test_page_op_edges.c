@@ -20,6 +20,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,34 +44,28 @@
  * hits); the fault transport set with no rules. extra: more settings, or NULL. */
 static void rig_start(struct rig *r, const char *redundancy, const char *const *extra)
 {
-  const char *settings[24] = { "redundancy", redundancy, "lease", "3", "timeout", "2000",
-                               "rebalance", "0" };
-  unsigned n = 8;
-  if (strcmp(redundancy, "parity-log") == 0) {
-    settings[n++] = "group";
-    settings[n++] = "4";
-  }
-  for (unsigned i = 0; extra && extra[i]; i++)
-    settings[n++] = extra[i];
-  settings[n] = NULL;
-  rig_open(r, settings, PAGES, 97);
-}
-
-/* After the faults: every page reads back, and no page was lost beyond `lost` (those
- * the test knowingly lost earlier and wrote again). */
-static void expect_every_page_but(struct rig *r, uint64_t lost)
-{
-  wait_settled(r, 30);
-  assert_int_equal(rp_test_device_verify(&r->dev, false), 0);
-  struct rampart_stats st;
-  rp_test_device_stats(&r->dev, &st);
-  assert_int_equal(st.pages_lost, lost);
-  assert_int_equal(st.pages_unprotected, 0);
+  static const char *const base[] = { "lease", "3", "timeout", "2000", "rebalance", "0",
+                                      NULL };
+  rig_open(r, base, redundancy, extra, PAGES, 97);
 }
 
 static void expect_every_page(struct rig *r)
 {
-  expect_every_page_but(r, 0);
+  rig_expect_every_page_but(r, 0);
+}
+
+/* Server `victim` was killed: its pages are rebuilt with none lost (and read back then,
+ * with `verify`), it rejoins empty, and every page reads back once settled. */
+static void expect_rebuilt_then_rejoined(struct rig *r, unsigned victim, bool verify)
+{
+  rp_test_device_wait_rebuilt(&r->dev, 40);
+  struct rampart_stats st;
+  rp_test_device_stats(&r->dev, &st);
+  assert_int_equal(st.pages_lost, 0);
+  if (verify)
+    assert_int_equal(rp_test_device_verify(&r->dev, false), 0);
+  assert_int_equal(rp_test_cluster_restart(&r->cluster, victim, NULL), 0);
+  expect_every_page(r);
 }
 
 /* Server `victim` is killed. Every page reads back while it is away (degraded reads:
@@ -183,7 +178,7 @@ static void test_parity_log_refusal_burst_then_another_server_lost_at_once(void 
                 rp_test_faults_hits(r.faults, rule), (unsigned long long)unprotected);
   assert_true(rp_test_faults_hits(r.faults, rule) >= 2);
   uint64_t eio = kill_and_read_back(&r, 3, unprotected);
-  expect_every_page_but(&r, eio);
+  rig_expect_every_page_but(&r, eio);
   rig_stop(&r);
 }
 
@@ -211,12 +206,7 @@ static void test_a_degraded_reads_piece_unanswered(void **state)
   assert_int_equal(rp_test_faults_hits(r.faults, rule), 3);
   assert_true(st.pages_degraded_reads >= 1);
   assert_int_equal(eio, 0);
-  rp_test_device_wait_rebuilt(&r.dev, 40);
-  rp_test_device_stats(&r.dev, &st);
-  assert_int_equal(st.pages_lost, 0);
-  assert_int_equal(rp_test_device_verify(&r.dev, false), 0);
-  assert_int_equal(rp_test_cluster_restart(&r.cluster, 0, NULL), 0);
-  expect_every_page(&r);
+  expect_rebuilt_then_rejoined(&r, 0, true);
   rig_stop(&r);
 }
 
@@ -452,11 +442,7 @@ static unsigned degraded_reads_with_a_piece_refused(const char *redundancy)
                 (unsigned long long)st.read_errors);
   assert_int_equal(tried, 4);
   assert_int_equal(eio_again, 0); /* the page was there all along */
-  rp_test_device_wait_rebuilt(&r.dev, 40);
-  rp_test_device_stats(&r.dev, &st);
-  assert_int_equal(st.pages_lost, 0);
-  assert_int_equal(rp_test_cluster_restart(&r.cluster, 0, NULL), 0);
-  expect_every_page(&r);
+  expect_rebuilt_then_rejoined(&r, 0, false);
   rig_stop(&r);
   return eio;
 }
@@ -518,11 +504,7 @@ static void test_a_degraded_reads_piece_corrupt_is_never_wrong(void **state)
                 (unsigned long long)st.integrity_failures, (unsigned long long)st.pages_lost);
   assert_int_equal(tried, 3);
   assert_int_equal(st.pages_lost, 0);
-  rp_test_device_wait_rebuilt(&r.dev, 40);
-  rp_test_device_stats(&r.dev, &st);
-  assert_int_equal(st.pages_lost, 0);
-  assert_int_equal(rp_test_cluster_restart(&r.cluster, 0, NULL), 0);
-  expect_every_page(&r);
+  expect_rebuilt_then_rejoined(&r, 0, false);
   rig_stop(&r);
 }
 
@@ -651,12 +633,7 @@ static void test_a_parity_held_past_io_timeout_while_a_member_server_dies(void *
   print_message("parity held 1200 ms: group sealed by page %llu, its pages read %llu ms "
                 "after, server 1 killed; %llu degraded reads\n", (unsigned long long)(p - 1),
                 (unsigned long long)read_ms, (unsigned long long)st.pages_degraded_reads);
-  rp_test_device_wait_rebuilt(&r.dev, 40);
-  rp_test_device_stats(&r.dev, &st);
-  assert_int_equal(st.pages_lost, 0);
-  assert_int_equal(rp_test_device_verify(&r.dev, false), 0);
-  assert_int_equal(rp_test_cluster_restart(&r.cluster, 1, NULL), 0);
-  expect_every_page(&r);
+  expect_rebuilt_then_rejoined(&r, 1, true);
   rig_stop(&r);
 }
 

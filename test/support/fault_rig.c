@@ -5,17 +5,41 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
-void rig_open(struct rig *r, const char *const *settings, uint64_t pages, uint64_t seed)
+void rig_open(struct rig *r, const char *const *base, const char *redundancy,
+              const char *const *extra, uint64_t pages, uint64_t seed)
 {
+  const char *settings[32] = { "redundancy", redundancy };
+  unsigned n = 2;
+  for (unsigned i = 0; base[i]; i++)
+    settings[n++] = base[i];
+  if (strcmp(redundancy, "parity-log") == 0) {
+    settings[n++] = "group";
+    settings[n++] = "4";
+  }
+  for (unsigned i = 0; extra && extra[i]; i++)
+    settings[n++] = extra[i];
+  assert_true(n < sizeof settings / sizeof settings[0]);
+  settings[n] = NULL;
   assert_int_equal(rp_test_cluster_start(&r->cluster, 5, "64M", NULL), 0);
   rp_test_device_init(&r->dev, rp_test_engine_open(&r->cluster, pages, settings), pages,
                       seed);
   r->faults = rp_test_faults_install(r->dev.engine);
   rp_test_device_fill(&r->dev, 0, pages);
+}
+
+void rig_expect_every_page_but(struct rig *r, uint64_t lost)
+{
+  wait_settled(r, 30);
+  assert_int_equal(rp_test_device_verify(&r->dev, false), 0);
+  struct rampart_stats st;
+  rp_test_device_stats(&r->dev, &st);
+  assert_int_equal(st.pages_lost, lost);
+  assert_int_equal(st.pages_unprotected, 0);
 }
 
 void rig_stop(struct rig *r)
