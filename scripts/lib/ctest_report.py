@@ -16,7 +16,9 @@ something skipped; this reads every test's own output instead:
     cases that passed before it.
 
 Prints 'counts PASSED FAILED SKIPPED', then one 'skip TEST[: CASE]: REASON' or
-'fail TEST[: CASE]' line per such test, for scripts/test to report. A failed cmocka case
+'fail TEST[: CASE]' line per such test, for scripts/test to report; with --times, also
+one 'time TEST SECONDS' line per test (ctest's wall time for it), for the summary's
+stage and guest times. A failed cmocka case
 is followed by 'why LINE' lines: cmocka's error and the lines the case printed just
 before it, so that the summary at the end of a CI log (often all of it that is kept)
 says what failed, not only where.
@@ -81,12 +83,17 @@ def skip_reason(out, ctest_message):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: ctest_report.py JUNIT.xml")
+    args = sys.argv[1:]
+    times = "--times" in args
+    args = [a for a in args if a != "--times"]
+    if len(args) != 1:
+        sys.exit("usage: ctest_report.py [--times] JUNIT.xml")
     passed = failed = skipped = 0
     lines = []
-    for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
+    for case in ET.parse(args[0]).getroot().iter("testcase"):
         name = case.get("name")
+        if times:
+            lines.append(f"time {name} {float(case.get('time') or 0):.0f}")
         status = case.get("status")
         out = case.findtext("system-out") or ""
         test_failed = status == "fail" or case.find("failure") is not None

@@ -1,6 +1,6 @@
 /* rampart-ublk, run as a program: what it says about bad input, and where the kernel has
  * no ublk driver (this host's), what it says about that. Its I/O path runs in a guest
- * that has the driver (test/swap/test_guest_ublk.sh). */
+ * that has the driver (test/swap/test_guest_starved.sh, its kill-ublk run). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -68,13 +68,13 @@
 guest_initramfs_tools
 nbdkit=$(command -v nbdkit || true)
 [[ -n $nbdkit ]] || skip "nbdkit is missing (package nbdkit)"
-# RAMPART_STARVED_FRONTEND=ublk (test_guest_ublk.sh): rampart-ublk serves the swap device
-# in the guest instead of nbdkit + nbd-client, on a kernel that has ublk.
-frontend=${RAMPART_STARVED_FRONTEND:-nbd}
-if [[ $frontend == ublk ]]; then
-  [[ -x ${RAMPART_UBLK:-} ]] || fail "RAMPART_UBLK must name the built rampart-ublk (ctest sets it)"
-  ublk_prog=$RAMPART_UBLK
-fi
+# RAMPART_STARVED_FRONTEND: nbd (nbdkit + nbd-client) or ublk (rampart-ublk) alone; by
+# default both, in one boot of the kernel that has ublk_drv (and nbd).
+frontend=${RAMPART_STARVED_FRONTEND:-both}
+case $frontend in
+  nbd|ublk|both) ;;
+  *) fail "RAMPART_STARVED_FRONTEND must be nbd, ublk or both, not '$frontend'" ;;
+esac
 # An nbd run that kills the pager attaches with rampart-nbd-attach (nbd/).
 [[ -x ${RAMPART_NBD_ATTACH:-} ]] \
   || fail "RAMPART_NBD_ATTACH must name the built rampart-nbd-attach (ctest sets it)"
@@ -85,29 +85,40 @@ command -v socat >/dev/null || skip "socat is missing (package socat): qemu's fo
 [[ -z ${RAMPART_ASAN_RUNTIME:-} ]] \
   || skip "a sanitizer build's daemon cannot run locked in a 192 MiB guest (the release build runs this test)"
 
-if [[ $frontend == ublk ]]; then guest_kernel --ublk; else guest_kernel; fi
+if [[ $frontend == nbd ]]; then guest_kernel; else guest_kernel --ublk; fi
 
 guest_mb=${RAMPART_GUEST_MEM_MB:-192}
 program_mb=$((guest_mb * 2))
+# With NBD three runs: the pager killed (rampart-nbd-attach moves /dev/nbd0 to the
+# standby nbdkit), then Debian's own nbd-client -swap with a server killed, then every
+# server stopped for 3 s. In that order: the second daemon starts with every server alive.
 # With ublk the pager itself is killed too, while the server's pages are rebuilt: the
-# device waits in the kernel and the standby takes it over (docs/recovery.md). With NBD
-# two runs: the pager killed (rampart-nbd-attach moves /dev/nbd0 to the standby nbdkit),
-# then Debian's own nbd-client -swap with a server killed. In that order: the second
-# daemon starts with every server alive.
-if [[ $frontend == ublk ]]; then
-  default_runs="kill:ublk:forks:kill+pager disk-forks:disk:forks"
-else
-  default_runs="pager:nbd:forks:pager kill:nbd:forks:kill outage:nbd:pages:outage disk-forks:disk:forks disk-pages:disk:pages"
-fi
+# device waits in the kernel and the standby takes it over (docs/recovery.md). One
+# baseline on the swap disk, forks, for the ratio; the pages workload's ratio to the disk
+# is in bench/results (bench/guest).
+nbd_runs="pager:nbd:forks:pager kill:nbd:forks:kill outage:nbd:pages:outage"
+ublk_runs="kill-ublk:ublk:forks:kill+pager"
+case $frontend in
+  nbd) default_runs="$nbd_runs disk-forks:disk:forks" ;;
+  ublk) default_runs="$ublk_runs disk-forks:disk:forks" ;;
+  both) default_runs="$nbd_runs $ublk_runs disk-forks:disk:forks" ;;
+esac
 runs=${RAMPART_STARVED_RUNS:-$default_runs}
+# three and all: on one frontend, nbd unless ublk alone was asked for.
+one_frontend=${frontend/both/nbd}
 if [[ $runs == three ]]; then
-  runs="pages:$frontend:pages kill:$frontend:forks:kill outage:$frontend:quicksort:outage disk-pages:disk:pages disk-forks:disk:forks disk-quicksort:disk:quicksort"
+  runs="pages:$one_frontend:pages kill:$one_frontend:forks:kill outage:$one_frontend:quicksort:outage disk-pages:disk:pages disk-forks:disk:forks disk-quicksort:disk:quicksort"
 fi
 if [[ $runs == all ]]; then
   runs=
   for wl in pages forks quicksort; do
-    runs+="$wl:$frontend:$wl kill-$wl:$frontend:$wl:kill outage-$wl:$frontend:$wl:outage disk-$wl:disk:$wl "
+    runs+="$wl:$one_frontend:$wl kill-$wl:$one_frontend:$wl:kill outage-$wl:$one_frontend:$wl:outage disk-$wl:disk:$wl "
   done
+fi
+# rampart-ublk goes into the guest when a run uses it.
+if [[ " $runs" == *:ublk:* ]]; then
+  [[ -x ${RAMPART_UBLK:-} ]] || fail "RAMPART_UBLK must name the built rampart-ublk (ctest sets it)"
+  ublk_prog=$RAMPART_UBLK
 fi
 # The device holds one program at a time (each run swaps off before the next).
 device_mb=$((program_mb * 3 / 2))
@@ -197,7 +208,7 @@ PROGRAM_MB=$program_mb
 DEVICE_SIZE=${device_mb}M
 STALL_SECONDS=${RAMPART_STARVED_STALL_SECONDS:-120}
 RUNS="$runs"
-FRONTEND=$frontend
+FRONTEND=$one_frontend
 NBDKIT_DEBUG=${RAMPART_STARVED_NBDKIT_DEBUG:-}
 GUEST_SYSCTL="${RAMPART_STARVED_SYSCTL:-}"
 ${RAMPART_STARVED_CONF_EXTRA:-}
@@ -323,6 +334,11 @@ grep -q '^rampart-guest: end 0' "$work/said" \
 
 # ---- the verdict and the report ------------------------------------------------------------
 declare -A secs=()
+# Every run that kills the pager says once that its standby took over.
+pager_runs=$(tr ' ' '\n' <<<"$runs" | grep -c 'pager$' || true)
+pager_restarts=$(grep -c '^rampart-guest: pager restarted: the standby' "$work/said" || true)
+((pager_restarts >= pager_runs)) \
+  || fail "$pager_runs runs killed the pager but only $pager_restarts standbys took over"
 for r in $runs; do
   name=${r%%:*}
   line=$(grep "^rampart-guest: result $name " "$work/said" || true)
