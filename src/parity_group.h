@@ -10,6 +10,9 @@
  *
  * This file is pure bookkeeping and arithmetic: no sockets, no threads. The engine's I/O
  * thread owns the table.
+ *
+ * Errors: the table's set-up returns 0 or -1 (out of memory; docs/CONTRIBUTING.md);
+ * group operations cannot fail.
  */
 #ifndef RAMPART_PARITY_GROUP_H
 #define RAMPART_PARITY_GROUP_H

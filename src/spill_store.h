@@ -7,6 +7,10 @@
  * Threading: one spill store belongs to one I/O thread (the engine's). Completions are
  * signalled on an eventfd, which the engine's libev loop watches; spill_store_reap()
  * then runs the callbacks on that thread.
+ *
+ * Errors: opening: NULL with a struct rp_error (docs/CONTRIBUTING.md: the one engine
+ * file using convention 3, for the messages it shares with the client library); I/O: 0
+ * or negative errno in a completion's result (convention 2).
  */
 #ifndef RAMPART_SPILL_STORE_H
 #define RAMPART_SPILL_STORE_H
