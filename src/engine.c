@@ -422,8 +422,8 @@ void rampart_submit(struct rampart_engine *e, struct rampart_io *io)
 
 /* The caller sleeps on a futex rather than a mutex and condition variable: with a mutex
  * the woken caller would first block again on the lock the I/O thread still holds, a
- * second context switch per request (perf showed those lock waits at about a tenth of
- * the plugin's time at QD32). A wake that reaches the futex word after the caller has
+ * second context switch per request (docs/performance.md has what it cost). A wake that
+ * reaches the futex word after the caller has
  * returned lands on a dead stack address; that only ever wakes a futex waiter early,
  * and every futex waiter rechecks its condition. */
 struct sync_wait {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The starved guest (test_guest_starved.sh) with rampart-ublk as the swap device instead
-# of nbdkit + nbd-client (issue 16): the engine's own ublk target in a 192 MiB guest, on
+# of nbdkit + nbd-client (docs/recovery.md): the engine's own ublk target in a 192 MiB guest, on
 # Debian's 6.12 kernel (the first Debian 12 kernel with ublk_drv, from bookworm-security;
 # scripts/fetch-guest-kernel --ublk), swapping a verifying fork-heavy workload of twice
 # the guest's RAM while one rampartd is killed, and the same workload on a swap disk in
