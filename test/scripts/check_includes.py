@@ -13,9 +13,13 @@ does not list. That file lists the edges inside today's cycles; the allow-list o
 shrinks: when a change breaks an edge out of a cycle, this prints that its line can go,
 and the integrator deletes it. When the file is empty, no cycle is left.
 
+The same for layers: LAYERS below places every module in one of src/README.md's layers;
+an include of a header of a layer above fails unless test/scripts/include_layers.allow
+lists it (today's, which only shrink), and so does a module placed in no layer.
+
   check_includes.py [REPO]            check (ctest: unit/test_include_layers)
   check_includes.py --graph [REPO]    also print every module's includes
-  check_includes.py --write-allow [REPO]   rewrite the allow-list from today's tree
+  check_includes.py --write-allow [REPO]   rewrite both allow-lists from today's tree
 """
 import pathlib
 import re
@@ -26,6 +30,23 @@ flags = {a for a in sys.argv[1:] if a.startswith("--")}
 ROOT = pathlib.Path(args[0]) if args else pathlib.Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 ALLOW = ROOT / "test/scripts/include_cycles.allow"
+# The layers of src/README.md, lowest first: a module may include headers of its own
+# layer and the layers below. A module missing here fails the check: place it.
+LAYERS = {
+    "client library": ["client_conn", "client_handshake"],
+    "stores": ["server_transport", "server_set", "spill_store", "spill_quarantine",
+               "local_store", "slot_allocator", "engine_state", "pager_state"],
+    "page-op core": ["page_op", "page_read", "page_write", "page_write_pending", "page_mover",
+                     "server_health", "parity_group", "placement_order", "page_map",
+                     "page_seal", "crash_point", "redundancy_policy"],
+    "engine API": ["rampart", "config", "config_settings", "engine", "page_rmw",
+                   "control_socket", "server_membership", "stats_report", "metrics_report",
+                   "stats_file", "pager_standby", "process_hygiene", "event_arena"],
+}
+RANK = {m: i for i, mods in enumerate(LAYERS.values()) for m in mods}
+LAYER_OF = {m: name for name, mods in LAYERS.items() for m in mods}
+ALLOW_UP = ROOT / "test/scripts/include_layers.allow"
+
 # Headers named for no .c, and the .c whose functions they declare.
 HEADER_OWNER = {"engine_internal": "engine", "client": "client_conn"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)\.h"', re.M)
@@ -93,10 +114,10 @@ def strongly_connected(edges):
     return out
 
 
-def read_allow():
+def read_allow(path):
     allowed = set()
-    if ALLOW.exists():
-        for line in ALLOW.read_text().splitlines():
+    if path.exists():
+        for line in path.read_text().splitlines():
             line = line.split("#", 1)[0].strip()
             if line:
                 a, b = (s.strip() for s in line.split("->"))
@@ -120,7 +141,17 @@ def main():
     if not cycles:
         print("no include cycle in src/")
 
+    unplaced = sorted(m for m in edges if m not in RANK)
+    upward = {(a, b) for a in edges for b in edges[a]
+              if a in RANK and b in RANK and RANK[b] > RANK[a]}
+
     if "--write-allow" in flags:
+        ALLOW_UP.write_text(
+            "# Includes of a header of a layer above (test/scripts/check_includes.py,\n"
+            "# src/README.md's layers) today. Only ever delete lines. Empty: none is left.\n"
+            + "".join(f"{a} -> {b}   # {LAYER_OF[a]} -> {LAYER_OF[b]}\n"
+                      for a, b in sorted(upward)))
+        print(f"wrote {len(upward)} edges to {ALLOW_UP.relative_to(ROOT)}")
         ALLOW.write_text(
             "# Include edges inside src/'s cycles today (test/scripts/check_includes.py).\n"
             "# Only ever delete lines: a change that adds an edge inside a cycle fails\n"
@@ -129,7 +160,7 @@ def main():
         print(f"wrote {len(in_cycle)} edges to {ALLOW.relative_to(ROOT)}")
         return 0
 
-    allowed = read_allow()
+    allowed = read_allow(ALLOW)
     new = sorted(in_cycle - allowed)
     gone = sorted(allowed - in_cycle)
     for a, b in gone:
@@ -142,10 +173,22 @@ def main():
         print(f"NEW include cycle edge: {' / '.join(files)} includes {' or '.join(headers)}, "
               f"and {b} reaches {a} again: include a header of a lower layer instead "
               f"(src/README.md)")
+    allowed_up = read_allow(ALLOW_UP)
+    new_up = sorted(upward - allowed_up)
+    for a, b in sorted(allowed_up - upward):
+        print(f"no longer an include from a layer below: '{a} -> {b}': delete its line "
+              f"from {ALLOW_UP.relative_to(ROOT)}")
+    for a, b in new_up:
+        print(f"NEW include of a layer above: {a} ({LAYER_OF[a]}) includes {b} "
+              f"({LAYER_OF[b]}): move what it needs down, or pass it in (src/README.md)")
+    for m in unplaced:
+        print(f"NOT IN A LAYER: src/{m}: add it to LAYERS in test/scripts/check_includes.py "
+              f"and to src/README.md's table")
     print(f"check_includes: {len(edges)} modules, {sum(map(len, edges.values()))} edges, "
           f"{len(cycles)} cycle(s), {len(in_cycle)} edges in cycles "
-          f"({len(allowed)} allowed, {len(new)} new)")
-    return 1 if new else 0
+          f"({len(allowed)} allowed, {len(new)} new); {len(upward)} includes of a layer "
+          f"above ({len(allowed_up)} allowed, {len(new_up)} new)")
+    return 1 if new or new_up or unplaced else 0
 
 
 if __name__ == "__main__":
