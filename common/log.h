@@ -1,6 +1,9 @@
 /* Logging for rampart's own processes (rampartd, rampartctl, tests): one line per
  * event on stderr, which journald captures under systemd. The nbdkit plugin logs
- * through nbdkit_debug/nbdkit_error instead and installs a hook here. */
+ * through nbdkit_debug/nbdkit_error instead and installs a hook here.
+ *
+ * Errors: none: logging cannot fail.
+ */
 #ifndef RAMPART_COMMON_LOG_H
 #define RAMPART_COMMON_LOG_H
 

@@ -24,12 +24,6 @@ void *rp_secret_alloc(size_t n)
   return p;
 }
 
-void rp_secret_wipe(void *p, size_t n)
-{
-  if (p && n)
-    OPENSSL_cleanse(p, n);
-}
-
 void rp_secret_free(void *p, size_t n)
 {
   if (!p)

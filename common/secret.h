@@ -5,6 +5,11 @@
  * excluded from core dumps (MADV_DONTDUMP), locked so the kernel never writes them to
  * swap (best effort: a page or two fits any RLIMIT_MEMLOCK), and wiped with
  * OPENSSL_cleanse before they are unmapped.
+ *
+ * A secret on the stack or in a struct is wiped with OPENSSL_cleanse directly (a plain
+ * memset may be optimised away): every file holding one links libcrypto already.
+ *
+ * Errors: rp_secret_alloc returns NULL with errno set (docs/CONTRIBUTING.md).
  */
 #ifndef RAMPART_COMMON_SECRET_H
 #define RAMPART_COMMON_SECRET_H
@@ -16,8 +21,5 @@ void *rp_secret_alloc(size_t n);
 
 /* Wipes and unmaps what rp_secret_alloc(n) returned. NULL is allowed. */
 void rp_secret_free(void *p, size_t n);
-
-/* Wipes n bytes in place (OPENSSL_cleanse: a plain memset may be optimised away). */
-void rp_secret_wipe(void *p, size_t n);
 
 #endif

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config_settings.h"
 #include "rampart.h"
 
 #define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL
@@ -267,10 +268,10 @@ static struct nbdkit_plugin plugin = {
   .unload = plugin_unload,
   .config = plugin_config,
   .config_complete = plugin_config_complete,
-  .config_help = "mlock=BOOL                lock the daemon's memory (default true)\n"
+  .config_help = RAMPART_SETTINGS_HELP
+                 "mlock=BOOL                lock the daemon's memory (default true)\n"
                  "standby=BOOL              wait beside the nbdkit serving the same state=,\n"
-                 "                          take it over when that one dies\n"
-                 "(see rampart.h / docs for the rest)",
+                 "                          take it over when that one dies",
   .magic_config_key = "size",
   .after_fork = plugin_after_fork,
   .open = plugin_open,

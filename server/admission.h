@@ -41,7 +41,7 @@ int rps_addr_count_add(struct rps_addr_counts *t, const struct rps_addr_key *key
 /* Counts one fewer (the entry goes when it reaches zero). */
 void rps_addr_count_remove(struct rps_addr_counts *t, const struct rps_addr_key *key);
 
-/* Addresses with at least one connection counted. */
+/* Test API (test_admission): addresses with at least one connection counted. */
 uint32_t rps_addr_counts_addresses(const struct rps_addr_counts *t);
 
 #endif

@@ -26,7 +26,7 @@
  * none (rps_store_keep_warm). Pages of a whole session that ends go back at once: that
  * is not churn.
  *
- * The pages are other hosts' memory, so they are treated as secrets (issue 14): chunks
+ * The pages are other hosts' memory, so they are treated as secrets (docs/security.md): chunks
  * are excluded from core dumps (MADV_DONTDUMP), every page is wiped (OPENSSL_cleanse)
  * when it goes back to the host and when the store is destroyed, because MADV_DONTNEED
  * and munmap hand the frame back to the kernel with its bytes intact. A warm page is

@@ -10,6 +10,10 @@
  * No allocation on the hot path: a request (struct rp_request) is owned by the caller,
  * lives until its callback runs, and is tracked by the connection through an intrusive
  * table keyed by request id.
+ *
+ * Errors: struct rp_error (docs/CONTRIBUTING.md, convention 3): calls return 0 or -1
+ * and fill a non-NULL struct rp_error with an rp_status and a sentence; a request's
+ * completion carries its rp_status.
  */
 #ifndef RAMPART_CLIENT_H
 #define RAMPART_CLIENT_H
@@ -106,7 +110,8 @@ unsigned rp_conn_loop_changes(const struct rp_conn *conn);
 
 /* The loop the connection is attached to; if none, a private loop (owned by the
  * connection, destroyed by rp_conn_close) is made and attached first. NULL only if that
- * fails. For callers that submit asynchronously and then run the loop themselves. */
+ * fails. Test API: for tests that submit asynchronously and then run the loop
+ * themselves. */
 struct ev_loop *rp_conn_loop(struct rp_conn *conn);
 
 struct rp_request;
@@ -154,7 +159,7 @@ void rp_conn_submit(struct rp_conn *conn, struct rp_request *req);
  * the connection already flushes on its own), saving one loop iteration per burst. */
 void rp_conn_flush(struct rp_conn *conn);
 
-/* Requests submitted and not yet completed. */
+/* Test API: requests submitted and not yet completed. */
 size_t rp_conn_in_flight(const struct rp_conn *conn);
 
 /* The server pushed an ADVISE. */
@@ -181,6 +186,8 @@ int rp_conn_peer_address(const struct rp_conn *conn, struct sockaddr_storage *ad
 
 int rp_reserve_sync(struct rp_conn *conn, uint64_t pages, uint64_t *reserved_pages,
                     uint64_t *free_pages, struct rp_error *err);
+/* Test API (the engine and rampartctl send pages asynchronously): rp_write_sync,
+ * rp_read_sync, rp_ping_sync. */
 int rp_write_sync(struct rp_conn *conn, uint64_t slot, const uint8_t *page, struct rp_error *err);
 int rp_read_sync(struct rp_conn *conn, uint64_t slot, uint8_t *page, struct rp_error *err);
 int rp_free_sync(struct rp_conn *conn, uint64_t slot, uint32_t count, struct rp_error *err);
@@ -209,8 +216,8 @@ struct rp_server_stat {
 
 int rp_stat_sync(struct rp_conn *conn, struct rp_server_stat *stat, struct rp_error *err);
 
-/* Runs the loop until `pred(arg)` is true or timeout_ms passes; for tests waiting on an
- * advise or a disconnect. Returns true if pred became true. */
+/* Test API: runs the loop until `pred(arg)` is true or timeout_ms passes, for tests
+ * waiting on an advise or a disconnect. Returns true if pred became true. */
 bool rp_conn_wait(struct rp_conn *conn, bool (*pred)(void *arg), void *arg, uint32_t timeout_ms);
 
 #endif

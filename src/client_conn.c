@@ -448,12 +448,12 @@ static void leave(struct rp_conn *c)
  * copying them into page fragments of its own (sk_page_frag_refill). A pager needs
  * that: inside the memory shortage it relieves, a copying send waits for a fresh page
  * below the min watermark, in reclaim the I/O thread cannot do (as an IO_FLUSHER it
- * may not swap), while the swap-out it would finish is what reclaim waits for (issue
- * 22). A zero-copy send only pins pages that are locked already and needs no more than
+ * may not swap), while the swap-out it would finish is what reclaim waits for. A
+ * zero-copy send only pins pages that are locked already and needs no more than
  * skb heads, which come back as sends complete. Where the kernel copies after all
  * (loopback, a device without scatter-gather) the completion says so, and the
- * connection stops asking: there zero-copy only adds work (on loopback it took the
- * engine's CPU per 4 KiB read from 70 to 136 us in bench/device --quick).
+ * connection stops asking: there zero-copy only adds work (docs/performance.md, "Figures
+ * from the code": about twice the engine's CPU per read on loopback).
  *
  * The kernel reads that memory until the server has acknowledged it, so a request's
  * header, tag and page stay as they are until its reply (client.h). A buffer changed

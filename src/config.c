@@ -8,53 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config_settings.h"
 #include "parity_group.h"
 #include "parse.h"
+#include "redundancy_policy.h"
 
-const char rampart_config_help[] =
-  "size=SIZE                 device size, e.g. 4G (required)\n"
-  "servers=HOST:PORT,...     memory servers (rampartd)\n"
-  "cluster=FILE              file listing servers, one HOST:PORT per line\n"
-  "key=FILE                  cluster key shared with the servers\n"
-  "redundancy=none|mirror|parity-log|write-through  (default: parity-log with 3+ servers)\n"
-  "group=S                   data pages per parity group (default: up to 4)\n"
-  "spill=PATH                local disk store, file or partition (default: temp file)\n"
-  "spill-size=SIZE           capacity of the spill store (default: device size)\n"
-  "memory=SIZE               local RAM for pages with no servers (default: all of size)\n"
-  "overflow=PERCENT          extra server memory for old page versions (default 10)\n"
-  "timeout=MS                a server silent this long is failing (default 2000)\n"
-  "lease=SECONDS             how long to wait for a dropped server to return (default 10)\n"
-  "io-timeout=MS             longest a request waits for a reconnecting server before it\n"
-  "                          fails as its policy says (default: the lease)\n"
-  "tmpdir=DIR                where the temporary spill file goes\n"
-  "stats-file=PATH           rewrite engine stats here every second (rampartctl device)\n"
-  "metrics-file=PATH         rewrite its counters here every second in the Prometheus\n"
-  "                          text format (node_exporter textfile collector: NAME.prom)\n"
-  "control=PATH              unix socket for rampartctl device PATH add|drain|remove|\n"
-  "                          reload|servers: change the servers of the running device\n"
-  "rebalance=PAGES           pages a second rewritten to even out the servers (256)\n"
-  "encrypt=on|off            seal pages with AES-256-GCM before they leave (default on;\n"
-  "                          off: checksummed plaintext, for benchmarks)\n"
-  "enckey=FILE               key material for the page key (default: random per attach)\n"
-  "state=PATH                keep the device's state where a restarted pager finds it\n"
-  "                          (docs/recovery.md): its pages survive the pager's crash\n"
-  "submit=inline|handover    who starts a request: the frontend's own thread when the\n"
-  "                          engine's I/O thread is idle (default: half the latency at\n"
-  "                          queue depth 1, docs/engine.md), or always the I/O thread";
-
-struct rampart_config *rampart_config_new(void)
-{
-  struct rampart_config *c = calloc(1, sizeof *c);
-  if (!c)
-    return NULL;
-  c->memory = UINT64_MAX;
-  c->overflow_percent = 10;
-  c->submit_inline = true;
-  c->timeout_ms = 2000;
-  c->lease_seconds = 10;
-  c->rebalance_pages = 256;
-  return c;
-}
+const char rampart_config_help[] = RAMPART_SETTINGS_HELP;
 
 void rampart_config_free(struct rampart_config *c)
 {
@@ -142,18 +101,15 @@ int config_read_cluster_file(struct rampart_config *c, const char *path, char *e
 static int parse_redundancy(const char *v, enum rampart_redundancy *out, char *err,
                             size_t errlen)
 {
-  static const struct { const char *name; enum rampart_redundancy value; } names[] = {
-    { "none", RAMPART_REDUNDANCY_NONE },
-    { "mirror", RAMPART_REDUNDANCY_MIRROR },
-    { "parity-log", RAMPART_REDUNDANCY_PARITY_LOG },
-    { "write-through", RAMPART_REDUNDANCY_WRITE_THROUGH },
-    { "auto", RAMPART_REDUNDANCY_AUTO },
-  };
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (strcmp(v, names[i].name) == 0) {
-      *out = names[i].value;
-      return 0;
-    }
+  const struct redundancy_policy *p = redundancy_policy_named(v);
+  if (p) {
+    *out = p->id;
+    return 0;
+  }
+  if (strcmp(v, "auto") == 0) {
+    *out = RAMPART_REDUNDANCY_AUTO;
+    return 0;
+  }
   snprintf(err, errlen, "redundancy=%s is not known: use none, mirror, parity-log or "
            "write-through", v);
   return -1;
@@ -170,107 +126,191 @@ static int copy_path(char *dst, size_t dstlen, const char *key, const char *v, c
   return 0;
 }
 
-int rampart_config_set(struct rampart_config *c, const char *key, const char *v, char *err,
+/* One function per row of config_settings.h: parse `v`, store it in c. */
+typedef int setting_setter(struct rampart_config *c, const char *key, const char *v,
+                           char *err, size_t errlen);
+
+static int set_size(struct rampart_config *c, const char *key, const char *v, char *err,
+                    size_t errlen)
+{
+  if (rp_parse_size(key, v, &c->size, err, errlen) < 0)
+    return -1;
+  c->size_given = true;
+  return 0;
+}
+
+static int set_servers(struct rampart_config *c, const char *key, const char *v, char *err,
+                       size_t errlen)
+{
+  (void)key;
+  return parse_server_list(c, v, err, errlen);
+}
+
+static int set_cluster(struct rampart_config *c, const char *key, const char *v, char *err,
+                       size_t errlen)
+{
+  if (copy_path(c->cluster_path, sizeof c->cluster_path, key, v, err, errlen) < 0)
+    return -1;
+  return parse_cluster_file(c, v, err, errlen);
+}
+
+#define PATH_SETTER(name, field) \
+  static int name(struct rampart_config *c, const char *key, const char *v, char *err, \
+                  size_t errlen) \
+  { \
+    return copy_path(c->field, sizeof c->field, key, v, err, errlen); \
+  }
+PATH_SETTER(set_key, key_path)
+PATH_SETTER(set_spill, spill_path)
+PATH_SETTER(set_tmpdir, temp_dir)
+PATH_SETTER(set_stats_file, stats_path)
+PATH_SETTER(set_metrics_file, metrics_path)
+PATH_SETTER(set_control, control_path)
+PATH_SETTER(set_enckey, enckey_path)
+PATH_SETTER(set_state, state_path)
+#undef PATH_SETTER
+
+static int set_redundancy(struct rampart_config *c, const char *key, const char *v,
+                          char *err, size_t errlen)
+{
+  (void)key;
+  return parse_redundancy(v, &c->redundancy, err, errlen);
+}
+
+static int set_group(struct rampart_config *c, const char *key, const char *v, char *err,
+                     size_t errlen)
+{
+  uint64_t n;
+  if (rp_parse_uint(key, v, GROUP_MAX_DATA, &n, err, errlen) < 0)
+    return -1;
+  if (n == 0) {
+    snprintf(err, errlen, "group=0: a group needs at least 1 data page");
+    return -1;
+  }
+  c->group = (unsigned)n;
+  return 0;
+}
+
+static int set_spill_size(struct rampart_config *c, const char *key, const char *v,
+                          char *err, size_t errlen)
+{
+  return rp_parse_size(key, v, &c->spill_size, err, errlen);
+}
+
+static int set_memory(struct rampart_config *c, const char *key, const char *v, char *err,
+                      size_t errlen)
+{
+  return rp_parse_size(key, v, &c->memory, err, errlen);
+}
+
+/* A whole number in [0, max] into an unsigned field. */
+static int set_unsigned(unsigned *field, const char *key, const char *v, uint64_t max,
+                        char *err, size_t errlen)
+{
+  uint64_t n;
+  if (rp_parse_uint(key, v, max, &n, err, errlen) < 0)
+    return -1;
+  *field = (unsigned)n;
+  return 0;
+}
+
+static int set_overflow(struct rampart_config *c, const char *key, const char *v,
+                        char *err, size_t errlen)
+{
+  return set_unsigned(&c->overflow_percent, key, v, 400, err, errlen);
+}
+
+static int set_timeout(struct rampart_config *c, const char *key, const char *v, char *err,
                        size_t errlen)
 {
   uint64_t n;
-  if (strcmp(key, "size") == 0) {
-    if (rp_parse_size("size", v, &c->size, err, errlen) < 0)
-      return -1;
-    c->size_given = true;
-    return 0;
+  if (rp_parse_uint(key, v, 600000, &n, err, errlen) < 0)
+    return -1;
+  if (n < 100) {
+    snprintf(err, errlen, "timeout=%s is too short: at least 100 ms", v);
+    return -1;
   }
-  if (strcmp(key, "servers") == 0)
-    return parse_server_list(c, v, err, errlen);
-  if (strcmp(key, "cluster") == 0) {
-    if (copy_path(c->cluster_path, sizeof c->cluster_path, key, v, err, errlen) < 0)
-      return -1;
-    return parse_cluster_file(c, v, err, errlen);
+  c->timeout_ms = (unsigned)n;
+  return 0;
+}
+
+static int set_lease(struct rampart_config *c, const char *key, const char *v, char *err,
+                     size_t errlen)
+{
+  return set_unsigned(&c->lease_seconds, key, v, 86400, err, errlen);
+}
+
+static int set_io_timeout(struct rampart_config *c, const char *key, const char *v,
+                          char *err, size_t errlen)
+{
+  if (set_unsigned(&c->io_timeout_ms, key, v, 86400000, err, errlen) < 0)
+    return -1;
+  c->io_timeout_given = true;
+  return 0;
+}
+
+static int set_rebalance(struct rampart_config *c, const char *key, const char *v,
+                         char *err, size_t errlen)
+{
+  return set_unsigned(&c->rebalance_pages, key, v, 1000000, err, errlen);
+}
+
+static int set_encrypt(struct rampart_config *c, const char *key, const char *v, char *err,
+                       size_t errlen)
+{
+  (void)key;
+  if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
+    snprintf(err, errlen, "encrypt=%s: use encrypt=on (the default) or encrypt=off", v);
+    return -1;
   }
-  if (strcmp(key, "control") == 0)
-    return copy_path(c->control_path, sizeof c->control_path, key, v, err, errlen);
-  if (strcmp(key, "state") == 0)
-    return copy_path(c->state_path, sizeof c->state_path, key, v, err, errlen);
-  if (strcmp(key, "rebalance") == 0) {
-    if (rp_parse_uint("rebalance", v, 1000000, &n, err, errlen) < 0)
-      return -1;
-    c->rebalance_pages = (unsigned)n;
-    return 0;
+  c->encrypt_off = strcmp(v, "off") == 0;
+  return 0;
+}
+
+static int set_submit(struct rampart_config *c, const char *key, const char *v, char *err,
+                      size_t errlen)
+{
+  (void)key;
+  if (strcmp(v, "inline") && strcmp(v, "handover")) {
+    snprintf(err, errlen, "submit=%s: write submit=inline (the default) or "
+             "submit=handover", v);
+    return -1;
   }
-  if (strcmp(key, "key") == 0)
-    return copy_path(c->key_path, sizeof c->key_path, key, v, err, errlen);
-  if (strcmp(key, "redundancy") == 0)
-    return parse_redundancy(v, &c->redundancy, err, errlen);
-  if (strcmp(key, "group") == 0) {
-    if (rp_parse_uint("group", v, GROUP_MAX_DATA, &n, err, errlen) < 0)
-      return -1;
-    if (n == 0) {
-      snprintf(err, errlen, "group=0: a group needs at least 1 data page");
-      return -1;
-    }
-    c->group = (unsigned)n;
-    return 0;
+  c->submit_inline = strcmp(v, "inline") == 0;
+  return 0;
+}
+
+static const struct setting {
+  const char *key;
+  setting_setter *set;
+  const char *default_value;
+} settings[] = {
+#define SETTING_ROW(key, setter, default_value, help) { key, setter, default_value },
+  RAMPART_SETTINGS(SETTING_ROW)
+#undef SETTING_ROW
+};
+
+struct rampart_config *rampart_config_new(void)
+{
+  struct rampart_config *c = calloc(1, sizeof *c);
+  if (!c)
+    return NULL;
+  c->memory = UINT64_MAX; /* not a value memory= takes: "not given" */
+  for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++) {
+    char err[256];
+    if (settings[i].default_value &&
+        settings[i].set(c, settings[i].key, settings[i].default_value, err, sizeof err) < 0)
+      abort(); /* a default its own setter refuses: config_settings.h is wrong */
   }
-  if (strcmp(key, "spill") == 0)
-    return copy_path(c->spill_path, sizeof c->spill_path, key, v, err, errlen);
-  if (strcmp(key, "stats-file") == 0)
-    return copy_path(c->stats_path, sizeof c->stats_path, key, v, err, errlen);
-  if (strcmp(key, "metrics-file") == 0)
-    return copy_path(c->metrics_path, sizeof c->metrics_path, key, v, err, errlen);
-  if (strcmp(key, "encrypt") == 0) {
-    if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
-      snprintf(err, errlen, "encrypt=%s: use encrypt=on (the default) or encrypt=off", v);
-      return -1;
-    }
-    c->encrypt_off = strcmp(v, "off") == 0;
-    return 0;
-  }
-  if (strcmp(key, "enckey") == 0)
-    return copy_path(c->enckey_path, sizeof c->enckey_path, key, v, err, errlen);
-  if (strcmp(key, "tmpdir") == 0)
-    return copy_path(c->temp_dir, sizeof c->temp_dir, key, v, err, errlen);
-  if (strcmp(key, "spill-size") == 0)
-    return rp_parse_size("spill-size", v, &c->spill_size, err, errlen);
-  if (strcmp(key, "memory") == 0)
-    return rp_parse_size("memory", v, &c->memory, err, errlen);
-  if (strcmp(key, "overflow") == 0) {
-    if (rp_parse_uint("overflow", v, 400, &n, err, errlen) < 0)
-      return -1;
-    c->overflow_percent = (unsigned)n;
-    return 0;
-  }
-  if (strcmp(key, "submit") == 0) {
-    if (strcmp(v, "inline") && strcmp(v, "handover")) {
-      snprintf(err, errlen, "submit=%s: write submit=inline (the default) or "
-               "submit=handover", v);
-      return -1;
-    }
-    c->submit_inline = strcmp(v, "inline") == 0;
-    return 0;
-  }
-  if (strcmp(key, "timeout") == 0) {
-    if (rp_parse_uint("timeout", v, 600000, &n, err, errlen) < 0)
-      return -1;
-    if (n < 100) {
-      snprintf(err, errlen, "timeout=%s is too short: at least 100 ms", v);
-      return -1;
-    }
-    c->timeout_ms = (unsigned)n;
-    return 0;
-  }
-  if (strcmp(key, "lease") == 0) {
-    if (rp_parse_uint("lease", v, 86400, &n, err, errlen) < 0)
-      return -1;
-    c->lease_seconds = (unsigned)n;
-    return 0;
-  }
-  if (strcmp(key, "io-timeout") == 0) {
-    if (rp_parse_uint("io-timeout", v, 86400000, &n, err, errlen) < 0)
-      return -1;
-    c->io_timeout_ms = (unsigned)n;
-    c->io_timeout_given = true;
-    return 0;
-  }
+  return c;
+}
+
+int rampart_config_set(struct rampart_config *c, const char *key, const char *v, char *err,
+                       size_t errlen)
+{
+  for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++)
+    if (strcmp(key, settings[i].key) == 0)
+      return settings[i].set(c, key, v, err, errlen);
   snprintf(err, errlen, "unknown parameter '%s': 'nbdkit rampart --help' (or 'rampart-ublk --help') lists them", key);
   return -1;
 }
@@ -306,13 +346,8 @@ void rampart_config_effective(const struct rampart_config *c, enum rampart_redun
 
 const char *rampart_redundancy_name(enum rampart_redundancy r)
 {
-  switch (r) {
-  case RAMPART_REDUNDANCY_NONE: return "none";
-  case RAMPART_REDUNDANCY_MIRROR: return "mirror";
-  case RAMPART_REDUNDANCY_PARITY_LOG: return "parity-log";
-  case RAMPART_REDUNDANCY_WRITE_THROUGH: return "write-through";
-  default: return "auto";
-  }
+  const struct redundancy_policy *p = redundancy_policy_of(r);
+  return p ? p->name : "auto";
 }
 
 int rampart_config_check(const struct rampart_config *c, char *err, size_t errlen)
@@ -337,16 +372,17 @@ int rampart_config_check(const struct rampart_config *c, char *err, size_t errle
   enum rampart_redundancy r;
   unsigned s;
   rampart_config_effective(c, &r, &s);
-  unsigned needed = r == RAMPART_REDUNDANCY_PARITY_LOG ? s + 1
-                    : r == RAMPART_REDUNDANCY_MIRROR ? 2 : 1;
-  if (c->redundancy != RAMPART_REDUNDANCY_AUTO && c->redundancy != RAMPART_REDUNDANCY_NONE &&
-      c->redundancy != RAMPART_REDUNDANCY_WRITE_THROUGH && c->nservers < needed) {
+  /* A group's members and its parity (mirror: its one member and the copy) each need a
+   * server of their own. */
+  bool parity = redundancy_policy_of(r)->parity;
+  unsigned needed = parity ? s + 1 : 1;
+  if (parity && c->nservers < needed && c->redundancy != RAMPART_REDUNDANCY_AUTO) {
     snprintf(err, errlen, "redundancy=%s with group=%u needs at least %u servers, %u given: "
              "list more servers or choose a smaller group", rampart_redundancy_name(r), s,
              needed, c->nservers);
     return -1;
   }
-  if (r == RAMPART_REDUNDANCY_PARITY_LOG && c->nservers < needed) {
+  if (parity && c->nservers < needed) { /* auto chose parity-log; group= asks too much */
     snprintf(err, errlen, "group=%u needs %u servers for parity-log, %u given: lower group=",
              s, needed, c->nservers);
     return -1;

@@ -1,5 +1,8 @@
 /* The engine's configuration as parsed from key=value strings (rampart.h lists the
- * keys). Internal: frontends see only struct rampart_config as an opaque type. */
+ * keys). Internal: frontends see only struct rampart_config as an opaque type.
+ *
+ * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1).
+ */
 #ifndef RAMPART_CONFIG_H
 #define RAMPART_CONFIG_H
 

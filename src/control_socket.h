@@ -1,4 +1,8 @@
-/* The control= socket (control_socket.c): rampartctl's commands to a running device. */
+/* The control= socket (control_socket.c): rampartctl's commands to a running device.
+ *
+ * Errors: opening: NULL with a sentence in err (docs/CONTRIBUTING.md, convention 1); a
+ * command's failure is a line of text sent back to rampartctl.
+ */
 #ifndef RAMPART_CONTROL_SOCKET_H
 #define RAMPART_CONTROL_SOCKET_H
 

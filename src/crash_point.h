@@ -6,6 +6,8 @@
  *
  * Only a test that links the engine sets the hook, in its own process: no option,
  * config line or environment variable can make an installed pager stop here.
+ *
+ * Errors: none: crash points only name steps.
  */
 #ifndef RAMPART_CRASH_POINT_H
 #define RAMPART_CRASH_POINT_H

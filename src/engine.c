@@ -2,14 +2,13 @@
  *
  * One lock makes the engine single-threaded. The I/O thread holds it except while its
  * loop sleeps in the poll (libev's release/acquire callbacks, the pattern of libev's
- * own thread-locking example). By default a frontend thread pushes its request on a
- * lock-free stack and wakes the I/O thread with ev_async (the hand-over), which starts
- * it on its next pass. With submit=inline, a frontend that finds the lock free starts
- * its request itself: seals the pages, places them and sends the frames on its own time
- * slice, then sleeps until the reply wakes it; one that finds the lock taken hands over.
- * On this project's 2-core machine inline measured no faster (the work moves, the CPU
- * per request does not shrink: docs/engine.md, "Run to completion"), so it is not the
- * default; a frontend that batches (a ublk queue thread) is where it should pay.
+ * own thread-locking example). With submit=inline (the default, config.c), a frontend
+ * that finds the lock free starts its request itself: seals the pages, places them and
+ * sends the frames on its own time slice, then sleeps until the reply wakes it. One that
+ * finds the lock taken, and every request under submit=handover, is pushed on a
+ * lock-free stack and the I/O thread is woken with ev_async (the hand-over), which
+ * starts it on its next pass. Either way a request is started under the lock, so the
+ * engine's state has one writer at a time (docs/engine.md, "Run to completion").
  * Replies, timers, the mover and reconnects always run on the I/O thread. Each request
  * is split into per-page operations from a fixed pool; when the pool is empty the
  * request waits its turn, so a burst of I/O never allocates.
@@ -423,8 +422,8 @@ void rampart_submit(struct rampart_engine *e, struct rampart_io *io)
 
 /* The caller sleeps on a futex rather than a mutex and condition variable: with a mutex
  * the woken caller would first block again on the lock the I/O thread still holds, a
- * second context switch per request (perf showed those lock waits at about a tenth of
- * the plugin's time at QD32). A wake that reaches the futex word after the caller has
+ * second context switch per request (docs/performance.md has what it cost). A wake that
+ * reaches the futex word after the caller has
  * returned lands on a dead stack address; that only ever wakes a futex waiter early,
  * and every futex waiter rechecks its condition. */
 struct sync_wait {

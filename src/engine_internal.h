@@ -21,6 +21,10 @@
  * A part whose state no other file needs keeps it in a struct of its own, defined in
  * its .c file, and the engine holds a pointer (the mover, the servers' shared health):
  * what is left here is what several files really share.
+ *
+ * Errors: set-up calls (server_set_open, ...) return -1 with a sentence in err
+ * (docs/CONTRIBUTING.md, convention 1); I/O calls (engine_run_sync) 0 or negative errno
+ * (convention 2); allocators 0 or -1 (out of memory).
  */
 #ifndef RAMPART_ENGINE_INTERNAL_H
 #define RAMPART_ENGINE_INTERNAL_H

@@ -1,5 +1,8 @@
 /* state= (engine_state.c, docs/recovery.md): the engine's side of the pager state that
- * outlives the process. The segment's own layout is pager_state.h. */
+ * outlives the process. The segment's own layout is pager_state.h.
+ *
+ * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1).
+ */
 #ifndef RAMPART_ENGINE_STATE_H
 #define RAMPART_ENGINE_STATE_H
 

@@ -1,10 +1,11 @@
-/* libev's own memory, from a preallocated arena instead of the heap (issue 22).
+/* libev's own memory, from a preallocated arena instead of the heap (docs/engine.md,
+ * "Threads": nothing on the steady-state I/O path allocates).
  *
  * libev grows its internal arrays (pending watchers, fds changed in one loop iteration,
  * the timer heap, the per-fd table) the first time the loop meets a new high-water mark,
  * with realloc. On a pager that is an allocation on the I/O path at an unpredictable
- * moment, possibly in the middle of the memory shortage it is relieving:
- * test_io_allocations caught one in 100,000 requests after warm-up. ev_set_allocator
+ * moment, possibly in the middle of the memory shortage it is relieving, which
+ * test_io_allocations must not see after warm-up. ev_set_allocator
  * (documented libev API, process-wide) routes those arrays here: power-of-two blocks
  * carved from one static arena, which mlockall keeps resident, and recycled per size.
  * A block that does not fit (the arena is used up, or an array past the largest class)

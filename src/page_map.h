@@ -8,6 +8,9 @@
  *   SPILL   slot in the local-disk spill store
  *   LOCAL   slot in the standalone RAM store
  * Owned by the engine's I/O thread; no locking.
+ *
+ * Errors: page_map_init returns 0 or -1 (out of memory; docs/CONTRIBUTING.md,
+ * convention 1 without a sentence); lookups cannot fail.
  */
 #ifndef RAMPART_PAGE_MAP_H
 #define RAMPART_PAGE_MAP_H

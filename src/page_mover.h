@@ -6,6 +6,9 @@
  * page_mover.c and nowhere else, so no other file can change it behind the mover's
  * back. Others ask through the functions below. Everything here runs on the engine
  * (the holder of its lock), like the rest of the engine.
+ *
+ * Errors: page_mover_init returns 0 or -1 (out of memory); a move that fails is retried
+ * or counted, never returned (docs/CONTRIBUTING.md).
  */
 #ifndef RAMPART_PAGE_MOVER_H
 #define RAMPART_PAGE_MOVER_H

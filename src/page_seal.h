@@ -18,6 +18,10 @@
  * pages are still caught, but servers see the plaintext.
  *
  * Owned by the engine's I/O thread; no locking.
+ *
+ * Errors: set-up: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1);
+ * page_unseal: false when the page fails verification (the caller reads another copy or
+ * fails -EIO).
  */
 #ifndef RAMPART_PAGE_SEAL_H
 #define RAMPART_PAGE_SEAL_H

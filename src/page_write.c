@@ -443,8 +443,8 @@ static void write_to_spill(struct page_op *op);
  * (server_health.c). A write waits out a blip only: once the servers that are
  * away have been out for timeout= while others are up (and cannot take it: full,
  * advised), it goes to the spill store, as it would in a full cluster, and the mover
- * brings it back. Before, it waited io-timeout= (the lease by default): one server
- * partitioned among four full ones stalled every write for as long as the partition.
+ * brings it back. Waiting io-timeout= (the lease by default) instead would stall every
+ * write for as long as one server's partition lasts, when the others are full.
  * When every server is away it waits io-timeout=, the operator's bound for an outage;
  * and so it does with no room on disk, where failing it with ENOSPC would be worse.
  * Moves too: cleaning that waits holds back every write (page_mover_should_throttle), and

@@ -1,5 +1,9 @@
 /* Writes (page_write.c): placement, the open group and its parity, sealing, the
- * versions a write replaces and when their slots go back (reclaim). */
+ * versions a write replaces and when their slots go back (reclaim).
+ *
+ * Errors: a write's op completes with 0 or negative errno (page_op.h;
+ * docs/CONTRIBUTING.md, convention 2).
+ */
 #ifndef RAMPART_PAGE_WRITE_H
 #define RAMPART_PAGE_WRITE_H
 

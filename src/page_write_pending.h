@@ -7,6 +7,8 @@
  * rather than blame the server or read again back to back: io-timeout at most in all,
  * after which its copy is taken as failed verification. page_write sets and clears the
  * bit, page_read waits, the engine's tick ends waits that ran out.
+ *
+ * Errors: none: bookkeeping that cannot fail (its table is made with the engine).
  */
 #ifndef RAMPART_PAGE_WRITE_PENDING_H
 #define RAMPART_PAGE_WRITE_PENDING_H

@@ -11,6 +11,8 @@
  *
  * This file owns the segment's layout, creation, checks and removal. It knows nothing
  * of servers or groups; the engine decides what goes where inside.
+ *
+ * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1).
  */
 #ifndef RAMPART_PAGER_STATE_H
 #define RAMPART_PAGER_STATE_H

@@ -10,6 +10,9 @@
  *
  * This file is pure bookkeeping and arithmetic: no sockets, no threads. The engine's I/O
  * thread owns the table.
+ *
+ * Errors: the table's set-up returns 0 or -1 (out of memory; docs/CONTRIBUTING.md);
+ * group operations cannot fail.
  */
 #ifndef RAMPART_PARITY_GROUP_H
 #define RAMPART_PARITY_GROUP_H
@@ -143,7 +146,8 @@ static inline bool group_is_reclaimable(const struct group *g)
 /* Puts a reclaimed group back on the free list. */
 void group_release(struct group_table *t, uint32_t id);
 
-/* Slots the group holds on servers: data members plus the parity once sealing. */
+/* Test API (test_parity_group): slots the group holds on servers, data members plus the
+ * parity once sealing. */
 unsigned group_stored_pages(const struct group *g);
 
 /* Live data pages / data pages held, over sealed groups (1.0 when none). */

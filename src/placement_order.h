@@ -9,6 +9,8 @@
  * parity), and each sweep still places exactly one page on every server, as the plain
  * rotation did. No allocation: the order lives in the struct, and a zeroed struct is
  * ready (it starts from a fixed seed, so a device's placement repeats from run to run).
+ *
+ * Errors: none: nothing here can fail.
  */
 #ifndef RAMPART_PLACEMENT_ORDER_H
 #define RAMPART_PLACEMENT_ORDER_H

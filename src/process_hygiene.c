@@ -4,7 +4,7 @@
  * Each step is best effort with a warning, so an unprivileged RAM disk still works.
  *
  * It also holds the cluster and page keys and every page the host swaps out, so it is
- * made non-dumpable first (issue 14): no core file, and no ptrace or /proc/PID/mem
+ * made non-dumpable first (docs/security.md): no core file, and no ptrace or /proc/PID/mem
  * from other processes of the same user. That step must not fail silently. */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,9 +28,10 @@
 #endif
 
 /* Locks the process's memory without faulting in what it never uses. MCL_CURRENT alone
- * makes every page of every mapping resident: nbdkit 1.32's own binary has a 192 MiB
- * zero-filled (bss) segment it never touches, so the daemon locked 207 MB while idle, and
- * in a 192 MiB machine it cannot lock at all (the starved guest, issue 22). So:
+ * makes every page of every mapping resident, zero-filled (bss) segments the host program
+ * never touches included (nbdkit 1.32's own binary has one of 192 MiB): a daemon must
+ * lock no more than it uses, or a small machine (the starved guest's 192 MiB) cannot
+ * lock it at all (docs/performance.md, "Figures from the code"). So:
  *  - what is mapped now is locked as it is touched (MCL_ONFAULT): what is resident now
  *    at once, untouched bss and heap never;
  *  - the code and read-only data of the program and its libraries (file mappings) are
@@ -108,7 +109,7 @@ int rampart_process_harden(bool lock_memory)
    * later ALLOC_MIN_RESERVE, half of it). The daemon's few kernel allocations on the swap
    * path (the reply to a read on nbd's unix socket is a fresh page; skb heads for its
    * sends) then come from a band the swapping workload cannot empty, where they are
-   * given back as soon as the kernel has consumed them (issue 22). The lowest priority:
+   * given back as soon as the kernel has consumed them. The lowest priority:
    * only its class matters here. Threads created from now on inherit it. */
   struct sched_param rt = { .sched_priority = 1 };
   if (sched_setscheduler(0, SCHED_RR, &rt) < 0) {

@@ -3,7 +3,8 @@
  * The nbdkit plugin, the ublk target and the tests all drive the same engine through
  * this API: configure with key=value strings (as nbdkit passes them), open, then submit
  * page-aligned I/O. The engine owns one I/O thread running a libev loop with every
- * server connection and the spill store on it; submissions from any thread are handed
+ * server connection and the spill store on it. A submission from any thread is started
+ * on that thread when the I/O thread is idle (submit=inline, the default), or handed
  * over through a lock-free queue and an ev_async wake-up.
  *
  * Two ways to do I/O, same semantics:
@@ -15,6 +16,10 @@
  * Errors are negative errno values: -EIO for any remote or disk failure (a page that
  * cannot be read correctly is never returned as wrong data), -EINVAL for misaligned or
  * out-of-range requests, -ENOSPC when neither servers nor the spill store have room.
+ *
+ * Errors: two conventions (docs/CONTRIBUTING.md): configuration and rampart_open return
+ * -1 (or NULL) with a sentence in err, for the operator; I/O returns 0 or negative
+ * errno, as above, for the kernel.
  */
 #ifndef RAMPART_H
 #define RAMPART_H
@@ -40,7 +45,9 @@ enum rampart_redundancy {
   RAMPART_REDUNDANCY_WRITE_THROUGH, /* remote plus local disk: survives any server losses */
 };
 
-/* Configuration, filled through rampart_config_set() from key=value strings:
+/* Configuration, filled through rampart_config_set() from key=value strings. The keys'
+ * one source is the table in config_settings.h; this list is checked against it
+ * (test/scripts/check_settings.py), so a key added there must be described here too:
  *   size=SIZE             device size (required), a multiple of 4 KiB
  *   servers=H:P,H:P,...   memory servers; or
  *   cluster=FILE          one HOST:PORT a line, '#' comments
@@ -49,6 +56,8 @@ enum rampart_redundancy {
  *   group=S               data pages per parity group (default: min(4, servers-1))
  *   spill=PATH            local disk store (default: a temporary file)
  *   spill-size=SIZE       its capacity (default: the device size)
+ *   tmpdir=DIR            where the temporary spill file goes (default: $TMPDIR or
+ *                         /var/tmp)
  *   memory=SIZE           standalone mode: local RAM for pages before spilling (default 0
  *                         with servers; with none, the whole device)
  *   overflow=PERCENT      extra remote memory for old versions, kept by cleaning (default 10)
@@ -71,8 +80,8 @@ enum rampart_redundancy {
  *   state=PATH            keep the map, seals, key and sessions in a locked shared-memory
  *                         segment PATH names, so a pager restarted after a crash takes
  *                         the device back with every page (docs/recovery.md)
- *   submit=handover|inline  who starts a request: the I/O thread (default), or the
- *                         calling thread while the I/O thread sleeps (docs/engine.md)
+ *   submit=inline|handover  who starts a request: the calling thread while the I/O
+ *                         thread sleeps (default), or always the I/O thread (docs/engine.md)
  */
 struct rampart_config;
 
@@ -83,7 +92,7 @@ int rampart_config_set(struct rampart_config *config, const char *key, const cha
                        char *err, size_t errlen);
 /* Checks the whole configuration (size given, servers reachable is NOT checked here). */
 int rampart_config_check(const struct rampart_config *config, char *err, size_t errlen);
-/* One line per key for nbdkit's config_help. */
+/* One line per key (more for some), as --help prints them: config_settings.h's help. */
 extern const char rampart_config_help[];
 
 /* Connects to every server, reserves capacity, opens the spill store, starts the I/O

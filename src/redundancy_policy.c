@@ -2,10 +2,12 @@
 #include "redundancy_policy.h"
 
 #include <stddef.h>
+#include <string.h>
 
 static const struct redundancy_policy policies[] = {
   {
     .id = RAMPART_REDUNDANCY_NONE,
+    .name = "none",
     .parity = false,
     .write_waits_for_parity = false,
     .disk_copy = false,
@@ -18,6 +20,7 @@ static const struct redundancy_policy policies[] = {
   },
   {
     .id = RAMPART_REDUNDANCY_MIRROR,
+    .name = "mirror",
     .parity = true,
     .write_waits_for_parity = true,
     .disk_copy = false,
@@ -31,6 +34,7 @@ static const struct redundancy_policy policies[] = {
   },
   {
     .id = RAMPART_REDUNDANCY_PARITY_LOG,
+    .name = "parity-log",
     .parity = true,
     .write_waits_for_parity = false,
     .disk_copy = false,
@@ -44,6 +48,7 @@ static const struct redundancy_policy policies[] = {
   },
   {
     .id = RAMPART_REDUNDANCY_WRITE_THROUGH,
+    .name = "write-through",
     .parity = false,
     .write_waits_for_parity = false,
     .disk_copy = true,
@@ -60,6 +65,14 @@ const struct redundancy_policy *redundancy_policy_of(enum rampart_redundancy id)
 {
   for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++)
     if (policies[i].id == id)
+      return &policies[i];
+  return NULL;
+}
+
+const struct redundancy_policy *redundancy_policy_named(const char *name)
+{
+  for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++)
+    if (strcmp(policies[i].name, name) == 0)
       return &policies[i];
   return NULL;
 }

@@ -6,7 +6,12 @@
  * engine's files ask about ("does a read fall back to the disk copy?"), instead of
  * each file comparing the policy's name: a reader finds every difference in this
  * table, and a new policy is a new row, not a hunt through page_read.c, page_write.c,
- * page_mover.c and server_health.c.
+ * page_mover.c and server_health.c. The policy's name (redundancy=NAME) lives here too:
+ * config.c parses and prints it through redundancy_policy_named and the row's name.
+ * The one place that still switches on the id is config.c's resolution of the
+ * defaults (redundancy=auto, group=), which is about settings, not behaviour.
+ *
+ * Errors: none; a lookup that finds nothing returns NULL.
  */
 #ifndef RAMPART_REDUNDANCY_POLICY_H
 #define RAMPART_REDUNDANCY_POLICY_H
@@ -25,6 +30,7 @@ enum second_copy {
 
 struct redundancy_policy {
   enum rampart_redundancy id;
+  const char *name;          /* as redundancy= takes it, and as reports print it */
   /* A group keeps a parity page (mirror: a copy of its one member), on a server of
    * its own: a group needs two placeable servers, and costs 1/S more slots per page. */
   bool parity;
@@ -53,6 +59,8 @@ struct redundancy_policy {
 /* The row of an effective policy (never RAMPART_REDUNDANCY_AUTO: rampart_config_effective
  * resolves that first). */
 const struct redundancy_policy *redundancy_policy_of(enum rampart_redundancy id);
+/* The row whose name is `name` (redundancy=NAME), or NULL: "auto" has no row. */
+const struct redundancy_policy *redundancy_policy_named(const char *name);
 
 /* Placeable servers a new group needs: its members', and the parity's own. */
 static inline unsigned redundancy_policy_servers_needed(const struct redundancy_policy *p)

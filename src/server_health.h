@@ -5,6 +5,10 @@
  * (engine_internal.h). What they share (io-timeout=, the results helper threads hand
  * back, the ops waiting until a server changes state, the counters) is
  * struct server_health_shared, defined in server_health.c alone.
+ *
+ * Errors: allocation returns 0 or -1 (out of memory; docs/CONTRIBUTING.md); a server's
+ * failure is a state change and a log line, and a request it holds completes as
+ * page_op.h says.
  */
 #ifndef RAMPART_SERVER_HEALTH_H
 #define RAMPART_SERVER_HEALTH_H

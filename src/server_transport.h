@@ -16,6 +16,9 @@
  *
  * The connection's life (connect, reserve, resume a session, say goodbye) stays on
  * rp_conn in server_set.c, server_health.c and server_membership.c.
+ *
+ * Errors: none returned: a request's failure reaches its op's completion (page_op.h,
+ * negative errno; docs/CONTRIBUTING.md, convention 2).
  */
 #ifndef RAMPART_SERVER_TRANSPORT_H
 #define RAMPART_SERVER_TRANSPORT_H
@@ -52,8 +55,9 @@ void server_transport_flush(struct rampart_engine *e);
 /* What a filter calls to pass req on to the real transport below it. */
 void server_transport_pass(struct rampart_engine *e, unsigned server, struct rp_request *req);
 
-/* Sets f (NULL: takes the filter away) from a thread that is not the engine's own; it
- * waits until done. Set it before the workload and take it away before rampart_close. */
+/* Test API (the fault transport, test/support): sets f (NULL: takes the filter away)
+ * from a thread that is not the engine's own, and waits until done. Set it before the
+ * workload and take it away before rampart_close. */
 void server_transport_set_filter(struct rampart_engine *e,
                                  const struct server_transport_filter *f, void *ctx);
 

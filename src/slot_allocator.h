@@ -1,8 +1,11 @@
-/* Which slots of one store are free: a server's reservation, the spill file, or the
- * standalone RAM store. Slots never used come from a rising watermark; released ones
+/* Which slots of one store are free: a server's reservation or the standalone RAM
+ * store (the spill store keeps a bitmap of its own, spill_store.c). Slots never used come from a rising watermark; released ones
  * go on a stack and are reused first, so alloc and free are O(1) and allocate nothing.
  * The stack is sized to the capacity up front; growing the capacity (a larger server
  * reservation) is the only call that allocates, and it happens off the per-page path.
+ *
+ * Errors: 0 or -1 (out of memory, or no free slot), as each call says
+ * (docs/CONTRIBUTING.md).
  */
 #ifndef RAMPART_SLOT_ALLOCATOR_H
 #define RAMPART_SLOT_ALLOCATOR_H

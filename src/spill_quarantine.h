@@ -11,6 +11,9 @@
  * lists are threaded through one array indexed by slot: no allocation after open.
  *
  * Owned by the engine's I/O thread.
+ *
+ * Errors: spill_quarantine_init returns 0 or -1 (out of memory; docs/CONTRIBUTING.md);
+ * the rest cannot fail.
  */
 #ifndef RAMPART_SPILL_QUARANTINE_H
 #define RAMPART_SPILL_QUARANTINE_H

@@ -7,6 +7,10 @@
  * Threading: one spill store belongs to one I/O thread (the engine's). Completions are
  * signalled on an eventfd, which the engine's libev loop watches; spill_store_reap()
  * then runs the callbacks on that thread.
+ *
+ * Errors: opening: NULL with a struct rp_error (docs/CONTRIBUTING.md: the one engine
+ * file using convention 3, for the messages it shares with the client library); I/O: 0
+ * or negative errno in a completion's result (convention 2).
  */
 #ifndef RAMPART_SPILL_STORE_H
 #define RAMPART_SPILL_STORE_H
@@ -38,7 +42,8 @@ void spill_store_close(struct spill_store *store);
 
 uint64_t spill_store_capacity(const struct spill_store *store);
 uint64_t spill_store_used(const struct spill_store *store);
-/* False when the file system refused O_DIRECT and the store fell back to buffered I/O. */
+/* Test API: false when the file system refused O_DIRECT and the store fell back to
+ * buffered I/O. */
 bool spill_store_is_direct(const struct spill_store *store);
 
 /* Slot allocation inside the store (O(1), no allocation). -1 when full. */
@@ -76,7 +81,7 @@ int spill_store_event_fd(const struct spill_store *store);
 /* Runs the callbacks of every completed request; returns how many. */
 unsigned spill_store_reap(struct spill_store *store);
 
-/* Blocking helpers for start-up, tests and tools: submit one request and wait. */
+/* Test API: blocking helpers that submit one request and wait. */
 int spill_store_write_sync(struct spill_store *store, uint64_t slot, const uint8_t *page);
 int spill_store_read_sync(struct spill_store *store, uint64_t slot, uint8_t *page);
 
@@ -85,7 +90,7 @@ int spill_store_read_sync(struct spill_store *store, uint64_t slot, uint8_t *pag
  * before the submit is durable. Takes no bounce buffer; never blocks or allocates. */
 void spill_store_submit_sync(struct spill_store *store, struct spill_io *io);
 
-/* The same, blocking (start-up, tests and tools). 0 or -errno. */
+/* Test API: the same, blocking. 0 or -errno. */
 int spill_store_sync(struct spill_store *store);
 
 #endif

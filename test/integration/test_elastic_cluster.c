@@ -1,4 +1,4 @@
-/* Servers joining and leaving a running device (issue 18, docs/elastic.md): add, drain,
+/* Servers joining and leaving a running device (docs/elastic.md): add, drain,
  * remove and reload under a reader and a writer, through the public API and through the
  * control socket with rampartctl. Real rampartd processes on loopback; every byte read
  * back against a shadow copy. The cluster is started with more servers than the device

@@ -1,4 +1,4 @@
-/* The engine under the faults of issue 13: servers that corrupt what they return while
+/* The engine under the faults of docs/faults.md: servers that corrupt what they return while
  * pages are moved, servers that refuse writes, a parity server advising at the moment a
  * group seals, a mirror copy that has not landed, and many threads writing parts of the
  * same pages. Real rampartd processes on loopback (hostile ones through --test-fault),

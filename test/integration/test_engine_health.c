@@ -260,7 +260,7 @@ static void test_mirror_blips(void **state) { (void)state; blips_fail_nothing("m
 static void test_write_through_blips(void **state) { (void)state; blips_fail_nothing("write-through", 3); }
 static void test_none_blips(void **state) { (void)state; blips_fail_nothing("none", 4); }
 
-/* ---- issue 13, defect 1 ------------------------------------------------------------------ */
+/* ---- a stall beside a loss: each server is retried on its own ----------------------------- */
 
 /* Server 0 dies for good; meanwhile server 2 stalls (SIGSTOP) for 2.5 s and comes back.
  * Each server is retried on its own, so server 2 resumes its session well within its

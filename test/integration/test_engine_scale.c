@@ -1,4 +1,4 @@
-/* The engine over 64 real rampartd on loopback (issue 18, scale): one parity-log
+/* The engine over 64 real rampartd on loopback (docs/scaling.md): one parity-log
  * device across all of them, every page written and checked against a shadow copy, one
  * server killed with SIGKILL, the rebuild waited for, every byte read back; then the
  * killed server started again, empty, which the engine must take as a new incarnation

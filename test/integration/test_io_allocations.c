@@ -1,4 +1,4 @@
-/* Heap allocations on the steady-state I/O path (issue 22): a pager that mallocs to
+/* Heap allocations on the steady-state I/O path (docs/engine.md, "Threads"): a pager that mallocs to
  * finish a swap-out can deadlock the host it is relieving. After warm-up, whole-page
  * writes and reads through the engine, with everything they set off (sealing, parity,
  * cleaning, moves, FREEs), must not allocate.

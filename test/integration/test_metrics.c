@@ -1,4 +1,4 @@
-/* Metrics for operators (issue 17): rampartd --metrics scraped over a real socket, the
+/* Metrics for operators (docs/operations.md, "What to watch"): rampartd --metrics scraped over a real socket, the
  * pager's metrics-file= as node_exporter's textfile collector reads it, both parsed by
  * the Prometheus Python client's own parser (test/support/prom_parse.py, run with
  * Debian's /usr/bin/python3 and python3-prometheus-client), and their values checked

@@ -507,7 +507,7 @@ static void serve_from(struct setup *s, pid_t pid, const char *sock, const char 
   }
 }
 
-/* Issue 16 over NBD, without a kernel device: nbdkit rampart with state= is killed with
+/* The pager's crash over NBD (docs/recovery.md), without a kernel device: nbdkit rampart with state= is killed with
  * SIGKILL, and one of two standby nbdkits (standby=true, the same settings, sockets of
  * their own), which had waited beside it, takes the state over: every byte the dead one
  * acknowledged reads back, and it serves on. The other stands by on, for the new one,

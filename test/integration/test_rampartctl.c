@@ -103,7 +103,7 @@ static void test_keygen(void **state)
   assert_int_equal(ctl(f, "keygen", path, NULL, NULL, NULL, NULL, NULL), 1);
 }
 
-/* Issue 14: the key is 32 random bytes (written as 64 hex characters and a newline),
+/* The key file (docs/security.md): the key is 32 random bytes (written as 64 hex characters and a newline),
  * mode 0600 whatever the umask, never written through a symlink planted at the path,
  * and two keys differ. */
 static void test_keygen_is_32_random_bytes_mode_0600(void **state)

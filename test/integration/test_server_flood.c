@@ -1,4 +1,4 @@
-/* Connection floods against a real rampartd (issue 14): an attacker who can reach the
+/* Connection floods against a real rampartd (docs/security.md): an attacker who can reach the
  * port but holds no key must not be able to keep a client with the key out, nor make
  * the server hold memory for it.
  *

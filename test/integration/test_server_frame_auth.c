@@ -1,4 +1,4 @@
-/* Every frame after the handshake is authenticated (issue 14, items 1 and 2).
+/* Every frame after the handshake is authenticated (docs/security.md, docs/protocol.md).
  *
  * An attacker who can inject bytes into the TCP stream between a real client and a
  * real rampartd, but does not hold the cluster key: a relay thread here sits between

@@ -1,4 +1,4 @@
-/* rampartd's process hygiene (issue 14), on real processes:
+/* rampartd's process hygiene (docs/security.md), on real processes:
  *
  * - it is not dumpable: run as an unprivileged user, its /proc/PID files belong to
  *   root (the kernel's sign of PR_SET_DUMPABLE 0), so no core file, no ptrace and no

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The pager inside the shortage it relieves (issue 22). With the daemon in the starved
+# The pager inside the shortage it relieves (docs/faults.md). With the daemon in the starved
 # machine itself, swap-out once deadlocked: the engine's TCP send to a rampartd, then
 # nbdkit's reply to a read, needed fresh kernel pages below the min watermark, which a
 # userspace process cannot have (every run hung within the first 2-20 MiB swapped, while
 # the swap-disk baselines passed). Zero-copy sends (client_conn.c) and SCHED_RR
 # (process_hygiene.c) are what this test holds in place; docs/faults.md has the story.
 #
-# The real single-host topology (issue 22): the swap daemon runs inside the shortage it
+# The real single-host topology (docs/faults.md): the swap daemon runs inside the shortage it
 # relieves. A Debian kernel booted under qemu (as test_guest_nbd_client.sh boots it) runs
 # nbdkit rampart itself, attaches it with nbd-client -swap over a unix socket inside the
 # guest, and the guest as a whole is starved: no cgroup, GUEST_MB of RAM, verifying
@@ -22,7 +22,7 @@
 # One boot runs, in order (guest/starved_init.sh is the guest's /init); by default:
 #   pager     forks on rampart, the pager itself (nbdkit) SIGKILLed once 64 MiB are
 #             swapped out: the standby nbdkit takes its state over and rampart-nbd-attach
-#             moves /dev/nbd0 to it (issue 16; docs/recovery.md)
+#             moves /dev/nbd0 to it (docs/recovery.md)
 #   kill      forks on rampart (16 processes at once, each checking every page of its own
 #             memory), one rampartd SIGKILLed once 64 MiB are swapped out: its pages are
 #             rebuilt while the guest is starved
@@ -282,7 +282,8 @@ hung_guest() {
 said() { LC_ALL=C sed -n 's/^.*\(rampart-guest:\)/\1/p' "$console"; }
 
 t0=$SECONDS
-# 25 min for each run on rampart (13-18 min measured, emulated), 3 for each on the disk.
+# 25 min for each run on rampart, 3 for each on the disk: bounds with room above the
+# emulated runs' usual times (test/README.md).
 nbd_runs=$(tr ' ' '\n' <<<"$runs" | grep -c -e ':nbd:' -e ':ublk:' || true)
 disk_runs=$(tr ' ' '\n' <<<"$runs" | grep -c ':disk:' || true)
 limit=${RAMPART_STARVED_TIMEOUT:-$((120 + 1500 * nbd_runs + 180 * disk_runs))}

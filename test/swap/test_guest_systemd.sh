@@ -16,7 +16,7 @@
 # a unit of its own) and report on the serial console. First boot: the units came up in
 # order; swapon --show lists the device; the metrics answer. A hog larger than the guest's
 # RAM (110%) runs in a memory cgroup that keeps the rest of the guest out of the shortage
-# (a guest starved as a whole deadlocks the swap daemon inside it: issue 22, open); while
+# (this test checks the units; the daemon starved with its guest is test_guest_starved.sh's); while
 # its pages are out, 'systemctl stop rampart-swap' must refuse (the pages cannot fit: the
 # unit fails, saying what to do, and the swap stays on); the hog verifies every page;
 # 'systemctl start rampart-swap' takes the device back. Under a second program,

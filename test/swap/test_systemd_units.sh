@@ -18,7 +18,7 @@ if ! systemd-analyze verify "$units"/*.service >"$work/verify.out" 2>&1 || [[ -s
 fi
 log "systemd-analyze verify: clean"
 
-# rampartd.service runs unprivileged, sandboxed, with its pages locked (issue 14):
+# rampartd.service runs unprivileged, sandboxed, with its pages locked (docs/security.md):
 # systemd's own exposure score stays low (it was 6.3 MEDIUM before the sandboxing).
 for setting in DynamicUser=yes CapabilityBoundingSet= NoNewPrivileges=yes \
     ProtectSystem=strict PrivateTmp=yes ProtectHome=yes MemoryDenyWriteExecute=yes \

@@ -1,6 +1,6 @@
 /* rampart_process_harden (src/process_hygiene.c), which the nbdkit plugin runs after
  * nbdkit forks: the process that holds the keys and every swapped page must not be
- * dumpable (issue 14). Checked in a child, since hardening changes the process. */
+ * dumpable (docs/security.md). Checked in a child, since hardening changes the process. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -2,8 +2,8 @@
  * a freed slot must not be handed out again while any I/O that touched it may still be
  * in flight. io_uring orders nothing between two requests to the same offset, so a write
  * of a page's old version still in flight when its slot is reused could land after the
- * new page's write and leave another page's bytes in the slot. Reads were held back from
- * the start; writes were not (issue 13, defect 6).
+ * new page's write and leave another page's bytes in the slot. So a freed slot waits
+ * until no read or write that could still touch it is in flight.
  */
 #include <poll.h>
 #include <setjmp.h>

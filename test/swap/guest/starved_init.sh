@@ -109,7 +109,7 @@ launch_nbd_persist() {
     "rampart-nbd-attach did not bring /dev/nbd0 up"
 }
 
-# kill_pager: the pager itself killed with SIGKILL in the middle of a run (issue 16). The
+# kill_pager: the pager itself killed with SIGKILL in the middle of a run (docs/recovery.md). The
 # kernel holds the device's I/O; the standby takes over the state the dead daemon left,
 # and every request the dead one had is sent again (docs/recovery.md). ublk: the
 # standby says on the console how long the device went without a daemon. nbd: the

@@ -1,7 +1,7 @@
 /* rampart-swap-watchdog: the starved guest's watchdog (test_guest_starved.sh), a program
- * rather than a shell loop because it must outlive the hang it watches for. The first
- * hang it was written for caught the shell watchdog itself swapped out, waiting on a
- * swap-in that never came back, so it printed nothing. This one locks itself in memory
+ * rather than a shell loop because it must outlive the hang it watches for: a watchdog
+ * that can be swapped out waits on the very swap-in that never comes back, and prints
+ * nothing. This one locks itself in memory
  * before it starts, reads everything into buffers it owns, and needs no page it has not
  * touched already.
  *

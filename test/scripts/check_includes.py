@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""The include graph of src/, and its cycles.
+
+A node is a module: NAME.c and NAME.h together, and a header that declares another
+file's functions belongs to that file (HEADER_OWNER: engine_internal.h declares
+engine.c's, client.h client_conn.c's). An edge A -> B means a file of A includes a
+header of B. A cycle is a strongly connected component of more than one module: the files a
+reader cannot understand one layer at a time (src/README.md draws the layers).
+
+Today src/ has cycles (issue 40), so this cannot yet fail on every cycle. It fails on a
+NEW one: an edge between two modules of one cycle that test/scripts/include_cycles.allow
+does not list. That file lists the edges inside today's cycles; the allow-list only
+shrinks: when a change breaks an edge out of a cycle, this prints that its line can go,
+and the integrator deletes it. When the file is empty, no cycle is left.
+
+The same for layers: LAYERS below places every module in one of src/README.md's layers;
+an include of a header of a layer above fails unless test/scripts/include_layers.allow
+lists it (today's, which only shrink), and so does a module placed in no layer.
+
+  check_includes.py [REPO]            check (ctest: unit/test_include_layers)
+  check_includes.py --graph [REPO]    also print every module's includes
+  check_includes.py --write-allow [REPO]   rewrite both allow-lists from today's tree
+"""
+import pathlib
+import re
+import sys
+
+args = [a for a in sys.argv[1:] if not a.startswith("--")]
+flags = {a for a in sys.argv[1:] if a.startswith("--")}
+ROOT = pathlib.Path(args[0]) if args else pathlib.Path(__file__).resolve().parents[2]
+SRC = ROOT / "src"
+ALLOW = ROOT / "test/scripts/include_cycles.allow"
+# The layers of src/README.md, lowest first: a module may include headers of its own
+# layer and the layers below. A module missing here fails the check: place it.
+LAYERS = {
+    "client library": ["client_conn", "client_handshake"],
+    "stores": ["server_transport", "server_set", "spill_store", "spill_quarantine",
+               "local_store", "slot_allocator", "engine_state", "pager_state"],
+    "page-op core": ["page_op", "page_read", "page_write", "page_write_pending", "page_mover",
+                     "server_health", "parity_group", "placement_order", "page_map",
+                     "page_seal", "crash_point", "redundancy_policy"],
+    "engine API": ["rampart", "config", "config_settings", "engine", "page_rmw",
+                   "control_socket", "server_membership", "stats_report", "metrics_report",
+                   "stats_file", "pager_standby", "process_hygiene", "event_arena"],
+}
+RANK = {m: i for i, mods in enumerate(LAYERS.values()) for m in mods}
+LAYER_OF = {m: name for name, mods in LAYERS.items() for m in mods}
+ALLOW_UP = ROOT / "test/scripts/include_layers.allow"
+
+# Headers named for no .c, and the .c whose functions they declare.
+HEADER_OWNER = {"engine_internal": "engine", "client": "client_conn"}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)\.h"', re.M)
+
+
+def module(stem):
+    return HEADER_OWNER.get(stem, stem)
+
+
+def graph():
+    modules = {module(p.stem) for p in SRC.glob("*.[ch]")}
+    edges = {m: set() for m in modules}
+    for p in sorted(SRC.glob("*.[ch]")):
+        source = module(p.stem)
+        for target in INCLUDE.findall(p.read_text()):
+            if (SRC / f"{target}.h").exists() and module(target) != source:
+                edges[source].add(module(target))
+    return edges
+
+
+def files_of(m):
+    stems = [m] + [h for h, owner in HEADER_OWNER.items() if owner == m]
+    return [SRC / f"{s}{ext}" for s in stems for ext in (".c", ".h") if (SRC / f"{s}{ext}").exists()]
+
+
+def strongly_connected(edges):
+    """Tarjan's algorithm, iterative: the components of more than one module."""
+    index, low, on_stack, stack, out = {}, {}, set(), [], []
+    counter = [0]
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter[0]
+                    counter[0] += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    m = stack.pop()
+                    on_stack.discard(m)
+                    component.add(m)
+                    if m == node:
+                        break
+                if len(component) > 1:
+                    out.append(component)
+    return out
+
+
+def read_allow(path):
+    allowed = set()
+    if path.exists():
+        for line in path.read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                a, b = (s.strip() for s in line.split("->"))
+                allowed.add((a, b))
+    return allowed
+
+
+def main():
+    edges = graph()
+    cycles = strongly_connected(edges)
+    in_cycle = set()
+    for comp in cycles:
+        in_cycle |= {(a, b) for a in comp for b in edges[a] if b in comp}
+
+    if "--graph" in flags:
+        for m in sorted(edges):
+            print(f"{m}: {' '.join(sorted(edges[m])) or '-'}")
+        print()
+    for comp in sorted(cycles, key=len, reverse=True):
+        print(f"include cycle of {len(comp)} modules: {' '.join(sorted(comp))}")
+    if not cycles:
+        print("no include cycle in src/")
+
+    unplaced = sorted(m for m in edges if m not in RANK)
+    upward = {(a, b) for a in edges for b in edges[a]
+              if a in RANK and b in RANK and RANK[b] > RANK[a]}
+
+    if "--write-allow" in flags:
+        ALLOW_UP.write_text(
+            "# Includes of a header of a layer above (test/scripts/check_includes.py,\n"
+            "# src/README.md's layers) today. Only ever delete lines. Empty: none is left.\n"
+            + "".join(f"{a} -> {b}   # {LAYER_OF[a]} -> {LAYER_OF[b]}\n"
+                      for a, b in sorted(upward)))
+        print(f"wrote {len(upward)} edges to {ALLOW_UP.relative_to(ROOT)}")
+        ALLOW.write_text(
+            "# Include edges inside src/'s cycles today (test/scripts/check_includes.py).\n"
+            "# Only ever delete lines: a change that adds an edge inside a cycle fails\n"
+            "# unit/test_include_layers. Empty: no cycle is left.\n"
+            + "".join(f"{a} -> {b}\n" for a, b in sorted(in_cycle)))
+        print(f"wrote {len(in_cycle)} edges to {ALLOW.relative_to(ROOT)}")
+        return 0
+
+    allowed = read_allow(ALLOW)
+    new = sorted(in_cycle - allowed)
+    gone = sorted(allowed - in_cycle)
+    for a, b in gone:
+        print(f"no longer in a cycle: '{a} -> {b}': delete its line from "
+              f"{ALLOW.relative_to(ROOT)}")
+    for a, b in new:
+        headers = [f"{s}.h" for s in [b] + [h for h, o in HEADER_OWNER.items() if o == b]]
+        files = [f.name for f in files_of(a)
+                 if any(f'"{h}"' in f.read_text() for h in headers)]
+        print(f"NEW include cycle edge: {' / '.join(files)} includes {' or '.join(headers)}, "
+              f"and {b} reaches {a} again: include a header of a lower layer instead "
+              f"(src/README.md)")
+    allowed_up = read_allow(ALLOW_UP)
+    new_up = sorted(upward - allowed_up)
+    for a, b in sorted(allowed_up - upward):
+        print(f"no longer an include from a layer below: '{a} -> {b}': delete its line "
+              f"from {ALLOW_UP.relative_to(ROOT)}")
+    for a, b in new_up:
+        print(f"NEW include of a layer above: {a} ({LAYER_OF[a]}) includes {b} "
+              f"({LAYER_OF[b]}): move what it needs down, or pass it in (src/README.md)")
+    for m in unplaced:
+        print(f"NOT IN A LAYER: src/{m}: add it to LAYERS in test/scripts/check_includes.py "
+              f"and to src/README.md's table")
+    print(f"check_includes: {len(edges)} modules, {sum(map(len, edges.values()))} edges, "
+          f"{len(cycles)} cycle(s), {len(in_cycle)} edges in cycles "
+          f"({len(allowed)} allowed, {len(new)} new); {len(upward)} includes of a layer "
+          f"above ({len(allowed_up)} allowed, {len(new_up)} new)")
+    return 1 if new or new_up or unplaced else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""The engine's settings have one source, src/config_settings.h; this fails when what is
+written about them elsewhere drifts from it:
+
+- every key of the table is described in rampart.h's key list, and no other key is;
+- docs/operations.md's "Settings" table lists the same keys, and for each key whose row
+  has a default value, the docs' default column shows that value;
+- every row's help starts with KEY= (what --help prints is the table's own help).
+
+Run by ctest as unit/test_settings_table; `check_settings.py [REPO]` by hand.
+"""
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parents[2]
+
+ROW = re.compile(r'X\(\s*"([^"]+)"\s*,\s*(\w+)\s*,\s*(NULL|"[^"]*")\s*,((?:\s*\\?\s*"(?:[^"\\]|\\.)*")+)\s*\)')
+
+
+def table_rows():
+    text = (ROOT / "src/config_settings.h").read_text()
+    body = text[text.index("#define RAMPART_SETTINGS(X)"):]
+    rows = []
+    for key, setter, default, help_part in ROW.findall(body):
+        help_text = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', help_part))
+        rows.append((key, setter, None if default == "NULL" else default.strip('"'), help_text))
+    if not rows:
+        sys.exit("check_settings: no X(...) rows found in src/config_settings.h")
+    # Every X( in the macro must have parsed: a row this pattern misses would go unchecked.
+    written = len(re.findall(r'X\(\s*"', body))
+    if written != len(rows):
+        sys.exit(f"check_settings: src/config_settings.h has {written} rows, parsed "
+                 f"{len(rows)}: keep each row as X(KEY, SETTER, DEFAULT, HELP), strings literal")
+    return rows
+
+
+def header_keys():
+    text = (ROOT / "src/rampart.h").read_text()
+    start = text.index("/* Configuration, filled through rampart_config_set()")
+    block = text[start:text.index("*/", start)]
+    return set(re.findall(r"^ \*   ([a-z][a-z-]*)=", block, re.M))
+
+
+def docs_rows():
+    text = (ROOT / "docs/operations.md").read_text()
+    start = text.index("\n## Settings")
+    end = text.find("\n## ", start + 1)
+    section = text[start:end if end >= 0 else len(text)]
+    rows = {}
+    for line in section.splitlines():
+        m = re.match(r"\| `([a-z][a-z-]*)` \| ([^|]*) \|", line)
+        if m:
+            rows[m.group(1)] = m.group(2).strip()
+    return rows
+
+
+def main():
+    problems = []
+    rows = table_rows()
+    keys = [r[0] for r in rows]
+    if len(set(keys)) != len(keys):
+        problems.append(f"config_settings.h lists a key twice: {sorted(k for k in keys if keys.count(k) > 1)}")
+    table = set(keys)
+
+    for key, _setter, _default, help_text in rows:
+        if not help_text.startswith(key + "="):
+            problems.append(f"config_settings.h: the help of {key} does not start with '{key}='")
+        if not help_text.endswith("\\n"):
+            problems.append(f"config_settings.h: the help of {key} does not end in a newline")
+
+    header = header_keys()
+    for k in sorted(table - header):
+        problems.append(f"rampart.h's key list does not describe {k}= (config_settings.h has it)")
+    for k in sorted(header - table):
+        problems.append(f"rampart.h's key list describes {k}=, which config_settings.h does not have")
+
+    docs = docs_rows()
+    for k in sorted(table - docs.keys()):
+        problems.append(f"docs/operations.md's Settings table has no row for {k}")
+    for k in sorted(docs.keys() - table):
+        problems.append(f"docs/operations.md's Settings table has {k}, which config_settings.h does not")
+    for key, _setter, default, _help in rows:
+        if default is not None and key in docs and f"`{default}`" not in docs[key]:
+            problems.append(f"docs/operations.md says {key}'s default is {docs[key]!r}; "
+                            f"config_settings.h says {default!r}")
+
+    if problems:
+        print("\n".join(problems))
+        print(f"check_settings: {len(problems)} problem(s); src/config_settings.h is the source")
+        return 1
+    print(f"check_settings: {len(rows)} keys agree in config_settings.h, rampart.h and "
+          f"docs/operations.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
