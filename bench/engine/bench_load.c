@@ -29,7 +29,8 @@ struct bench_load {
   uint64_t span_pages;
   uint64_t rng;
   int event_fd;
-  uint8_t *buffers;                 /* BENCH_MAX_QD buffers of PREFILL_BYTES */
+  uint8_t *buffers;                 /* PREFILL_QD buffers of PREFILL_BYTES, or (tests)
+                                       BENCH_MAX_QD pages in the same memory */
   struct request req[BENCH_MAX_QD];
   pthread_mutex_t done_lock;
   unsigned done[BENCH_MAX_QD];
@@ -83,7 +84,9 @@ struct bench_load *bench_load_new(struct rampart_engine *engine, uint64_t span_p
   l->rng = UINT64_C(0x2545F4914F6CDD1D);
   l->event_fd = eventfd(0, EFD_CLOEXEC);
   l->latency = calloc(LATENCY_BUCKETS, sizeof *l->latency);
-  if (posix_memalign((void **)&l->buffers, 4096, (size_t)BENCH_MAX_QD * PREFILL_BYTES) != 0)
+  _Static_assert(BENCH_MAX_QD * RAMPART_PAGE_SIZE <= PREFILL_QD * PREFILL_BYTES,
+                 "the tests' pages fit in the fill's buffers");
+  if (posix_memalign((void **)&l->buffers, 4096, (size_t)PREFILL_QD * PREFILL_BYTES) != 0)
     l->buffers = NULL;
   if (l->event_fd < 0 || !l->latency || !l->buffers) {
     bench_load_free(l);
@@ -91,7 +94,7 @@ struct bench_load *bench_load_new(struct rampart_engine *engine, uint64_t span_p
   }
   pthread_mutex_init(&l->done_lock, NULL);
   /* what the writes carry: not zeros, which an engine might store as zero pages */
-  for (size_t i = 0; i < (size_t)BENCH_MAX_QD * PREFILL_BYTES; i += 8) {
+  for (size_t i = 0; i < (size_t)PREFILL_QD * PREFILL_BYTES; i += 8) {
     uint64_t v = next_random(l);
     memcpy(l->buffers + i, &v, 8);
   }
@@ -121,7 +124,7 @@ static void submit(struct bench_load *l, unsigned i, enum rampart_op op, uint64_
   r->io.op = op;
   r->io.offset = offset;
   r->io.length = length;
-  r->io.buf = l->buffers + (size_t)i * PREFILL_BYTES;
+  r->io.buf = l->buffers + (size_t)i * (length > RAMPART_PAGE_SIZE ? PREFILL_BYTES : RAMPART_PAGE_SIZE);
   r->io.done = on_done;
   r->io.user = r;
   r->started_ns = now_ns();
