@@ -32,7 +32,7 @@ static int remove_one(const char *path, const struct stat *sb, int flag, struct 
 }
 
 /* The address from rampartd's "rampartd: listening on H:P" line, once it is there. */
-static bool listen_address(const char *out_path, char *addr, size_t addrlen)
+static bool listen_address(const char *out_path, char addr[64])
 {
   FILE *f = fopen(out_path, "r");
   if (!f)
@@ -42,7 +42,6 @@ static bool listen_address(const char *out_path, char *addr, size_t addrlen)
   while (!found && fgets(line, sizeof line, f))
     found = sscanf(line, "rampartd: listening on %63s", addr) == 1;
   fclose(f);
-  (void)addrlen;
   return found;
 }
 
@@ -109,7 +108,7 @@ int bench_cluster_start(struct bench_cluster *c, unsigned n, const char *rampart
   for (unsigned i = 0; i < n; i++) {
     char out[320];
     snprintf(out, sizeof out, "%s/rampartd-%u.out", c->dir, i + 1);
-    for (unsigned t = 0; !listen_address(out, c->addr[i], sizeof c->addr[i]); t++) {
+    for (unsigned t = 0; !listen_address(out, c->addr[i]); t++) {
       if (t >= 200 || waitpid(c->pid[i], NULL, WNOHANG) == c->pid[i]) {
         snprintf(err, errlen, "rampartd %u (%s) did not start listening within 10 s: see its "
                  "log (run with a rampartd that works: $RAMPARTD)", i + 1, rampartd);

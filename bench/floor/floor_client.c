@@ -133,6 +133,11 @@ static int take_reply(struct floor_client *c, const uint8_t *f, const struct rp_
   }
   switch (h->op) {
   case RP_OP_READ: {
+    if (h->slot >= c->store_pages) {
+      snprintf(err, errlen, "a READ reply for slot %llu, past the store",
+               (unsigned long long)h->slot);
+      return -1;
+    }
     const struct slot_seal *seal = &c->seals[h->slot];
     uint8_t *dest = c->opened + (h->id % FLOOR_MAX_QD) * FLOOR_PAGE;
     if (!floor_open(&c->sealer, h->slot, seal->version, seal->tag, payload, dest)) {
@@ -140,7 +145,10 @@ static int take_reply(struct floor_client *c, const uint8_t *f, const struct rp_
                (unsigned long long)h->slot);
       return -1;
     }
-  } /* fall through */
+    c->inflight--;
+    c->done++;
+    return 0;
+  }
   case RP_OP_WRITE:
     c->inflight--;
     c->done++;
