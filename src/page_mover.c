@@ -36,8 +36,8 @@
  * free (placement was uneven), whatever the total. */
 #define CLEAN_SHORT_PERCENT 5u
 /* Where cleaning starts and stops, as shares of the overflow room (update_cleaning). */
-#define CLEAN_BUSY_START 0.8
-#define CLEAN_BUSY_STOP 0.7
+#define CLEAN_BUSY_START 0.9
+#define CLEAN_BUSY_STOP 0.8
 #define CLEAN_IDLE_START 0.25
 #define CLEAN_IDLE_STOP 0.0
 
@@ -199,8 +199,8 @@ static bool clean_candidates(const struct rampart_engine *e, unsigned most)
  * parity) times (1 + overflow); past that bound writers wait for cleaning
  * (page_mover_should_throttle), as a log-structured store blocks writers when clean
  * segments run out. Below it, cleaning keeps out of the foreground:
- *   under pressure  past 80% of the overflow (or a server short of room) it runs under
- *                   I/O too, down to 70%, the sparsest groups that suffice first, fuller
+ *   under pressure  past 90% of the overflow (or a server short of room) it runs under
+ *                   I/O too, down to 80%, the sparsest groups that suffice first, fuller
  *                   ones as the overflow shrinks;
  *   idle            past a quarter of the overflow it runs while no frontend page
  *                   starts, down to none, but only groups where a rewrite frees more than

@@ -1,9 +1,9 @@
-/* Cleaning out of the foreground (docs/engine.md, "Cleaning is continuous and bounded"):
- * against five real rampartd on loopback, a parity-log 4+1 device with room in its
- * overflow takes a burst of random overwrites without a write waiting for cleaning;
- * once no request arrives, idle cleaning frees the half-dead groups the burst left,
- * below where cleaning under I/O would have stopped; and every page reads back as
- * written (against a shadow copy of the device).
+/* Cleaning out of the foreground (docs/engine.md, "Cleaning is bounded, and kept out of
+ * the foreground"): against five real rampartd on loopback, a parity-log 4+1 device
+ * with room in its overflow takes a burst of random overwrites without a write waiting
+ * for cleaning; once no request arrives, idle cleaning frees the half-dead groups the
+ * burst left, below where cleaning under I/O would have stopped; and every page reads
+ * back as written (against a shadow copy of the device).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -66,7 +66,7 @@ static void test_a_burst_within_the_overflow_never_waits_and_idle_time_cleans(vo
   assert_int_equal(st.clean_rewrites, 0);
 
   /* The burst: random overwrites until about 60% of the overflow is used, past where
-   * idle cleaning starts (25%) and short of where cleaning runs under I/O (80%). */
+   * idle cleaning starts (25%) and short of where cleaning runs under I/O (90%). */
   unsigned batches = 0;
   do {
     rp_test_device_workload(&d, 1, 100, 0);
@@ -80,7 +80,7 @@ static void test_a_burst_within_the_overflow_never_waits_and_idle_time_cleans(vo
   assert_int_equal(st.writes_waited_for_cleaning, 0);
 
   /* Idle: nothing arrives, and cleaning frees what the burst left half dead. Cleaning
-   * under I/O would not have started at all, and stops at 70%. */
+   * under I/O would not have started at all, and stops at 80%. */
   double used = after_burst;
   for (unsigned t = 0; t < 150; t++) {
     usleep(100000);
