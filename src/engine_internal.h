@@ -225,7 +225,7 @@ struct engine_counters {
   /* Cleaning's cost, for "rewrites per overwrite": frontend writes of a page that held a
    * version already, and pages cleaning put on the wire again (page_write.c). */
   uint64_t pages_overwritten, clean_rewrites;
-  uint64_t writes_waited_for_cleaning; /* times a write waited: the overflow ran out */
+  uint64_t writes_waited_for_cleaning; /* writes that waited: the overflow ran out */
   uint64_t frontend_pages_started;     /* the mover's idle test (page_mover.c) */
 };
 

@@ -94,7 +94,7 @@ static void rebuild_metrics(struct prom_out *o, const struct rampart_stats *st)
          "Pages cleaning wrote again to free sparse groups (per overwritten page: its cost).",
          (double)st->clean_rewrites);
   prom_metric(o, "rampart_pager_writes_waited_for_cleaning_total", "counter",
-         "Times a frontend write waited for cleaning because the overflow was spent.",
+         "Frontend writes that waited for cleaning because the overflow was spent.",
          (double)st->writes_waited_for_cleaning);
   prom_metric(o, "rampart_pager_written_pages_total", "counter",
          "Pages written by the frontend.", (double)st->pages_written);

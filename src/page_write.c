@@ -475,7 +475,8 @@ static bool place_remote(struct page_op *op)
         page_mover_should_throttle(e)) {
       /* Cleaning is far behind the overwrite rate: hold new writes until moves free
        * slots, as a log-structured store blocks writers when clean segments run out. */
-      e->counters.writes_waited_for_cleaning++;
+      e->counters.writes_waited_for_cleaning += !op->waited_for_cleaning;
+      op->waited_for_cleaning = true;
       page_op_wait(e, op, PAGE_OP_WAITS_FOR_CLEANING);
       return true;
     }

@@ -66,7 +66,7 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
                               (RAMPART_PAGE_SIZE + 32.0) : 0.0,
       (unsigned long long)st->pages_written);
   OUT("cleaning        %.3f rewrites per overwrite (%llu pages rewritten, %llu overwritten), "
-      "%llu waits for it%s\n",
+      "%llu writes waited for it%s\n",
       st->pages_overwritten ? (double)st->clean_rewrites / (double)st->pages_overwritten : 0.0,
       (unsigned long long)st->clean_rewrites, (unsigned long long)st->pages_overwritten,
       (unsigned long long)st->writes_waited_for_cleaning,
