@@ -657,6 +657,9 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
     if (e->set.servers[i].rebuild_needed)
       st->rebuild_pages_pending += at_risk[i];
   st->pages_written = e->counters.pages_written;
+  st->pages_overwritten = e->counters.pages_overwritten;
+  st->clean_rewrites = e->counters.clean_rewrites;
+  st->writes_waited_for_cleaning = e->counters.writes_waited_for_cleaning;
   st->wire_bytes_written = e->counters.wire_bytes_written;
   if (e->spill) {
     st->spill_capacity_pages = spill_store_capacity(e->spill);

@@ -226,6 +226,11 @@ struct engine_counters {
   uint64_t integrity_failures;  /* stored pages that failed verification */
   uint64_t writes_replayed;     /* after a restart (engine_state.c) */
   uint64_t writes_rolled_back;
+  /* Cleaning's cost, for "rewrites per overwrite": frontend writes of a page that held a
+   * version already, and pages cleaning put on the wire again (page_write.c). */
+  uint64_t pages_overwritten, clean_rewrites;
+  uint64_t writes_waited_for_cleaning; /* writes that waited: the overflow ran out */
+  uint64_t frontend_pages_started;     /* the mover's idle test (page_mover.c) */
 };
 
 /* The engine, by owner: its settings (`config`, the policy's row), the page map and

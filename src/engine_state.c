@@ -694,6 +694,7 @@ int engine_state_recover(struct rampart_engine *e, char *err, size_t errlen)
   bool buffer_in_use[ENGINE_PARITY_BUFFERS] = { false };
   for (uint32_t id = 0; id < e->groups.count; id++)
     take_over_unfinished_group(e, id, buffer_in_use);
+  group_table_count_sealed(&e->groups);
   e->free_parity = NULL;
   for (unsigned b = ENGINE_PARITY_BUFFERS; b-- > 0;)
     if (!buffer_in_use[b]) {

@@ -87,6 +87,15 @@ static void rebuild_metrics(struct prom_out *o, const struct rampart_stats *st)
          (double)st->moves_in_flight);
   prom_metric(o, "rampart_pager_groups_cleaned_total", "counter",
          "Sparse parity groups rewritten by cleaning.", (double)st->groups_cleaned);
+  prom_metric(o, "rampart_pager_overwritten_pages_total", "counter",
+         "Frontend page writes that replaced a version already held.",
+         (double)st->pages_overwritten);
+  prom_metric(o, "rampart_pager_clean_rewrites_total", "counter",
+         "Pages cleaning wrote again to free sparse groups (per overwritten page: its cost).",
+         (double)st->clean_rewrites);
+  prom_metric(o, "rampart_pager_writes_waited_for_cleaning_total", "counter",
+         "Frontend writes that waited for cleaning because the overflow was spent.",
+         (double)st->writes_waited_for_cleaning);
   prom_metric(o, "rampart_pager_written_pages_total", "counter",
          "Pages written by the frontend.", (double)st->pages_written);
   prom_metric(o, "rampart_pager_wire_written_bytes_total", "counter",

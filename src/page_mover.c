@@ -11,8 +11,9 @@
  *   drain       the same for a server an operator is draining or removing
  *   rebalance   groups on servers much fuller than the emptiest (one was added), at
  *               rebalance= pages a second, so a new server fills without a storm
- *   cleaning    sparse groups, when a server's reservation runs short, so old versions
- *               do not pin server memory forever (the log-structured store's GC)
+ *   cleaning    sparse groups, so old versions do not pin server memory forever (the
+ *               log-structured store's GC): in idle time, and under I/O only when the
+ *               overflow runs short (update_cleaning)
  *   move-back   pages in the spill store, once servers have room again
  * A group being moved is pinned (group->pins) so it is not reclaimed under the reads.
  * Every move re-checks that the page map still points at the copy it read, so a
@@ -34,6 +35,11 @@
 /* Cleaning also starts when any one server has less than this share of its reservation
  * free (placement was uneven), whatever the total. */
 #define CLEAN_SHORT_PERCENT 5u
+/* Where cleaning starts and stops, as shares of the overflow room (update_cleaning). */
+#define CLEAN_BUSY_START 0.9
+#define CLEAN_BUSY_STOP 0.8
+#define CLEAN_IDLE_START 0.25
+#define CLEAN_IDLE_STOP 0.0
 
 /* Owned by the mover alone (page_mover.h): the other files ask through functions. */
 struct page_mover {
@@ -44,12 +50,13 @@ struct page_mover {
   bool lost_seen[ENGINE_MAX_INCARNATIONS]; /* this pass met a group on that lost server */
 
   /* cleaning (update_cleaning, finish_pass) */
-  bool cleaning;
+  bool cleaning;                /* there is cleaning to do (cleaning_now: and it may run) */
+  bool clean_pressure;          /* the overflow runs short: it runs under I/O too */
   uint8_t clean_live_max;       /* clean groups with at most this many live pages */
   uint32_t pass_cleaned;        /* groups cleaned in the current pass */
   double clean_target;          /* slots the live data may hold: overflow= is spent */
-  double clean_start;           /* slots held past which cleaning starts */
   bool clean_resting;           /* the last pass found nothing to clean */
+  uint64_t frontend_seen;       /* frontend pages started, as of the last tick */
 
   /* rebalancing (update_rebalancing) */
   uint32_t rebalance_budget;    /* pages it may still rewrite to rebalance, this tick */
@@ -67,12 +74,13 @@ struct page_mover {
   uint64_t rebuild_pages_done;  /* pages every reason moved */
 };
 
+static bool cleaning_now(const struct rampart_engine *e);
+
 int page_mover_init(struct rampart_engine *e)
 {
   e->mover = calloc(1, sizeof *e->mover);
   if (!e->mover)
     return -1;
-  e->mover->clean_live_max = (uint8_t)(e->group_size / 2);
   return 0;
 }
 
@@ -113,7 +121,8 @@ void page_mover_stats(const struct rampart_engine *e, struct rampart_stats *st)
 {
   const struct page_mover *m = e->mover;
   st->groups_cleaned = m->groups_cleaned;
-  st->cleaning = m->cleaning;
+  st->cleaning = cleaning_now(e);
+  st->cleaning_idle = st->cleaning && !m->clean_pressure;
   st->rebuild_pages_done = m->rebuild_pages_done;
   st->rebuild_running = m->rebuild.running;
   st->rebuilds_finished = m->rebuild.finished;
@@ -141,14 +150,69 @@ static uint64_t slots_held(const struct rampart_engine *e)
   return held;
 }
 
+/* Cleaning runs now: under pressure whatever the frontends do; otherwise only while
+ * the engine is idle, i.e. no frontend page started since the last tick. A request that
+ * arrives stops idle cleaning from starting more moves at once (those in flight end). */
+static bool cleaning_now(const struct rampart_engine *e)
+{
+  const struct page_mover *m = e->mover;
+  return m->cleaning &&
+         (m->clean_pressure || e->counters.frontend_pages_started == m->frontend_seen);
+}
+
+/* Victims by cost and benefit. Cleaning a sealed group with l live pages costs l
+ * rewrites and frees its slots less the l * per_page its pages take again, so the
+ * fewer live, the more each rewrite buys (as LFS's cost-benefit cleaner, without the
+ * age: under random overwrites a group's age says nothing of its pages' future). The
+ * threshold is the smallest live count whose groups, with every sparser one, free
+ * `excess` slots, from the table's count of sealed groups by live count; at most `most`. */
+static uint8_t clean_threshold(const struct rampart_engine *e, double excess, unsigned most)
+{
+  double per_page = engine_slots_per_page(e, e->group_size);
+  double group_slots = per_page * e->group_size;
+  double freed = e->groups.sealed_by_live[0] * group_slots; /* pinned: reclaimed soon */
+  for (unsigned l = 1; l <= most; l++) {
+    freed += e->groups.sealed_by_live[l] * (group_slots - l * per_page);
+    if (freed >= excess)
+      return (uint8_t)l;
+  }
+  return (uint8_t)most;
+}
+
+/* The live count past which a rewrite frees less than one slot: idle cleaning stops
+ * there (S/2 for parity-log 4+1 and none; 0 for mirror, whose groups die whole). */
+static unsigned clean_worth_max(const struct rampart_engine *e)
+{
+  double per_page = engine_slots_per_page(e, e->group_size);
+  return (unsigned)(per_page * e->group_size / (1.0 + per_page));
+}
+
+static bool clean_candidates(const struct rampart_engine *e, unsigned most)
+{
+  for (unsigned l = 1; l <= most; l++)
+    if (e->groups.sealed_by_live[l] > 0)
+      return true;
+  return false;
+}
+
 /* overflow= bounds the slots held on servers to what the live pages need (their data and
- * parity) times (1 + overflow). Cleaning runs between 70% and 80% of that overflow, so
- * old versions get time to pile up in the same groups (cleaning a group with fewer live
- * pages costs fewer rewrites) and a burst of overwrites has room before writers wait; at
- * the full bound writers wait for cleaning (page_mover_should_throttle). When nothing is
- * left to clean (finish_pass), cleaning rests until the next tick. */
+ * parity) times (1 + overflow); past that bound writers wait for cleaning
+ * (page_mover_should_throttle), as a log-structured store blocks writers when clean
+ * segments run out. Below it, cleaning keeps out of the foreground:
+ *   under pressure  past 90% of the overflow (or a server short of room) it runs under
+ *                   I/O too, down to 80%, the sparsest groups that suffice first, fuller
+ *                   ones as the overflow shrinks;
+ *   idle            past a quarter of the overflow it runs while no frontend page
+ *                   starts, down to none, but only groups where a rewrite frees more than
+ *                   a slot: the next burst of overwrites then has the whole overflow.
+ * Old versions get time to pile up in the same groups meanwhile (a group with fewer live
+ * pages costs fewer rewrites). When a pass finds nothing to clean (finish_pass),
+ * cleaning rests until the next tick. */
 static void update_cleaning(struct rampart_engine *e)
 {
+  struct page_mover *m = e->mover;
+  bool idle = e->counters.frontend_pages_started == m->frontend_seen;
+  m->frontend_seen = e->counters.frontend_pages_started;
   bool short_of_room = false;
   unsigned up = 0;
   for (unsigned i = 0; i < e->set.nservers; i++) {
@@ -160,28 +224,36 @@ static void update_cleaning(struct rampart_engine *e)
       short_of_room |= (uint64_t)slot_allocator_available(&s->slots) * 100 <
                        s->reserved_pages * CLEAN_SHORT_PERCENT;
   }
-  uint64_t held = slots_held(e);
+  double held = (double)slots_held(e);
   /* After a loss, new groups are narrower (one data page fewer per server gone, once
    * fewer than S + 1 servers are left), so the live pages need more parity. */
   double need = (double)e->groups.live_pages *
                 engine_slots_per_page(e, engine_group_width(e, up));
-  double overflow = e->config.overflow_percent / 100.0;
+  double room = need * (e->config.overflow_percent / 100.0);
   /* A few groups' worth of slack for the groups open and sealing, so a tiny device does
    * not clean forever. */
-  double slack = (double)(e->group_size + 1) * 8;
-  e->mover->clean_target = need * (1.0 + overflow) + slack;
-  double start = need * (1.0 + overflow * 0.8) + slack;
-  double stop = need * (1.0 + overflow * 0.7) + slack;
-  e->mover->clean_start = start;
-  bool was = e->mover->cleaning;
-  if (e->mover->clean_resting) {
-    e->mover->clean_resting = false;
-    was = false;
+  need += (double)(e->group_size + 1) * 8;
+  m->clean_target = need + room;
+  bool was = m->clean_pressure && !m->clean_resting;
+  m->clean_resting = false;
+  bool was_cleaning = m->cleaning;
+  m->clean_pressure = short_of_room || held > need + room * CLEAN_BUSY_START ||
+                      (was && held > need + room * CLEAN_BUSY_STOP);
+  if (m->clean_pressure) {
+    unsigned most = e->group_size > 1 ? e->group_size - 1u : 1u;
+    m->clean_live_max = clean_threshold(e, held - (need + room * CLEAN_BUSY_STOP), most);
+    m->cleaning = true;
+  } else {
+    unsigned most = clean_worth_max(e);
+    m->clean_live_max = clean_threshold(e, held - (need + room * CLEAN_IDLE_STOP), most);
+    bool past = held > need + room * CLEAN_IDLE_START ||
+                (was_cleaning && held > need + room * CLEAN_IDLE_STOP);
+    m->cleaning = idle && past && most > 0 && clean_candidates(e, most);
   }
-  e->mover->cleaning = short_of_room || (double)held > start || (was && (double)held > stop);
-  if (e->mover->cleaning && !was)
-    rp_log(RP_LOG_DEBUG, "cleaning: %llu slots held for %llu live pages; rewriting sparse "
-           "groups", (unsigned long long)held, (unsigned long long)e->groups.live_pages);
+  if (m->cleaning && !was_cleaning)
+    rp_log(RP_LOG_DEBUG, "cleaning%s: %.0f slots held for %llu live pages; rewriting groups "
+           "with at most %u live", m->clean_pressure ? " under pressure" : " while idle",
+           held, (unsigned long long)e->groups.live_pages, m->clean_live_max);
 }
 
 /* ---- rebalancing ----------------------------------------------------------------------
@@ -272,7 +344,7 @@ static enum rampart_move_reason group_move_reason(struct rampart_engine *e,
     return why;
   if (g->unprotected && server_set_placeable(e) >= 2)
     return RAMPART_MOVE_PROTECT;
-  if (e->mover->cleaning && g->live <= e->mover->clean_live_max && g->live < g->members)
+  if (cleaning_now(e) && g->live <= e->mover->clean_live_max && g->live < g->members)
     return RAMPART_MOVE_CLEAN;
   if (e->mover->rebalancing && g->live > 0 && g->live <= e->mover->rebalance_budget &&
       group_on_full_server(e, g))
@@ -310,6 +382,7 @@ static bool start_move(struct rampart_engine *e, uint64_t page, page_entry expec
   op->owner = &mover_move;
   op->kind = PAGE_OP_MOVE;
   op->move_rebuilds = why == RAMPART_MOVE_REBUILD;
+  op->move_cleans = why == RAMPART_MOVE_CLEAN;
   op->page = page;
   op->expected = expected;
   op->group = group;
@@ -408,22 +481,14 @@ static void finish_pass(struct rampart_engine *e)
   }
   if (e->mover->rebuild.running && !still_rebuilding)
     rebuild_finish(e);
-  /* Cleaning takes the sparsest groups first (a group with fewer live pages frees its
-   * slots for fewer rewrites). A pass that ends still above the point where cleaning
-   * starts means the sparse groups are not enough to keep up with the writes: the next
-   * pass takes fuller ones too, or writers would reach the bound while moves run dry. A
-   * pass that found nothing at all to clean rests the cleaner until the next tick, rather
+  /* Which groups cleaning takes is worked out again every tick (update_cleaning): fuller
+   * ones as the overflow shrinks. A pass that found nothing at all to clean (what it
+   * would take is pinned, or being written) rests the cleaner until the next tick, rather
    * than rescanning every group on every loop iteration (and holding back the move of
    * spilled pages) for nothing. */
-  if (!e->mover->cleaning) {
-    e->mover->clean_live_max = (uint8_t)(e->group_size / 2);
-  } else if (e->mover->pass_cleaned == 0 || (double)slots_held(e) > e->mover->clean_start) {
-    if (e->mover->clean_live_max + 1u < e->group_size) {
-      e->mover->clean_live_max++;
-    } else if (e->mover->pass_cleaned == 0) {
-      e->mover->cleaning = false;
-      e->mover->clean_resting = true;
-    }
+  if (cleaning_now(e) && e->mover->pass_cleaned == 0) {
+    e->mover->cleaning = false;
+    e->mover->clean_resting = true;
   }
   e->mover->pass_cleaned = 0;
   server_membership_pass_done(e);
@@ -472,7 +537,7 @@ static void scan_spill(struct rampart_engine *e)
   if (!e->spill || !e->redundancy->spilled_pages_move_back || e->set.nservers == 0)
     return;
   if (server_set_placeable(e) < redundancy_policy_servers_needed(e->redundancy) ||
-      e->mover->cleaning || spill_store_used(e->spill) == 0)
+      (e->mover->cleaning && e->mover->clean_pressure) || spill_store_used(e->spill) == 0)
     return;
   for (unsigned n = 0; n < SPILL_PAGES_PER_TICK && e->mover->moves_in_flight < ENGINE_MOVES; n++) {
     if (e->mover->spill_cursor >= e->pages)
@@ -490,7 +555,7 @@ static void scan_spill(struct rampart_engine *e)
  * all is well. */
 static bool mover_has_work(const struct rampart_engine *e)
 {
-  if (e->mover->cleaning)
+  if (cleaning_now(e))
     return true;
   /* Unprotected groups are one loss from gone, and nothing else may be under way to
    * bring the mover round to them. */
@@ -533,7 +598,7 @@ void page_mover_run(struct rampart_engine *e)
 
 bool page_mover_should_throttle(struct rampart_engine *e)
 {
-  if (!e->mover->cleaning || e->mover->moves_in_flight == 0)
+  if (!e->mover->cleaning || !e->mover->clean_pressure || e->mover->moves_in_flight == 0)
     return false; /* nothing in flight would wake a waiting write */
   return (double)slots_held(e) > e->mover->clean_target;
 }

@@ -102,6 +102,8 @@ struct page_op {
   uint8_t pending;              /* sub-requests outstanding */
   bool failed;
   bool move_rebuilds;           /* moves: its group had a copy on a lost server */
+  bool move_cleans;             /* moves: cleaning's (its rewrites are counted) */
+  bool waited_for_cleaning;     /* writes: counted once among those that waited */
   bool disk_started;            /* write-through: the disk copy was submitted */
   enum page_op_wait waits;      /* a writing op holds one pending count while it waits */
   int end_result;               /* ENDING: the result it ends with (write_finish) */

@@ -387,6 +387,7 @@ static void on_remote_read(struct rp_request *req)
 void page_read_start(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
+  e->counters.frontend_pages_started += op->kind == PAGE_OP_READ && op->state == PAGE_OP_FREE;
   page_op_enter(op, PAGE_OP_READING);
   if (op->kind == PAGE_OP_MOVE)
     op->buf = op->scratch;

@@ -475,6 +475,8 @@ static bool place_remote(struct page_op *op)
         page_mover_should_throttle(e)) {
       /* Cleaning is far behind the overwrite rate: hold new writes until moves free
        * slots, as a log-structured store blocks writers when clean segments run out. */
+      e->counters.writes_waited_for_cleaning += !op->waited_for_cleaning;
+      op->waited_for_cleaning = true;
       page_op_wait(e, op, PAGE_OP_WAITS_FOR_CLEANING);
       return true;
     }
@@ -526,6 +528,7 @@ static bool place_remote(struct page_op *op)
     op->pending++;
     e->counters.pages_written++;
     e->counters.wire_bytes_written += RP_HEADER_SIZE + RAMPART_PAGE_SIZE;
+    e->counters.clean_rewrites += op->move_cleans;
     if (group_is_full(g))
       seal_open_group(e, e->redundancy->write_waits_for_parity ? op : NULL);
     server_transport_send(e, (unsigned)server, &op->req);
@@ -713,6 +716,7 @@ static void write_to_spill(struct page_op *op)
     slot = (uint64_t)s;
   }
   if (op->kind == PAGE_OP_MOVE && !e->redundancy->disk_copy) {
+    e->counters.clean_rewrites += op->move_cleans;
     submit_spill(op, slot, on_move_spilled);
     return;
   }
@@ -748,7 +752,13 @@ static void write_to_local(struct page_op *op)
 void page_write_start(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
+  bool first = op->state == PAGE_OP_FREE;
   page_op_enter(op, PAGE_OP_WRITING);
+  if (first && op->kind == PAGE_OP_WRITE) {
+    /* Counted once per write, at its start: placed again or waiting, it is one. */
+    e->counters.frontend_pages_started++;
+    e->counters.pages_overwritten += page_map_get(&e->map, op->page) != 0;
+  }
   if (op->kind == PAGE_OP_MOVE && page_map_get(&e->map, op->page) != op->expected) {
     write_finish(op, 0); /* rewritten or trimmed meanwhile: nothing left to move */
     return;

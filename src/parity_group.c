@@ -111,7 +111,27 @@ int group_table_adopt(struct group_table *t, struct group **chunks, uint32_t nch
     group_get(t, (uint32_t)page_entry_group(e))->live++;
     t->live_pages++;
   }
+  group_table_count_sealed(t);
   return 0;
+}
+
+void group_table_count_sealed(struct group_table *t)
+{
+  memset(t->sealed_by_live, 0, sizeof t->sealed_by_live);
+  for (uint32_t id = 0; id < t->count; id++) {
+    const struct group *g = group_get(t, id);
+    if (g->state == GROUP_SEALED && g->live <= GROUP_MAX_DATA)
+      t->sealed_by_live[g->live]++;
+  }
+}
+
+/* A sealed group's live count changes: its place in sealed_by_live follows. */
+static void sealed_live_moved(struct group_table *t, unsigned from, unsigned to)
+{
+  if (from <= GROUP_MAX_DATA && t->sealed_by_live[from] > 0)
+    t->sealed_by_live[from]--;
+  if (to <= GROUP_MAX_DATA)
+    t->sealed_by_live[to]++;
 }
 
 uint32_t group_open(struct group_table *t, unsigned capacity, bool has_parity, uint16_t buffer)
@@ -172,6 +192,7 @@ uint16_t group_finish_seal(struct group_table *t, uint32_t id)
   g->buffer = GROUP_NO_BUFFER;
   g->state = GROUP_SEALED;
   t->sealed++;
+  sealed_live_moved(t, GROUP_MAX_DATA + 1, g->live);
   return buffer;
 }
 
@@ -181,6 +202,7 @@ void group_seal_without_parity(struct group_table *t, uint32_t id)
   assert(g->state == GROUP_OPEN && !g->has_parity);
   g->state = GROUP_SEALED;
   t->sealed++;
+  sealed_live_moved(t, GROUP_MAX_DATA + 1, g->live);
 }
 
 void group_drop_parity(struct group_table *t, uint32_t id)
@@ -210,6 +232,8 @@ bool group_member_dead(struct group_table *t, uint32_t id, unsigned member)
   assert(member < g->members && g->live > 0);
   g->live--;
   t->live_pages--;
+  if (g->state == GROUP_SEALED)
+    sealed_live_moved(t, g->live + 1u, g->live);
   return g->live == 0 && g->state == GROUP_SEALED;
 }
 
@@ -228,6 +252,8 @@ void group_release(struct group_table *t, uint32_t id)
   assert(g->state != GROUP_FREE);
   if (g->unprotected)
     t->unprotected--;
+  if (g->state == GROUP_SEALED)
+    sealed_live_moved(t, g->live, GROUP_MAX_DATA + 1);
   g->state = GROUP_FREE;
   g->next_free = t->free_head;
   t->free_head = id;

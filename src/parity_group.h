@@ -74,6 +74,9 @@ struct group_table {
   uint32_t free_head;   /* GROUP_NONE when the free list is empty */
   uint64_t live_pages;  /* sum of every group's live count */
   uint32_t unprotected; /* groups that dropped their parity and are not yet reclaimed */
+  /* Sealed groups by live count: what cleaning would pay (pages to rewrite) and gain
+   * (slots freed) at each threshold, without a scan of the table (page_mover.c). */
+  uint32_t sealed_by_live[GROUP_MAX_DATA + 1];
   /* lifetime counters for stats */
   uint64_t opened, sealed, reclaimed;
 };
@@ -142,6 +145,10 @@ static inline bool group_is_reclaimable(const struct group *g)
 {
   return g->state == GROUP_SEALED && g->live == 0 && g->pins == 0;
 }
+
+/* Counts sealed_by_live again from the groups: after groups were taken over, or sealed
+ * by a restart without the functions above (engine_state.c). */
+void group_table_count_sealed(struct group_table *t);
 
 /* Puts a reclaimed group back on the free list. */
 void group_release(struct group_table *t, uint32_t id);

@@ -232,6 +232,11 @@ struct rampart_stats {
   struct rampart_server_stats servers[RAMPART_MAX_INCARNATIONS]; /* nservers of them */
   uint64_t groups_open, groups_sealed, groups_reclaimed, groups_cleaned;
   bool cleaning;               /* cleaning is running now */
+  bool cleaning_idle;          /* ... in idle time (else: the overflow runs short) */
+  /* Cleaning's cost: frontend writes that replaced a version (pages overwritten), pages
+   * cleaning put on the wire again, and the writes that waited for cleaning (the
+   * overflow was spent), since open. Rewrites per overwrite = clean_rewrites / pages_overwritten. */
+  uint64_t pages_overwritten, clean_rewrites, writes_waited_for_cleaning;
   double live_ratio;           /* live data pages / data pages held by sealed groups */
   uint64_t pages_remote, pages_spilled, pages_local_ram, pages_zero;
   uint64_t pages_degraded_reads, pages_lost, read_errors;

@@ -65,6 +65,12 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
       st->pages_written ? (double)st->wire_bytes_written / (double)st->pages_written /
                               (RAMPART_PAGE_SIZE + 32.0) : 0.0,
       (unsigned long long)st->pages_written);
+  OUT("cleaning        %.3f rewrites per overwrite (%llu pages rewritten, %llu overwritten), "
+      "%llu writes waited for it%s\n",
+      st->pages_overwritten ? (double)st->clean_rewrites / (double)st->pages_overwritten : 0.0,
+      (unsigned long long)st->clean_rewrites, (unsigned long long)st->pages_overwritten,
+      (unsigned long long)st->writes_waited_for_cleaning,
+      !st->cleaning ? "" : st->cleaning_idle ? ", running while idle" : ", running under I/O");
   OUT("spill           %llu of %llu pages used\n", (unsigned long long)st->spill_used_pages,
       (unsigned long long)st->spill_capacity_pages);
   char c[32];

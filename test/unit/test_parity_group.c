@@ -188,6 +188,45 @@ static void test_live_ratio(void **state)
   group_table_destroy(&t);
 }
 
+/* Cleaning picks its victims from the count of sealed groups by live count: it follows
+ * every seal, member death and release, and a recount from the groups agrees with it. */
+static void test_sealed_groups_counted_by_live(void **state)
+{
+  (void)state;
+  struct group_table t;
+  assert_int_equal(group_table_init(&t, 4), 0);
+  uint32_t a = group_open(&t, 4, true, 0), b = group_open(&t, 4, false, GROUP_NO_BUFFER);
+  for (unsigned i = 0; i < 4; i++) {
+    group_add_member(&t, a, (uint8_t)i, i, i);
+    group_add_member(&t, b, (uint8_t)i, 10 + i, 10 + i);
+  }
+  group_member_dead(&t, a, 0); /* while open: not a sealed group's yet */
+  assert_int_equal(t.sealed_by_live[3], 0);
+  group_begin_seal(&t, a, 4, 9);
+  group_finish_seal(&t, a);
+  group_seal_without_parity(&t, b);
+  assert_int_equal(t.sealed_by_live[3], 1);
+  assert_int_equal(t.sealed_by_live[4], 1);
+  group_member_dead(&t, b, 1);
+  group_member_dead(&t, b, 2);
+  group_member_dead(&t, a, 3);
+  assert_int_equal(t.sealed_by_live[2], 2);
+  assert_int_equal(t.sealed_by_live[3], 0);
+  assert_int_equal(t.sealed_by_live[4], 0);
+  group_member_dead(&t, a, 1);
+  assert_false(group_member_dead(&t, b, 0));
+  assert_true(group_member_dead(&t, a, 2));
+  assert_int_equal(t.sealed_by_live[0], 1);
+  group_release(&t, a);
+  uint32_t counted[GROUP_MAX_DATA + 1];
+  memcpy(counted, t.sealed_by_live, sizeof counted);
+  assert_int_equal(counted[0], 0);
+  assert_int_equal(counted[1], 1);
+  group_table_count_sealed(&t);
+  assert_memory_equal(counted, t.sealed_by_live, sizeof counted);
+  group_table_destroy(&t);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -199,6 +238,7 @@ int main(void)
     cmocka_unit_test(test_group_lifecycle_and_reclaim),
     cmocka_unit_test(test_open_group_emptied_is_not_reclaimed_before_seal),
     cmocka_unit_test(test_live_ratio),
+    cmocka_unit_test(test_sealed_groups_counted_by_live),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
