@@ -328,8 +328,8 @@ static void on_spill_ready(struct ev_loop *loop, ev_io *w, int revents)
   spill_store_flush_submissions(e->spill);
 }
 
-/* Before each loop iteration blocks: keep the mover busy while it has work, and let
- * writes that waited on cleaning go on once moves have finished. */
+/* Before each loop iteration blocks: keep the mover busy while it has work, let writes
+ * that waited on cleaning go on once moves have finished, and send what is queued. */
 static void on_mover_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 {
   struct rampart_engine *e = w->data;
@@ -341,6 +341,11 @@ static void on_mover_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
   if (page_mover_take_wakeup(e)) {
     page_op_run_waiting(e);
   }
+  /* Everything this iteration's callbacks and the mover queued goes out now, one
+   * sendmsg per server, before the poll: left to the connections' write watchers, each
+   * burst would cost two epoll_ctl and a wake-up of the loop just to learn that an idle
+   * socket is writable. */
+  server_transport_flush(e);
   if (e->spill)
     spill_store_flush_submissions(e->spill);
 }
@@ -422,12 +427,15 @@ void rampart_submit(struct rampart_engine *e, struct rampart_io *io)
 
 /* The caller sleeps on a futex rather than a mutex and condition variable: with a mutex
  * the woken caller would first block again on the lock the I/O thread still holds, a
- * second context switch per request (docs/performance.md has what it cost). A wake that
- * reaches the futex word after the caller has
+ * second context switch per request (docs/performance.md has what it cost). The word
+ * says whether anyone sleeps on it, so a request that ends before its caller goes to
+ * sleep (started inline and ended there, refused, a trim) costs no wake. A wake that reaches the futex word after the caller has
  * returned lands on a dead stack address; that only ever wakes a futex waiter early,
  * and every futex waiter rechecks its condition. */
+enum { SYNC_PENDING, SYNC_DONE, SYNC_SLEEPING };
+
 struct sync_wait {
-  _Atomic uint32_t done;
+  _Atomic uint32_t state;
   int result;
 };
 
@@ -435,8 +443,21 @@ static void sync_done(struct rampart_io *io, int result)
 {
   struct sync_wait *w = io->user;
   w->result = result;
-  atomic_store_explicit(&w->done, 1, memory_order_release);
-  syscall(SYS_futex, &w->done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+  if (atomic_exchange_explicit(&w->state, SYNC_DONE, memory_order_acq_rel) == SYNC_SLEEPING)
+    syscall(SYS_futex, &w->state, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+static void sync_wait_for(struct sync_wait *w)
+{
+  uint32_t s = atomic_load_explicit(&w->state, memory_order_acquire);
+  while (s != SYNC_DONE) {
+    if (s == SYNC_PENDING &&
+        !atomic_compare_exchange_weak_explicit(&w->state, &s, SYNC_SLEEPING,
+                                               memory_order_acq_rel, memory_order_acquire))
+      continue; /* s now holds what the word said instead */
+    syscall(SYS_futex, &w->state, FUTEX_WAIT_PRIVATE, SYNC_SLEEPING, NULL, NULL, 0);
+    s = atomic_load_explicit(&w->state, memory_order_acquire);
+  }
 }
 
 /* Bucket k counts requests of at most 2^k microseconds (rampart.h). */
@@ -458,7 +479,7 @@ static void count_latency(struct rampart_engine *e, int op, uint64_t ns)
 int engine_run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length,
                     uint64_t offset, uint32_t flags)
 {
-  struct sync_wait w = { .done = 0 };
+  struct sync_wait w = { .state = SYNC_PENDING };
   struct rampart_io io = { .op = (enum rampart_op)op, .flags = flags, .offset = offset,
                            .length = length, .buf = buf, .done = sync_done, .user = &w };
   bool device_op = op < (int)RAMPART_LATENCY_OPS; /* not a stats snapshot or a call */
@@ -466,8 +487,7 @@ int engine_run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length
   if (device_op)
     atomic_fetch_add_explicit(&e->frontend_waiting, 1, memory_order_relaxed);
   rampart_submit(e, &io);
-  while (atomic_load_explicit(&w.done, memory_order_acquire) == 0)
-    syscall(SYS_futex, &w.done, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+  sync_wait_for(&w);
   if (device_op) {
     atomic_fetch_sub_explicit(&e->frontend_waiting, 1, memory_order_relaxed);
     count_latency(e, op, engine_now_ns() - start);
