@@ -15,6 +15,15 @@ const char rampart_config_help[] =
   "size=SIZE                 device size, e.g. 4G (required)\n"
   "servers=HOST:PORT,...     memory servers (rampartd)\n"
   "cluster=FILE              file listing servers, one HOST:PORT per line\n"
+  "cluster=etcd://HOST:PORT[,HOST:PORT...]/NAME\n"
+  "                          servers from etcd (rampartd --etcd ... --cluster NAME):\n"
+  "                          the count= with most free memory, spread over failure\n"
+  "                          domains; followed while the device runs\n"
+  "count=N                   placement set size with cluster=etcd:// (default 32)\n"
+  "cluster-cache=PATH        the last set etcd gave, for an attach while etcd is down\n"
+  "                          (default: STATE.servers with state=, else\n"
+  "                          /var/lib/rampart/cluster-NAME.servers)\n"
+  "etcd-cacert=FILE etcd-cert=FILE etcd-key=FILE   TLS to etcd (https)\n"
   "key=FILE                  cluster key shared with the servers\n"
   "redundancy=none|mirror|parity-log|write-through  (default: parity-log with 3+ servers)\n"
   "group=S                   data pages per parity group (default: up to 4)\n"
@@ -53,6 +62,7 @@ struct rampart_config *rampart_config_new(void)
   c->timeout_ms = 2000;
   c->lease_seconds = 10;
   c->rebalance_pages = 256;
+  c->etcd_count = 32;
   return c;
 }
 
@@ -139,6 +149,66 @@ int config_read_cluster_file(struct rampart_config *c, const char *path, char *e
   return parse_cluster_file(c, path, err, errlen);
 }
 
+unsigned config_server_count(const struct rampart_config *c)
+{
+  return c->nservers == 0 && c->etcd_cluster[0] ? c->etcd_count : c->nservers;
+}
+
+/* etcd://HOST:PORT[,HOST:PORT...]/NAME: the endpoints become http(s):// URLs (https
+ * when a TLS option is given, whichever order the keys come in: see
+ * config_etcd_scheme). */
+static int parse_etcd_cluster(struct rampart_config *c, const char *v, char *err,
+                              size_t errlen)
+{
+  const char *hosts = v + strlen("etcd://");
+  const char *slash = strrchr(hosts, '/');
+  if (!slash || slash == hosts || !slash[1] || strlen(slash + 1) >= sizeof c->etcd_cluster) {
+    snprintf(err, errlen, "cluster=%s: write cluster=etcd://HOST:2379[,HOST:2379...]/NAME, "
+             "NAME as given to rampartd --cluster", v);
+    return -1;
+  }
+  snprintf(c->etcd_cluster, sizeof c->etcd_cluster, "%s", slash + 1);
+  for (const char *p = c->etcd_cluster; *p; p++)
+    if (!(*p == '-' || *p == '_' || *p == '.' || (*p >= '0' && *p <= '9') ||
+          ((*p | 32) >= 'a' && (*p | 32) <= 'z'))) {
+      snprintf(err, errlen, "cluster=%s: the cluster name may hold letters, digits, '-', "
+               "'_' and '.'", v);
+      return -1;
+    }
+  size_t n = 0;
+  for (const char *p = hosts; p < slash;) {
+    size_t len = strcspn(p, ",");
+    if (p + len > slash)
+      len = (size_t)(slash - p);
+    if (len) {
+      char host[256], port[16], one[RAMPART_ADDRESS_LEN];
+      if (len >= sizeof one) {
+        snprintf(err, errlen, "cluster=%s: an etcd endpoint is too long", v);
+        return -1;
+      }
+      memcpy(one, p, len);
+      one[len] = '\0';
+      if (rp_parse_hostport(one, host, sizeof host, port, sizeof port, err, errlen) < 0)
+        return -1;
+      int w = snprintf(c->etcd_endpoints + n, sizeof c->etcd_endpoints - n, "%s%s", n ? "," : "",
+                       one);
+      if (w < 0 || (size_t)w >= sizeof c->etcd_endpoints - n) {
+        snprintf(err, errlen, "cluster=%s: too many etcd endpoints", v);
+        return -1;
+      }
+      n += (size_t)w;
+    }
+    p += len;
+    if (*p == ',')
+      p++;
+  }
+  if (!n) {
+    snprintf(err, errlen, "cluster=%s: no etcd endpoint before the /NAME", v);
+    return -1;
+  }
+  return 0;
+}
+
 static int parse_redundancy(const char *v, enum rampart_redundancy *out, char *err,
                             size_t errlen)
 {
@@ -182,6 +252,26 @@ int rampart_config_set(struct rampart_config *c, const char *key, const char *v,
   }
   if (strcmp(key, "servers") == 0)
     return parse_server_list(c, v, err, errlen);
+  if (strcmp(key, "cluster") == 0 && strncmp(v, "etcd://", 7) == 0)
+    return parse_etcd_cluster(c, v, err, errlen);
+  if (strcmp(key, "count") == 0) {
+    if (rp_parse_uint("count", v, RAMPART_MAX_SERVERS, &n, err, errlen) < 0)
+      return -1;
+    if (n == 0) {
+      snprintf(err, errlen, "count=0: a device needs at least one server");
+      return -1;
+    }
+    c->etcd_count = (unsigned)n;
+    return 0;
+  }
+  if (strcmp(key, "cluster-cache") == 0)
+    return copy_path(c->cluster_cache, sizeof c->cluster_cache, key, v, err, errlen);
+  if (strcmp(key, "etcd-cacert") == 0)
+    return copy_path(c->etcd_cacert, sizeof c->etcd_cacert, key, v, err, errlen);
+  if (strcmp(key, "etcd-cert") == 0)
+    return copy_path(c->etcd_cert, sizeof c->etcd_cert, key, v, err, errlen);
+  if (strcmp(key, "etcd-key") == 0)
+    return copy_path(c->etcd_key, sizeof c->etcd_key, key, v, err, errlen);
   if (strcmp(key, "cluster") == 0) {
     if (copy_path(c->cluster_path, sizeof c->cluster_path, key, v, err, errlen) < 0)
       return -1;
@@ -279,9 +369,10 @@ void rampart_config_effective(const struct rampart_config *c, enum rampart_redun
                               unsigned *group)
 {
   enum rampart_redundancy r = c->redundancy;
+  unsigned nservers = config_server_count(c);
   if (r == RAMPART_REDUNDANCY_AUTO)
-    r = c->nservers >= 3 ? RAMPART_REDUNDANCY_PARITY_LOG
-        : c->nservers == 2 ? RAMPART_REDUNDANCY_MIRROR : RAMPART_REDUNDANCY_NONE;
+    r = nservers >= 3 ? RAMPART_REDUNDANCY_PARITY_LOG
+        : nservers == 2 ? RAMPART_REDUNDANCY_MIRROR : RAMPART_REDUNDANCY_NONE;
   unsigned s = c->group;
   switch (r) {
   case RAMPART_REDUNDANCY_MIRROR:
@@ -289,13 +380,13 @@ void rampart_config_effective(const struct rampart_config *c, enum rampart_redun
     break;
   case RAMPART_REDUNDANCY_PARITY_LOG:
     if (!s)
-      s = c->nservers > 1 ? c->nservers - 1 : 1;
+      s = nservers > 1 ? nservers - 1 : 1;
     if (s > 4 && !c->group)
       s = 4;
     break;
   default:
     if (!s)
-      s = c->nservers ? c->nservers : 1;
+      s = nservers ? nservers : 1;
     if (s > GROUP_MAX_DATA)
       s = GROUP_MAX_DATA;
     break;
@@ -334,29 +425,38 @@ int rampart_config_check(const struct rampart_config *c, char *err, size_t errle
     snprintf(err, errlen, "enckey= is given but encrypt=off: drop one of them");
     return -1;
   }
+  if (c->etcd_cluster[0] && c->nservers > 0 && !c->etcd_picked) {
+    snprintf(err, errlen, "cluster=etcd://... and servers= both list servers: give one");
+    return -1;
+  }
+  if ((c->etcd_cert[0] != 0) != (c->etcd_key[0] != 0)) {
+    snprintf(err, errlen, "etcd-cert= and etcd-key= go together: give both");
+    return -1;
+  }
+  unsigned nservers = config_server_count(c);
   enum rampart_redundancy r;
   unsigned s;
   rampart_config_effective(c, &r, &s);
   unsigned needed = r == RAMPART_REDUNDANCY_PARITY_LOG ? s + 1
                     : r == RAMPART_REDUNDANCY_MIRROR ? 2 : 1;
   if (c->redundancy != RAMPART_REDUNDANCY_AUTO && c->redundancy != RAMPART_REDUNDANCY_NONE &&
-      c->redundancy != RAMPART_REDUNDANCY_WRITE_THROUGH && c->nservers < needed) {
+      c->redundancy != RAMPART_REDUNDANCY_WRITE_THROUGH && nservers < needed) {
     snprintf(err, errlen, "redundancy=%s with group=%u needs at least %u servers, %u given: "
              "list more servers or choose a smaller group", rampart_redundancy_name(r), s,
-             needed, c->nservers);
+             needed, nservers);
     return -1;
   }
-  if (r == RAMPART_REDUNDANCY_PARITY_LOG && c->nservers < needed) {
+  if (r == RAMPART_REDUNDANCY_PARITY_LOG && nservers < needed) {
     snprintf(err, errlen, "group=%u needs %u servers for parity-log, %u given: lower group=",
-             s, needed, c->nservers);
+             s, needed, nservers);
     return -1;
   }
-  if (c->nservers == 0 && c->state_path[0]) {
+  if (nservers == 0 && c->state_path[0]) {
     snprintf(err, errlen, "state= needs servers: a standalone device's pages live in the "
              "pager's own memory and die with it; give servers= or cluster=, or drop state=");
     return -1;
   }
-  if (c->nservers == 0 && c->redundancy != RAMPART_REDUNDANCY_AUTO &&
+  if (nservers == 0 && c->redundancy != RAMPART_REDUNDANCY_AUTO &&
       c->redundancy != RAMPART_REDUNDANCY_NONE) {
     snprintf(err, errlen, "redundancy=%s needs servers: give servers= or cluster=, or drop "
              "redundancy= for a standalone RAM disk", rampart_redundancy_name(c->redundancy));

@@ -258,6 +258,10 @@ struct rampart_stats {
   uint64_t moves_by_reason[RAMPART_MOVE_REASONS];  /* pages moves started, since open */
   uint64_t latency_count[RAMPART_LATENCY_OPS][RAMPART_LATENCY_BUCKETS];
   uint64_t latency_sum_ns[RAMPART_LATENCY_OPS];
+  /* cluster=etcd:// (cluster_follow.c): following at all, the watch established now,
+   * registry events seen and watches started again since open */
+  bool etcd_following, etcd_watch_live;
+  uint64_t etcd_events, etcd_watch_restarts;
 };
 
 void rampart_get_stats(struct rampart_engine *engine, struct rampart_stats *stats);

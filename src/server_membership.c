@@ -401,6 +401,27 @@ void server_membership_pass_done(struct rampart_engine *e)
   }
 }
 
+/* ---- listed in etcd, or not ------------------------------------------------------------- */
+
+struct listed_call {
+  const char *address;
+  bool listed;
+};
+
+static void listed_set(struct rampart_engine *e, void *arg)
+{
+  struct listed_call *c = arg;
+  struct server *s = server_set_find(e, c->address);
+  if (s)
+    s->unlisted = !c->listed;
+}
+
+void server_membership_set_listed(struct rampart_engine *e, const char *address, bool listed)
+{
+  struct listed_call c = { .address = address, .listed = listed };
+  engine_call(e, listed_set, &c);
+}
+
 /* ---- reload ------------------------------------------------------------------------------ */
 
 struct members_call {
