@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "client.h"
+#include "rampart.h"
 #include "cluster_keys.h"
 #include "etcd_cluster.h"
 #include "etcd_gateway.h"
@@ -223,6 +224,68 @@ static void test_etcd_down_longer_than_the_lease(void **state)
   assert_int_equal(rp_test_server_stop_clean(&s), 0);
 }
 
+/* TLS with client certificates, end to end: a server registers over https with its
+ * certificate, rampartctl lists it with one, a device attaches through it, and a client
+ * without a certificate is refused by etcd. */
+static void test_tls_client_certificates(void **state)
+{
+  NEED_ETCD(state);
+  char dir[512], err[600];
+  assert_int_equal(rp_test_tmpdir(dir, sizeof dir), 0);
+  static struct rp_test_etcd tls;
+  assert_int_equal(rp_test_etcd_start_tls(&tls, dir), 0);
+  struct rp_test_server s;
+  const char *args[] = { "--memory", "16M", "--etcd", tls.endpoints, "--cluster", "tls",
+                         "--etcd-cacert", tls.ca, "--etcd-cert", tls.client_cert,
+                         "--etcd-key", tls.client_key, NULL };
+  assert_int_equal(rp_test_server_start(&s, dir, args), 0);
+  char out[8192];
+  const char *ctl[] = { getenv("RAMPARTCTL"), "cluster", tls.endpoints, "tls", "--etcd-cacert",
+                        tls.ca, "--etcd-cert", tls.client_cert, "--etcd-key", tls.client_key,
+                        NULL };
+  uint64_t until = rp_test_now_ms() + 5000;
+  do {
+    int st = rp_test_run_program(ctl, out, sizeof out, 10000);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  } while (!strstr(out, s.addr) && rp_test_now_ms() < until);
+  printf("%s", out);
+  assert_non_null(strstr(out, "1 server registered"));
+  /* A device through TLS: the server picked from etcd, a page written and read back. */
+  struct rampart_config *cfg = rampart_config_new();
+  char url[128], cache[600];
+  snprintf(url, sizeof url, "etcd://127.0.0.1:%u/tls", tls.m[0].client_port);
+  snprintf(cache, sizeof cache, "%s/tls.servers", dir);
+  const char *kv[] = { "size", "1M", "cluster", url, "count", "1", "cluster-cache", cache,
+                       "etcd-cacert", tls.ca, "etcd-cert", tls.client_cert, "etcd-key",
+                       tls.client_key, "tmpdir", dir, NULL };
+  for (unsigned i = 0; kv[i]; i += 2)
+    assert_int_equal(rampart_config_set(cfg, kv[i], kv[i + 1], err, sizeof err), 0);
+  struct rampart_engine *e = rampart_open(cfg, err, sizeof err);
+  if (!e)
+    fail_msg("rampart_open over TLS: %s", err);
+  rampart_config_free(cfg);
+  static uint8_t page[4096], back[4096];
+  memset(page, 0x7c, sizeof page);
+  assert_int_equal(rampart_pwrite(e, page, sizeof page, 8192, 0), 0);
+  assert_int_equal(rampart_pread(e, back, sizeof back, 8192), 0);
+  assert_memory_equal(page, back, sizeof page);
+  static struct rampart_stats st;
+  rampart_get_stats(e, &st);
+  assert_int_equal(st.nservers, 1);
+  assert_string_equal(st.servers[0].address, s.addr);
+  rampart_close(e);
+  /* Without a client certificate etcd refuses the handshake. */
+  const char *bare[] = { getenv("RAMPARTCTL"), "cluster", tls.endpoints, "tls",
+                         "--etcd-cacert", tls.ca, NULL };
+  int st2 = rp_test_run_program(bare, out, sizeof out, 10000);
+  printf("without a client certificate: %s", out);
+  assert_true(WIFEXITED(st2) && WEXITSTATUS(st2) == 1);
+  assert_non_null(strstr(out, "cannot read cluster"));
+  assert_int_equal(rp_test_server_stop_clean(&s), 0);
+  rp_test_etcd_stop(&tls);
+  rp_test_tmpdir_remove(dir);
+}
+
 static void test_options_refused(void **state)
 {
   char out[2048];
@@ -246,6 +309,7 @@ int main(void)
     cmocka_unit_test(test_free_memory_and_drain_published),
     cmocka_unit_test(test_kill_9_expires),
     cmocka_unit_test(test_etcd_down_longer_than_the_lease),
+    cmocka_unit_test(test_tls_client_certificates),
   };
   return cmocka_run_group_tests(tests, rig_setup, rig_teardown);
 }

@@ -62,7 +62,8 @@ static pid_t spawn_member(struct rp_test_etcd *c, unsigned i, bool existing)
   struct rp_test_etcd_member *m = &c->m[i];
   char name[16], client[64], peer[64];
   snprintf(name, sizeof name, "m%u", i);
-  snprintf(client, sizeof client, "http://127.0.0.1:%u", m->client_port);
+  snprintf(client, sizeof client, "%s://127.0.0.1:%u", c->tls ? "https" : "http",
+           m->client_port);
   snprintf(peer, sizeof peer, "http://127.0.0.1:%u", m->peer_port);
   int out = open(m->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (out < 0)
@@ -76,7 +77,18 @@ static pid_t spawn_member(struct rp_test_etcd *c, unsigned i, bool existing)
       dup2(devnull, STDIN_FILENO);
     /* Elections in a fraction of a second, so the tests' leader kill is short; the
      * defaults (100 ms heartbeat, 1 s election) would do, only slower. */
-    execl(etcd_path(), etcd_path(), "--name", name, "--data-dir", m->data_dir,
+    if (c->tls)
+      execl(etcd_path(), etcd_path(), "--name", name, "--data-dir", m->data_dir,
+            "--listen-client-urls", client, "--advertise-client-urls", client,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", c->initial_cluster, "--initial-cluster-token",
+            "rampart-test", "--initial-cluster-state", existing ? "existing" : "new",
+            "--heartbeat-interval", "50", "--election-timeout", "500",
+            "--cert-file", c->server_cert, "--key-file", c->server_key,
+            "--client-cert-auth", "--trusted-ca-file", c->ca,
+            "--logger", "zap", "--log-level", "warn", (char *)NULL);
+    else
+      execl(etcd_path(), etcd_path(), "--name", name, "--data-dir", m->data_dir,
           "--listen-client-urls", client, "--advertise-client-urls", client,
           "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
           "--initial-cluster", c->initial_cluster, "--initial-cluster-token",
@@ -99,6 +111,15 @@ int rp_test_etcdctl(struct rp_test_etcd *c, const char *const *args, char *out,
   argv[n++] = c->endpoints;
   argv[n++] = "--dial-timeout=1s";
   argv[n++] = "--command-timeout=3s";
+  char cacert[700], cert[700], key[700];
+  if (c->tls) {
+    snprintf(cacert, sizeof cacert, "--cacert=%s", c->ca);
+    snprintf(cert, sizeof cert, "--cert=%s", c->client_cert);
+    snprintf(key, sizeof key, "--key=%s", c->client_key);
+    argv[n++] = cacert;
+    argv[n++] = cert;
+    argv[n++] = key;
+  }
   for (unsigned i = 0; args && args[i] && n < 31; i++)
     argv[n++] = args[i];
   argv[n] = NULL;
@@ -134,9 +155,75 @@ static void echo_logs(const struct rp_test_etcd *c)
   }
 }
 
+static int start_members(struct rp_test_etcd *c, const char *dir);
+
 int rp_test_etcd_start(struct rp_test_etcd *c, const char *dir)
 {
   memset(c, 0, sizeof *c);
+  return start_members(c, dir);
+}
+
+static int openssl(const char *const *args)
+{
+  char out[4096];
+  const char *argv[32] = { "/usr/bin/openssl" };
+  unsigned n = 1;
+  for (unsigned i = 0; args[i] && n < 31; i++)
+    argv[n++] = args[i];
+  argv[n] = NULL;
+  int st = rp_test_run_program(argv, out, sizeof out, 20000);
+  if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    fprintf(stderr, "openssl %s failed:\n%s\n", args[0], out);
+    return -1;
+  }
+  return 0;
+}
+
+/* A key and a certificate the CA signs, for 127.0.0.1, with the usages given. */
+static int issue(const struct rp_test_etcd *c, const char *dir, const char *name,
+                 const char *usage, char *cert, char *key)
+{
+  char csr[600], ext[600], text[256];
+  snprintf(cert, 600, "%s/%s.pem", dir, name);
+  snprintf(key, 600, "%s/%s.key", dir, name);
+  snprintf(csr, sizeof csr, "%s/%s.csr", dir, name);
+  snprintf(ext, sizeof ext, "%s/%s.ext", dir, name);
+  snprintf(text, sizeof text, "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=%s\n", usage);
+  if (rp_test_write_file(ext, text) < 0)
+    return -1;
+  const char *req[] = { "req", "-new", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", csr,
+                        "-subj", "/CN=127.0.0.1", NULL };
+  const char *sign[] = { "x509", "-req", "-in", csr, "-CA", c->ca, "-CAkey", c->server_key,
+                         "-CAcreateserial", "-days", "2", "-out", cert, "-extfile", ext, NULL };
+  return openssl(req) < 0 || openssl(sign) < 0 ? -1 : 0;
+}
+
+int rp_test_etcd_start_tls(struct rp_test_etcd *c, const char *dir)
+{
+  memset(c, 0, sizeof *c);
+  c->tls = true;
+  char ca_key[600];
+  snprintf(c->ca, sizeof c->ca, "%s/ca.pem", dir);
+  snprintf(ca_key, sizeof ca_key, "%s/ca.key", dir);
+  const char *ca[] = { "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                       "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", ca_key, "-out",
+                       c->ca, "-days", "2", "-subj", "/CN=rampart test CA", NULL };
+  if (openssl(ca) < 0)
+    return -1;
+  /* issue() signs with the key in server_key: the CA's, until the server's own. */
+  snprintf(c->server_key, sizeof c->server_key, "%s", ca_key);
+  char server_cert[600], server_key[600];
+  if (issue(c, dir, "client", "clientAuth", c->client_cert, c->client_key) < 0 ||
+      issue(c, dir, "server", "serverAuth,clientAuth", server_cert, server_key) < 0)
+    return -1;
+  snprintf(c->server_cert, sizeof c->server_cert, "%s", server_cert);
+  snprintf(c->server_key, sizeof c->server_key, "%s", server_key);
+  return start_members(c, dir);
+}
+
+static int start_members(struct rp_test_etcd *c, const char *dir)
+{
   snprintf(c->dir, sizeof c->dir, "%s", dir);
   size_t ep = 0, ic = 0;
   for (unsigned i = 0; i < RP_TEST_ETCD_MEMBERS; i++) {
@@ -147,8 +234,8 @@ int rp_test_etcd_start(struct rp_test_etcd *c, const char *dir)
       return -1;
     snprintf(m->data_dir, sizeof m->data_dir, "%s/etcd-m%u", dir, i);
     snprintf(m->log_path, sizeof m->log_path, "%s/etcd-m%u.log", dir, i);
-    ep += (size_t)snprintf(c->endpoints + ep, sizeof c->endpoints - ep, "%shttp://127.0.0.1:%u",
-                           i ? "," : "", m->client_port);
+    ep += (size_t)snprintf(c->endpoints + ep, sizeof c->endpoints - ep, "%s%s://127.0.0.1:%u",
+                           i ? "," : "", c->tls ? "https" : "http", m->client_port);
     ic += (size_t)snprintf(c->initial_cluster + ic, sizeof c->initial_cluster - ic,
                            "%sm%u=http://127.0.0.1:%u", i ? "," : "", i, m->peer_port);
   }
@@ -229,7 +316,8 @@ int rp_test_etcd_leader(struct rp_test_etcd *c)
     if (c->m[i].pid <= 0)
       continue;
     char ep[64], out[4096];
-    snprintf(ep, sizeof ep, "--endpoints=http://127.0.0.1:%u", c->m[i].client_port);
+    snprintf(ep, sizeof ep, "--endpoints=%s://127.0.0.1:%u", c->tls ? "https" : "http",
+             c->m[i].client_port);
     const char *argv[] = { etcdctl_path(), ep, "endpoint", "status", "-w", "fields", NULL };
     setenv("ETCDCTL_API", "3", 1);
     int st = rp_test_run_program(argv, out, sizeof out, 5000);

@@ -28,6 +28,9 @@ struct rp_test_etcd {
   char dir[512];
   char endpoints[256];     /* "http://127.0.0.1:A,http://127.0.0.1:B,http://127.0.0.1:C" */
   char initial_cluster[512];
+  /* rp_test_etcd_start_tls: clients must use https and a certificate the CA signed */
+  bool tls;
+  char ca[600], client_cert[600], client_key[600], server_cert[600], server_key[600];
 };
 
 /* NULL when etcd and etcdctl are installed, else why the test must skip. */
@@ -36,6 +39,11 @@ const char *rp_test_etcd_missing(void);
 /* Starts the three members under dir and waits (up to 20 s) until the cluster answers
  * a write. 0, or -1 with the members' logs echoed. */
 int rp_test_etcd_start(struct rp_test_etcd *c, const char *dir);
+/* The same with TLS on the client port and client certificates required: a CA, a
+ * server certificate for 127.0.0.1 and a client certificate are made with the openssl
+ * command under dir (c->ca, c->client_cert, c->client_key), and the endpoints are
+ * https://. */
+int rp_test_etcd_start_tls(struct rp_test_etcd *c, const char *dir);
 /* Stops every member still running (SIGTERM, then SIGKILL after 5 s). */
 void rp_test_etcd_stop(struct rp_test_etcd *c);
 
