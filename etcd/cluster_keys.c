@@ -3,10 +3,11 @@
 
 #include <ctype.h>
 #include <inttypes.h>
-#include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "etcd_libs.h"
 
 bool rp_cluster_name_ok(const char *name)
 {
@@ -52,7 +53,8 @@ int rp_cluster_registry_init(struct rp_cluster_registry *r, const char *cluster,
                              unsigned cap)
 {
   memset(r, 0, sizeof *r);
-  if (!rp_cluster_name_ok(cluster) || rp_cluster_prefix(r->prefix, sizeof r->prefix,
+  char err[300];
+  if (rp_etcd_libs_load(err, sizeof err) < 0 || !rp_cluster_name_ok(cluster) || rp_cluster_prefix(r->prefix, sizeof r->prefix,
                                                          cluster) < 0)
     return -1;
   r->servers = calloc(cap, sizeof *r->servers);

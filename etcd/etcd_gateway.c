@@ -1,16 +1,15 @@
 /* etcd's JSON gateway, spoken with libcurl and json-c (see etcd_gateway.h). */
 #include "etcd_gateway.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <json-c/json.h>
 #include <openssl/evp.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "etcd_libs.h"
 
 #define B64_LEN(n) (((n) + 2) / 3 * 4 + 1)
 #define BODY_MAX (B64_LEN(RP_ETCD_KEY_MAX) * 2 + B64_LEN(RP_ETCD_VALUE_MAX) + 256)
@@ -29,9 +28,6 @@ struct rp_etcd {
   /* a watch in progress: lines are handed on as they complete */
   struct watch_state *watch;
 };
-
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
 /* ---- base64, as the gateway carries bytes ------------------------------------------ */
 
@@ -118,7 +114,8 @@ static int parse_endpoints(struct rp_etcd *e, const char *list, char *err, size_
 
 struct rp_etcd *rp_etcd_new(const struct rp_etcd_options *o, char *err, size_t errlen)
 {
-  pthread_once(&curl_once, curl_init_once);
+  if (rp_etcd_libs_load(err, errlen) < 0)
+    return NULL;
   struct rp_etcd *e = calloc(1, sizeof *e);
   if (!e) {
     snprintf(err, errlen, "out of memory for an etcd client");

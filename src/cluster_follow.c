@@ -35,6 +35,7 @@ struct cluster_follow {
   struct rp_cluster_registry reg;
   uint64_t *refused_until_ms;               /* per registry entry */
   bool *unlisted;                           /* per registry entry: we told the engine */
+  bool *drain_refusal_logged;               /* per registry entry */
   struct rampart_stats *stats;              /* the engine's table, copied each pass */
   char members_written[RAMPART_MAX_SERVERS * RAMPART_ADDRESS_LEN];
   char err[600], msg[2048];
@@ -227,12 +228,39 @@ static bool is_member(const struct rampart_server_stats *s)
   return s->state != RAMPART_SERVER_REMOVED && s->state != RAMPART_SERVER_LOST;
 }
 
+static bool drain_announced(const struct rp_cluster_server *r)
+{
+  return r && r->registered && r->advertised && r->draining;
+}
+
+/* Members that announced a drain and are not draining yet are asked to (a drain that
+ * the others cannot hold is refused, and asked again on a later pass: a server added
+ * meanwhile may bring the room). A refusal is logged once a server. */
+static void request_drains(struct cluster_follow *f)
+{
+  struct rampart_stats *st = f->stats;
+  rampart_get_stats(f->e, st);
+  for (unsigned i = 0; i < st->nservers; i++) {
+    const struct rampart_server_stats *m = &st->servers[i];
+    int at = registry_index(&f->reg, m->address);
+    if (!is_member(m) || m->draining || at < 0 || !drain_announced(&f->reg.servers[at]))
+      continue;
+    int rc = rampart_server_drain(f->e, m->address, true, f->msg, sizeof f->msg);
+    if (rc == 0 || !f->drain_refusal_logged[at])
+      rp_log(rc < 0 ? RP_LOG_WARN : RP_LOG_INFO, "etcd: %s announced a drain: %s%s",
+             m->address, f->msg, rc < 0 ? " (asked again as the cluster changes)" : "");
+    f->drain_refusal_logged[at] = rc < 0;
+  }
+}
+
 /* One look at the registry against the device's servers: drains asked, keys gone, and
- * additions while fewer than count= take pages. */
+ * additions while fewer than count= take pages (a server that announced a drain counts
+ * as leaving, so its replacement comes first when the others lack the room). */
 static void reconcile(struct cluster_follow *f)
 {
   struct rampart_engine *e = f->e;
   struct rampart_stats *st = f->stats;
+  request_drains(f);
   rampart_get_stats(e, st);
   bool *taken = calloc(REGISTRY_MAX, sizeof *taken);
   if (!taken)
@@ -246,11 +274,6 @@ static void reconcile(struct cluster_follow *f)
     const struct rp_cluster_server *r = at >= 0 ? &f->reg.servers[at] : NULL;
     if (at >= 0)
       taken[at] = true;
-    if (r && r->registered && r->advertised && r->draining && !m->draining) {
-      int rc = rampart_server_drain(e, m->address, true, f->msg, sizeof f->msg);
-      rp_log(rc < 0 ? RP_LOG_WARN : RP_LOG_INFO, "etcd: %s announced a drain: %s",
-             m->address, f->msg);
-    }
     bool listed = r && r->registered;
     if (at >= 0 && listed == f->unlisted[at]) {
       f->unlisted[at] = !listed;
@@ -260,14 +283,14 @@ static void reconcile(struct cluster_follow *f)
              : "left the registry (its lease expired or it stopped): no new pages go "
                "there; it is not declared lost, its pages stay while it answers");
     }
-    if (!m->draining && listed && m->state == RAMPART_SERVER_UP)
+    if (!m->draining && !drain_announced(r) && listed && m->state == RAMPART_SERVER_UP)
       active++;
   }
   uint64_t now = now_ms();
   bool *excluded = calloc(REGISTRY_MAX, sizeof *excluded);
   for (unsigned i = 0; excluded && i < f->reg.n; i++)
     excluded[i] = f->refused_until_ms[i] > now;
-  unsigned adds = 0;
+  unsigned adds = 0, added = 0;
   int at;
   while (excluded && active < e->config.etcd_count && adds < ADDS_PER_PASS &&
          !atomic_load(&f->stopping) && (at = best_candidate(&f->reg, taken, excluded)) >= 0) {
@@ -283,10 +306,13 @@ static void reconcile(struct cluster_follow *f)
     }
     taken[at] = true;
     active++;
+    added++;
     rp_log(RP_LOG_INFO, "etcd: %s", f->msg);
   }
   free(excluded);
   free(taken);
+  if (added)
+    request_drains(f);
   /* The set as it is now, written down for an attach while etcd is down. */
   rampart_get_stats(e, st);
   char (*set)[RAMPART_ADDRESS_LEN] = calloc(RAMPART_MAX_SERVERS, RAMPART_ADDRESS_LEN);
@@ -397,6 +423,7 @@ int cluster_follow_start(struct rampart_engine *e, char *err, size_t errlen)
   if (!f || rp_cluster_registry_init(&f->reg, e->config.etcd_cluster, REGISTRY_MAX) < 0 ||
       !(f->refused_until_ms = calloc(REGISTRY_MAX, sizeof *f->refused_until_ms)) ||
       !(f->unlisted = calloc(REGISTRY_MAX, sizeof *f->unlisted)) ||
+      !(f->drain_refusal_logged = calloc(REGISTRY_MAX, sizeof *f->drain_refusal_logged)) ||
       !(f->stats = malloc(sizeof *f->stats))) {
     snprintf(err, errlen, "out of memory for the etcd follower");
     goto fail;
@@ -417,6 +444,7 @@ fail:
     rp_cluster_registry_free(&f->reg);
     free(f->refused_until_ms);
     free(f->unlisted);
+    free(f->drain_refusal_logged);
     free(f->stats);
     free(f);
   }
@@ -435,6 +463,7 @@ void cluster_follow_stop(struct rampart_engine *e)
   rp_cluster_registry_free(&f->reg);
   free(f->refused_until_ms);
   free(f->unlisted);
+  free(f->drain_refusal_logged);
   free(f->stats);
   free(f);
 }

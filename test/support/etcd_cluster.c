@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -70,6 +71,8 @@ static pid_t spawn_member(struct rp_test_etcd *c, unsigned i, bool existing)
     return -1;
   pid_t pid = fork();
   if (pid == 0) {
+    /* A test that fails stops nothing by hand: etcd goes with the test process. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     dup2(out, STDOUT_FILENO);
     dup2(out, STDERR_FILENO);
     int devnull = open("/dev/null", O_RDONLY);
