@@ -144,12 +144,25 @@ static int best_candidate(const struct rp_cluster_registry *r, const bool *taken
   return best;
 }
 
+unsigned cluster_follow_choose(const struct rp_cluster_registry *r, unsigned count,
+                               unsigned *out)
+{
+  bool *taken = calloc(r->n ? r->n : 1, sizeof *taken);
+  unsigned n = 0;
+  int at;
+  while (taken && n < count && (at = best_candidate(r, taken, NULL)) >= 0) {
+    taken[at] = true;
+    out[n++] = (unsigned)at;
+  }
+  free(taken);
+  return n;
+}
+
 struct rampart_config *cluster_follow_pick(const struct rampart_config *c, char *err,
                                            size_t errlen)
 {
   struct rampart_config *out = malloc(sizeof *out);
   struct rp_cluster_registry reg = { 0 };
-  bool *taken = NULL;
   struct rp_etcd *etcd = NULL;
   char path[4200], why[600] = "";
   if (!out) {
@@ -159,9 +172,10 @@ struct rampart_config *cluster_follow_pick(const struct rampart_config *c, char 
   *out = *c;
   out->nservers = 0;
   cache_path(c, path, sizeof path);
-  if (rp_cluster_registry_init(&reg, c->etcd_cluster, REGISTRY_MAX) < 0 ||
-      !(taken = calloc(REGISTRY_MAX, sizeof *taken))) {
-    snprintf(err, errlen, "out of memory");
+  if (rp_cluster_registry_init(&reg, c->etcd_cluster, REGISTRY_MAX) < 0) {
+    char why_libs[300] = "out of memory";
+    rp_etcd_available(why_libs, sizeof why_libs);
+    snprintf(err, errlen, "cluster=etcd://: %s", why_libs);
     goto fail;
   }
   etcd = etcd_client(c, why, sizeof why);
@@ -169,12 +183,12 @@ struct rampart_config *cluster_follow_pick(const struct rampart_config *c, char 
     unsigned registered = 0;
     for (unsigned i = 0; i < reg.n; i++)
       registered += reg.servers[i].registered;
-    int at;
-    while (out->nservers < c->etcd_count && (at = best_candidate(&reg, taken, NULL)) >= 0) {
-      taken[at] = true;
+    unsigned *chosen = calloc(REGISTRY_MAX, sizeof *chosen);
+    unsigned got = chosen ? cluster_follow_choose(&reg, c->etcd_count, chosen) : 0;
+    for (unsigned i = 0; i < got; i++)
       snprintf(out->servers[out->nservers++], RAMPART_ADDRESS_LEN, "%.*s",
-               RAMPART_ADDRESS_LEN - 1, reg.servers[at].address);
-    }
+               RAMPART_ADDRESS_LEN - 1, reg.servers[chosen[i]].address);
+    free(chosen);
     if (out->nservers == 0) {
       snprintf(err, errlen, "cluster=etcd://.../%s: etcd (%s) lists %u registered server%s "
                "and none can take pages now (none registered, or all draining or under "
@@ -203,12 +217,10 @@ struct rampart_config *cluster_follow_pick(const struct rampart_config *c, char 
   out->etcd_picked = true;
   rp_etcd_free(etcd);
   rp_cluster_registry_free(&reg);
-  free(taken);
   return out;
 fail:
   rp_etcd_free(etcd);
   rp_cluster_registry_free(&reg);
-  free(taken);
   free(out);
   return NULL;
 }

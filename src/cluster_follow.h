@@ -32,6 +32,14 @@ struct rampart_stats;
 struct rampart_config *cluster_follow_pick(const struct rampart_config *c, char *err,
                                            size_t errlen);
 
+/* The choice at attach, apart for tests: up to count entries of r (their indices in
+ * out, in the order chosen) that can take pages (registered, advertised, not draining,
+ * not under pressure, some memory free), one per failure domain before a second in any,
+ * the most free memory first. Returns how many. */
+struct rp_cluster_registry;
+unsigned cluster_follow_choose(const struct rp_cluster_registry *r, unsigned count,
+                               unsigned *out);
+
 /* Starts and stops the engine's follower (e->follow). 0 or -1 with err. */
 int cluster_follow_start(struct rampart_engine *e, char *err, size_t errlen);
 void cluster_follow_stop(struct rampart_engine *e);

@@ -480,6 +480,12 @@ static void msg_append(char *msg, size_t len, const char *line)
 
 int rampart_cluster_reload(struct rampart_engine *e, char *msg, size_t msglen)
 {
+  if (e->config.etcd_cluster[0]) {
+    msg_set(msg, msglen, "this device follows cluster %s in etcd (cluster=etcd://...): it "
+            "adds and removes servers as the registry changes, with no file to reload",
+            e->config.etcd_cluster);
+    return -EINVAL;
+  }
   if (!e->config.cluster_path[0]) {
     msg_set(msg, msglen, "this device lists its servers with servers=, not cluster=FILE: "
             "there is no file to reload; use add and remove");
