@@ -23,6 +23,8 @@
 #define REFUSED_RETRY_MS 60000u
 #define ADDS_PER_PASS 8u
 #define THREAD_STACK (256u * 1024u)
+#define RECORD_TTL_S 30u                    /* devices/ record: gone 30 s after a crash */
+#define RECORD_KEEPALIVE_MS 10000u
 
 struct cluster_follow {
   struct rampart_engine *e;
@@ -38,6 +40,13 @@ struct cluster_follow {
   bool *drain_refusal_logged;               /* per registry entry */
   struct rampart_stats *stats;              /* the engine's table, copied each pass */
   char members_written[RAMPART_MAX_SERVERS * RAMPART_ADDRESS_LEN];
+  /* devices/CLIENT/DEVICE: which servers this device uses, for operators (rampartctl
+   * cluster); never read by a device */
+  char record_key[RP_ETCD_KEY_MAX];
+  char record_value[RP_ETCD_VALUE_MAX];
+  int64_t record_lease;
+  bool record_due;
+  uint64_t record_kept_ms;
   char err[600], msg[2048];
 };
 
@@ -343,8 +352,43 @@ static void reconcile(struct cluster_follow *f)
     cache_path(&e->config, path, sizeof path);
     if (write_cache(path, e->config.etcd_cluster, set, n) == 0)
       memcpy(f->members_written, joined, jn + 1);
+    if (jn > 0)
+      joined[jn - 1] = '\0'; /* the last comma */
+    snprintf(f->record_value, sizeof f->record_value, "%.*s",
+             (int)sizeof f->record_value - 1, joined);
+    f->record_due = true;
   }
   free(set);
+}
+
+/* The device's record under a lease of its own: written when its set changes, kept
+ * alive every 10 s, revoked at close. A failure only waits for the next pass. */
+static void keep_record(struct cluster_follow *f)
+{
+  char err[300];
+  uint64_t now = now_ms();
+  if (f->record_lease && now - f->record_kept_ms >= RECORD_KEEPALIVE_MS) {
+    int64_t ttl = 0;
+    if (rp_etcd_lease_keepalive(f->etcd, f->record_lease, &ttl, err, sizeof err) < 0)
+      return;
+    f->record_kept_ms = now;
+    if (ttl == 0) {
+      f->record_lease = 0;
+      f->record_due = true;
+    }
+  }
+  if (!f->record_due || !f->record_value[0])
+    return;
+  if (!f->record_lease &&
+      rp_etcd_lease_grant(f->etcd, RECORD_TTL_S, &f->record_lease, err, sizeof err) < 0) {
+    f->record_lease = 0;
+    return;
+  }
+  if (rp_etcd_put(f->etcd, f->record_key, f->record_value, f->record_lease, err,
+                  sizeof err) == 0) {
+    f->record_due = false;
+    f->record_kept_ms = now;
+  }
 }
 
 static void on_event(void *arg, bool deleted, const char *key, const char *value)
@@ -403,6 +447,7 @@ static void *follow_thread(void *arg)
       down_logged = false;
       f->changed = false;
       reconcile(f);
+      keep_record(f);
     }
     int64_t next = 0;
     int rc = rp_etcd_watch_prefix(f->etcd, f->reg.prefix, rev + 1, on_event, on_live,
@@ -424,8 +469,13 @@ static void *follow_thread(void *arg)
     }
     f->changed = false;
     reconcile(f); /* after an event, or once a window: replacements after a loss */
+    keep_record(f);
   }
   atomic_store(&f->live, false);
+  if (f->record_lease) {
+    char err[300];
+    rp_etcd_lease_revoke(f->etcd, f->record_lease, err, sizeof err);
+  }
   return NULL;
 }
 
@@ -443,6 +493,13 @@ int cluster_follow_start(struct rampart_engine *e, char *err, size_t errlen)
   f->e = e;
   if (!(f->etcd = etcd_client(&e->config, err, errlen)))
     goto fail;
+  char host[64] = "host";
+  gethostname(host, sizeof host);
+  host[sizeof host - 1] = '\0';
+  char device[96];
+  snprintf(device, sizeof device, "%s/pid-%ld", host, (long)getpid());
+  rp_cluster_key(f->record_key, sizeof f->record_key, e->config.etcd_cluster, "devices",
+                 device);
   int rc = rp_thread_start(&f->thread, "rampart-etcd", THREAD_STACK, follow_thread, f);
   if (rc != 0) {
     snprintf(err, errlen, "cannot start the etcd follower: %s", strerror(rc));

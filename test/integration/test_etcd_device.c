@@ -396,6 +396,16 @@ static void test_forged_registration_refused(void **state)
   const struct rampart_server_stats *s = server_stats(r, forged->addr);
   assert_null(s);
   assert_int_equal(members(r), 3);
+  /* The device recorded its servers: rampartctl cluster counts it on each of them. */
+  char out[8192];
+  const char *ctl[] = { getenv("RAMPARTCTL"), "cluster", r->etcd.endpoints, CLUSTER, NULL };
+  until = rp_test_now_ms() + 10000;
+  do {
+    rp_test_run_program(ctl, out, sizeof out, 10000);
+  } while (!strstr(out, "1 device record") && rp_test_now_ms() < until);
+  print_message("%s", out);
+  assert_non_null(strstr(out, "1 device record"));
+  assert_non_null(strstr(out, "4 servers registered"));
   struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
   expect_clean("workload with a forged registration", &res);
   verify_all(r, "with a forged registration, every page");
