@@ -13,6 +13,8 @@
  *             candidate is added, so new servers and replacements after a loss come
  *             from etcd. A candidate that fails the handshake (a forged entry: no
  *             cluster key) is refused, named in the log, and not tried again for 60 s.
+ *             The set is recorded in devices/HOST/pid-PID under a lease of its own, for
+ *             rampartctl cluster.
  *
  * The data path never waits on etcd: an add connects in this thread, and etcd down only
  * stops the changes (rampart_pager_etcd_watch_live says so).
