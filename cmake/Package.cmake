@@ -28,7 +28,9 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 # system user. nbdfuse (libnbd-bin) is the fallback where the kernel has no NBD driver.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "nbdkit, nbd-client, kmod, procps, adduser")
-set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libnbd-bin")
+# libcurl4 and libjson-c5 are loaded (dlopen) only by rampartd --etcd and devices with
+# cluster=etcd://, so dpkg-shlibdeps does not see them (etcd/etcd_libs.c).
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libnbd-bin, libcurl4, libjson-c5")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "prometheus-node-exporter")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 # Stripped, as Debian ships binaries (the debug symbols are not packaged).

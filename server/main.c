@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "etcd_announce.h"
 #include "listener.h"
 #include "log.h"
 #include "metrics_http.h"
@@ -200,6 +201,24 @@ static int lock_memory(char *err, size_t errlen)
   return 0;
 }
 
+/* --etcd: the address devices are told is --advertise, or the bound one when that
+ * names this host (a wildcard does not). NULL after logging why. */
+static struct rps_announce *start_announcing(struct rps_server *srv, const char *bound)
+{
+  const char *advertise = srv->opt->advertise[0] ? srv->opt->advertise : bound;
+  if (!srv->opt->advertise[0] &&
+      (strncmp(bound, "0.0.0.0:", 8) == 0 || strncmp(bound, "[::]:", 5) == 0)) {
+    rp_log(RP_LOG_ERROR, "--etcd: this server listens on every address (%s); say which one "
+           "devices should use with --advertise HOST:PORT", bound);
+    return NULL;
+  }
+  char err[600];
+  struct rps_announce *a = rps_announce_start(srv, advertise, err, sizeof err);
+  if (!a)
+    rp_log(RP_LOG_ERROR, "%s", err);
+  return a;
+}
+
 static int run(const struct rps_options *opt)
 {
   char err[1024];
@@ -284,6 +303,13 @@ static int run(const struct rps_options *opt)
          cluster_key->len ? "cluster key required" : "no key, loopback only",
          (unsigned long long)opt->lease_seconds);
   rps_fault_announce(opt->test_fault);
+  struct rps_announce *announce = NULL;
+  if (opt->etcd_endpoints[0] && !(announce = start_announcing(&srv, bound))) {
+    rps_metrics_http_stop(metrics);
+    rps_server_cleanup(&srv);
+    ev_loop_destroy(loop);
+    return 1;
+  }
   if (ready_fd >= 0) {
     ssize_t ignored = write(ready_fd, "k", 1);
     (void)ignored;
@@ -297,6 +323,7 @@ static int run(const struct rps_options *opt)
 
   rps_server_run(&srv);
 
+  rps_announce_stop(announce); /* first: devices stop choosing a server that is going */
   rps_metrics_http_stop(metrics);
   rps_server_cleanup(&srv);
   rps_fault_release();

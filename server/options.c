@@ -11,12 +11,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cluster_keys.h"
 #include "parse.h"
 #include "wire.h"
 
-#define RAMPARTD_VERSION "0.1.0"
-
-enum kind { K_LISTEN, K_METRICS, K_SIZE, K_PATH, K_UINT, K_DOUBLE, K_FLAG, K_NAME, K_FAULT };
+enum kind { K_LISTEN, K_METRICS, K_SIZE, K_PATH, K_UINT, K_DOUBLE, K_FLAG, K_NAME, K_FAULT,
+             K_TEXT };
 
 struct option_def {
   const char *name;
@@ -46,6 +46,13 @@ static const struct option_def defs[] = {
   { "max-sessions-per-key", K_UINT, 1, 1u << 20 },
   { "mlock", K_FLAG, 0, 0 },
   { "test-fault", K_FAULT, 0, 0 },
+  { "etcd", K_TEXT, 0, 0 },
+  { "cluster", K_TEXT, 0, 0 },
+  { "advertise", K_TEXT, 0, 0 },
+  { "failure-domain", K_TEXT, 0, 0 },
+  { "etcd-cacert", K_PATH, 0, 0 },
+  { "etcd-cert", K_PATH, 0, 0 },
+  { "etcd-key", K_PATH, 0, 0 },
 };
 
 static const char usage[] =
@@ -83,6 +90,17 @@ static const char usage[] =
   "                             least --memory (systemd: LimitMEMLOCK=infinity) or\n"
   "                             CAP_IPC_LOCK (default off; the systemd unit turns it on)\n"
   "  --verbose                  log every connection and refusal\n"
+  "  --etcd URL,...             announce this server in etcd (its JSON gateway, v3 API):\n"
+  "                             http(s)://HOST:2379,...; devices with\n"
+  "                             cluster=etcd://... find it there (default: off)\n"
+  "  --cluster NAME             the cluster's name in etcd (keys /rampart/NAME/...)\n"
+  "  --advertise HOST:PORT      the address clients reach this server at (default:\n"
+  "                             the --listen address, when it is not a wildcard)\n"
+  "  --failure-domain NAME      what fails together (host, rack): devices spread each\n"
+  "                             group over domains (default: the host name)\n"
+  "  --etcd-cacert FILE, --etcd-cert FILE, --etcd-key FILE\n"
+  "                             TLS to etcd: its CA, and this server's client\n"
+  "                             certificate and key\n"
   "  --config FILE              read 'name = value' lines with the names above;\n"
   "                             the command line wins\n"
   "  --help, --version\n"
@@ -263,10 +281,21 @@ static int apply(struct rps_options *o, const struct option_def *d, const char *
   case K_PATH:
   case K_NAME: {
     char *dst = strcmp(d->name, "key") == 0 ? o->key_path
+              : strcmp(d->name, "etcd-cacert") == 0 ? o->etcd_cacert
+              : strcmp(d->name, "etcd-cert") == 0 ? o->etcd_cert
+              : strcmp(d->name, "etcd-key") == 0 ? o->etcd_key
               : strcmp(d->name, "pressure-file") == 0 ? o->pressure_file
               : strcmp(d->name, "meminfo-file") == 0 ? o->meminfo_file
               : strcmp(d->name, "pid-file") == 0 ? o->pid_file : o->name;
     size_t cap = d->kind == K_NAME ? sizeof o->name : PATH_MAX;
+    return copy_string(what, value, dst, cap, err, errlen);
+  }
+  case K_TEXT: {
+    char *dst = strcmp(d->name, "etcd") == 0 ? o->etcd_endpoints
+              : strcmp(d->name, "cluster") == 0 ? o->cluster
+              : strcmp(d->name, "advertise") == 0 ? o->advertise : o->failure_domain;
+    size_t cap = strcmp(d->name, "etcd") == 0 ? sizeof o->etcd_endpoints
+               : strcmp(d->name, "advertise") == 0 ? sizeof o->advertise : sizeof o->cluster;
     return copy_string(what, value, dst, cap, err, errlen);
   }
   case K_UINT:
@@ -398,6 +427,37 @@ static int split_arg(int argc, char **argv, int *i, char *name, size_t namelen,
   return 0;
 }
 
+/* --etcd needs --cluster; the other etcd options mean nothing without --etcd. */
+static int check_etcd(struct rps_options *o, char *err, size_t errlen)
+{
+  if (!o->etcd_endpoints[0]) {
+    if (o->cluster[0] || o->advertise[0] || o->etcd_cert[0] || o->etcd_cacert[0]) {
+      snprintf(err, errlen, "--cluster, --advertise and --etcd-* announce this server in "
+               "etcd: give --etcd http://HOST:2379 too, or leave them out");
+      return -1;
+    }
+    return 0;
+  }
+  if (!rp_cluster_name_ok(o->cluster)) {
+    snprintf(err, errlen, "--etcd needs --cluster NAME (letters, digits, '-', '_', '.'; at "
+             "most 63): the devices that use this server name the same cluster");
+    return -1;
+  }
+  if (o->advertise[0]) {
+    char host[256], port[16];
+    if (rp_parse_hostport(o->advertise, host, sizeof host, port, sizeof port, err,
+                          errlen) < 0)
+      return -1;
+  }
+  if ((o->etcd_cert[0] != 0) != (o->etcd_key[0] != 0)) {
+    snprintf(err, errlen, "--etcd-cert and --etcd-key go together: give both");
+    return -1;
+  }
+  if (!o->failure_domain[0])
+    snprintf(o->failure_domain, sizeof o->failure_domain, "%s", o->name);
+  return 0;
+}
+
 static int check_final(struct rps_options *o, char *err, size_t errlen)
 {
   if (!o->listen_host[0]) {
@@ -416,7 +476,7 @@ static int check_final(struct rps_options *o, char *err, size_t errlen)
     return -1;
   }
   o->memory -= o->memory % RP_PAGE_SIZE;
-  return 0;
+  return check_etcd(o, err, errlen);
 }
 
 enum rps_options_result rps_options_parse(int argc, char **argv, struct rps_options *o,

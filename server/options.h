@@ -15,6 +15,8 @@
 
 #include "fault_injection.h"
 
+#define RAMPARTD_VERSION "0.1.0"
+
 struct rps_options {
   char listen_host[256];
   char listen_port[16];         /* "0": pick an ephemeral port */
@@ -39,6 +41,12 @@ struct rps_options {
   uint32_t max_sessions_per_key;
   bool mlock;                   /* lock the page store (and the process) in RAM */
   enum rps_fault_mode test_fault; /* RPS_FAULT_NONE unless a test asks for a liar */
+  /* --etcd: announce this server in etcd (server/etcd_announce.c); "" when off */
+  char etcd_endpoints[1024];
+  char cluster[64];             /* --cluster NAME: keys under /rampart/NAME/ */
+  char advertise[128];          /* --advertise HOST:PORT; "": the bound address */
+  char failure_domain[64];      /* --failure-domain; default: the host name */
+  char etcd_cacert[PATH_MAX], etcd_cert[PATH_MAX], etcd_key[PATH_MAX];
 };
 
 enum rps_options_result {

@@ -98,6 +98,66 @@ int config_read_cluster_file(struct rampart_config *c, const char *path, char *e
   return parse_cluster_file(c, path, err, errlen);
 }
 
+unsigned config_server_count(const struct rampart_config *c)
+{
+  return c->nservers == 0 && c->etcd_cluster[0] ? c->etcd_count : c->nservers;
+}
+
+/* etcd://HOST:PORT[,HOST:PORT...]/NAME: the endpoints become http(s):// URLs (https
+ * when a TLS option is given, whichever order the keys come in: see
+ * config_etcd_scheme). */
+static int parse_etcd_cluster(struct rampart_config *c, const char *v, char *err,
+                              size_t errlen)
+{
+  const char *hosts = v + strlen("etcd://");
+  const char *slash = strrchr(hosts, '/');
+  if (!slash || slash == hosts || !slash[1] || strlen(slash + 1) >= sizeof c->etcd_cluster) {
+    snprintf(err, errlen, "cluster=%s: write cluster=etcd://HOST:2379[,HOST:2379...]/NAME, "
+             "NAME as given to rampartd --cluster", v);
+    return -1;
+  }
+  snprintf(c->etcd_cluster, sizeof c->etcd_cluster, "%s", slash + 1);
+  for (const char *p = c->etcd_cluster; *p; p++)
+    if (!(*p == '-' || *p == '_' || *p == '.' || (*p >= '0' && *p <= '9') ||
+          ((*p | 32) >= 'a' && (*p | 32) <= 'z'))) {
+      snprintf(err, errlen, "cluster=%s: the cluster name may hold letters, digits, '-', "
+               "'_' and '.'", v);
+      return -1;
+    }
+  size_t n = 0;
+  for (const char *p = hosts; p < slash;) {
+    size_t len = strcspn(p, ",");
+    if (p + len > slash)
+      len = (size_t)(slash - p);
+    if (len) {
+      char host[256], port[16], one[RAMPART_ADDRESS_LEN];
+      if (len >= sizeof one) {
+        snprintf(err, errlen, "cluster=%s: an etcd endpoint is too long", v);
+        return -1;
+      }
+      memcpy(one, p, len);
+      one[len] = '\0';
+      if (rp_parse_hostport(one, host, sizeof host, port, sizeof port, err, errlen) < 0)
+        return -1;
+      int w = snprintf(c->etcd_endpoints + n, sizeof c->etcd_endpoints - n, "%s%s", n ? "," : "",
+                       one);
+      if (w < 0 || (size_t)w >= sizeof c->etcd_endpoints - n) {
+        snprintf(err, errlen, "cluster=%s: too many etcd endpoints", v);
+        return -1;
+      }
+      n += (size_t)w;
+    }
+    p += len;
+    if (*p == ',')
+      p++;
+  }
+  if (!n) {
+    snprintf(err, errlen, "cluster=%s: no etcd endpoint before the /NAME", v);
+    return -1;
+  }
+  return 0;
+}
+
 static int parse_redundancy(const char *v, enum rampart_redundancy *out, char *err,
                             size_t errlen)
 {
@@ -149,6 +209,8 @@ static int set_servers(struct rampart_config *c, const char *key, const char *v,
 static int set_cluster(struct rampart_config *c, const char *key, const char *v, char *err,
                        size_t errlen)
 {
+  if (strncmp(v, "etcd://", 7) == 0)
+    return parse_etcd_cluster(c, v, err, errlen);
   if (copy_path(c->cluster_path, sizeof c->cluster_path, key, v, err, errlen) < 0)
     return -1;
   return parse_cluster_file(c, v, err, errlen);
@@ -168,6 +230,10 @@ PATH_SETTER(set_metrics_file, metrics_path)
 PATH_SETTER(set_control, control_path)
 PATH_SETTER(set_enckey, enckey_path)
 PATH_SETTER(set_state, state_path)
+PATH_SETTER(set_cluster_cache, cluster_cache)
+PATH_SETTER(set_etcd_cacert, etcd_cacert)
+PATH_SETTER(set_etcd_cert, etcd_cert)
+PATH_SETTER(set_etcd_key, etcd_key)
 #undef PATH_SETTER
 
 static int set_redundancy(struct rampart_config *c, const char *key, const char *v,
@@ -175,6 +241,20 @@ static int set_redundancy(struct rampart_config *c, const char *key, const char 
 {
   (void)key;
   return parse_redundancy(v, &c->redundancy, err, errlen);
+}
+
+static int set_count(struct rampart_config *c, const char *key, const char *v, char *err,
+                     size_t errlen)
+{
+  uint64_t n;
+  if (rp_parse_uint(key, v, RAMPART_MAX_SERVERS, &n, err, errlen) < 0)
+    return -1;
+  if (n == 0) {
+    snprintf(err, errlen, "count=0: a device needs at least one server");
+    return -1;
+  }
+  c->etcd_count = (unsigned)n;
+  return 0;
 }
 
 static int set_group(struct rampart_config *c, const char *key, const char *v, char *err,
@@ -319,9 +399,10 @@ void rampart_config_effective(const struct rampart_config *c, enum rampart_redun
                               unsigned *group)
 {
   enum rampart_redundancy r = c->redundancy;
+  unsigned nservers = config_server_count(c);
   if (r == RAMPART_REDUNDANCY_AUTO)
-    r = c->nservers >= 3 ? RAMPART_REDUNDANCY_PARITY_LOG
-        : c->nservers == 2 ? RAMPART_REDUNDANCY_MIRROR : RAMPART_REDUNDANCY_NONE;
+    r = nservers >= 3 ? RAMPART_REDUNDANCY_PARITY_LOG
+        : nservers == 2 ? RAMPART_REDUNDANCY_MIRROR : RAMPART_REDUNDANCY_NONE;
   unsigned s = c->group;
   switch (r) {
   case RAMPART_REDUNDANCY_MIRROR:
@@ -329,13 +410,13 @@ void rampart_config_effective(const struct rampart_config *c, enum rampart_redun
     break;
   case RAMPART_REDUNDANCY_PARITY_LOG:
     if (!s)
-      s = c->nservers > 1 ? c->nservers - 1 : 1;
+      s = nservers > 1 ? nservers - 1 : 1;
     if (s > 4 && !c->group)
       s = 4;
     break;
   default:
     if (!s)
-      s = c->nservers ? c->nservers : 1;
+      s = nservers ? nservers : 1;
     if (s > GROUP_MAX_DATA)
       s = GROUP_MAX_DATA;
     break;
@@ -369,6 +450,15 @@ int rampart_config_check(const struct rampart_config *c, char *err, size_t errle
     snprintf(err, errlen, "enckey= is given but encrypt=off: drop one of them");
     return -1;
   }
+  if (c->etcd_cluster[0] && c->nservers > 0 && !c->etcd_picked) {
+    snprintf(err, errlen, "cluster=etcd://... and servers= both list servers: give one");
+    return -1;
+  }
+  if ((c->etcd_cert[0] != 0) != (c->etcd_key[0] != 0)) {
+    snprintf(err, errlen, "etcd-cert= and etcd-key= go together: give both");
+    return -1;
+  }
+  unsigned nservers = config_server_count(c);
   enum rampart_redundancy r;
   unsigned s;
   rampart_config_effective(c, &r, &s);
@@ -376,23 +466,23 @@ int rampart_config_check(const struct rampart_config *c, char *err, size_t errle
    * server of their own. */
   bool parity = redundancy_policy_of(r)->parity;
   unsigned needed = parity ? s + 1 : 1;
-  if (parity && c->nservers < needed && c->redundancy != RAMPART_REDUNDANCY_AUTO) {
+  if (parity && nservers < needed && c->redundancy != RAMPART_REDUNDANCY_AUTO) {
     snprintf(err, errlen, "redundancy=%s with group=%u needs at least %u servers, %u given: "
              "list more servers or choose a smaller group", rampart_redundancy_name(r), s,
-             needed, c->nservers);
+             needed, nservers);
     return -1;
   }
-  if (parity && c->nservers < needed) { /* auto chose parity-log; group= asks too much */
+  if (parity && nservers < needed) { /* auto chose parity-log; group= asks too much */
     snprintf(err, errlen, "group=%u needs %u servers for parity-log, %u given: lower group=",
-             s, needed, c->nservers);
+             s, needed, nservers);
     return -1;
   }
-  if (c->nservers == 0 && c->state_path[0]) {
+  if (nservers == 0 && c->state_path[0]) {
     snprintf(err, errlen, "state= needs servers: a standalone device's pages live in the "
              "pager's own memory and die with it; give servers= or cluster=, or drop state=");
     return -1;
   }
-  if (c->nservers == 0 && c->redundancy != RAMPART_REDUNDANCY_AUTO &&
+  if (nservers == 0 && c->redundancy != RAMPART_REDUNDANCY_AUTO &&
       c->redundancy != RAMPART_REDUNDANCY_NONE) {
     snprintf(err, errlen, "redundancy=%s needs servers: give servers= or cluster=, or drop "
              "redundancy= for a standalone RAM disk", rampart_redundancy_name(c->redundancy));

@@ -40,7 +40,18 @@ struct rampart_config {
   unsigned io_timeout_ms;     /* io-timeout=; only if io_timeout_given, else the lease */
   bool io_timeout_given;
   bool size_given;
+  /* cluster=etcd://ENDPOINTS/NAME (src/cluster_follow.c): the servers come from etcd */
+  char etcd_endpoints[1024];  /* "http://a:2379,http://b:2379"; "": no etcd */
+  char etcd_cluster[64];      /* NAME */
+  unsigned etcd_count;        /* count=: the placement set's size (default 32) */
+  char etcd_cacert[4096], etcd_cert[4096], etcd_key[4096]; /* TLS to etcd */
+  char cluster_cache[4096];   /* cluster-cache=: the last set, for attaches without etcd */
+  bool etcd_picked;           /* servers[] were chosen from etcd (or its cache) at open */
 };
+
+/* The servers the device will have: those listed, or count= when etcd chooses them at
+ * open. */
+unsigned config_server_count(const struct rampart_config *c);
 
 /* The policy and group size the engine will use, after applying defaults for the
  * number of servers. group is 1 for mirror. */

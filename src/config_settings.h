@@ -25,7 +25,23 @@
   X("servers", set_servers, NULL, \
     "servers=HOST:PORT,...     memory servers (rampartd)\n") \
   X("cluster", set_cluster, NULL, \
-    "cluster=FILE              file listing servers, one HOST:PORT per line\n") \
+    "cluster=FILE              file listing servers, one HOST:PORT per line\n" \
+    "cluster=etcd://HOST:PORT[,HOST:PORT...]/NAME\n" \
+    "                          servers from etcd (rampartd --etcd ... --cluster NAME):\n" \
+    "                          the count= with most free memory, spread over failure\n" \
+    "                          domains; followed while the device runs\n") \
+  X("count", set_count, "32", \
+    "count=N                   placement set size with cluster=etcd:// (default 32)\n") \
+  X("cluster-cache", set_cluster_cache, NULL, \
+    "cluster-cache=PATH        the last set etcd gave, for an attach while etcd is down\n" \
+    "                          (default: STATE.servers with state=, else\n" \
+    "                          /var/lib/rampart/cluster-NAME.servers)\n") \
+  X("etcd-cacert", set_etcd_cacert, NULL, \
+    "etcd-cacert=FILE          CA certificate for TLS to etcd (https)\n") \
+  X("etcd-cert", set_etcd_cert, NULL, \
+    "etcd-cert=FILE            client certificate for etcd (with etcd-key=)\n") \
+  X("etcd-key", set_etcd_key, NULL, \
+    "etcd-key=FILE             client certificate's key for etcd (with etcd-cert=)\n") \
   X("key", set_key, NULL, \
     "key=FILE                  cluster key shared with the servers\n") \
   X("redundancy", set_redundancy, "auto", \

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster_follow.h"
 #include "control_socket.h"
 #include "engine_internal.h"
 #include "engine_state.h"
@@ -706,6 +707,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
                             (e->pages + 63) / 64 * 8 + group_table_memory_bytes(&e->groups);
   for (unsigned i = 0; i < e->set.nservers; i++)
     st->client_memory_bytes += (uint64_t)e->set.servers[i].slots.capacity * sizeof(uint32_t);
+  cluster_follow_stats(e, st);
 }
 
 void rampart_get_stats(struct rampart_engine *e, struct rampart_stats *stats)
@@ -880,8 +882,31 @@ static int engine_open_sealer(struct rampart_engine *e, char *err, size_t errlen
   return r;
 }
 
+static struct rampart_engine *open_engine(const struct rampart_config *config, char *err,
+                                         size_t errlen);
+
+/* cluster=etcd://: the servers are chosen from etcd first, and followed once open. */
 struct rampart_engine *rampart_open(const struct rampart_config *config, char *err,
                                     size_t errlen)
+{
+  if (!config->etcd_cluster[0] || config->etcd_picked)
+    return open_engine(config, err, errlen);
+  if (rampart_config_check(config, err, errlen) < 0)
+    return NULL;
+  struct rampart_config *picked = cluster_follow_pick(config, err, errlen);
+  if (!picked)
+    return NULL;
+  struct rampart_engine *e = open_engine(picked, err, errlen);
+  free(picked);
+  if (e && cluster_follow_start(e, err, errlen) < 0) {
+    rampart_close(e);
+    return NULL;
+  }
+  return e;
+}
+
+static struct rampart_engine *open_engine(const struct rampart_config *config, char *err,
+                                          size_t errlen)
 {
   if (rampart_config_check(config, err, errlen) < 0)
     return NULL;
@@ -990,7 +1015,8 @@ void rampart_close(struct rampart_engine *e)
 {
   if (!e)
     return;
-  control_socket_close(e->control); /* first: its commands need the I/O thread */
+  cluster_follow_stop(e); /* first: it adds and drains servers through the I/O thread */
+  control_socket_close(e->control); /* its commands need the I/O thread too */
   if (e->thread_started) {
     atomic_store(&e->stopping, true);
     ev_async_send(e->loop, &e->wake);

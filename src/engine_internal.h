@@ -99,6 +99,7 @@ struct server {
    * block the loop nor allocate in getaddrinfo (addr_len 0: not known yet). */
   struct sockaddr_storage addr;
   socklen_t addr_len;
+  bool unlisted;                /* its etcd registration is gone: placed on no more */
   enum rampart_server_state state;
   struct rp_conn *conn;
   uint8_t token[RP_TOKEN_LEN];
@@ -311,6 +312,7 @@ struct rampart_engine {
   struct page_mover *mover;
   ev_prepare mover_watcher;
   struct control_socket *control; /* control=, or NULL */
+  struct cluster_follow *follow;  /* cluster=etcd://, or NULL (cluster_follow.c) */
 
   uint64_t ticks;
   uint32_t read_errors_logged;  /* this second; see page_read.c */
@@ -380,6 +382,10 @@ int server_set_pool_new(struct rampart_engine *e, unsigned n, char *err, size_t 
 void server_set_close(struct rampart_engine *e);
 bool server_usable_for_reads(const struct server *s);
 bool server_usable_for_placement(const struct server *s);
+/* cluster_follow.c: a server whose etcd registration went (listed false) takes no new
+ * pages, and is not declared lost for it; listed true undoes that. */
+void server_membership_set_listed(struct rampart_engine *e, const char *address,
+                                  bool listed);
 unsigned server_set_placeable(const struct rampart_engine *e);
 /* A request for a server that cannot take it now: a write or free waits for its session
  * while it reconnects; anything else completes at once with RP_ERR_DISCONNECTED. */

@@ -51,6 +51,18 @@ static void failure_metrics(struct prom_out *o, const struct rampart_stats *st)
          "Reads that failed with EIO.", (double)st->read_errors);
   prom_metric(o, "rampart_pager_integrity_failures_total", "counter",
          "Stored pages that failed verification.", (double)st->integrity_failures);
+  if (st->etcd_following) {
+    prom_metric(o, "rampart_pager_etcd_watch_live", "gauge",
+           "1 while the device's watch of its cluster in etcd (cluster=etcd://) is "
+           "established; 0 while etcd cannot be reached (the device serves on, and "
+           "follows the cluster again once it can).", st->etcd_watch_live ? 1.0 : 0.0);
+    prom_metric(o, "rampart_pager_etcd_events_total", "counter",
+           "Changes to the cluster's registry in etcd the device has seen.",
+           (double)st->etcd_events);
+    prom_metric(o, "rampart_pager_etcd_watch_restarts_total", "counter",
+           "Times the etcd watch ended with an error and was started again.",
+           (double)st->etcd_watch_restarts);
+  }
   prom_metric(o, "rampart_pager_servers_reconnecting", "gauge",
          "Servers whose connection dropped and that are not yet declared lost.",
          (double)st->servers_reconnecting);

@@ -51,6 +51,13 @@ enum rampart_redundancy {
  *   size=SIZE             device size (required), a multiple of 4 KiB
  *   servers=H:P,H:P,...   memory servers; or
  *   cluster=FILE          one HOST:PORT a line, '#' comments
+ *   cluster=etcd://HOST:PORT[,HOST:PORT...]/NAME  the servers rampartd --etcd announces
+ *                         under NAME: count= of them, followed while the device runs
+ *   count=N               placement set size with cluster=etcd:// (default 32)
+ *   cluster-cache=PATH    the last set etcd gave, for an attach while etcd is down
+ *   etcd-cacert=FILE      CA certificate for TLS to etcd
+ *   etcd-cert=FILE        client certificate for etcd (with etcd-key=)
+ *   etcd-key=FILE         its key
  *   key=FILE              cluster key (required when servers are not on loopback)
  *   redundancy=none|mirror|parity-log|write-through   (default: auto)
  *   group=S               data pages per parity group (default: min(4, servers-1))
@@ -272,6 +279,10 @@ struct rampart_stats {
   uint64_t moves_by_reason[RAMPART_MOVE_REASONS];  /* pages moves started, since open */
   uint64_t latency_count[RAMPART_LATENCY_OPS][RAMPART_LATENCY_BUCKETS];
   uint64_t latency_sum_ns[RAMPART_LATENCY_OPS];
+  /* cluster=etcd:// (cluster_follow.c): following at all, the watch established now,
+   * registry events seen and watches started again since open */
+  bool etcd_following, etcd_watch_live;
+  uint64_t etcd_events, etcd_watch_restarts;
 };
 
 void rampart_get_stats(struct rampart_engine *engine, struct rampart_stats *stats);

@@ -401,6 +401,27 @@ void server_membership_pass_done(struct rampart_engine *e)
   }
 }
 
+/* ---- listed in etcd, or not ------------------------------------------------------------- */
+
+struct listed_call {
+  const char *address;
+  bool listed;
+};
+
+static void listed_set(struct rampart_engine *e, void *arg)
+{
+  struct listed_call *c = arg;
+  struct server *s = server_set_find(e, c->address);
+  if (s)
+    s->unlisted = !c->listed;
+}
+
+void server_membership_set_listed(struct rampart_engine *e, const char *address, bool listed)
+{
+  struct listed_call c = { .address = address, .listed = listed };
+  engine_call(e, listed_set, &c);
+}
+
 /* ---- reload ------------------------------------------------------------------------------ */
 
 struct members_call {
@@ -459,6 +480,12 @@ static void msg_append(char *msg, size_t len, const char *line)
 
 int rampart_cluster_reload(struct rampart_engine *e, char *msg, size_t msglen)
 {
+  if (e->config.etcd_cluster[0]) {
+    msg_set(msg, msglen, "this device follows cluster %s in etcd (cluster=etcd://...): it "
+            "adds and removes servers as the registry changes, with no file to reload",
+            e->config.etcd_cluster);
+    return -EINVAL;
+  }
   if (!e->config.cluster_path[0]) {
     msg_set(msg, msglen, "this device lists its servers with servers=, not cluster=FILE: "
             "there is no file to reload; use add and remove");

@@ -27,7 +27,8 @@ bool server_usable_for_reads(const struct server *s)
 
 bool server_usable_for_placement(const struct server *s)
 {
-  return s->state == RAMPART_SERVER_UP && !s->advised && !s->suspect && !s->leaving && s->conn &&
+  return s->state == RAMPART_SERVER_UP && !s->advised && !s->suspect && !s->leaving &&
+         !s->unlisted && s->conn &&
          rp_conn_is_connected(s->conn) && slot_allocator_available(&s->slots) > 0;
 }
 

@@ -24,6 +24,7 @@
 
 #include "auth.h"
 #include "client.h"
+#include "cluster_list.h"
 #include "device_control.h"
 #include "parse.h"
 
@@ -57,7 +58,11 @@ static const char USAGE[] =
     "                              drain, then forget the server\n"
     "  device SOCKET reload        read the device's cluster= file again: add the servers\n"
     "                              new there, remove those no longer listed\n"
-    "  swap on|off|status ...      attach a rampart device as swap, or take it away\n"
+    "  cluster ETCD-URL,... NAME [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
+  "                              the servers registered in etcd for cluster NAME\n"
+  "                              (rampartd --etcd): address, failure domain, capacity,\n"
+  "                              free memory, pressure, draining, devices using each\n"
+  "  swap on|off|status ...      attach a rampart device as swap, or take it away\n"
     "                              (runs rampart-swap; 'rampartctl swap --help' for more)\n"
     "\n"
     "options:\n"
@@ -597,5 +602,8 @@ int main(int argc, char **argv)
     return cmd_device(argc - 2, argv + 2);
   if (strcmp(cmd, "bench") == 0)
     return cmd_bench(argc - 2, argv + 2);
-  return usage_error("unknown command '%s': use keygen, stat, bench, device or swap", cmd);
+  if (strcmp(cmd, "cluster") == 0)
+    return cluster_list_main(argc - 2, argv + 2);
+  return usage_error("unknown command '%s': use keygen, stat, bench, device, cluster or "
+                     "swap", cmd);
 }

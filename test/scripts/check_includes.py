@@ -40,7 +40,7 @@ LAYERS = {
                      "server_health", "parity_group", "placement_order", "page_map",
                      "page_seal", "crash_point", "redundancy_policy"],
     "engine API": ["rampart", "config", "config_settings", "engine", "page_rmw",
-                   "control_socket", "server_membership", "stats_report", "metrics_report",
+                   "control_socket", "server_membership", "cluster_follow", "stats_report", "metrics_report",
                    "stats_file", "pager_standby", "process_hygiene", "event_arena"],
 }
 RANK = {m: i for i, mods in enumerate(LAYERS.values()) for m in mods}

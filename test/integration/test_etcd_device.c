@@ -1,0 +1,424 @@
+/* A device that follows its cluster in etcd (cluster=etcd://, src/cluster_follow.c),
+ * against a real three-member etcd and real rampartd --etcd servers, every byte read
+ * back against a shadow copy while readers and writers run:
+ *   - attach picks the registered servers; a rampartd registered mid-run takes pages;
+ *     kill -9 of a member is rebuilt, its key expires, and its replacement comes from
+ *     etcd;
+ *   - a drain announced by a server (SIGUSR1) empties it through the device, nothing lost;
+ *   - the etcd leader killed, then all of etcd stopped for 10 s: no request fails, the
+ *     watch metric says so and the watch resumes; an attach with etcd down uses the set
+ *     written down;
+ *   - a forged registration (a listener without the cluster key) is refused, named in
+ *     the log, and nothing is lost.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine_cluster.h"
+#include "etcd_cluster.h"
+#include "etcd_gateway.h"
+#include "rampart.h"
+#include "server_process.h"
+#include "shadow_device.h"
+
+#define PAGES 4096u /* 16 MiB */
+#define CLUSTER "dev"
+
+struct rig {
+  struct rp_test_etcd etcd;
+  struct rp_test_cluster cluster;
+  const char *member_args[8];
+  char etcd_dir[512], etcd_url[300], cache[700], psi[700];
+  struct rp_test_shadow dev;
+  struct rp_test_server extra[4];
+  unsigned nextra;
+  struct rp_etcd *client;
+};
+
+/* ---- the engine's log, kept for the tests to search -------------------------------------- */
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[1 << 16];
+static size_t log_len;
+
+static void log_sink(int level, const char *line)
+{
+  pthread_mutex_lock(&log_lock);
+  int n = snprintf(log_text + log_len, sizeof log_text - log_len, "%s\n", line);
+  if (n > 0 && log_len + (size_t)n < sizeof log_text)
+    log_len += (size_t)n;
+  pthread_mutex_unlock(&log_lock);
+  fprintf(stderr, "engine: %s\n", line);
+}
+
+static bool log_has(const char *a, const char *b)
+{
+  pthread_mutex_lock(&log_lock);
+  bool found = false;
+  for (const char *p = log_text; !found && (p = strstr(p, a)); p++) {
+    const char *eol = strchr(p, '\n');
+    const char *bol = p;
+    while (bol > log_text && bol[-1] != '\n')
+      bol--;
+    const char *hit = strstr(bol, b);
+    found = hit && (!eol || hit < eol);
+  }
+  pthread_mutex_unlock(&log_lock);
+  return found;
+}
+
+/* ---- the rig ------------------------------------------------------------------------------ */
+
+static struct rig *rig_start(unsigned servers, const char *count)
+{
+  struct rig *r = calloc(1, sizeof *r);
+  assert_non_null(r);
+  rampart_set_log_sink(log_sink);
+  assert_int_equal(rp_test_tmpdir(r->etcd_dir, sizeof r->etcd_dir), 0);
+  assert_int_equal(rp_test_etcd_start(&r->etcd, r->etcd_dir), 0);
+  char err[300];
+  struct rp_etcd_options eo = { .endpoints = r->etcd.endpoints, .timeout_ms = 2000,
+                                .reply_max = 1 << 20 };
+  r->client = rp_etcd_new(&eo, err, sizeof err);
+  assert_non_null(r->client);
+  r->member_args[0] = "--etcd";
+  r->member_args[1] = r->etcd.endpoints;
+  r->member_args[2] = "--cluster";
+  r->member_args[3] = CLUSTER;
+  r->member_args[4] = NULL;
+  assert_int_equal(rp_test_cluster_start_args(&r->cluster, servers, "48M", r->member_args), 0);
+  /* etcd://127.0.0.1:A,127.0.0.1:B,127.0.0.1:C/NAME */
+  size_t n = (size_t)snprintf(r->etcd_url, sizeof r->etcd_url, "etcd://");
+  for (unsigned i = 0; i < RP_TEST_ETCD_MEMBERS; i++)
+    n += (size_t)snprintf(r->etcd_url + n, sizeof r->etcd_url - n, "%s127.0.0.1:%u",
+                          i ? "," : "", r->etcd.m[i].client_port);
+  snprintf(r->etcd_url + n, sizeof r->etcd_url - n, "/%s", CLUSTER);
+  snprintf(r->cache, sizeof r->cache, "%s/cluster.servers", r->cluster.dir);
+  snprintf(r->psi, sizeof r->psi, "%s/calm.psi", r->cluster.dir);
+  assert_int_equal(rp_test_write_file(r->psi, RP_TEST_PSI_CALM), 0);
+  /* Registered within a second of starting; the device reads the registry once. */
+  rp_test_sleep_ms(1500);
+  struct rp_test_cluster view = r->cluster;
+  view.n = 0;
+  const char *extra[] = { "key", r->cluster.key_path, "tmpdir", r->cluster.dir,
+                          "cluster", r->etcd_url, "count", count, "cluster-cache", r->cache,
+                          "lease", "2", "timeout", "1000", NULL };
+  struct rampart_engine *e = rp_test_engine_open(&view, PAGES, extra);
+  rp_test_shadow_init(&r->dev, e, PAGES);
+  rp_test_shadow_fill(&r->dev, 0xe7cd);
+  return r;
+}
+
+static void rig_stop(struct rig *r)
+{
+  rp_test_shadow_destroy(&r->dev);
+  for (unsigned i = 0; i < r->nextra; i++)
+    if (r->extra[i].pid > 0)
+      rp_test_server_stop(&r->extra[i]);
+  rp_etcd_free(r->client);
+  rp_test_etcd_stop(&r->etcd);
+  rp_test_tmpdir_remove(r->etcd_dir);
+  rp_test_cluster_stop(&r->cluster); /* removes its directory */
+  rampart_set_log_sink(NULL);
+  free(r);
+}
+
+/* One more rampartd with the cluster's key, registered in etcd. */
+static struct rp_test_server *start_extra(struct rig *r, const char *key_path)
+{
+  assert_true(r->nextra < 4);
+  struct rp_test_server *s = &r->extra[r->nextra++];
+  const char *args[] = { "--memory", "48M", "--key", key_path, "--pressure-file", r->psi,
+                         "--etcd", r->etcd.endpoints, "--cluster", CLUSTER, NULL };
+  assert_int_equal(rp_test_server_start(s, r->cluster.dir, args), 0);
+  return s;
+}
+
+static struct rampart_stats the_stats;
+
+static const struct rampart_server_stats *server_stats(struct rig *r, const char *address)
+{
+  rampart_get_stats(r->dev.engine, &the_stats);
+  const struct rampart_server_stats *found = NULL;
+  for (unsigned i = 0; i < the_stats.nservers; i++)
+    if (strcmp(the_stats.servers[i].address, address) == 0)
+      found = &the_stats.servers[i];
+  return found;
+}
+
+static unsigned members(struct rig *r)
+{
+  rampart_get_stats(r->dev.engine, &the_stats);
+  unsigned n = 0;
+  for (unsigned i = 0; i < the_stats.nservers; i++)
+    n += the_stats.servers[i].state == RAMPART_SERVER_UP;
+  return n;
+}
+
+static bool found_key;
+static void on_key(void *arg, const char *key, const char *value)
+{
+  found_key = true;
+}
+
+/* Milliseconds until address's servers/ key is (or is not) in etcd, or -1. */
+static long wait_registered(struct rig *r, const char *address, bool want, unsigned max_ms)
+{
+  char key[256], err[300];
+  snprintf(key, sizeof key, "/rampart/%s/servers/%s", CLUSTER, address);
+  uint64_t t0 = rp_test_now_ms();
+  while (rp_test_now_ms() - t0 < max_ms) {
+    found_key = false;
+    if (rp_etcd_range_prefix(r->client, key, on_key, NULL, NULL, err, sizeof err) == 0 &&
+        found_key == want)
+      return (long)(rp_test_now_ms() - t0);
+    rp_test_sleep_ms(100);
+  }
+  return -1;
+}
+
+/* Milliseconds until address holds a page of the device, or -1 after max_ms. */
+static long wait_pages_on(struct rig *r, const char *address, unsigned max_ms)
+{
+  uint64_t t0 = rp_test_now_ms();
+  while (rp_test_now_ms() - t0 < max_ms) {
+    const struct rampart_server_stats *s = server_stats(r, address);
+    if (s && s->state == RAMPART_SERVER_UP && s->pages_stored > 0)
+      return (long)(rp_test_now_ms() - t0);
+    rp_test_sleep_ms(50);
+  }
+  return -1;
+}
+
+static void expect_clean(const char *what, const struct rp_test_shadow_result *res)
+{
+  char line[512];
+  rp_test_shadow_describe(res, line, sizeof line);
+  print_message("%s: %s\n", what, line);
+  assert_int_equal(res->read_failures, 0);
+  assert_int_equal(res->write_failures, 0);
+  assert_int_equal(res->mismatches, 0);
+}
+
+static void verify_all(struct rig *r, const char *what)
+{
+  struct rp_test_shadow_result res;
+  uint64_t failed = rp_test_shadow_verify(&r->dev, &res);
+  expect_clean(what, &res);
+  assert_int_equal(failed, 0);
+}
+
+#define NEED_ETCD() do { const char *why = rp_test_etcd_missing(); \
+    if (why) { print_message("skipped: %s\n", why); skip(); } } while (0)
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+static void test_attach_new_server_and_replacement(void **state)
+{
+  NEED_ETCD();
+  struct rig *r = rig_start(3, "4");
+  assert_int_equal(members(r), 3);
+  rp_test_shadow_start(&r->dev, 2, 2, 8, 0x42);
+  /* A server registered mid-run is added (count=4 > 3) and takes pages. */
+  uint64_t t0 = rp_test_now_ms();
+  struct rp_test_server *s4 = start_extra(r, r->cluster.key_path);
+  long took = wait_pages_on(r, s4->addr, 20000);
+  print_message("a new rampartd registered: first page there after %llu ms\n",
+                (unsigned long long)(rp_test_now_ms() - t0));
+  assert_true(took >= 0);
+  assert_int_equal(members(r), 4);
+  /* kill -9 of a member: rebuilt by the data path, its key expires, and a replacement
+   * comes from etcd once one is registered. */
+  char killed[96];
+  snprintf(killed, sizeof killed, "%s", r->cluster.servers[0].addr);
+  rp_test_server_kill(&r->cluster.servers[0]);
+  struct rp_test_server *s5 = start_extra(r, r->cluster.key_path);
+  t0 = rp_test_now_ms();
+  took = wait_pages_on(r, s5->addr, 30000);
+  print_message("replacement after kill -9: first page on the new server after %llu ms\n",
+                (unsigned long long)(rp_test_now_ms() - t0));
+  assert_true(took >= 0);
+  /* The killed server's key expires with its lease. */
+  long expired = wait_registered(r, killed, false, 15000);
+  print_message("kill -9: its key gone from etcd %ld ms after the replacement took pages\n",
+                expired);
+  assert_true(expired >= 0);
+  /* A live member whose key goes is placed on no more, and not declared lost. */
+  struct rp_test_server *unlisted = &r->cluster.servers[1];
+  char key[256], err[300];
+  snprintf(key, sizeof key, "/rampart/%s/servers/%s", CLUSTER, unlisted->addr);
+  assert_int_equal(rp_etcd_delete(r->client, key, err, sizeof err), 0);
+  uint64_t until = rp_test_now_ms() + 10000;
+  while (rp_test_now_ms() < until && !log_has(unlisted->addr, "left the registry"))
+    rp_test_sleep_ms(100);
+  assert_true(log_has(unlisted->addr, "left the registry"));
+  uint64_t stored_before = server_stats(r, unlisted->addr)->pages_stored;
+  rp_test_sleep_ms(2000); /* writers keep writing */
+  const struct rampart_server_stats *us = server_stats(r, unlisted->addr);
+  print_message("unlisted server: %llu pages stored, %llu two seconds of writes later\n",
+                (unsigned long long)stored_before, (unsigned long long)us->pages_stored);
+  assert_int_equal(us->state, RAMPART_SERVER_UP);
+  assert_true(us->pages_stored <= stored_before);
+  struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
+  expect_clean("workload through a new server, a kill -9, a replacement and an unlisting",
+               &res);
+  rampart_get_stats(r->dev.engine, &the_stats);
+  assert_int_equal(the_stats.pages_lost, 0);
+  verify_all(r, "after the replacement, every page");
+  rig_stop(r);
+}
+
+static void test_drain_announced(void **state)
+{
+  NEED_ETCD();
+  /* Five registered, four taken: the fifth is the room the drain needs (the other three
+   * alone may lack it, and the device then takes the spare from etcd first). */
+  struct rig *r = rig_start(5, "4");
+  assert_int_equal(members(r), 4);
+  rp_test_shadow_start(&r->dev, 1, 1, 8, 0x43);
+  struct rp_test_server *leaving = NULL;
+  for (unsigned i = 0; i < 5 && !leaving; i++) {
+    const struct rampart_server_stats *m = server_stats(r, r->cluster.servers[i].addr);
+    if (m && m->state == RAMPART_SERVER_UP)
+      leaving = &r->cluster.servers[i];
+  }
+  assert_non_null(leaving);
+  const struct rampart_server_stats *s = server_stats(r, leaving->addr);
+  assert_non_null(s);
+  assert_true(s->pages_stored > 0);
+  assert_int_equal(kill(leaving->pid, SIGUSR1), 0);
+  uint64_t t0 = rp_test_now_ms();
+  bool removed = false;
+  while (!removed && rp_test_now_ms() - t0 < 30000) {
+    s = server_stats(r, leaving->addr);
+    removed = s && s->state == RAMPART_SERVER_REMOVED;
+    rp_test_sleep_ms(100);
+  }
+  print_message("drain announced: removed from the device after %llu ms\n",
+                (unsigned long long)(rp_test_now_ms() - t0));
+  assert_true(removed);
+  assert_true(log_has(leaving->addr, "announced a drain"));
+  struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
+  expect_clean("workload during the drain", &res);
+  /* It holds nothing of ours: stopping it costs no read. */
+  rp_test_server_kill(leaving);
+  rampart_get_stats(r->dev.engine, &the_stats);
+  uint64_t degraded_before = the_stats.pages_degraded_reads;
+  verify_all(r, "after the drain, with the drained server killed");
+  rampart_get_stats(r->dev.engine, &the_stats);
+  assert_int_equal(the_stats.pages_degraded_reads, degraded_before);
+  assert_int_equal(the_stats.pages_lost, 0);
+  rig_stop(r);
+}
+
+static bool watch_live(struct rig *r)
+{
+  rampart_get_stats(r->dev.engine, &the_stats);
+  assert_true(the_stats.etcd_following);
+  return the_stats.etcd_watch_live;
+}
+
+static void test_etcd_leader_killed_then_all_down(void **state)
+{
+  NEED_ETCD();
+  struct rig *r = rig_start(3, "3");
+  uint64_t until = rp_test_now_ms() + 5000;
+  while (!watch_live(r) && rp_test_now_ms() < until)
+    rp_test_sleep_ms(50);
+  assert_true(watch_live(r));
+  rp_test_shadow_start(&r->dev, 2, 2, 8, 0x44);
+  int leader = rp_test_etcd_leader(&r->etcd);
+  assert_true(leader >= 0);
+  assert_int_equal(rp_test_etcd_member_kill(&r->etcd, (unsigned)leader), 0);
+  rp_test_sleep_ms(2000);
+  for (unsigned i = 0; i < RP_TEST_ETCD_MEMBERS; i++)
+    if (r->etcd.m[i].pid > 0)
+      assert_int_equal(rp_test_etcd_member_stop(&r->etcd, i), 0);
+  until = rp_test_now_ms() + 5000;
+  while (watch_live(r) && rp_test_now_ms() < until)
+    rp_test_sleep_ms(50);
+  assert_false(watch_live(r));
+  rp_test_sleep_ms(10000);
+  struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
+  expect_clean("workload with etcd's leader killed, then all of etcd stopped 10 s", &res);
+  assert_true(res.writes > 0 && res.reads > 0);
+  /* An attach while etcd is down uses the set written down. */
+  const char *args_cache[] = { "key", r->cluster.key_path, "tmpdir", r->cluster.dir,
+                               "cluster", r->etcd_url, "count", "3", "cluster-cache",
+                               r->cache, NULL };
+  struct rp_test_cluster view = r->cluster;
+  view.n = 0;
+  struct rampart_engine *second = rp_test_engine_open(&view, 256, args_cache);
+  assert_true(log_has("attaching with the last set", r->cache));
+  static uint8_t page[RAMPART_PAGE_SIZE], back[RAMPART_PAGE_SIZE];
+  memset(page, 0x5a, sizeof page);
+  assert_int_equal(rampart_pwrite(second, page, sizeof page, 4096, 0), 0);
+  assert_int_equal(rampart_pread(second, back, sizeof back, 4096), 0);
+  assert_memory_equal(page, back, sizeof page);
+  rampart_close(second);
+  /* etcd back: the watch resumes. */
+  for (unsigned i = 0; i < RP_TEST_ETCD_MEMBERS; i++)
+    assert_int_equal(rp_test_etcd_member_start(&r->etcd, i), 0);
+  assert_int_equal(rp_test_etcd_wait_healthy(&r->etcd, 20000), 0);
+  until = rp_test_now_ms() + 15000;
+  while (!watch_live(r) && rp_test_now_ms() < until)
+    rp_test_sleep_ms(100);
+  assert_true(watch_live(r));
+  assert_true(the_stats.etcd_watch_restarts > 0);
+  verify_all(r, "etcd back, every page");
+  rig_stop(r);
+}
+
+static void test_forged_registration_refused(void **state)
+{
+  NEED_ETCD();
+  struct rig *r = rig_start(3, "4");
+  /* A real rampartd with another key, registered as if it belonged. */
+  char other_key[600];
+  assert_int_equal(rp_test_write_key(r->cluster.dir, "other.key", other_key, sizeof other_key,
+                                     NULL), 0);
+  rp_test_shadow_start(&r->dev, 1, 1, 8, 0x45);
+  struct rp_test_server *forged = start_extra(r, other_key);
+  uint64_t until = rp_test_now_ms() + 15000;
+  while (rp_test_now_ms() < until && !log_has(forged->addr, "refused"))
+    rp_test_sleep_ms(100);
+  assert_true(log_has(forged->addr, "refused"));
+  const struct rampart_server_stats *s = server_stats(r, forged->addr);
+  assert_null(s);
+  assert_int_equal(members(r), 3);
+  /* The device recorded its servers: rampartctl cluster counts it on each of them. */
+  char out[8192];
+  const char *ctl[] = { getenv("RAMPARTCTL"), "cluster", r->etcd.endpoints, CLUSTER, NULL };
+  until = rp_test_now_ms() + 10000;
+  do {
+    rp_test_run_program(ctl, out, sizeof out, 10000);
+  } while (!strstr(out, "1 device record") && rp_test_now_ms() < until);
+  print_message("%s", out);
+  assert_non_null(strstr(out, "1 device record"));
+  assert_non_null(strstr(out, "4 servers registered"));
+  struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
+  expect_clean("workload with a forged registration", &res);
+  verify_all(r, "with a forged registration, every page");
+  rig_stop(r);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_attach_new_server_and_replacement),
+    cmocka_unit_test(test_drain_announced),
+    cmocka_unit_test(test_etcd_leader_killed_then_all_down),
+    cmocka_unit_test(test_forged_registration_refused),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
