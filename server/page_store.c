@@ -24,7 +24,8 @@
  * mapped. Resident memory is the stored pages, at most the warm pool, and metadata,
  * whatever the churn; under memory pressure the server empties the pool and keeps
  * none (rps_store_keep_warm). Pages of a whole session that ends go back at once: that
- * is not churn.
+ * is not churn. Pages that go back together (a FREE of many slots, a shrink, a session's
+ * end) are given back in runs of adjacent pages, one madvise per run.
  *
  * The pages are other hosts' memory, so they are treated as secrets (issue 14): chunks
  * are excluded from core dumps (MADV_DONTDUMP), every page is wiped (OPENSSL_cleanse)
