@@ -24,7 +24,8 @@
  * mapped. Resident memory is the stored pages, at most the warm pool, and metadata,
  * whatever the churn; under memory pressure the server empties the pool and keeps
  * none (rps_store_keep_warm). Pages of a whole session that ends go back at once: that
- * is not churn.
+ * is not churn. Pages that go back together (a FREE of many slots, a shrink, a session's
+ * end) are given back in runs of adjacent pages, one madvise per run.
  *
  * The pages are other hosts' memory, so they are treated as secrets (docs/security.md): chunks
  * are excluded from core dumps (MADV_DONTDUMP), every page is wiped (OPENSSL_cleanse)
@@ -81,6 +82,12 @@ struct rps_store {
   uint64_t *warm;
   uint32_t warm_count, warm_max;
   bool warm_off;           /* memory pressure: keep none */
+  /* Freed pages not yet given back: one run of adjacent pages of one chunk, so that a
+   * FREE of many slots, a shrink or a session's end costs one madvise per run rather
+   * than one per page. Empty (NULL chunk) whenever a public function returns, as a page
+   * in it may be handed out again by the next write. */
+  struct chunk *give_back_chunk;
+  uint8_t *give_back_start, *give_back_end;
 };
 
 struct leaf {
@@ -174,6 +181,8 @@ static struct chunk *chunk_map(struct rps_store *s)
 
 static void chunk_unmap(struct rps_store *s, struct chunk *c)
 {
+  if (s->give_back_chunk == c)
+    s->give_back_chunk = NULL; /* munmap gives those pages back with the rest */
   avail_remove(s, c);
   munmap(c->base, (size_t)c->npages * RP_PAGE_SIZE);
   s->chunks[c->index] = NULL;
@@ -204,17 +213,42 @@ static uint64_t page_alloc(struct rps_store *s)
   return c->index * RPS_CHUNK_PAGES + pos + 1;
 }
 
-/* Gives a freed page's frame back to the host. Advice only: if the kernel refuses,
- * the page stays resident and is reused as is. */
-static void page_give_back(struct rps_store *s, uint8_t *page)
+/* Gives the frames of the pending run of freed pages back to the host. Advice only: if
+ * the kernel refuses, the pages stay resident and are reused as they are. */
+static void give_back_flush(struct rps_store *s)
 {
+  if (!s->give_back_chunk)
+    return;
+  uint8_t *start = s->give_back_start;
+  size_t len = (size_t)(s->give_back_end - start);
+  s->give_back_chunk = NULL;
   if (!s->locked) {
-    (void)madvise(page, RP_PAGE_SIZE, MADV_DONTNEED);
+    (void)madvise(start, len, MADV_DONTNEED);
     return;
   }
-  if (!s->dontneed_refused && madvise(page, RP_PAGE_SIZE, MADV_DONTNEED_LOCKED) < 0 &&
+  if (!s->dontneed_refused && madvise(start, len, MADV_DONTNEED_LOCKED) < 0 &&
       errno == EINVAL)
     s->dontneed_refused = true;
+}
+
+/* Adds a freed page of chunk c to the pending run, or gives that run back first when
+ * the page does not extend it. */
+static void page_give_back(struct rps_store *s, struct chunk *c, uint8_t *page)
+{
+  if (s->give_back_chunk == c) {
+    if (page == s->give_back_end) {
+      s->give_back_end += RP_PAGE_SIZE;
+      return;
+    }
+    if (page + RP_PAGE_SIZE == s->give_back_start) {
+      s->give_back_start = page;
+      return;
+    }
+  }
+  give_back_flush(s);
+  s->give_back_chunk = c;
+  s->give_back_start = page;
+  s->give_back_end = page + RP_PAGE_SIZE;
 }
 
 /* Returns a page no slot holds (not counted as stored) to its chunk, wiped, and its
@@ -238,7 +272,7 @@ static void page_return(struct rps_store *s, uint64_t id_plus_one)
     avail_remove(s, c);
     avail_push_tail(s, c);
   }
-  page_give_back(s, page);
+  page_give_back(s, c, page);
 }
 
 /* A page that no slot holds any more. keep_warm: the client freed it and will likely
@@ -256,6 +290,7 @@ static void release_warm(struct rps_store *s)
 {
   while (s->warm_count > 0)
     page_return(s, s->warm[--s->warm_count]);
+  give_back_flush(s);
 }
 
 void rps_store_keep_warm(struct rps_store *s, bool keep)
@@ -396,6 +431,7 @@ static void clear_range(struct rps_store *s, struct rps_account *a, uint64_t fro
                      (uint32_t)(end - li * LEAF_SLOTS), keep_warm);
     from = end;
   }
+  give_back_flush(s);
 }
 
 /* Resizes the root to nleaves entries; the caller has already emptied any leaf that

@@ -364,6 +364,37 @@ static void test_freed_pages_go_back_to_the_host(void **state)
   rps_store_destroy(s);
 }
 
+static void test_a_freed_run_goes_back_and_spares_its_neighbours(void **state)
+{
+  /* A FREE of many slots gives their pages back in runs of adjacent pages: the run
+   * must cover exactly the freed pages, never a neighbour still stored. */
+  const uint64_t n = 4 * RPS_CHUNK_PAGES, from = 100, count = 3 * RPS_CHUNK_PAGES;
+  struct rps_account *a;
+  struct rps_store *s = store_written(n, n, &a);
+  char msg[256];
+  uint64_t rss_full = process_resident_bytes();
+  assert_int_equal(rps_store_free(s, a, from, count, msg, sizeof msg), RP_OK);
+  uint64_t rss_freed = process_resident_bytes();
+  struct rps_store_stats st;
+  rps_store_get_stats(s, &st);
+  assert_int_equal(st.stored_pages, n - count);
+  assert_int_equal(st.warm_pages, n / 16);
+  uint64_t released = count - st.warm_pages;
+  assert_true(rss_freed + released * RP_PAGE_SIZE * 9 / 10 <= rss_full);
+  for (uint64_t i = 0; i < n; i++) {
+    if (i >= from && i < from + count)
+      assert_int_equal(read_status(s, a, i), RP_ERR_NOT_FOUND);
+    else
+      assert_page(s, a, i, (uint32_t)i);
+  }
+  for (uint64_t i = from; i < from + count; i++)
+    write_tag(s, a, i, (uint32_t)(i + 11));
+  for (uint64_t i = 0; i < n; i++)
+    assert_page(s, a, i, (uint32_t)(i >= from && i < from + count ? i + 11 : i));
+  rps_account_destroy(s, a);
+  rps_store_destroy(s);
+}
+
 static void test_warm_pages_are_reused_without_faults(void **state)
 {
   /* Under parity-log churn a client frees about a page for every page it writes: the
@@ -504,6 +535,7 @@ int main(void)
     cmocka_unit_test(test_capacity_returned_after_session_free),
     cmocka_unit_test(test_resident_bytes_per_page),
     cmocka_unit_test(test_freed_pages_go_back_to_the_host),
+    cmocka_unit_test(test_a_freed_run_goes_back_and_spares_its_neighbours),
     cmocka_unit_test(test_warm_pages_are_reused_without_faults),
     cmocka_unit_test(test_pressure_empties_the_warm_pool),
     cmocka_unit_test(test_last_chunk_is_short),
