@@ -479,6 +479,20 @@ static void *follow_thread(void *arg)
   return NULL;
 }
 
+/* Frees what cluster_follow_start made, whichever part it got to (NULL: nothing). */
+static void follow_free(struct cluster_follow *f)
+{
+  if (!f)
+    return;
+  rp_etcd_free(f->etcd);
+  rp_cluster_registry_free(&f->reg);
+  free(f->refused_until_ms);
+  free(f->unlisted);
+  free(f->drain_refusal_logged);
+  free(f->stats);
+  free(f);
+}
+
 int cluster_follow_start(struct rampart_engine *e, char *err, size_t errlen)
 {
   struct cluster_follow *f = calloc(1, sizeof *f);
@@ -508,15 +522,7 @@ int cluster_follow_start(struct rampart_engine *e, char *err, size_t errlen)
   e->follow = f;
   return 0;
 fail:
-  if (f) {
-    rp_etcd_free(f->etcd);
-    rp_cluster_registry_free(&f->reg);
-    free(f->refused_until_ms);
-    free(f->unlisted);
-    free(f->drain_refusal_logged);
-    free(f->stats);
-    free(f);
-  }
+  follow_free(f);
   return -1;
 }
 
@@ -528,13 +534,7 @@ void cluster_follow_stop(struct rampart_engine *e)
   atomic_store(&f->stopping, true);
   pthread_join(f->thread, NULL);
   e->follow = NULL;
-  rp_etcd_free(f->etcd);
-  rp_cluster_registry_free(&f->reg);
-  free(f->refused_until_ms);
-  free(f->unlisted);
-  free(f->drain_refusal_logged);
-  free(f->stats);
-  free(f);
+  follow_free(f);
 }
 
 void cluster_follow_stats(const struct rampart_engine *e, struct rampart_stats *st)

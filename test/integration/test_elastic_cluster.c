@@ -79,23 +79,13 @@ static void print_stats(struct rig *r)
   print_message("%s", report);
 }
 
-static void expect_clean(const char *what, const struct rp_test_shadow_result *res)
-{
-  char line[512];
-  rp_test_shadow_describe(res, line, sizeof line);
-  print_message("%s: %s\n", what, line);
-  assert_int_equal(res->read_failures, 0);
-  assert_int_equal(res->write_failures, 0);
-  assert_int_equal(res->mismatches, 0);
-}
-
 static void verify_clean(struct rig *r, const char *what)
 {
   struct rp_test_shadow_result res;
   uint64_t failed = rp_test_shadow_verify(&r->dev, &res);
   char label[256];
   snprintf(label, sizeof label, "%s, every page read back", what);
-  expect_clean(label, &res);
+  rp_test_shadow_expect_clean(label, &res);
   assert_int_equal(failed, 0);
 }
 
@@ -140,7 +130,7 @@ static void test_an_added_server_takes_new_groups_under_load(void **state)
   expect_msg(r->msg, "added");
   rp_test_sleep_ms(2500);
   struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
-  expect_clean("writes and reads across the add", &res);
+  rp_test_shadow_expect_clean("writes and reads across the add", &res);
 
   static struct rampart_stats st;
   rampart_get_stats(e, &st);
@@ -194,7 +184,7 @@ static void test_a_drained_server_can_be_stopped_without_a_degraded_read(void **
   wait_drained(r, leaving, false, 60);
   uint64_t took = rp_test_now_ms() - t0;
   struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
-  expect_clean("writes and reads across the drain", &res);
+  rp_test_shadow_expect_clean("writes and reads across the drain", &res);
   rampart_get_stats(e, &after);
   const struct rampart_server_stats *s = server_stats(&after, leaving);
   print_message("drained in %llu ms: %llu pages moved for the drain; the server holds %llu "
@@ -233,7 +223,7 @@ static void test_remove_drains_then_ends_the_session(void **state)
   expect_msg(r->msg, "removed once drained");
   wait_drained(r, leaving->addr, true, 60);
   struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
-  expect_clean("writes and reads across the removal", &res);
+  rp_test_shadow_expect_clean("writes and reads across the removal", &res);
   verify_clean(r, "after the removal");
 
   /* Its session was ended with GOODBYE: the server holds no reservation for us. */
@@ -426,7 +416,7 @@ static void test_reload_adds_one_and_removes_one_through_the_control_socket(void
   assert_int_equal(rc, 0);
   expect_msg(out, "removed ");
   struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
-  expect_clean("writes and reads across the reload", &res);
+  rp_test_shadow_expect_clean("writes and reads across the reload", &res);
   verify_clean(r, "after the reload");
 
   static struct rampart_stats st;

@@ -200,21 +200,11 @@ static long wait_pages_on(struct rig *r, const char *address, unsigned max_ms)
   return -1;
 }
 
-static void expect_clean(const char *what, const struct rp_test_shadow_result *res)
-{
-  char line[512];
-  rp_test_shadow_describe(res, line, sizeof line);
-  print_message("%s: %s\n", what, line);
-  assert_int_equal(res->read_failures, 0);
-  assert_int_equal(res->write_failures, 0);
-  assert_int_equal(res->mismatches, 0);
-}
-
 static void verify_all(struct rig *r, const char *what)
 {
   struct rp_test_shadow_result res;
   uint64_t failed = rp_test_shadow_verify(&r->dev, &res);
-  expect_clean(what, &res);
+  rp_test_shadow_expect_clean(what, &res);
   assert_int_equal(failed, 0);
 }
 
@@ -270,7 +260,7 @@ static void test_attach_new_server_and_replacement(void **state)
   assert_int_equal(us->state, RAMPART_SERVER_UP);
   assert_true(us->pages_stored <= stored_before);
   struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
-  expect_clean("workload through a new server, a kill -9, a replacement and an unlisting",
+  rp_test_shadow_expect_clean("workload through a new server, a kill -9, a replacement and an unlisting",
                &res);
   rampart_get_stats(r->dev.engine, &the_stats);
   assert_int_equal(the_stats.pages_lost, 0);
@@ -309,7 +299,7 @@ static void test_drain_announced(void **state)
   assert_true(removed);
   assert_true(log_has(leaving->addr, "announced a drain"));
   struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
-  expect_clean("workload during the drain", &res);
+  rp_test_shadow_expect_clean("workload during the drain", &res);
   /* It holds nothing of ours: stopping it costs no read. */
   rp_test_server_kill(leaving);
   rampart_get_stats(r->dev.engine, &the_stats);
@@ -350,7 +340,7 @@ static void test_etcd_leader_killed_then_all_down(void **state)
   assert_false(watch_live(r));
   rp_test_sleep_ms(10000);
   struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
-  expect_clean("workload with etcd's leader killed, then all of etcd stopped 10 s", &res);
+  rp_test_shadow_expect_clean("workload with etcd's leader killed, then all of etcd stopped 10 s", &res);
   assert_true(res.writes > 0 && res.reads > 0);
   /* An attach while etcd is down uses the set written down. */
   const char *args_cache[] = { "key", r->cluster.key_path, "tmpdir", r->cluster.dir,
@@ -407,7 +397,7 @@ static void test_forged_registration_refused(void **state)
   assert_non_null(strstr(out, "1 device record"));
   assert_non_null(strstr(out, "4 servers registered"));
   struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
-  expect_clean("workload with a forged registration", &res);
+  rp_test_shadow_expect_clean("workload with a forged registration", &res);
   verify_all(r, "with a forged registration, every page");
   rig_stop(r);
 }

@@ -1,10 +1,15 @@
 /* Readers and writers over an engine device with a shadow copy (shadow_device.h). */
 #include "shadow_device.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <cmocka.h>
 
 #define PAGE RAMPART_PAGE_SIZE
 #define MAX_DEPTH 32u
@@ -290,4 +295,14 @@ void rp_test_shadow_describe(const struct rp_test_shadow_result *r, char *out, s
            (unsigned long long)r->write_failures, (unsigned long long)r->mismatches,
            (double)r->max_latency_us / 1000.0, r->first_failure[0] ? "; first: " : "",
            r->first_failure);
+}
+
+void rp_test_shadow_expect_clean(const char *what, const struct rp_test_shadow_result *r)
+{
+  char line[512];
+  rp_test_shadow_describe(r, line, sizeof line);
+  print_message("%s: %s\n", what, line);
+  assert_int_equal(r->read_failures, 0);
+  assert_int_equal(r->write_failures, 0);
+  assert_int_equal(r->mismatches, 0);
 }

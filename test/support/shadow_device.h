@@ -64,4 +64,8 @@ uint64_t rp_test_shadow_verify(struct rp_test_shadow *d, struct rp_test_shadow_r
 /* One line: "N reads, N writes, N failed, N wrong, longest N ms". */
 void rp_test_shadow_describe(const struct rp_test_shadow_result *r, char *out, size_t outlen);
 
+/* Prints "WHAT: " and that line, then fails the test (cmocka) unless no read or write
+ * failed and no page read back wrong. */
+void rp_test_shadow_expect_clean(const char *what, const struct rp_test_shadow_result *r);
+
 #endif
