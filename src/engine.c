@@ -63,8 +63,31 @@ static void request_page_ended(struct page_op *op, int result)
   struct rampart_io *io = op->io;
   if (result < 0 && io->result == 0)
     io->result = result;
-  if (--io->pages_pending == 0)
+  if (--io->pages_pending != 0)
+    return;
+  struct rampart_engine *e = op->engine;
+  if (!e->defer_completions) {
     io->done(io, io->result);
+    return;
+  }
+  io->next = NULL; /* free once its last page started (engine_start_ios) */
+  if (e->done_tail)
+    e->done_tail->next = io;
+  else
+    e->done_head = io;
+  e->done_tail = io;
+}
+
+/* The requests the last pass of the loop completed, in the order they completed. */
+static void deliver_completions(struct rampart_engine *e)
+{
+  struct rampart_io *io = e->done_head;
+  e->done_head = e->done_tail = NULL;
+  while (io) {
+    struct rampart_io *next = io->next; /* io belongs to its caller once done runs */
+    io->done(io, io->result);
+    io = next;
+  }
 }
 
 static const struct page_op_owner frontend_request = {
@@ -356,6 +379,8 @@ static void on_mover_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 static void loop_release(struct ev_loop *loop)
 {
   struct rampart_engine *e = ev_userdata(loop);
+  deliver_completions(e);
+  e->defer_completions = false; /* a request started inline completes in its own pass */
   e->loop_sleeping = true;
   pthread_mutex_unlock(&e->lock);
 }
@@ -365,6 +390,7 @@ static void loop_acquire(struct ev_loop *loop)
   struct rampart_engine *e = ev_userdata(loop);
   pthread_mutex_lock(&e->lock);
   e->loop_sleeping = false;
+  e->defer_completions = true;
 }
 
 static void *io_thread_main(void *arg)
@@ -372,6 +398,8 @@ static void *io_thread_main(void *arg)
   struct rampart_engine *e = arg;
   pthread_mutex_lock(&e->lock);
   ev_run(e->loop, 0);
+  deliver_completions(e);
+  e->defer_completions = false;
   e->loop_sleeping = false; /* no loop to run a request started inline from now on */
   pthread_mutex_unlock(&e->lock);
   return NULL;
@@ -386,7 +414,8 @@ static unsigned loop_changes(const struct rampart_engine *e)
   return n;
 }
 
-/* Starts io on the calling frontend thread, if the I/O thread sleeps in its poll: true
+/* Starts io and the requests linked after it on the calling frontend thread, if the I/O
+ * thread sleeps in its poll: true
  * when done (the reply still comes through the loop). The loop must be woken when the
  * start left it something it does not know of yet: a watcher started, or an op parked
  * until a parity buffer, a move or a server frees up (only the loop's passes start
@@ -400,7 +429,11 @@ static bool submit_inline(struct rampart_engine *e, struct rampart_io *io)
     return false;
   }
   unsigned changes = loop_changes(e);
-  io_begin(e, io);
+  while (io) {
+    struct rampart_io *next = io->next; /* io may complete, and be reused, in io_begin */
+    io_begin(e, io);
+    io = next;
+  }
   server_transport_flush(e);
   if (e->spill)
     spill_store_flush_submissions(e->spill);
@@ -414,12 +447,25 @@ static bool submit_inline(struct rampart_engine *e, struct rampart_io *io)
 
 void rampart_submit(struct rampart_engine *e, struct rampart_io *io)
 {
-  if (submit_inline(e, io))
+  io->next = NULL;
+  rampart_submit_list(e, io);
+}
+
+void rampart_submit_list(struct rampart_engine *e, struct rampart_io *first)
+{
+  if (!first || submit_inline(e, first))
     return;
+  /* incoming is a stack, taken in reverse: pushed newest first, the list keeps its order */
+  struct rampart_io *top = NULL, *last = first;
+  for (struct rampart_io *io = first, *next; io; io = next) {
+    next = io->next;
+    io->next = top;
+    top = io;
+  }
   struct rampart_io *head = atomic_load(&e->incoming);
   do
-    io->next = head;
-  while (!atomic_compare_exchange_weak(&e->incoming, &head, io));
+    last->next = head;
+  while (!atomic_compare_exchange_weak(&e->incoming, &head, top));
   if (!head)
     ev_async_send(e->loop, &e->wake);
 }

@@ -291,6 +291,12 @@ struct rampart_engine {
    * rp_conn_loop_changes): a frontend that changed them wakes the loop to see them. */
   pthread_mutex_t lock;
   bool loop_sleeping;
+  /* Requests that completed during one pass of the loop, handed to their frontends
+   * together just before it polls again (engine.c, deliver_completions), so that a
+   * frontend woken by the first finds the whole batch: fewer wakes per reply.
+   * defer_completions: the I/O thread is inside a pass (read and written under `lock`). */
+  bool defer_completions;
+  struct rampart_io *done_head, *done_tail;
   unsigned loop_changes;
   /* thread hand-over: frontend threads that find the engine busy push onto `incoming`
    * (lock-free stack) and wake the I/O thread */

@@ -175,6 +175,10 @@ struct rampart_io {
 };
 
 void rampart_submit(struct rampart_engine *engine, struct rampart_io *io);
+/* Several requests at once, linked through next (NULL-terminated): one lock and one
+ * send per server for the whole list, where rampart_submit would take them per request.
+ * For a frontend that is handed requests in batches (a ublk queue's completions). */
+void rampart_submit_list(struct rampart_engine *engine, struct rampart_io *first);
 
 /* Blocking forms, for frontends with their own worker threads. 0 or -errno. Unlike
  * rampart_submit these accept any byte offset and length: partial pages are read,

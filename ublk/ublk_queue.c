@@ -105,7 +105,8 @@ static void start_request(struct ublk_queue *q, struct ublk_tag *t)
     prep_io_command(q, UBLK_IO_COMMIT_AND_FETCH_REQ, t->tag, t->result);
     return;
   }
-  rampart_submit(q->engine, io);
+  *q->batch_tail = io; /* submitted with the rest of this pass's requests */
+  q->batch_tail = &io->next;
 }
 
 static void commit_done_tags(struct ublk_queue *q)
@@ -166,6 +167,8 @@ static void *queue_main(void *arg)
     }
     struct io_uring_cqe *cqe;
     unsigned head, seen = 0;
+    struct rampart_io *batch = NULL;
+    q->batch_tail = &batch;
     io_uring_for_each_cqe(&q->ring, head, cqe)
     {
       seen++;
@@ -186,6 +189,8 @@ static void *queue_main(void *arg)
       }
     }
     io_uring_cq_advance(&q->ring, seen);
+    /* one lock and one send per server for every request this pass fetched */
+    rampart_submit_list(q->engine, batch);
   }
   io_uring_queue_exit(&q->ring);
   return NULL;

@@ -42,6 +42,8 @@ struct ublk_queue {
   pthread_mutex_t done_lock;
   uint16_t *done;     /* tags the engine completed, for this thread to commit */
   unsigned ndone;
+  struct rampart_io **batch_tail; /* queue thread only: where the next request fetched in
+                                    this pass is linked, for rampart_submit_list */
   unsigned aborted;   /* tags the driver gave back (device stopping) */
   pthread_t thread;
   bool thread_started, locks_made;

@@ -1,5 +1,5 @@
 /* The load: one thread keeps qd requests in the engine, exactly as rampart-ublk's queue
- * thread does (ublk/ublk_queue.c): it submits with rampart_submit; each completion,
+ * thread does (ublk/ublk_queue.c): it submits with rampart_submit_list; each completion,
  * on the engine's I/O thread, adds its request to a done list under a lock and, when
  * the list was empty, wakes this thread through an eventfd; this thread takes the whole
  * list and submits a new request for each. */
@@ -37,6 +37,7 @@ struct bench_load {
   unsigned ndone;
   int first_error;
   uint32_t *latency;                /* LATENCY_BUCKETS counts */
+  bool submit_one_by_one;           /* RAMPART_BENCH_SUBMIT_EACH: rampart_submit per request */
 };
 
 static uint64_t now_ns(void)
@@ -93,6 +94,7 @@ struct bench_load *bench_load_new(struct rampart_engine *engine, uint64_t span_p
     return NULL;
   }
   pthread_mutex_init(&l->done_lock, NULL);
+  l->submit_one_by_one = getenv("RAMPART_BENCH_SUBMIT_EACH") != NULL;
   /* what the writes carry: not zeros, which an engine might store as zero pages */
   for (size_t i = 0; i < (size_t)PREFILL_QD * PREFILL_BYTES; i += 8) {
     uint64_t v = next_random(l);
@@ -116,8 +118,8 @@ void bench_load_free(struct bench_load *l)
   free(l);
 }
 
-static void submit(struct bench_load *l, unsigned i, enum rampart_op op, uint64_t offset,
-                   uint32_t length)
+static struct rampart_io *prepare(struct bench_load *l, unsigned i, enum rampart_op op,
+                                  uint64_t offset, uint32_t length)
 {
   struct request *r = &l->req[i];
   memset(&r->io, 0, sizeof r->io);
@@ -128,7 +130,13 @@ static void submit(struct bench_load *l, unsigned i, enum rampart_op op, uint64_
   r->io.done = on_done;
   r->io.user = r;
   r->started_ns = now_ns();
-  rampart_submit(l->engine, &r->io);
+  return &r->io;
+}
+
+static void submit(struct bench_load *l, unsigned i, enum rampart_op op, uint64_t offset,
+                   uint32_t length)
+{
+  rampart_submit(l->engine, prepare(l, i, op, offset, length));
 }
 
 /* Sleeps until completions arrive; copies them out under the lock. */
@@ -195,16 +203,27 @@ int bench_load_run(struct bench_load *l, bool write, unsigned qd, double seconds
     uint64_t t = now_ns();
     inflight -= n;
     stopping = stopping || t >= end;
+    struct rampart_io *batch = NULL, **tail = &batch;
     for (unsigned k = 0; k < n; k++) {
       double us = (double)(t - l->req[done[k]].started_ns) / 1e3;
       sum_us += us;
       l->latency[us < LATENCY_BUCKETS - 1 ? (unsigned)us : LATENCY_BUCKETS - 1]++;
       requests++;
       if (!stopping) {
-        submit(l, done[k], op, (next_random(l) % l->span_pages) * RAMPART_PAGE_SIZE,
-               RAMPART_PAGE_SIZE);
+        *tail = prepare(l, done[k], op, (next_random(l) % l->span_pages) * RAMPART_PAGE_SIZE,
+                        RAMPART_PAGE_SIZE);
+        tail = &(*tail)->next;
         inflight++;
       }
+    }
+    if (l->submit_one_by_one) {
+      for (struct rampart_io *io = batch, *next; io; io = next) {
+        next = io->next;
+        io->next = NULL;
+        rampart_submit(l->engine, io);
+      }
+    } else {
+      rampart_submit_list(l->engine, batch);
     }
   }
   out->requests = requests;

@@ -159,8 +159,10 @@ static void run_batch(struct rp_test_device *d, uint64_t *state, unsigned write_
       io->op = RAMPART_OP_READ;
     }
   }
+  /* as one list (rampart_submit_list), in order: the writes above use rampart_submit */
   for (unsigned i = 0; i < RP_TEST_BATCH; i++)
-    rampart_submit(d->engine, &b.io[i]);
+    b.io[i].next = i + 1 < RP_TEST_BATCH ? &b.io[i + 1] : NULL;
+  rampart_submit_list(d->engine, &b.io[0]);
   wait_batch(&b);
   for (unsigned i = 0; i < RP_TEST_BATCH; i++) {
     if (b.results[i] != 0)
