@@ -691,7 +691,11 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
     snprintf(ss->address, sizeof ss->address, "%s", s->address);
     ss->state = s->state;
     ss->pages_live = live[i];
-    ss->pages_stored = s->slots.in_use;
+    /* The open group's parity slot is taken when the group opens but written only when
+     * it seals: the server does not hold that page yet. */
+    bool parity_reserved = e->redundancy->parity && e->placement.open_group != GROUP_NONE &&
+                           e->placement.open_parity_server == i;
+    ss->pages_stored = s->slots.in_use - (parity_reserved ? 1u : 0u);
     ss->pages_reserved = s->reserved_pages;
     ss->suspect = s->suspect;
     ss->integrity_failures = s->integrity_failures;

@@ -232,7 +232,8 @@ void rp_test_device_wait_rebuilt(struct rp_test_device *d, unsigned timeout_s)
   struct rampart_stats st;
   for (unsigned i = 0; i < timeout_s * 10; i++) {
     rp_test_device_stats(d, &st);
-    bool settled = st.rebuild_pages_pending == 0;
+    /* pending reaches 0 when the last move is sent; the rebuild is over once it is answered. */
+    bool settled = st.rebuild_pages_pending == 0 && !st.rebuild_running;
     for (unsigned s = 0; s < st.nservers; s++)
       settled &= st.servers[s].state != RAMPART_SERVER_RECONNECTING &&
                  (st.servers[s].state != RAMPART_SERVER_LOST || st.servers[s].pages_live == 0);
