@@ -1,5 +1,5 @@
 /* rampartctl device SOCKET ...: commands to a running device's control= socket
- * (src/control_socket.c, docs/elastic.md).
+ * (src/engine/control_socket.c, docs/elastic.md).
  *
  *   servers                 the servers table
  *   add HOST:PORT           one more server

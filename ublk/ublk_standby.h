@@ -8,7 +8,7 @@
  * replacement must exist before the crash: started next to the serving daemon, locked
  * in memory, realtime and an I/O flusher (process_hygiene.c), holding a reserve of
  * memory it gives back the moment it takes over, and asleep on the serving daemon's
- * pidfd, which needs nothing allocated to wake it (src/pager_standby.c, shared with
+ * pidfd, which needs nothing allocated to wake it (src/engine/pager_standby.c, shared with
  * nbdkit rampart standby=true).
  */
 #ifndef RAMPART_UBLK_STANDBY_H

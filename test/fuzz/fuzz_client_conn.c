@@ -1,4 +1,4 @@
-/* libFuzzer target for the client's side of a connection (src/client_conn.c): what a
+/* libFuzzer target for the client's side of a connection (src/client/client_conn.c): what a
  * server sends, from its challenge and Welcome to the replies of the hot path. Each input
  * is the byte stream a fake server (a thread here) sends on one loopback connection to
  * rp_conn_open. The first input byte picks the mode: odd, the input is the whole stream

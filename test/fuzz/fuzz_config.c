@@ -1,5 +1,5 @@
 /* libFuzzer target for what operators write: the engine's key=value settings
- * (src/config.c, as nbdkit passes them, cluster files included), rampartd's command line
+ * (src/engine/config.c, as nbdkit passes them, cluster files included), rampartd's command line
  * and --config file (server/options.c), and key files (proto/auth.c).
  *
  * The first input byte picks the parser, the rest is its input. Paths never come from

@@ -1,5 +1,5 @@
 /* The pager engine against real rampartd processes on loopback, through the public
- * engine API (src/rampart.h) that the nbdkit plugin and the ublk target use.
+ * engine API (src/engine/rampart.h) that the nbdkit plugin and the ublk target use.
  *
  * Every test keeps a shadow copy of the device and checks every byte read back against
  * it. Workloads are batches of non-overlapping asynchronous requests, so many pages are

@@ -1,4 +1,4 @@
-/* A device that follows its cluster in etcd (cluster=etcd://, src/cluster_follow.c),
+/* A device that follows its cluster in etcd (cluster=etcd://, src/engine/cluster_follow.c),
  * against a real three-member etcd and real rampartd --etcd servers, every byte read
  * back against a shadow copy while readers and writers run:
  *   - attach picks the registered servers; a rampartd registered mid-run takes pages;

@@ -13,9 +13,10 @@ does not list. That file lists the edges inside today's cycles; the allow-list o
 shrinks: when a change breaks an edge out of a cycle, this prints that its line can go,
 and the integrator deletes it. When the file is empty, no cycle is left.
 
-The same for layers: LAYERS below places every module in one of src/README.md's layers;
-an include of a header of a layer above fails unless test/scripts/include_layers.allow
-lists it (today's, which only shrink), and so does a module placed in no layer.
+The same for layers: each of src/README.md's layers is a folder of src/ (LAYERS below),
+and a module's layer is its folder. An include of a header of a layer above fails unless
+test/scripts/include_layers.allow lists it (today's, which only shrink), and so does a
+module whose files are in no layer's folder.
 
   check_includes.py [REPO]            check (ctest: unit/test_include_layers)
   check_includes.py --graph [REPO]    also print every module's includes
@@ -30,46 +31,52 @@ flags = {a for a in sys.argv[1:] if a.startswith("--")}
 ROOT = pathlib.Path(args[0]) if args else pathlib.Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 ALLOW = ROOT / "test/scripts/include_cycles.allow"
-# The layers of src/README.md, lowest first: a module may include headers of its own
-# layer and the layers below. A module missing here fails the check: place it.
-LAYERS = {
-    "client library": ["client_conn", "client_handshake"],
-    "stores": ["server_transport", "server_set", "spill_store", "spill_quarantine",
-               "local_store", "slot_allocator", "engine_state", "pager_state"],
-    "page-op core": ["page_op", "page_read", "page_write", "page_write_pending", "page_mover",
-                     "server_health", "parity_group", "placement_order", "page_map",
-                     "page_seal", "crash_point", "redundancy_policy"],
-    "engine API": ["rampart", "config", "config_settings", "engine", "page_rmw",
-                   "control_socket", "server_membership", "cluster_follow", "stats_report", "metrics_report",
-                   "stats_file", "pager_standby", "process_hygiene", "event_arena"],
-}
-RANK = {m: i for i, mods in enumerate(LAYERS.values()) for m in mods}
-LAYER_OF = {m: name for name, mods in LAYERS.items() for m in mods}
+# The layers of src/README.md, lowest first; each is a folder of src/. A module may
+# include headers of its own layer and the layers below. A module whose files are not
+# all in one of these folders fails the check: place it.
+LAYERS = {"client library": "client", "stores": "stores", "page-op core": "page_ops",
+          "engine API": "engine"}
 ALLOW_UP = ROOT / "test/scripts/include_layers.allow"
 
 # Headers named for no .c, and the .c whose functions they declare.
 HEADER_OWNER = {"engine_internal": "engine", "client": "client_conn"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)\.h"', re.M)
+FILES = sorted(SRC.rglob("*.[ch]"))
+HEADERS = {p.stem for p in FILES if p.suffix == ".h"}
 
 
 def module(stem):
     return HEADER_OWNER.get(stem, stem)
 
 
+def folder_layer(path):
+    rel = path.relative_to(SRC).parts
+    names = {folder: name for name, folder in LAYERS.items()}
+    return names.get(rel[0]) if len(rel) == 2 else None
+
+
+# A module's layer is its files' folder; files of one module in two folders, or outside
+# them, leave it unplaced.
+_layers = {}
+for _p in FILES:
+    _layers.setdefault(module(_p.stem), set()).add(folder_layer(_p))
+LAYER_OF = {m: next(iter(ls)) for m, ls in _layers.items() if len(ls) == 1 and None not in ls}
+RANK = {m: list(LAYERS).index(layer) for m, layer in LAYER_OF.items()}
+
+
 def graph():
-    modules = {module(p.stem) for p in SRC.glob("*.[ch]")}
-    edges = {m: set() for m in modules}
-    for p in sorted(SRC.glob("*.[ch]")):
+    edges = {module(p.stem): set() for p in FILES}
+    for p in FILES:
         source = module(p.stem)
         for target in INCLUDE.findall(p.read_text()):
-            if (SRC / f"{target}.h").exists() and module(target) != source:
+            if target in HEADERS and module(target) != source:
                 edges[source].add(module(target))
     return edges
 
 
 def files_of(m):
-    stems = [m] + [h for h, owner in HEADER_OWNER.items() if owner == m]
-    return [SRC / f"{s}{ext}" for s in stems for ext in (".c", ".h") if (SRC / f"{s}{ext}").exists()]
+    return [p for p in FILES if module(p.stem) == m]
+
 
 
 def strongly_connected(edges):
@@ -182,8 +189,8 @@ def main():
         print(f"NEW include of a layer above: {a} ({LAYER_OF[a]}) includes {b} "
               f"({LAYER_OF[b]}): move what it needs down, or pass it in (src/README.md)")
     for m in unplaced:
-        print(f"NOT IN A LAYER: src/{m}: add it to LAYERS in test/scripts/check_includes.py "
-              f"and to src/README.md's table")
+        print(f"NOT IN A LAYER: {m}: move its files into one folder of src/ (LAYERS in "
+              f"test/scripts/check_includes.py), and add it to src/README.md's table")
     print(f"check_includes: {len(edges)} modules, {sum(map(len, edges.values()))} edges, "
           f"{len(cycles)} cycle(s), {len(in_cycle)} edges in cycles "
           f"({len(allowed)} allowed, {len(new)} new); {len(upward)} includes of a layer "

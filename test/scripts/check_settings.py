@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The engine's settings have one source, src/config_settings.h; this fails when what is
+"""The engine's settings have one source, src/engine/config_settings.h; this fails when what is
 written about them elsewhere drifts from it:
 
 - every key of the table is described in rampart.h's key list, and no other key is;
@@ -19,24 +19,24 @@ ROW = re.compile(r'X\(\s*"([^"]+)"\s*,\s*(\w+)\s*,\s*(NULL|"[^"]*")\s*,((?:\s*\\
 
 
 def table_rows():
-    text = (ROOT / "src/config_settings.h").read_text()
+    text = (ROOT / "src/engine/config_settings.h").read_text()
     body = text[text.index("#define RAMPART_SETTINGS(X)"):]
     rows = []
     for key, setter, default, help_part in ROW.findall(body):
         help_text = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', help_part))
         rows.append((key, setter, None if default == "NULL" else default.strip('"'), help_text))
     if not rows:
-        sys.exit("check_settings: no X(...) rows found in src/config_settings.h")
+        sys.exit("check_settings: no X(...) rows found in src/engine/config_settings.h")
     # Every X( in the macro must have parsed: a row this pattern misses would go unchecked.
     written = len(re.findall(r'X\(\s*"', body))
     if written != len(rows):
-        sys.exit(f"check_settings: src/config_settings.h has {written} rows, parsed "
+        sys.exit(f"check_settings: src/engine/config_settings.h has {written} rows, parsed "
                  f"{len(rows)}: keep each row as X(KEY, SETTER, DEFAULT, HELP), strings literal")
     return rows
 
 
 def header_keys():
-    text = (ROOT / "src/rampart.h").read_text()
+    text = (ROOT / "src/engine/rampart.h").read_text()
     start = text.index("/* Configuration, filled through rampart_config_set()")
     block = text[start:text.index("*/", start)]
     return set(re.findall(r"^ \*   ([a-z][a-z-]*)=", block, re.M))
@@ -87,7 +87,7 @@ def main():
 
     if problems:
         print("\n".join(problems))
-        print(f"check_settings: {len(problems)} problem(s); src/config_settings.h is the source")
+        print(f"check_settings: {len(problems)} problem(s); src/engine/config_settings.h is the source")
         return 1
     print(f"check_settings: {len(rows)} keys agree in config_settings.h, rampart.h and "
           f"docs/operations.md")

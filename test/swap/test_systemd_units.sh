@@ -58,8 +58,8 @@ while IFS= read -r line; do
   [[ $line == *=* ]] || continue
   k=${line%%=*}
   case "$k" in name|priority|attach|connections|threads) continue ;; esac
-  # The engine's settings table (src/config_settings.h) is what the plugin accepts.
-  grep -q "^ *X(\"$k\"," "$src_root/src/config_settings.h" \
+  # The engine's settings table (src/engine/config_settings.h) is what the plugin accepts.
+  grep -q "^ *X(\"$k\"," "$src_root/src/engine/config_settings.h" \
     || fail "swap.conf.example: the plugin does not know '$k'"
 done <"$src_root/systemd/swap.conf.example"
 log "swap.conf.example: every key is known"

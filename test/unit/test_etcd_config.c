@@ -1,4 +1,4 @@
-/* cluster=etcd:// and its keys (src/config.c), the registry's values (etcd/cluster_keys.c)
+/* cluster=etcd:// and its keys (src/engine/config.c), the registry's values (etcd/cluster_keys.c)
  * and the choice at attach (cluster_follow_choose): one per failure domain before a
  * second in any, the most free memory first, nothing under pressure or draining. */
 #include <setjmp.h>

@@ -1,4 +1,4 @@
-/* rampart_process_harden (src/process_hygiene.c), which the nbdkit plugin runs after
+/* rampart_process_harden (src/engine/process_hygiene.c), which the nbdkit plugin runs after
  * nbdkit forks: the process that holds the keys and every swapped page must not be
  * dumpable (docs/security.md). Checked in a child, since hardening changes the process. */
 #include <setjmp.h>

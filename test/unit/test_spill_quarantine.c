@@ -1,4 +1,4 @@
-/* The spill store's slot quarantine (src/spill_quarantine.c) against a real spill store:
+/* The spill store's slot quarantine (src/stores/spill_quarantine.c) against a real spill store:
  * a freed slot must not be handed out again while any I/O that touched it may still be
  * in flight. io_uring orders nothing between two requests to the same offset, so a write
  * of a page's old version still in flight when its slot is reused could land after the

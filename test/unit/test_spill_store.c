@@ -1,4 +1,4 @@
-/* Unit tests for the spill store (src/spill_store.c): asynchronous and blocking I/O
+/* Unit tests for the spill store (src/stores/spill_store.c): asynchronous and blocking I/O
  * against real files, the slot allocator, temporary-file hygiene, error messages, the
  * buffered fallback where O_DIRECT is refused, and a rough throughput figure.
  *

@@ -40,7 +40,7 @@ struct rampart_config {
   unsigned io_timeout_ms;     /* io-timeout=; only if io_timeout_given, else the lease */
   bool io_timeout_given;
   bool size_given;
-  /* cluster=etcd://ENDPOINTS/NAME (src/cluster_follow.c): the servers come from etcd */
+  /* cluster=etcd://ENDPOINTS/NAME (src/engine/cluster_follow.c): the servers come from etcd */
   char etcd_endpoints[1024];  /* "http://a:2379,http://b:2379"; "": no etcd */
   char etcd_cluster[64];      /* NAME */
   unsigned etcd_count;        /* count=: the placement set's size (default 32) */

@@ -190,7 +190,7 @@ int rampart_trim(struct rampart_engine *engine, uint32_t length, uint64_t offset
 int rampart_zero(struct rampart_engine *engine, uint32_t length, uint64_t offset);
 int rampart_flush(struct rampart_engine *engine);
 
-/* A server's health, the one state machine's states (src/server_health.c, and
+/* A server's health, the one state machine's states (src/page_ops/server_health.c, and
  * docs/engine.md "Server health"): UP (ADVISED: up, under memory pressure) ->
  * RECONNECTING (its connection dropped; it keeps our session for a lease) -> UP again
  * with every page, or LOST (its pages are rebuilt; a server that returns after that
@@ -302,7 +302,7 @@ void rampart_set_log_sink(void (*sink)(int level, const char *line));
 /* Writes a human-readable report of stats (what rampartctl and the plugin print). */
 void rampart_format_stats(const struct rampart_stats *stats, char *buf, size_t buflen);
 
-/* Changing the servers of a running device (src/server_membership.c, docs/elastic.md).
+/* Changing the servers of a running device (src/engine/server_membership.c, docs/elastic.md).
  * Blocking: call from any thread but the engine's own (the control socket's, a test's).
  * Each returns 0 and says in msg what it did (also when there was nothing to do, so
  * repeating a command is safe), or -errno and says in msg why not and what to do.
