@@ -12,6 +12,10 @@
 #include "parity_group.h"
 #include "parse.h"
 #include "redundancy_policy.h"
+#include "wire.h"
+
+/* The page ops size pages by the wire's constant, the frontends by rampart.h's. */
+_Static_assert(RAMPART_PAGE_SIZE == RP_PAGE_SIZE, "rampart.h's page is the wire's page");
 
 const char rampart_config_help[] = RAMPART_SETTINGS_HELP;
 

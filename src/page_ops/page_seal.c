@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 
 #include "auth.h"
-#include "rampart.h"
+#include "wire.h"
 
 #define NONCE_LEN 12
 
@@ -41,7 +41,7 @@ static uint64_t page_checksum(const uint8_t *buf, uint64_t page, uint64_t versio
 {
   const uint64_t p1 = UINT64_C(0x9E3779B185EBCA87), p2 = UINT64_C(0xC2B2AE3D27D4EB4F);
   uint64_t lane[4] = { page ^ p1, version ^ p2, page * p2, version * p1 };
-  for (size_t i = 0; i < RAMPART_PAGE_SIZE; i += 32)
+  for (size_t i = 0; i < RP_PAGE_SIZE; i += 32)
     for (unsigned l = 0; l < 4; l++) {
       uint64_t w;
       memcpy(&w, buf + i + 8 * l, 8);
@@ -204,7 +204,7 @@ const uint8_t *page_seal(struct page_sealer *s, uint64_t page, const uint8_t *pl
    * storing a page that could not be sealed. */
   if (EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, nonce) != 1 ||
       EVP_EncryptUpdate(ctx, NULL, &len, aad, sizeof aad) != 1 ||
-      EVP_EncryptUpdate(ctx, out, &len, plain, RAMPART_PAGE_SIZE) != 1 ||
+      EVP_EncryptUpdate(ctx, out, &len, plain, RP_PAGE_SIZE) != 1 ||
       EVP_EncryptFinal_ex(ctx, out + len, &len) != 1 ||
       EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, PAGE_SEAL_TAG_LEN, seal->tag) != 1) {
     fprintf(stderr, "rampart: AES-256-GCM encryption failed; stopping\n");
@@ -230,10 +230,10 @@ bool page_unseal(struct page_sealer *s, uint64_t page, const struct page_seal *s
   memcpy(tag, seal->tag, sizeof tag);
   bool ok = EVP_DecryptInit_ex(ctx, NULL, NULL, NULL, nonce) == 1 &&
          EVP_DecryptUpdate(ctx, NULL, &len, aad, sizeof aad) == 1 &&
-         EVP_DecryptUpdate(ctx, buf, &len, buf, RAMPART_PAGE_SIZE) == 1 &&
+         EVP_DecryptUpdate(ctx, buf, &len, buf, RP_PAGE_SIZE) == 1 &&
          EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, PAGE_SEAL_TAG_LEN, tag) == 1 &&
          EVP_DecryptFinal_ex(ctx, buf + len, &len) == 1;
   if (!ok) /* what was decrypted is unauthenticated: let no caller see it */
-    memset(buf, 0, RAMPART_PAGE_SIZE);
+    memset(buf, 0, RP_PAGE_SIZE);
   return ok;
 }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rampart.h"
+#include "wire.h"
 
 /* Adds one chunk; only the array of chunk pointers is reallocated, never a group. */
 static int group_table_add_chunk(struct group_table *t)
@@ -290,7 +290,7 @@ uint64_t group_table_memory_bytes(const struct group_table *t)
 void parity_xor_pages(uint8_t *restrict dst, const uint8_t *restrict a,
                       const uint8_t *restrict b)
 {
-  for (size_t i = 0; i < RAMPART_PAGE_SIZE; i++)
+  for (size_t i = 0; i < RP_PAGE_SIZE; i++)
     dst[i] = a[i] ^ b[i];
 }
 
@@ -299,6 +299,6 @@ void parity_xor_page(uint8_t *restrict dst, const uint8_t *restrict src)
   /* A byte loop with restrict pointers: gcc and clang vectorise it to 16/32-byte XORs at
    * -O2 with unaligned loads, so a frontend buffer at any address is fine (an unaligned
    * NBD write hands the engine pages at odd addresses). */
-  for (size_t i = 0; i < RAMPART_PAGE_SIZE; i++)
+  for (size_t i = 0; i < RP_PAGE_SIZE; i++)
     dst[i] ^= src[i];
 }
