@@ -6,6 +6,7 @@
 
 #include "engine_internal.h"
 #include "engine_state.h"
+#include "fifo.h"
 #include "log.h"
 #include "page_op.h"
 #include "page_read.h"
@@ -152,19 +153,14 @@ void page_op_resume(struct page_op *op)
 void page_op_wait(struct rampart_engine *e, struct page_op *op, enum page_op_wait why)
 {
   page_op_begin_wait(op, why);
-  op->next = NULL;
-  if (e->wait_tail)
-    e->wait_tail->next = op;
-  else
-    e->wait_head = op;
-  e->wait_tail = op;
+  FIFO_APPEND(e->wait_head, e->wait_tail, op, next);
 }
 
 /* Restarts ops that waited for a resource; called when one is released. */
 void page_op_run_waiting(struct rampart_engine *e)
 {
-  struct page_op *head = e->wait_head;
-  e->wait_head = e->wait_tail = NULL;
+  struct page_op *head;
+  FIFO_TAKE_ALL(e->wait_head, e->wait_tail, head);
   while (head) {
     struct page_op *op = head;
     head = op->next;

@@ -38,6 +38,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "fifo.h"
 #include "log.h"
 #include "wire.h"
 
@@ -505,12 +506,7 @@ static void fail_later(struct spill_store *s, struct spill_io *io, int result)
 {
   io->result = result;
   io->bounce_index = -1;
-  io->next_queued = NULL;
-  if (s->failed_tail)
-    s->failed_tail->next_queued = io;
-  else
-    s->failed_head = io;
-  s->failed_tail = io;
+  FIFO_APPEND(s->failed_head, s->failed_tail, io, next_queued);
   kick(s);
 }
 
@@ -585,12 +581,9 @@ static void start(struct spill_store *s, struct spill_io *io, uint32_t index)
 static void release_bounce(struct spill_store *s, uint32_t index)
 {
   s->owner[index] = NULL;
-  struct spill_io *next = s->queue_head;
-  if (next && !s->closing) {
-    s->queue_head = next->next_queued;
-    if (!s->queue_head)
-      s->queue_tail = NULL;
-    next->next_queued = NULL;
+  if (s->queue_head && !s->closing) {
+    struct spill_io *next;
+    FIFO_POP(s->queue_head, s->queue_tail, next, next_queued);
     start(s, next, index);
     return;
   }
@@ -639,11 +632,7 @@ void spill_store_submit(struct spill_store *s, struct spill_io *io)
     start(s, io, s->free_bounce[--s->free_bounce_count]);
     return;
   }
-  if (s->queue_tail)
-    s->queue_tail->next_queued = io;
-  else
-    s->queue_head = io;
-  s->queue_tail = io;
+  FIFO_APPEND(s->queue_head, s->queue_tail, io, next_queued);
 }
 
 /* ---- Completion ------------------------------------------------------------------ */
@@ -700,11 +689,8 @@ static unsigned run_failed(struct spill_store *s)
 {
   unsigned n = 0;
   while (s->failed_head) {
-    struct spill_io *io = s->failed_head;
-    s->failed_head = io->next_queued;
-    if (!s->failed_head)
-      s->failed_tail = NULL;
-    io->next_queued = NULL;
+    struct spill_io *io;
+    FIFO_POP(s->failed_head, s->failed_tail, io, next_queued);
     io->done(io);
     n++;
   }
