@@ -751,12 +751,12 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
                                        (GROUP_MAX_DATA + 1) * RAMPART_PAGE_SIZE) +
     (uint64_t)ENGINE_FREE_REQUESTS * sizeof(struct free_request) + sizeof *e +
     rampart_event_arena_bytes() + rp_conn_pool_bytes(e->set.conn_pool);
-  /* What grows with the device: map, pending bits, groups, per-server slot stacks. */
+  /* What grows with the device: map, pending bits, groups, per-server slot bitmaps. */
   st->client_memory_bytes = st->client_memory_fixed_bytes + page_map_memory_bytes(&e->map) +
                             page_sealer_memory_bytes(&e->sealer) +
                             (e->pages + 63) / 64 * 8 + group_table_memory_bytes(&e->groups);
   for (unsigned i = 0; i < e->set.nservers; i++)
-    st->client_memory_bytes += (uint64_t)e->set.servers[i].slots.capacity * sizeof(uint32_t);
+    st->client_memory_bytes += slot_allocator_bytes(&e->set.servers[i].slots);
   cluster_follow_stats(e, st);
 }
 

@@ -1,11 +1,32 @@
-/* Slot allocation for one store (see slot_allocator.h). */
+/* Slot allocation for one store: a two-level bitmap (see slot_allocator.h). */
 #include "slot_allocator.h"
 
-#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
-int slot_allocator_init(struct slot_allocator *a, uint32_t capacity)
+static uint64_t summary_words(uint64_t words) { return (words + 63) / 64; }
+
+static void set_nonfull(struct slot_allocator *a, uint64_t w, bool nonfull)
+{
+  uint64_t bit = UINT64_C(1) << (w % 64);
+  if (nonfull)
+    a->nonfull[w / 64] |= bit;
+  else
+    a->nonfull[w / 64] &= ~bit;
+}
+
+/* Bits past capacity stay set, so they are never handed out. */
+static void mark_past_capacity(struct slot_allocator *a)
+{
+  unsigned tail = (unsigned)(a->capacity % 64);
+  if (tail) {
+    a->used[a->words - 1] |= ~UINT64_C(0) << tail;
+    set_nonfull(a, a->words - 1, a->used[a->words - 1] != ~UINT64_C(0));
+  }
+}
+
+int slot_allocator_init(struct slot_allocator *a, uint64_t capacity)
 {
   *a = (struct slot_allocator){ 0 };
   return slot_allocator_grow(a, capacity);
@@ -13,62 +34,118 @@ int slot_allocator_init(struct slot_allocator *a, uint32_t capacity)
 
 void slot_allocator_destroy(struct slot_allocator *a)
 {
-  free(a->free_stack);
+  free(a->used);
+  free(a->nonfull);
   *a = (struct slot_allocator){ 0 };
 }
 
-int slot_allocator_grow(struct slot_allocator *a, uint32_t capacity)
+int slot_allocator_grow(struct slot_allocator *a, uint64_t capacity)
 {
   if (capacity <= a->capacity)
     return 0;
-  uint32_t *stack = realloc(a->free_stack, (size_t)capacity * sizeof *stack);
-  if (!stack && capacity > 0) {
+  uint64_t words = (capacity + 63) / 64;
+  uint64_t *used = realloc(a->used, words * sizeof *used);
+  if (!used) {
     errno = ENOMEM;
     return -1;
   }
-  a->free_stack = stack;
+  a->used = used;
+  uint64_t *nonfull = realloc(a->nonfull, summary_words(words) * sizeof *nonfull);
+  if (!nonfull) {
+    errno = ENOMEM;
+    return -1;
+  }
+  a->nonfull = nonfull;
+  memset(a->nonfull + summary_words(a->words), 0,
+         (summary_words(words) - summary_words(a->words)) * sizeof *nonfull);
+  /* The old last word's bits past the old capacity become free slots. */
+  if (a->capacity % 64)
+    a->used[a->words - 1] &= ~(~UINT64_C(0) << (a->capacity % 64));
+  memset(a->used + a->words, 0, (words - a->words) * sizeof *used);
+  uint64_t first_changed = a->capacity / 64;
+  a->words = words;
   a->capacity = capacity;
+  for (uint64_t w = first_changed; w < words; w++)
+    set_nonfull(a, w, a->used[w] != ~UINT64_C(0));
+  mark_past_capacity(a);
   return 0;
+}
+
+bool slot_allocator_is_used(const struct slot_allocator *a, uint64_t slot)
+{
+  return slot < a->capacity && (a->used[slot / 64] >> (slot % 64) & 1);
+}
+
+static void mark_used(struct slot_allocator *a, uint64_t slot)
+{
+  uint64_t w = slot / 64;
+  a->used[w] |= UINT64_C(1) << (slot % 64);
+  if (a->used[w] == ~UINT64_C(0))
+    set_nonfull(a, w, false);
+  a->in_use++;
 }
 
 int64_t slot_allocator_alloc(struct slot_allocator *a)
 {
-  uint32_t slot;
-  if (a->free_count > 0)
-    slot = a->free_stack[--a->free_count];
-  else if (a->watermark < a->capacity)
-    slot = a->watermark++;
-  else
+  if (a->in_use >= a->capacity)
     return -1;
-  a->in_use++;
-  return slot;
+  uint64_t n = summary_words(a->words);
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t sw = (a->hint + i) % n;
+    if (!a->nonfull[sw])
+      continue;
+    uint64_t w = sw * 64 + (uint64_t)__builtin_ctzll(a->nonfull[sw]);
+    uint64_t slot = w * 64 + (uint64_t)__builtin_ctzll(~a->used[w]);
+    mark_used(a, slot);
+    a->hint = sw;
+    return (int64_t)slot;
+  }
+  return -1; /* unreachable while in_use is right */
 }
 
-void slot_allocator_release(struct slot_allocator *a, uint32_t slot)
+int slot_allocator_release(struct slot_allocator *a, uint64_t slot)
 {
-  assert(slot < a->watermark && a->in_use > 0 && a->free_count < a->capacity);
-  a->free_stack[a->free_count++] = slot;
+  if (!slot_allocator_is_used(a, slot))
+    return -1;
+  uint64_t w = slot / 64;
+  a->used[w] &= ~(UINT64_C(1) << (slot % 64));
+  set_nonfull(a, w, true);
   a->in_use--;
+  return 0;
+}
+
+int slot_allocator_claim(struct slot_allocator *a, uint64_t slot)
+{
+  if (slot >= a->capacity)
+    return -1;
+  if (!slot_allocator_is_used(a, slot))
+    mark_used(a, slot);
+  return 0;
 }
 
 void slot_allocator_rebuild(struct slot_allocator *a, const uint64_t *used)
 {
-  uint32_t top = 0;
   a->in_use = 0;
-  for (uint32_t slot = 0; slot < a->capacity; slot++)
-    if (used[slot / 64] >> (slot % 64) & 1) {
-      a->in_use++;
-      top = slot + 1;
-    }
-  a->watermark = top;
-  a->free_count = 0;
-  /* Highest first on the stack, so the lowest free slot is handed out first. */
-  for (uint32_t slot = top; slot-- > 0;)
-    if (!(used[slot / 64] >> (slot % 64) & 1))
-      a->free_stack[a->free_count++] = slot;
+  for (uint64_t w = 0; w < a->words; w++) {
+    a->used[w] = used[w];
+    a->in_use += (uint64_t)__builtin_popcountll(used[w]);
+  }
+  /* A predecessor's bits past capacity are not slots. */
+  if (a->capacity % 64)
+    a->in_use -= (uint64_t)__builtin_popcountll(a->used[a->words - 1] &
+                                               (~UINT64_C(0) << (a->capacity % 64)));
+  for (uint64_t w = 0; w < a->words; w++)
+    set_nonfull(a, w, a->used[w] != ~UINT64_C(0));
+  mark_past_capacity(a);
+  a->hint = 0;
 }
 
-uint32_t slot_allocator_available(const struct slot_allocator *a)
+uint64_t slot_allocator_available(const struct slot_allocator *a)
 {
   return a->capacity - a->in_use;
+}
+
+uint64_t slot_allocator_bytes(const struct slot_allocator *a)
+{
+  return (a->words + summary_words(a->words)) * sizeof(uint64_t);
 }

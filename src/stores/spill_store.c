@@ -15,9 +15,8 @@
  *   an intrusive FIFO and start, in order, as buffers come back.
  * - Each request's SQE is prepared at submit time and the kernel is entered once per
  *   batch (spill_store_flush_submissions, and at the end of every reap).
- * - Slots are tracked in a two-level bitmap (1 bit per slot, plus 1 bit per 64 slots
- *   saying "has a free slot"): 32 MiB per TiB of store, where a free stack of slot
- *   numbers would cost 2 GiB.
+ * - Slots come from the stores' one allocator (slot_allocator.h): a two-level bitmap,
+ *   32 MiB per TiB of store.
  */
 #include "spill_store.h"
 
@@ -40,6 +39,7 @@
 
 #include "fifo.h"
 #include "log.h"
+#include "slot_allocator.h"
 #include "wire.h"
 
 #define SPILL_PAGE_SIZE 4096u
@@ -77,100 +77,38 @@ struct spill_store {
    * never run inside spill_store_submit. */
   struct spill_io *failed_head, *failed_tail;
 
-  /* Slot allocator. */
-  uint64_t *used_bits;    /* bit set: slot in use (or past the end) */
-  uint64_t *nonfull_bits; /* bit w set: used_bits[w] has a clear bit */
-  uint64_t used_words, nonfull_words;
-  uint64_t hint; /* nonfull word where the last allocation found room */
-  uint64_t used_count;
+  struct slot_allocator slots;
 };
 
 /* ---- Errors ---------------------------------------------------------------------- */
 
 
-/* ---- Slot allocator -------------------------------------------------------------- */
-
-static int alloc_bitmaps(struct spill_store *s)
-{
-  s->used_words = (s->pages + 63) / 64;
-  s->nonfull_words = (s->used_words + 63) / 64;
-  s->used_bits = calloc(s->used_words, sizeof *s->used_bits);
-  s->nonfull_bits = calloc(s->nonfull_words, sizeof *s->nonfull_bits);
-  if (!s->used_bits || !s->nonfull_bits)
-    return -ENOMEM;
-  for (uint64_t w = 0; w < s->used_words; w++)
-    s->nonfull_bits[w / 64] |= UINT64_C(1) << (w % 64);
-  /* Bits past the last slot are marked used so the allocator never hands them out. */
-  unsigned tail = (unsigned)(s->pages % 64);
-  if (tail)
-    s->used_bits[s->used_words - 1] = ~UINT64_C(0) << tail;
-  return 0;
-}
-
-static bool slot_is_used(const struct spill_store *s, uint64_t slot)
-{
-  return (s->used_bits[slot / 64] >> (slot % 64)) & 1;
-}
-
-static void mark_used(struct spill_store *s, uint64_t slot)
-{
-  uint64_t w = slot / 64;
-  s->used_bits[w] |= UINT64_C(1) << (slot % 64);
-  if (s->used_bits[w] == ~UINT64_C(0))
-    s->nonfull_bits[w / 64] &= ~(UINT64_C(1) << (w % 64));
-  s->used_count++;
-}
+/* ---- Slots ------------------------------------------------------------------------ */
 
 int64_t spill_store_alloc_slot(struct spill_store *s)
 {
-  if (s->used_count >= s->pages)
-    return -1;
-  /* Next fit from the hint: O(1) while there is room near the last allocation; the
-   * scan over the summary words (one per 4096 slots) only runs when that area fills,
-   * and since used_count < pages some summary bit is set. */
-  uint64_t n = s->nonfull_words;
-  for (uint64_t i = 0; i < n; i++) {
-    uint64_t sw = (s->hint + i) % n;
-    if (!s->nonfull_bits[sw])
-      continue;
-    uint64_t w = sw * 64 + (uint64_t)__builtin_ctzll(s->nonfull_bits[sw]);
-    uint64_t slot = w * 64 + (uint64_t)__builtin_ctzll(~s->used_bits[w]);
-    mark_used(s, slot);
-    s->hint = sw;
-    return (int64_t)slot;
-  }
-  return -1; /* unreachable while used_count is right */
+  return slot_allocator_alloc(&s->slots);
 }
 
 void spill_store_free_slot(struct spill_store *s, uint64_t slot)
 {
-  if (slot >= s->pages || !slot_is_used(s, slot)) {
-    /* A double free means the engine's map and ours disagree; freeing anyway would
-     * let two pages share a slot later. */
+  /* A double free means the engine's map and ours disagree; freeing anyway would
+   * let two pages share a slot later. */
+  if (slot_allocator_release(&s->slots, slot) != 0)
     rp_log(RP_LOG_ERROR, "spill store: free of slot %" PRIu64 " which is %s", slot,
            slot >= s->pages ? "out of range" : "not allocated");
-    return;
-  }
-  uint64_t w = slot / 64;
-  s->used_bits[w] &= ~(UINT64_C(1) << (slot % 64));
-  s->nonfull_bits[w / 64] |= UINT64_C(1) << (w % 64);
-  s->used_count--;
 }
 
 void spill_store_claim_slot(struct spill_store *s, uint64_t slot)
 {
-  if (slot >= s->pages) {
+  /* Idempotent: write-through claims slot N again each time page N is rewritten. */
+  if (slot_allocator_claim(&s->slots, slot) != 0)
     rp_log(RP_LOG_ERROR, "spill store: claim of slot %" PRIu64 " past capacity %" PRIu64,
            slot, s->pages);
-    return;
-  }
-  /* Idempotent: write-through claims slot N again each time page N is rewritten. */
-  if (!slot_is_used(s, slot))
-    mark_used(s, slot);
 }
 
 uint64_t spill_store_capacity(const struct spill_store *s) { return s->pages; }
-uint64_t spill_store_used(const struct spill_store *s) { return s->used_count; }
+uint64_t spill_store_used(const struct spill_store *s) { return s->slots.in_use; }
 bool spill_store_is_direct(const struct spill_store *s) { return s->direct; }
 int spill_store_event_fd(const struct spill_store *s) { return s->event_fd; }
 
@@ -419,8 +357,7 @@ static void destroy(struct spill_store *s)
   free(s->free_bounce);
   free(s->owner);
   free(s->retries);
-  free(s->used_bits);
-  free(s->nonfull_bits);
+  slot_allocator_destroy(&s->slots);
   free(s);
 }
 
@@ -476,7 +413,7 @@ struct spill_store *spill_store_open(const struct spill_store_options *opts,
   if (s->fd < 0)
     goto fail;
   enable_direct(s, what);
-  if (size_backing(s, what, err) != 0 || alloc_bitmaps(s) != 0 ||
+  if (size_backing(s, what, err) != 0 || slot_allocator_init(&s->slots, s->pages) != 0 ||
       setup_buffers(s, what, err) != 0 || setup_ring(s, what, err) != 0)
     goto fail;
   rp_log(RP_LOG_DEBUG, "%s: %" PRIu64 " pages, queue depth %u, %s I/O", what,
