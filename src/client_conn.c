@@ -925,11 +925,11 @@ static void on_readable(struct ev_loop *loop, ev_io *w, int revents)
       c->rend -= c->rstart;
       c->rstart = 0;
     }
-    if (c->rend == c->rbuf_size && rbuf_grow(c, c->rbuf_size + 1) < 0) {
-      /* Only a connection's own buffer can be full here: a scratch buffer holds any
-       * frame once compacted. */
-      conn_fail(c, RP_ERR_INTERNAL, NULL, "out of memory for a frame larger than %zu "
-                "bytes from the server", c->rbuf_size);
+    /* Full with one frame not yet whole: only a connection's own buffer grows (a
+     * scratch buffer holds any frame once compacted, and is not the connection's). */
+    if (c->rend == c->rbuf_size && (k >= 0 || rbuf_grow(c, c->rbuf_size + 1) < 0)) {
+      conn_fail(c, RP_ERR_INTERNAL, NULL, "no room for a frame larger than %zu bytes "
+                "from the server", c->rbuf_size);
       break;
     }
     size_t space = c->rbuf_size - c->rend;
