@@ -61,13 +61,23 @@ struct rp_conn_options {
 /* Memory for n connections, allocated now: each a connection with its buffers and
  * cipher contexts. A connection opened with the pool takes a free entry (or, when none
  * is free, heap memory as without one) and gives it back when closed. Thread-safe.
- * NULL when out of memory. */
+ * NULL when out of memory.
+ *
+ * A pooled connection is small (a few KiB: its in-flight table and the part of one
+ * frame that straddles two reads); it reads its bursts and runs its handshake in
+ * scratch buffers that every pool in the process shares, made with the first pool. */
 struct rp_conn_pool;
 struct rp_conn_pool *rp_conn_pool_new(unsigned n);
-/* Bytes the pool holds (libcrypto's two cipher contexts per entry not included). */
+/* Bytes the pool holds, with the process's shared scratch buffers (libcrypto's two
+ * cipher contexts per entry not included). */
 size_t rp_conn_pool_bytes(const struct rp_conn_pool *pool);
 /* Frees the pool; every connection opened from it must be closed first. */
 void rp_conn_pool_free(struct rp_conn_pool *pool);
+/* Test API: takes every shared scratch buffer (true) or gives them all back (false), so
+ * that a test drives pooled connections as they run when every one is busy: reading
+ * into their own small buffers, handshaking in heap memory. Only while a pool exists
+ * and no connection is using one. */
+void rp_conn_scratch_hold(bool hold);
 
 /* What the server said in its Welcome. */
 struct rp_session_info {

@@ -10,8 +10,9 @@
  *     allocation per request) and appends it to the send queue (next_queued);
  *   - the write watcher drains the queue with sendmsg: many requests' headers and pages
  *     per syscall, partial writes resumed from sent_bytes;
- *   - the read watcher reads big chunks into one buffer and parses every whole frame
- *     in it, each validated by rp_header_decode before its length is believed;
+ *   - the read watcher reads big chunks into one buffer (a pooled connection: a scratch
+ *     buffer it shares with the process, see "scratch buffers") and parses every whole
+ *     frame in it, each validated by rp_header_decode before its length is believed;
  *   - a timer looks at the oldest request still in flight (ids and deadlines grow
  *     together, so the oldest id holds the earliest deadline); one past its deadline
  *     fails the connection, since its reply could still arrive later on the stream.
@@ -41,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/errqueue.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -51,8 +53,22 @@
 #include "message.h"
 #include "rampart.pb-c.h"
 
+/* A connection made without a pool (rampartctl, tests) reads into a buffer of its own
+ * this big. Pooled connections (the engine's, one per server) keep only POOLED_RBUF_SIZE,
+ * enough for the part of a data frame that straddles two reads, and read their bursts
+ * into a scratch buffer shared by the process (see "Scratch buffers" below), so a
+ * connection costs a few KiB however many servers a client uses. */
 #define RBUF_SIZE (256u * 1024u)
-#define NBUCKETS 4096u /* power of two; ids are sequential, so chains stay short */
+#define POOLED_RBUF_SIZE (8u * 1024u)
+/* Power of two; ids are sequential, so with up to NBUCKETS requests in flight every
+ * chain holds one. The engine keeps at most ENGINE_PAGE_OPS (512) in flight over all
+ * its servers: chains of two at worst. */
+#define NBUCKETS 256u
+/* Scratch buffers for the whole process: a burst read on any pooled connection (the
+ * loop reads one socket at a time) and a handshake (one per thread opening a
+ * connection: the engine's attach, its reconnect helpers, a runtime add). */
+#define SCRATCH_BUFFERS 6u
+#define SCRATCH_SIZE RBUF_SIZE
 #define MAX_BATCH 256u /* requests per sendmsg (two iovecs each at most) */
 #define DEFAULT_CONNECT_TIMEOUT_MS 5000u
 #define DEFAULT_REQUEST_TIMEOUT_MS 10000u
@@ -72,6 +88,10 @@
 
 _Static_assert((NBUCKETS & (NBUCKETS - 1)) == 0, "NBUCKETS must be a power of two");
 _Static_assert(RBUF_SIZE >= CLIENT_HANDSHAKE_BUF, "the handshake runs in the receive buffer");
+_Static_assert(SCRATCH_SIZE >= CLIENT_HANDSHAKE_BUF, "a handshake runs in a scratch buffer");
+_Static_assert(SCRATCH_SIZE >= CLIENT_MAX_FRAME, "a scratch buffer holds any frame");
+_Static_assert(POOLED_RBUF_SIZE >= RP_HEADER_SIZE + RP_PAGE_SIZE + RP_TAG_LEN,
+               "a pooled connection's buffer holds a whole data frame");
 
 struct rp_conn {
   int fd;
@@ -93,7 +113,8 @@ struct rp_conn {
   size_t in_flight;
   struct rp_request **buckets;
   struct rp_request *q_head, *q_tail;
-  uint8_t *rbuf;
+  uint8_t *rbuf;       /* bytes received and not yet parsed: [rstart, rend) */
+  size_t rbuf_size;
   size_t rstart, rend;
   rp_advise_fn on_advise;
   rp_disconnect_fn on_disconnect;
@@ -311,9 +332,95 @@ static void conn_fail(struct rp_conn *c, uint16_t code, struct rp_request *timed
   }
 }
 
+/* ---- scratch buffers ----
+ *
+ * A burst of replies (a whole batch of pages) needs a big buffer only for the moment it
+ * is read and parsed, and a handshake needs one only while it runs; neither needs one
+ * per connection. The process keeps SCRATCH_BUFFERS of them, made with the first pool
+ * and freed with the last, so that pooled connections still allocate nothing. A reader
+ * that finds none free reads into its connection's own small buffer instead (more
+ * reads, same result); a handshake that finds none free takes heap memory for its
+ * duration. */
+static struct {
+  pthread_mutex_t lock; /* pools made and freed */
+  unsigned pools;       /* alive: the buffers exist while any pool does */
+  uint8_t *buf[SCRATCH_BUFFERS];
+  _Atomic bool taken[SCRATCH_BUFFERS];
+} scratch = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static int scratch_ref(void)
+{
+  int rc = 0;
+  pthread_mutex_lock(&scratch.lock);
+  if (scratch.pools == 0) {
+    for (unsigned i = 0; i < SCRATCH_BUFFERS && rc == 0; i++) {
+      scratch.buf[i] = malloc(SCRATCH_SIZE);
+      rc = scratch.buf[i] ? 0 : -1;
+    }
+    if (rc < 0)
+      for (unsigned i = 0; i < SCRATCH_BUFFERS; i++) {
+        free(scratch.buf[i]);
+        scratch.buf[i] = NULL;
+      }
+  }
+  if (rc == 0)
+    scratch.pools++;
+  pthread_mutex_unlock(&scratch.lock);
+  return rc;
+}
+
+static void scratch_unref(void)
+{
+  pthread_mutex_lock(&scratch.lock);
+  if (--scratch.pools == 0)
+    for (unsigned i = 0; i < SCRATCH_BUFFERS; i++) {
+      free(scratch.buf[i]);
+      scratch.buf[i] = NULL;
+    }
+  pthread_mutex_unlock(&scratch.lock);
+}
+
+/* Only for a pooled connection: its pool keeps the buffers alive. -1: none free. */
+static int scratch_take(void)
+{
+  for (unsigned i = 0; i < SCRATCH_BUFFERS; i++) {
+    bool expected = false;
+    if (atomic_compare_exchange_strong(&scratch.taken[i], &expected, true))
+      return (int)i;
+  }
+  return -1;
+}
+
+static void scratch_give_back(int i)
+{
+  atomic_store(&scratch.taken[i], false);
+}
+
+void rp_conn_scratch_hold(bool hold)
+{
+  for (unsigned i = 0; i < SCRATCH_BUFFERS; i++)
+    atomic_store(&scratch.taken[i], hold);
+}
+
+/* Makes c's own receive buffer at least `need` bytes: only for a control frame larger
+ * than a pooled connection's buffer, which the data path never sends. 0, or -1. */
+static int rbuf_grow(struct rp_conn *c, size_t need)
+{
+  if (need <= c->rbuf_size)
+    return 0;
+  if (need < CLIENT_MAX_FRAME)
+    need = CLIENT_MAX_FRAME;
+  uint8_t *bigger = realloc(c->rbuf, need);
+  if (!bigger)
+    return -1;
+  c->rbuf = bigger;
+  c->rbuf_size = need;
+  return 0;
+}
+
 /* A connection's memory, ready for a connection: from the pool when it has a free entry,
- * else from the heap. */
-static struct rp_conn *conn_take(struct rp_conn_pool *pool)
+ * else from the heap with a receive buffer of rbuf_size. */
+static struct rp_conn *conn_take(struct rp_conn_pool *pool, size_t rbuf_size)
 {
   if (pool) {
     for (unsigned i = 0; i < pool->n; i++) {
@@ -326,7 +433,8 @@ static struct rp_conn *conn_take(struct rp_conn_pool *pool)
   if (!c)
     return NULL;
   c->buckets = calloc(NBUCKETS, sizeof *c->buckets);
-  c->rbuf = malloc(RBUF_SIZE);
+  c->rbuf = malloc(rbuf_size);
+  c->rbuf_size = rbuf_size;
   if (!c->buckets || !c->rbuf) {
     free(c->buckets);
     free(c->rbuf);
@@ -362,11 +470,13 @@ static void conn_reset(struct rp_conn *c, struct rp_conn_pool *pool)
 {
   struct rp_request **buckets = c->buckets;
   uint8_t *rbuf = c->rbuf;
+  size_t rbuf_size = c->rbuf_size;
   struct rp_frame_auth tx = c->tx, rx = c->rx;
   memset(c, 0, sizeof *c);
   memset(buckets, 0, NBUCKETS * sizeof *buckets);
   c->buckets = buckets;
   c->rbuf = rbuf;
+  c->rbuf_size = rbuf_size;
   c->tx = tx;
   c->rx = rx;
   c->pool = pool;
@@ -391,8 +501,12 @@ struct rp_conn_pool *rp_conn_pool_new(unsigned n)
   struct rp_conn_pool *pool = calloc(1, sizeof *pool + n * sizeof pool->entries[0]);
   if (!pool)
     return NULL;
+  if (scratch_ref() < 0) {
+    free(pool);
+    return NULL;
+  }
   for (unsigned i = 0; i < n; i++) {
-    struct rp_conn *c = conn_take(NULL);
+    struct rp_conn *c = conn_take(NULL, POOLED_RBUF_SIZE);
     if (c && (rp_frame_auth_prepare(&c->tx) < 0 || rp_frame_auth_prepare(&c->rx) < 0)) {
       conn_give_back(c);
       c = NULL;
@@ -413,7 +527,8 @@ size_t rp_conn_pool_bytes(const struct rp_conn_pool *pool)
   if (!pool)
     return 0;
   return sizeof *pool + pool->n * (sizeof pool->entries[0] + sizeof(struct rp_conn) +
-                                   NBUCKETS * sizeof(struct rp_request *) + RBUF_SIZE);
+                                   NBUCKETS * sizeof(struct rp_request *) + POOLED_RBUF_SIZE) +
+         (size_t)SCRATCH_BUFFERS * SCRATCH_SIZE;
 }
 
 void rp_conn_pool_free(struct rp_conn_pool *pool)
@@ -426,6 +541,7 @@ void rp_conn_pool_free(struct rp_conn_pool *pool)
     conn_give_back(c);
   }
   free(pool);
+  scratch_unref();
 }
 
 /* Every libev callback brackets its work with enter/leave, so that rp_conn_close
@@ -753,19 +869,70 @@ static void parse_frames(struct rp_conn *c)
     c->rstart = c->rend = 0;
 }
 
+/* A pooled connection reads its burst into a scratch buffer, its unparsed bytes moved
+ * there first: for the time of one callback, c->rbuf is the scratch buffer. -1 when it
+ * reads into its own buffer. */
+static int read_in_scratch(struct rp_conn *c, uint8_t **own, size_t *own_size)
+{
+  if (!c->pool)
+    return -1;
+  int k = scratch_take();
+  if (k < 0)
+    return -1;
+  *own = c->rbuf;
+  *own_size = c->rbuf_size;
+  size_t unparsed = c->rend - c->rstart;
+  memcpy(scratch.buf[k], c->rbuf + c->rstart, unparsed);
+  c->rbuf = scratch.buf[k];
+  c->rbuf_size = SCRATCH_SIZE;
+  c->rstart = 0;
+  c->rend = unparsed;
+  return k;
+}
+
+/* Back to the connection's own buffer with what is left unparsed: at most one frame,
+ * part received. */
+static void read_in_own(struct rp_conn *c, int k, uint8_t *own, size_t own_size)
+{
+  uint8_t *from = c->rbuf + c->rstart;
+  size_t unparsed = c->connected && !c->close_pending ? c->rend - c->rstart : 0;
+  c->rbuf = own;
+  c->rbuf_size = own_size;
+  c->rstart = c->rend = 0;
+  if (unparsed > 0 && rbuf_grow(c, unparsed) < 0) {
+    scratch_give_back(k);
+    conn_fail(c, RP_ERR_INTERNAL, NULL, "out of memory for a %zu-byte frame from the "
+              "server", unparsed);
+    return;
+  }
+  memcpy(c->rbuf, from, unparsed);
+  c->rend = unparsed;
+  scratch_give_back(k);
+}
+
 static void on_readable(struct ev_loop *loop, ev_io *w, int revents)
 {
   struct rp_conn *c = w->data;
   enter(c);
   if (zc_pending(c))
     zc_drain(c);
+  uint8_t *own = NULL;
+  size_t own_size = 0;
+  int k = read_in_scratch(c, &own, &own_size);
   for (int round = 0; round < 8 && c->connected && !c->close_pending; round++) {
-    if (c->rstart > 0 && RBUF_SIZE - c->rend < CLIENT_MAX_FRAME) {
+    if (c->rstart > 0 && c->rbuf_size - c->rend < CLIENT_MAX_FRAME) {
       memmove(c->rbuf, c->rbuf + c->rstart, c->rend - c->rstart);
       c->rend -= c->rstart;
       c->rstart = 0;
     }
-    size_t space = RBUF_SIZE - c->rend;
+    /* Full with one frame not yet whole: only a connection's own buffer grows (a
+     * scratch buffer holds any frame once compacted, and is not the connection's). */
+    if (c->rend == c->rbuf_size && (k >= 0 || rbuf_grow(c, c->rbuf_size + 1) < 0)) {
+      conn_fail(c, RP_ERR_INTERNAL, NULL, "no room for a frame larger than %zu bytes "
+                "from the server", c->rbuf_size);
+      break;
+    }
+    size_t space = c->rbuf_size - c->rend;
     ssize_t n = read(c->fd, c->rbuf + c->rend, space);
     if (n == 0) {
       conn_fail(c, RP_ERR_DISCONNECTED, NULL, "the server closed the connection");
@@ -785,6 +952,8 @@ static void on_readable(struct ev_loop *loop, ev_io *w, int revents)
     if ((size_t)n < space)
       break; /* the socket is drained */
   }
+  if (k >= 0)
+    read_in_own(c, k, own, own_size);
   /* Completions usually submit the next requests: send them now, in one sendmsg, rather
    * than after another trip through the loop. */
   if (c->connected && !c->close_pending && c->q_head)
@@ -995,7 +1164,7 @@ struct rp_conn *rp_conn_open(const struct rp_conn_options *opts, struct rp_sessi
     rp_error_set(err, RP_ERR_CONNECT, "no server address given: pass HOST:PORT");
     return NULL;
   }
-  struct rp_conn *c = conn_take(opts->pool);
+  struct rp_conn *c = conn_take(opts->pool, RBUF_SIZE);
   if (!c) {
     rp_error_set(err, RP_ERR_INTERNAL, "out of memory");
     return NULL;
@@ -1017,8 +1186,25 @@ struct rp_conn *rp_conn_open(const struct rp_conn_options *opts, struct rp_sessi
 
   uint32_t cto = opts->connect_timeout_ms ? opts->connect_timeout_ms
                                           : DEFAULT_CONNECT_TIMEOUT_MS;
-  if (client_connect(opts, c->peer, cto, c->rbuf, RBUF_SIZE, &c->tx, &c->rx, &c->fd, info,
-                     err) < 0) {
+  /* A pooled connection's own buffer is too small for the handshake: it runs in a
+   * scratch buffer. */
+  int k = c->rbuf_size < CLIENT_HANDSHAKE_BUF && c->pool ? scratch_take() : -1;
+  uint8_t *heap = NULL;
+  uint8_t *hs_buf = k >= 0 ? scratch.buf[k] : c->rbuf;
+  if (k < 0 && c->rbuf_size < CLIENT_HANDSHAKE_BUF) {
+    hs_buf = heap = malloc(CLIENT_HANDSHAKE_BUF);
+    if (!heap) {
+      rp_error_set(err, RP_ERR_INTERNAL, "out of memory for a handshake with %s", c->peer);
+      conn_destroy(c);
+      return NULL;
+    }
+  }
+  int rc = client_connect(opts, c->peer, cto, hs_buf, CLIENT_HANDSHAKE_BUF, &c->tx, &c->rx,
+                          &c->fd, info, err);
+  if (k >= 0)
+    scratch_give_back(k);
+  free(heap);
+  if (rc < 0) {
     conn_destroy(c);
     return NULL;
   }

@@ -79,7 +79,7 @@ struct server_health {
   bool past_blip;               /* this outage has lasted timeout= (set by the tick, which
                                    then woke what waited): no longer a blip */
   bool replaced;                /* LOST, and a new incarnation took its address */
-  struct reconnect_attempt *attempt; /* its helper thread and the attempt it runs, made
+  struct reconnect_attempt *attempt; /* what a shared helper thread runs for it, made
                                         with the server, reused by every attempt */
   ev_timer retry;               /* starts the next attempt */
   /* Requests that must reach this server's session (writes, frees) and were in flight

@@ -11,12 +11,15 @@
  *
  * (ADVISED is UP under memory pressure; rampart.h holds the one state enum.) Every
  * server has its own state, backoff and deadlines, all kept and driven on the engine's
- * loop, so a server slow to come back never delays another's reconnect. An attempt
- * (connect, handshake, RESERVE for a fresh session) blocks, so it runs in the server's
- * own helper thread, started with the server and asleep until needed: the loop hands it
- * a copy of everything it needs, the thread reads nothing else of the engine and hands
- * its result back on a lock-free stack with ev_async. At most one attempt per server
- * runs at a time, and none allocates (connections come from the engine's pool).
+ * loop. An attempt (connect, handshake, RESERVE for a fresh session) blocks, so it
+ * runs in one of the engine's few reconnect helper threads, shared by every server and
+ * asleep until needed: the loop queues an attempt holding a copy of everything it
+ * needs, a free helper takes the oldest, reads nothing else of the engine and hands
+ * its result back on a lock-free stack with ev_async. With RECONNECT_HELPERS of them, a
+ * server slow to come back delays another's attempt only when that many are slow at
+ * once, and then by one attempt (at most timeout=). At most one attempt per server is
+ * queued or runs at a time, and none allocates (connections come from the engine's
+ * pool).
  *
  * While a server reconnects, requests that must reach its session (member and parity
  * writes, frees) wait in its replay queue: those in flight when the connection dropped
@@ -44,6 +47,9 @@
 
 #define BACKOFF_FIRST_MS 50u
 #define BACKOFF_MAX_MS 500u
+/* Threads shared by every server for reconnect attempts. Each costs its stack, locked
+ * whole under mlockall: one per server was the largest per-server cost of a client. */
+#define RECONNECT_HELPERS 4u
 
 /* What every server's health shares; the engine holds it, only this file sees into it. */
 struct server_health_shared {
@@ -57,16 +63,34 @@ struct server_health_shared {
   bool waking, wake_again;
   uint64_t resumes, requests_replayed;
   uint64_t log_ns;              /* last "requests waiting" log line */
+  /* The reconnect helpers and the attempts queued for them (oldest first). */
+  pthread_mutex_t helpers_lock;
+  pthread_cond_t helpers_wake;
+  struct reconnect_attempt *queue_head, *queue_tail; /* under helpers_lock */
+  bool helpers_quit;                                 /* under helpers_lock */
+  unsigned helpers;                                  /* started */
+  pthread_t helper[RECONNECT_HELPERS];
 };
+
+static void helpers_stop(struct server_health_shared *sh);
 
 int server_health_alloc(struct rampart_engine *e)
 {
   e->health = calloc(1, sizeof *e->health);
-  return e->health ? 0 : -1;
+  if (!e->health)
+    return -1;
+  pthread_mutex_init(&e->health->helpers_lock, NULL);
+  pthread_cond_init(&e->health->helpers_wake, NULL);
+  return 0;
 }
 
 void server_health_release(struct rampart_engine *e)
 {
+  if (!e->health)
+    return;
+  helpers_stop(e->health);
+  pthread_cond_destroy(&e->health->helpers_wake);
+  pthread_mutex_destroy(&e->health->helpers_lock);
   free(e->health);
   e->health = NULL;
 }
@@ -76,15 +100,10 @@ bool server_health_any_waiting(const struct rampart_engine *e)
   return e->health->wait_head != NULL;
 }
 
-/* A server's reconnect helper: its thread, which waits for an attempt to run, and the
- * attempt itself, the thread's only input and output. */
+/* A server's reconnect attempt, made with the server and reused by each of its attempts:
+ * a helper's only input and output. */
 struct reconnect_attempt {
-  pthread_t thread;
-  bool thread_started;
-  pthread_mutex_t lock;
-  pthread_cond_t wake_thread;
-  bool work;                        /* under lock: an attempt is handed over */
-  bool quit;                        /* under lock: the engine is closing */
+  struct reconnect_attempt *next_queued; /* under helpers_lock: waiting for a helper */
   struct reconnect_attempt *next;   /* on the engine's attempts_done stack */
   unsigned server;                  /* incarnation it is for (read by the loop only) */
   /* copied by the loop before the thread starts */
@@ -175,26 +194,43 @@ done:;
   ev_async_send(loop, wake);
 }
 
-/* The server's helper thread, started with the server: it sleeps until the loop hands
- * it an attempt. Made once rather than per attempt, as creating a thread is itself an
- * allocation (the sanitizers' thread records, a stack when glibc's cache has none),
- * and a reconnect must not allocate. */
-static void *attempt_thread_main(void *arg)
+/* A reconnect helper: it sleeps until the loop queues an attempt, runs the oldest, and
+ * goes back for the next. Helpers are made with the servers rather than per attempt,
+ * as creating a thread is itself an allocation (the sanitizers' thread records, a stack
+ * when glibc's cache has none), and a reconnect must not allocate. */
+static void *helper_main(void *arg)
 {
-  struct reconnect_attempt *a = arg;
-  pthread_mutex_lock(&a->lock);
+  struct server_health_shared *sh = arg;
+  pthread_mutex_lock(&sh->helpers_lock);
   for (;;) {
-    while (!a->work && !a->quit)
-      pthread_cond_wait(&a->wake_thread, &a->lock);
-    if (a->quit)
+    while (!sh->queue_head && !sh->helpers_quit)
+      pthread_cond_wait(&sh->helpers_wake, &sh->helpers_lock);
+    if (sh->helpers_quit)
       break;
-    a->work = false;
-    pthread_mutex_unlock(&a->lock);
+    struct reconnect_attempt *a = sh->queue_head;
+    sh->queue_head = a->next_queued;
+    if (!sh->queue_head)
+      sh->queue_tail = NULL;
+    a->next_queued = NULL;
+    pthread_mutex_unlock(&sh->helpers_lock);
     attempt_run(a);
-    pthread_mutex_lock(&a->lock);
+    pthread_mutex_lock(&sh->helpers_lock);
   }
-  pthread_mutex_unlock(&a->lock);
+  pthread_mutex_unlock(&sh->helpers_lock);
   return NULL;
+}
+
+/* Stops every helper once the attempt it runs, if any, has finished (the attempt pushes
+ * its result first); attempts still queued are left in the queue, not run. */
+static void helpers_stop(struct server_health_shared *sh)
+{
+  pthread_mutex_lock(&sh->helpers_lock);
+  sh->helpers_quit = true;
+  pthread_cond_broadcast(&sh->helpers_wake);
+  pthread_mutex_unlock(&sh->helpers_lock);
+  for (unsigned i = 0; i < sh->helpers; i++)
+    pthread_join(sh->helper[i], NULL);
+  sh->helpers = 0;
 }
 
 /* The attempt's result has been taken: its struct waits for the server's next attempt. */
@@ -205,29 +241,6 @@ static void attempt_release(struct reconnect_attempt *a)
   a->stale = NULL;
 }
 
-/* Stops a helper's thread once its attempt, if any, has finished (the attempt pushes its
- * result first). */
-static void attempt_helper_stop(struct reconnect_attempt *a)
-{
-  if (!a || !a->thread_started)
-    return;
-  pthread_mutex_lock(&a->lock);
-  a->quit = true;
-  pthread_cond_signal(&a->wake_thread);
-  pthread_mutex_unlock(&a->lock);
-  pthread_join(a->thread, NULL);
-  a->thread_started = false;
-}
-
-static void attempt_helper_free(struct reconnect_attempt *a)
-{
-  if (!a)
-    return;
-  attempt_helper_stop(a);
-  pthread_cond_destroy(&a->wake_thread);
-  pthread_mutex_destroy(&a->lock);
-  free(a);
-}
 
 /* Attempts run in threads with a small stack: under mlockall(MCL_FUTURE) every byte of
  * a thread's stack is locked when the thread starts, and glibc's default is 8 MiB. */
@@ -268,10 +281,16 @@ static void start_attempt(struct rampart_engine *e, struct server *s, struct rp_
   a->loop = e->loop;
   a->wake = &e->health->attempt_wake;
   a->done = &e->health->attempts_done;
-  pthread_mutex_lock(&a->lock); /* held by the thread only between attempts */
-  a->work = true;
-  pthread_cond_signal(&a->wake_thread);
-  pthread_mutex_unlock(&a->lock);
+  struct server_health_shared *sh = e->health;
+  pthread_mutex_lock(&sh->helpers_lock);
+  a->next_queued = NULL;
+  if (sh->queue_tail)
+    sh->queue_tail->next_queued = a;
+  else
+    sh->queue_head = a;
+  sh->queue_tail = a;
+  pthread_cond_signal(&sh->helpers_wake);
+  pthread_mutex_unlock(&sh->helpers_lock);
   h->attempting = true;
   h->attempts++;
 }
@@ -784,22 +803,22 @@ void server_health_init(struct rampart_engine *e)
 
 int server_health_init_server(struct rampart_engine *e, struct server *s)
 {
-  (void)e;
   memset(&s->health, 0, sizeof s->health);
+  struct server_health_shared *sh = e->health;
+  /* One more helper with each server until there are RECONNECT_HELPERS. */
+  if (sh->helpers < RECONNECT_HELPERS) {
+    int rc = rp_thread_start(&sh->helper[sh->helpers], "rampart-reconn", ATTEMPT_STACK_BYTES,
+                             helper_main, sh);
+    if (rc != 0) {
+      rp_log(RP_LOG_ERROR, "server %s: cannot start a reconnect helper thread: %s",
+             s->address, strerror(rc));
+      return -1;
+    }
+    sh->helpers++;
+  }
   struct reconnect_attempt *a = calloc(1, sizeof *a);
   if (!a)
     return -1;
-  pthread_mutex_init(&a->lock, NULL);
-  pthread_cond_init(&a->wake_thread, NULL);
-  int rc = rp_thread_start(&a->thread, "rampart-reconn", ATTEMPT_STACK_BYTES,
-                           attempt_thread_main, a);
-  if (rc != 0) {
-    rp_log(RP_LOG_ERROR, "server %s: cannot start its reconnect thread: %s", s->address,
-           strerror(rc));
-    attempt_helper_free(a);
-    return -1;
-  }
-  a->thread_started = true;
   s->health.attempt = a;
   ev_timer_init(&s->health.retry, on_retry, 0.0, 0.0);
   s->health.retry.data = s;
@@ -834,10 +853,18 @@ void server_health_close(struct rampart_engine *e)
 {
   if (!e->loop)
     return; /* open failed before the loop existed: no server was set up */
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    ev_timer_stop(e->loop, &e->set.servers[i].health.retry);
+  helpers_stop(e->health); /* waits for the attempts running now */
+  /* Attempts queued and never run: only a stale session each may need ending. */
+  for (struct reconnect_attempt *a = e->health->queue_head; a; a = a->next_queued)
+    if (a->stale) {
+      end_session(a->stale);
+      a->stale = NULL;
+    }
+  e->health->queue_head = e->health->queue_tail = NULL;
   for (unsigned i = 0; i < e->set.nservers; i++) {
     struct server_health *h = &e->set.servers[i].health;
-    ev_timer_stop(e->loop, &h->retry);
-    attempt_helper_stop(h->attempt); /* waits for an attempt running now */
     h->attempting = false;
     /* Whatever still waits for this server belongs to pools about to be freed. */
     h->replay_head = h->replay_tail = NULL;
@@ -857,14 +884,14 @@ void server_health_close(struct rampart_engine *e)
 
 void server_health_free_server(struct server *s)
 {
-  attempt_helper_free(s->health.attempt);
+  free(s->health.attempt);
   s->health.attempt = NULL;
 }
 
 void server_health_free(struct rampart_engine *e)
 {
   for (unsigned i = 0; i < e->set.nservers; i++) {
-    attempt_helper_free(e->set.servers[i].health.attempt);
+    free(e->set.servers[i].health.attempt);
     e->set.servers[i].health.attempt = NULL;
   }
 }

@@ -19,6 +19,9 @@
 #include "server_health.h"
 #include "server_transport.h"
 
+/* Connections in the engine's pool beyond one per server (server_set_pool_new). */
+#define POOL_SPARES 8u
+
 bool server_usable_for_reads(const struct server *s)
 {
   return (s->state == RAMPART_SERVER_UP || s->state == RAMPART_SERVER_ADVISED) && s->conn &&
@@ -241,9 +244,11 @@ struct server *server_new(struct rampart_engine *e, const char *address,
 
 int server_set_pool_new(struct rampart_engine *e, unsigned n, char *err, size_t errlen)
 {
-  /* Two connections' memory per server (its connection, and a reconnect's while the old
-   * one is still being closed), and two for a rejoin and an ending stale session. */
-  e->set.conn_pool = rp_conn_pool_new(2 * n + 2);
+  /* One connection's memory per server, and spares for reconnects: a reconnect needs a
+   * second connection only while the old one is still being closed (or a stale session
+   * ended), so POOL_SPARES cover that many servers reconnecting at once. Past them a
+   * connection takes heap memory, as without a pool. */
+  e->set.conn_pool = rp_conn_pool_new(n + POOL_SPARES);
   if (!e->set.conn_pool) {
     snprintf(err, errlen, "out of memory for %u server connections", n);
     return -1;

@@ -16,6 +16,7 @@
 #include "server_process.h"
 
 #define NREQ 16
+#define BURST 512 /* requests in flight at once: the engine's most */
 
 static const char *const MEMORY_ARGS[] = {"--memory", "16M", NULL};
 
@@ -78,22 +79,29 @@ static bool all_done(void *arg)
   return t->completed == NREQ;
 }
 
-static struct rp_conn *connect_with(struct rp_test_server *s, uint32_t request_timeout_ms,
-                                    struct tally *t)
+static struct rp_conn *connect_pooled(struct rp_test_server *s, uint32_t request_timeout_ms,
+                                      struct tally *t, struct rp_conn_pool *pool)
 {
   struct rp_conn_options o;
   memset(&o, 0, sizeof o);
   o.host = s->host;
   o.port = s->port;
   o.request_timeout_ms = request_timeout_ms;
+  o.pool = pool;
   struct rp_error err;
   struct rp_conn *c = rp_conn_open(&o, NULL, &err);
   if (!c)
     fail_msg("connect: %s", err.message);
   rp_conn_set_callbacks(c, NULL, on_disconnect, t);
-  if (rp_reserve_sync(c, 100, NULL, NULL, &err) < 0)
+  if (rp_reserve_sync(c, BURST, NULL, NULL, &err) < 0)
     fail_msg("reserve: %s", err.message);
   return c;
+}
+
+static struct rp_conn *connect_with(struct rp_test_server *s, uint32_t request_timeout_ms,
+                                    struct tally *t)
+{
+  return connect_pooled(s, request_timeout_ms, t, NULL);
 }
 
 static void submit_writes(struct rp_conn *c, struct rp_request *reqs, uint8_t (*pages)[RP_PAGE_SIZE],
@@ -209,6 +217,69 @@ static void test_crashed_server_fails_everything_once(void **state)
   assert_non_null(strstr(err.message, s.port));
 }
 
+static bool burst_done(void *arg)
+{
+  struct tally *t = arg;
+  return t->completed == BURST;
+}
+
+/* Submits BURST requests of op at once and waits for them all. */
+static void run_burst(struct rp_conn *c, uint8_t op, struct rp_request *reqs,
+                      uint8_t (*pages)[RP_PAGE_SIZE], struct tally *t)
+{
+  t->completed = 0;
+  memset(t->by_status, 0, sizeof t->by_status);
+  for (int i = 0; i < BURST; i++) {
+    memset(&reqs[i], 0, sizeof reqs[i]);
+    reqs[i].op = op;
+    reqs[i].slot = (uint64_t)i;
+    reqs[i].page = pages[i];
+    reqs[i].done = on_done;
+    reqs[i].user = t;
+    rp_conn_submit(c, &reqs[i]);
+  }
+  rp_conn_flush(c);
+  assert_true(rp_conn_wait(c, burst_done, t, 10000));
+  assert_int_equal(t->by_status[RP_OK], BURST);
+}
+
+/* A pooled connection keeps a few KiB of its own and reads bursts through a scratch
+ * buffer the process shares; when every scratch buffer is busy it reads through its own.
+ * Either way, a burst of the engine's size writes and reads back every byte. */
+static void test_pooled_connection_carries_bursts(void **state)
+{
+  struct fixture *f = *state;
+  struct rp_test_server s;
+  const char *const args[] = {"--memory", "16M", NULL};
+  assert_int_equal(rp_test_server_start(&s, f->dir, args), 0);
+  struct rp_conn_pool *pool = rp_conn_pool_new(1);
+  assert_non_null(pool);
+  static struct rp_request reqs[BURST];
+  static uint8_t pages[BURST][RP_PAGE_SIZE], back[BURST][RP_PAGE_SIZE];
+  for (int held = 0; held < 2; held++) {
+    if (held)
+      rp_conn_scratch_hold(true);
+    struct tally t;
+    memset(&t, 0, sizeof t);
+    struct rp_conn *c = connect_pooled(&s, 10000, &t, pool);
+    for (int i = 0; i < BURST; i++)
+      for (unsigned b = 0; b < RP_PAGE_SIZE; b++)
+        pages[i][b] = (uint8_t)((unsigned)i * 31u + b * 7u + (unsigned)held);
+    run_burst(c, RP_OP_WRITE, reqs, pages, &t);
+    memset(back, 0, sizeof back);
+    run_burst(c, RP_OP_READ, reqs, back, &t);
+    assert_memory_equal(back, pages, sizeof pages);
+    assert_int_equal(t.disconnects, 0);
+    struct rp_error err;
+    assert_int_equal(rp_goodbye_sync(c, &err), 0);
+    rp_conn_close(c);
+    if (held)
+      rp_conn_scratch_hold(false);
+  }
+  rp_conn_pool_free(pool);
+  assert_int_equal(rp_test_server_stop(&s), 0);
+}
+
 static void test_close_with_requests_in_flight(void **state)
 {
   struct fixture *f = *state;
@@ -270,6 +341,7 @@ int main(void)
       cmocka_unit_test(test_stopped_server_times_out),
       cmocka_unit_test(test_crashed_server_fails_everything_once),
       cmocka_unit_test(test_close_with_requests_in_flight),
+      cmocka_unit_test(test_pooled_connection_carries_bursts),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

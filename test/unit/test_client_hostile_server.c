@@ -38,6 +38,8 @@ enum scenario {
   JUNK_ERROR,       /* error status with an undecodable Error payload: request fails, conn lives */
   GARBAGE,          /* random bytes */
   BAD_TAG,          /* an honest READ reply whose tag has one bit flipped */
+  BIG_ERROR,        /* error status with the largest payload, sent in two parts: request
+                       fails, conn lives */
 };
 
 struct fake {
@@ -210,6 +212,18 @@ static void *fake_main(void *arg)
     memcpy(out + RP_HEADER_SIZE, "\xff\xff\xff\xff\xff\xff\xff", 7);
     n = tag_frame(&tx, out, RP_HEADER_SIZE + 7);
     break;
+  case BIG_ERROR:
+    /* Larger than a pooled connection's own buffer, and split so that its first part
+     * is left over from one read to the next. */
+    rp_header_reply(&r, &h, RP_ERR_NOT_FOUND, RP_MAX_CONTROL_PAYLOAD);
+    rp_header_encode(&r, out);
+    memset(out + RP_HEADER_SIZE, 0xff, RP_MAX_CONTROL_PAYLOAD);
+    n = tag_frame(&tx, out, RP_HEADER_SIZE + RP_MAX_CONTROL_PAYLOAD);
+    write_full(fd, out, 5000);
+    usleep(50000);
+    write_full(fd, out + 5000, n - 5000);
+    n = 0;
+    break;
   case GARBAGE:
     rp_random_bytes(out, 2000);
     out[0] = 'Z';
@@ -268,7 +282,8 @@ static struct rp_key test_key(void)
   return k;
 }
 
-static struct rp_conn *open_fake(struct fake *f, const struct rp_key *key, struct rp_error *err)
+static struct rp_conn *open_fake(struct fake *f, const struct rp_key *key,
+                                 struct rp_conn_pool *pool, struct rp_error *err)
 {
   char port[16];
   snprintf(port, sizeof port, "%u", f->port);
@@ -279,6 +294,7 @@ static struct rp_conn *open_fake(struct fake *f, const struct rp_key *key, struc
   o.key = key;
   o.connect_timeout_ms = 3000;
   o.request_timeout_ms = 3000;
+  o.pool = pool;
   return rp_conn_open(&o, NULL, err);
 }
 
@@ -294,14 +310,23 @@ static void on_disconnect(struct rp_conn *c, const struct rp_error *why, void *u
   w->code = why->code;
 }
 
+/* How the connection is made: on its own, or from a pool (small, reading through the
+ * process's scratch buffers), or from a pool with every scratch buffer busy. */
+enum conn_kind { OWN_BUFFER, POOLED, POOLED_NO_SCRATCH };
+
 /* Opens, does one READ, returns its status; fills *w. */
-static uint16_t one_read(enum scenario s, struct watch *w, bool *still_connected,
-                         uint8_t page[RP_PAGE_SIZE])
+static uint16_t one_read_as(enum scenario s, enum conn_kind kind, struct watch *w,
+                            bool *still_connected, uint8_t page[RP_PAGE_SIZE])
 {
   struct rp_key key = test_key();
   struct fake *f = fake_start(s, &key);
   struct rp_error err;
-  struct rp_conn *c = open_fake(f, &key, &err);
+  struct rp_conn_pool *pool = kind == OWN_BUFFER ? NULL : rp_conn_pool_new(1);
+  if (kind != OWN_BUFFER)
+    assert_non_null(pool);
+  if (kind == POOLED_NO_SCRATCH)
+    rp_conn_scratch_hold(true);
+  struct rp_conn *c = open_fake(f, &key, pool, &err);
   if (!c)
     fail_msg("handshake with the fake server: %s", err.message);
   memset(w, 0, sizeof *w);
@@ -310,8 +335,17 @@ static uint16_t one_read(enum scenario s, struct watch *w, bool *still_connected
   uint16_t status = rp_read_sync(c, 3, page, &err) == 0 ? RP_OK : err.code;
   *still_connected = rp_conn_is_connected(c);
   rp_conn_close(c);
+  if (kind == POOLED_NO_SCRATCH)
+    rp_conn_scratch_hold(false);
+  rp_conn_pool_free(pool);
   fake_stop(f);
   return status;
+}
+
+static uint16_t one_read(enum scenario s, struct watch *w, bool *still_connected,
+                         uint8_t page[RP_PAGE_SIZE])
+{
+  return one_read_as(s, OWN_BUFFER, w, still_connected, page);
 }
 
 static void test_dribbled_reply_is_reassembled(void **state)
@@ -331,7 +365,7 @@ static void test_server_without_key_is_refused(void **state)
   struct rp_key key = test_key();
   struct fake *f = fake_start(BAD_SERVER_MAC, &key);
   struct rp_error err;
-  assert_null(open_fake(f, &key, &err));
+  assert_null(open_fake(f, &key, NULL, &err));
   assert_int_equal(err.code, RP_ERR_AUTH);
   assert_non_null(strstr(err.message, "key"));
   fake_stop(f);
@@ -342,7 +376,7 @@ static void test_short_nonce_is_refused(void **state)
   struct rp_key key = test_key();
   struct fake *f = fake_start(SHORT_NONCE, &key);
   struct rp_error err;
-  assert_null(open_fake(f, &key, &err));
+  assert_null(open_fake(f, &key, NULL, &err));
   assert_int_equal(err.code, RP_ERR_BAD_FRAME);
   fake_stop(f);
 }
@@ -397,6 +431,28 @@ static void test_bad_tag(void **state)
   expect_protocol_failure(BAD_TAG);
 }
 
+/* A pooled connection keeps only a few KiB of its own: a reply dribbled in, or one
+ * larger than that, must come through whole whether it reads through a scratch buffer
+ * or, when every one is busy, through its own. */
+static void test_pooled_connection_reassembles_frames(void **state)
+{
+  const enum conn_kind kinds[] = { POOLED, POOLED_NO_SCRATCH };
+  for (unsigned k = 0; k < 2; k++) {
+    struct watch w;
+    bool connected;
+    uint8_t page[RP_PAGE_SIZE];
+    assert_int_equal(one_read_as(HONEST_DRIBBLE, kinds[k], &w, &connected, page), RP_OK);
+    for (size_t i = 0; i < RP_PAGE_SIZE; i++)
+      assert_int_equal(page[i], (uint8_t)(i * 7 + 3));
+    assert_true(connected);
+    assert_int_equal(w.disconnects, 0);
+    assert_int_equal(one_read_as(BIG_ERROR, kinds[k], &w, &connected, page),
+                     RP_ERR_NOT_FOUND);
+    assert_true(connected);
+    assert_int_equal(w.disconnects, 0);
+  }
+}
+
 static void test_undecodable_error_payload(void **state)
 {
   struct watch w;
@@ -421,6 +477,7 @@ int main(void)
       cmocka_unit_test(test_garbage),
     cmocka_unit_test(test_bad_tag),
       cmocka_unit_test(test_undecodable_error_payload),
+      cmocka_unit_test(test_pooled_connection_reassembles_frames),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
