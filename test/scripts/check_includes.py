@@ -39,7 +39,7 @@ LAYERS = {
     "page-op core": ["page_op", "page_read", "page_write", "page_write_pending", "page_mover",
                      "server_health", "parity_group", "placement_order", "page_map",
                      "page_seal", "crash_point", "redundancy_policy"],
-    "engine API": ["rampart", "config", "config_settings", "engine", "page_rmw",
+    "engine API": ["rampart", "config", "config_settings", "engine", "engine_reap", "page_rmw",
                    "control_socket", "server_membership", "cluster_follow", "stats_report", "metrics_report",
                    "stats_file", "pager_standby", "process_hygiene", "event_arena"],
 }
