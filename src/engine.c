@@ -9,9 +9,10 @@
  * lock-free stack and the I/O thread is woken with ev_async (the hand-over), which
  * starts it on its next pass. Either way a request is started under the lock, so the
  * engine's state has one writer at a time (docs/engine.md, "Run to completion").
- * Replies, timers, the mover and reconnects always run on the I/O thread. Each request
- * is split into per-page operations from a fixed pool; when the pool is empty the
- * request waits its turn, so a burst of I/O never allocates.
+ * Replies run on the I/O thread, or on a frontend thread waiting in rampart_reap
+ * (engine_reap.c: it is lent the sockets); timers and reconnects always run on the I/O
+ * thread. Each request is split into per-page operations from a fixed pool; when the
+ * pool is empty the request waits its turn, so a burst of I/O never allocates.
  */
 #include <errno.h>
 #include <openssl/crypto.h>

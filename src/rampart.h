@@ -9,7 +9,8 @@
  *
  * Two ways to do I/O, same semantics:
  *   - asynchronous: rampart_submit() with a caller-owned struct rampart_io; its
- *     completion callback runs on the engine's I/O thread (ublk: complete the tag there).
+ *     completion callback runs on the engine's I/O thread (ublk: complete the tag there),
+ *     or on the caller's own thread while it waits in rampart_reap().
  *   - blocking: rampart_pread/pwrite/trim/zero/flush, which submit and wait (nbdkit's
  *     thread model parallel calls these from its worker threads).
  *
