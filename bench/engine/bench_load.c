@@ -1,8 +1,10 @@
-/* The load: one thread keeps qd requests in the engine, exactly as rampart-ublk's queue
- * thread does (ublk/ublk_queue.c): it submits with rampart_submit_list; each completion,
- * on the engine's I/O thread, adds its request to a done list under a lock and, when
- * the list was empty, wakes this thread through an eventfd; this thread takes the whole
- * list and submits a new request for each. */
+/* The load: one thread keeps qd requests in the engine, as rampart-ublk's queue thread
+ * does (ublk/ublk_queue.c): it submits with rampart_submit_list; each completion adds
+ * its request to a done list under a lock; this thread takes the whole list and
+ * submits a new request for each. It waits in rampart_reap, reading the replies itself,
+ * so its completions run on it; with RAMPART_BENCH_EVENTFD=1 it sleeps on an eventfd
+ * instead, as the ublk queue thread does today, and the completions run on the
+ * engine's I/O thread, which writes the eventfd when the list was empty. */
 #include "engine_bench.h"
 
 #include <errno.h>
@@ -38,6 +40,7 @@ struct bench_load {
   int first_error;
   uint32_t *latency;                /* LATENCY_BUCKETS counts */
   bool submit_one_by_one;           /* RAMPART_BENCH_SUBMIT_EACH: rampart_submit per request */
+  bool wait_on_eventfd;             /* RAMPART_BENCH_EVENTFD: not rampart_reap */
 };
 
 static uint64_t now_ns(void)
@@ -66,7 +69,8 @@ static void on_done(struct rampart_io *io, int result)
   if (result < 0 && l->first_error == 0)
     l->first_error = result;
   l->done[l->ndone++] = r->index;
-  bool wake = l->ndone == 1; /* else a wake-up is already on its way */
+  /* else a wake-up is already on its way, or rampart_reap returns on its own */
+  bool wake = l->ndone == 1 && l->wait_on_eventfd;
   pthread_mutex_unlock(&l->done_lock);
   if (wake) {
     uint64_t one = 1;
@@ -95,6 +99,7 @@ struct bench_load *bench_load_new(struct rampart_engine *engine, uint64_t span_p
   }
   pthread_mutex_init(&l->done_lock, NULL);
   l->submit_one_by_one = getenv("RAMPART_BENCH_SUBMIT_EACH") != NULL;
+  l->wait_on_eventfd = getenv("RAMPART_BENCH_EVENTFD") != NULL;
   /* what the writes carry: not zeros, which an engine might store as zero pages */
   for (size_t i = 0; i < (size_t)PREFILL_QD * PREFILL_BYTES; i += 8) {
     uint64_t v = next_random(l);
@@ -139,17 +144,28 @@ static void submit(struct bench_load *l, unsigned i, enum rampart_op op, uint64_
   rampart_submit(l->engine, prepare(l, i, op, offset, length));
 }
 
-/* Sleeps until completions arrive; copies them out under the lock. */
-static unsigned reap(struct bench_load *l, unsigned *out)
+static unsigned take_done(struct bench_load *l, unsigned *out)
 {
-  uint64_t count;
-  while (read(l->event_fd, &count, sizeof count) < 0 && errno == EINTR)
-    ;
   pthread_mutex_lock(&l->done_lock);
   unsigned n = l->ndone;
   memcpy(out, l->done, n * sizeof *out);
   l->ndone = 0;
   pthread_mutex_unlock(&l->done_lock);
+  return n;
+}
+
+/* Sleeps until completions arrive; copies them out under the lock. */
+static unsigned reap(struct bench_load *l, unsigned *out)
+{
+  if (l->wait_on_eventfd) {
+    uint64_t count;
+    while (read(l->event_fd, &count, sizeof count) < 0 && errno == EINTR)
+      ;
+    return take_done(l, out);
+  }
+  unsigned n;
+  while ((n = take_done(l, out)) == 0)
+    rampart_reap(l->engine);
   return n;
 }
 

@@ -444,9 +444,11 @@ int main(int argc, char **argv)
     goto out;
   }
   printf("# rampart engine alone (bench/engine)\n\n");
-  printf("One thread submits and reaps as rampart-ublk's queue thread does, in the process that\n"
-         "runs the engine; %u rampartd on loopback; parity-log 4+1, pages sealed, frames tagged;\n"
+  printf("One thread submits as rampart-ublk's queue thread does and waits %s, in the\n"
+         "process that runs the engine; %u rampartd on loopback; parity-log 4+1, pages sealed, frames tagged;\n"
          "device %s, %s of it filled and then tested; %.1f s per test.%s\n\n",
+         getenv("RAMPART_BENCH_EVENTFD") ? "on an eventfd (RAMPART_BENCH_EVENTFD)"
+                                         : "in rampart_reap (reading its replies itself)",
          o.servers, o.size, o.span, o.seconds, o.mlock ? " Memory locked, as deployed." : "");
   if (o.nsettings) {
     printf("Settings added:");

@@ -118,6 +118,18 @@ void rp_conn_attach(struct rp_conn *conn, struct ev_loop *loop);
  * needed to know. */
 unsigned rp_conn_loop_changes(const struct rp_conn *conn);
 
+/* Reading lent to the owner (the engine's rampart_reap): the attached loop stops
+ * watching the socket, and the owner polls rp_conn_fd and calls rp_conn_read_now,
+ * holding the loop's lock, so that replies are read on the thread that waits for them.
+ * Lent back with false (the loop watches again: counted in rp_conn_loop_changes); the
+ * blocking helpers (rp_*_sync, rp_conn_wait) take it back themselves. */
+void rp_conn_lend_reading(struct rp_conn *conn, bool lend);
+bool rp_conn_reading_lent(const struct rp_conn *conn);
+/* The socket to poll for replies, or -1 once the connection failed or is closing. */
+int rp_conn_fd(const struct rp_conn *conn);
+/* Reads and handles every reply the socket holds, as the loop's read watcher would. */
+void rp_conn_read_now(struct rp_conn *conn);
+
 /* The loop the connection is attached to; if none, a private loop (owned by the
  * connection, destroyed by rp_conn_close) is made and attached first. NULL only if that
  * fails. Test API: for tests that submit asynchronously and then run the loop

@@ -105,6 +105,7 @@ struct rp_conn {
   bool close_pending;
   bool disconnect_reported;
   int depth; /* > 0 while inside one of our libev callbacks */
+  bool reading_lent; /* the owner reads the socket itself (rp_conn_lend_reading) */
   /* Watchers started that a sleeping loop must be woken to see (rp_conn_loop_changes) */
   unsigned loop_changes;
   uint32_t request_timeout_ms;
@@ -1110,6 +1111,37 @@ void rp_conn_attach(struct rp_conn *conn, struct ev_loop *loop)
   }
 }
 
+void rp_conn_lend_reading(struct rp_conn *conn, bool lend)
+{
+  if (conn->reading_lent == lend)
+    return;
+  conn->reading_lent = lend;
+  if (!conn->loop || !conn->connected)
+    return;
+  if (lend) {
+    ev_io_stop(conn->loop, &conn->rio);
+  } else {
+    ev_io_start(conn->loop, &conn->rio);
+    conn->loop_changes++;
+  }
+}
+
+bool rp_conn_reading_lent(const struct rp_conn *conn)
+{
+  return conn->reading_lent;
+}
+
+int rp_conn_fd(const struct rp_conn *conn)
+{
+  return conn->connected && !conn->close_pending ? conn->fd : -1;
+}
+
+void rp_conn_read_now(struct rp_conn *conn)
+{
+  if (conn->connected && !conn->close_pending && conn->loop)
+    on_readable(conn->loop, &conn->rio, EV_READ);
+}
+
 void rp_conn_set_callbacks(struct rp_conn *conn, rp_advise_fn on_advise,
                            rp_disconnect_fn on_disconnect, void *user)
 {
@@ -1237,6 +1269,7 @@ static int run_sync(struct rp_conn *c, struct ctl_request *ctl, const char *what
   ctl->finished = false;
   ctl->reply = NULL;
   ctl->reply_len = 0;
+  rp_conn_lend_reading(c, false); /* the loop below must see the reply */
   submit_any(c, &ctl->req);
   while (!ctl->finished)
     ev_run(c->loop, EVRUN_ONCE);
@@ -1410,6 +1443,7 @@ bool rp_conn_wait(struct rp_conn *conn, bool (*pred)(void *arg), void *arg, uint
     return true;
   if (!conn->loop && !attach_private(conn))
     return false;
+  rp_conn_lend_reading(conn, false); /* the loop below must see the replies */
   bool expired = false;
   ev_timer t;
   ev_now_update(conn->loop);

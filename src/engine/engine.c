@@ -9,9 +9,10 @@
  * lock-free stack and the I/O thread is woken with ev_async (the hand-over), which
  * starts it on its next pass. Either way a request is started under the lock, so the
  * engine's state has one writer at a time (docs/engine.md, "Run to completion").
- * Replies, timers, the mover and reconnects always run on the I/O thread. Each request
- * is split into per-page operations from a fixed pool; when the pool is empty the
- * request waits its turn, so a burst of I/O never allocates.
+ * Replies run on the I/O thread, or on a frontend thread waiting in rampart_reap
+ * (engine_reap.c: it is lent the sockets); timers and reconnects always run on the I/O
+ * thread. Each request is split into per-page operations from a fixed pool; when the
+ * pool is empty the request waits its turn, so a burst of I/O never allocates.
  */
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -57,6 +58,14 @@ uint64_t engine_now_ns(void)
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Every frontend request ends here: counted, so that a thread in rampart_reap learns
+ * that the I/O thread completed something (engine_reap_wake). */
+static void frontend_done(struct rampart_engine *e, struct rampart_io *io, int result)
+{
+  e->frontend_completions++;
+  io->done(io, result);
+}
+
 /* A frontend's request completes with its last page. */
 static void request_page_ended(struct page_op *op, int result)
 {
@@ -67,7 +76,7 @@ static void request_page_ended(struct page_op *op, int result)
     return;
   struct rampart_engine *e = op->engine;
   if (!e->defer_completions) {
-    io->done(io, io->result);
+    frontend_done(e, io, io->result);
     return;
   }
   io->next = NULL; /* free once its last page started (engine_start_ios) */
@@ -79,13 +88,13 @@ static void request_page_ended(struct page_op *op, int result)
 }
 
 /* The requests the last pass of the loop completed, in the order they completed. */
-static void deliver_completions(struct rampart_engine *e)
+void engine_deliver_completions(struct rampart_engine *e)
 {
   struct rampart_io *io = e->done_head;
   e->done_head = e->done_tail = NULL;
   while (io) {
     struct rampart_io *next = io->next; /* io belongs to its caller once done runs */
-    io->done(io, io->result);
+    frontend_done(e, io, io->result);
     io = next;
   }
 }
@@ -194,7 +203,7 @@ static void flush_synced(struct spill_io *sio)
     flush_submit(e);
   while (list) {
     struct rampart_io *next = list->next;
-    list->done(list, sio->result);
+    frontend_done(e, list, sio->result);
     list = next;
   }
 }
@@ -213,17 +222,17 @@ static void io_begin(struct rampart_engine *e, struct rampart_io *io)
   io->pages_started = 0;
   if ((int)io->op == RAMPART_OP_STATS) {
     engine_snapshot_stats(e, io->buf);
-    io->done(io, 0);
+    frontend_done(e, io, 0);
     return;
   }
   if ((int)io->op == RAMPART_OP_CALL) {
     struct engine_call *call = io->buf;
     call->fn(e, call->arg);
-    io->done(io, 0);
+    frontend_done(e, io, 0);
     return;
   }
   if (!io_is_valid(e, io)) {
-    io->done(io, -EINVAL);
+    frontend_done(e, io, -EINVAL);
     return;
   }
   uint32_t npages = io->length / RAMPART_PAGE_SIZE;
@@ -232,19 +241,19 @@ static void io_begin(struct rampart_engine *e, struct rampart_io *io)
     if (e->redundancy->flush_syncs_disk && e->spill)
       flush_begin(e, io);
     else
-      io->done(io, 0);
+      frontend_done(e, io, 0);
     return;
   case RAMPART_OP_TRIM:
   case RAMPART_OP_ZERO:
     /* Both leave the pages reading as zeros; no I/O, only bookkeeping. */
     for (uint32_t i = 0; i < npages; i++)
       page_write_trim(e, io->offset / RAMPART_PAGE_SIZE + i);
-    io->done(io, 0);
+    frontend_done(e, io, 0);
     return;
   case RAMPART_OP_READ:
   case RAMPART_OP_WRITE:
     if (npages == 0) {
-      io->done(io, 0);
+      frontend_done(e, io, 0);
       return;
     }
     io->pages_pending = npages;
@@ -252,7 +261,7 @@ static void io_begin(struct rampart_engine *e, struct rampart_io *io)
     engine_start_ios(e);
     return;
   }
-  io->done(io, -EINVAL);
+  frontend_done(e, io, -EINVAL);
 }
 
 /* ---- the I/O thread ----------------------------------------------------------- */
@@ -339,6 +348,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
     spill_quarantine_advance(&e->quarantine, e->spill);
   if (e->spill)
     spill_store_flush_submissions(e->spill);
+  engine_reap_tick(e);
 }
 
 static void on_spill_ready(struct ev_loop *loop, ev_io *w, int revents)
@@ -361,6 +371,11 @@ static void on_mover_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
     ev_break(loop, EVBREAK_ALL);
     return;
   }
+  engine_before_poll(e);
+}
+
+void engine_before_poll(struct rampart_engine *e)
+{
   page_mover_run(e);
   if (page_mover_take_wakeup(e)) {
     page_op_run_waiting(e);
@@ -379,9 +394,10 @@ static void on_mover_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 static void loop_release(struct ev_loop *loop)
 {
   struct rampart_engine *e = ev_userdata(loop);
-  deliver_completions(e);
+  engine_deliver_completions(e);
   e->defer_completions = false; /* a request started inline completes in its own pass */
   e->loop_sleeping = true;
+  engine_reap_wake(e);
   pthread_mutex_unlock(&e->lock);
 }
 
@@ -398,20 +414,27 @@ static void *io_thread_main(void *arg)
   struct rampart_engine *e = arg;
   pthread_mutex_lock(&e->lock);
   ev_run(e->loop, 0);
-  deliver_completions(e);
+  engine_deliver_completions(e);
+  engine_reap_wake(e);
   e->defer_completions = false;
   e->loop_sleeping = false; /* no loop to run a request started inline from now on */
   pthread_mutex_unlock(&e->lock);
   return NULL;
 }
 
-static unsigned loop_changes(const struct rampart_engine *e)
+unsigned engine_loop_changes(const struct rampart_engine *e)
 {
   unsigned n = e->loop_changes;
   for (unsigned i = 0; i < e->set.nservers; i++)
     if (e->set.servers[i].conn)
       n += rp_conn_loop_changes(e->set.servers[i].conn);
   return n;
+}
+
+static bool loop_needed(struct rampart_engine *e)
+{
+  return e->io_head || e->wait_head || server_health_any_waiting(e) ||
+         page_mover_wakeup_pending(e);
 }
 
 /* Starts io and the requests linked after it on the calling frontend thread, if the I/O
@@ -428,7 +451,7 @@ static bool submit_inline(struct rampart_engine *e, struct rampart_io *io)
     pthread_mutex_unlock(&e->lock); /* not started yet, or closing: the hand-over */
     return false;
   }
-  unsigned changes = loop_changes(e);
+  unsigned changes = engine_loop_changes(e);
   while (io) {
     struct rampart_io *next = io->next; /* io may complete, and be reused, in io_begin */
     io_begin(e, io);
@@ -437,8 +460,8 @@ static bool submit_inline(struct rampart_engine *e, struct rampart_io *io)
   server_transport_flush(e);
   if (e->spill)
     spill_store_flush_submissions(e->spill);
-  bool wake = loop_changes(e) != changes || e->io_head || e->wait_head ||
-              server_health_any_waiting(e) || page_mover_wakeup_pending(e);
+  bool wake = engine_loop_changes(e) != changes || loop_needed(e);
+  engine_reap_wake(e);
   pthread_mutex_unlock(&e->lock);
   if (wake)
     ev_async_send(e->loop, &e->wake);
@@ -967,6 +990,7 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
     return NULL;
   }
   e->config = *config;
+  e->reap.event_fd = -1;
   rampart_config_effective(config, &e->policy, &e->group_size);
   e->redundancy = redundancy_policy_of(e->policy);
   e->pages = config->size / RAMPART_PAGE_SIZE;
@@ -1024,6 +1048,10 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
     goto fail;
   if (engine_start_loop(e, err, errlen) < 0)
     goto fail;
+  if (engine_reap_init(e) < 0) {
+    snprintf(err, errlen, "cannot make an eventfd: %s", strerror(errno));
+    goto fail;
+  }
   if (e->config.stats_path[0] || e->config.metrics_path[0]) {
     e->report = malloc(STATS_FILE_MAX_REPORT);
     if (!e->report) {
@@ -1072,6 +1100,7 @@ void rampart_close(struct rampart_engine *e)
     ev_async_send(e->loop, &e->wake);
     pthread_join(e->thread, NULL);
   }
+  engine_reap_give_back(e); /* saying goodbye below needs the loop to read */
   stats_file_stop(e->stats_file); /* each removes its file */
   stats_file_stop(e->metrics_file);
   /* The I/O thread is gone, and saying goodbye below runs the loop on this thread:
@@ -1090,6 +1119,7 @@ void rampart_close(struct rampart_engine *e)
   if (e->loop)
     ev_loop_destroy(e->loop);
   local_store_destroy(&e->local);
+  engine_reap_destroy(e);
   engine_free_pools(e);
   group_table_destroy(&e->groups);
   page_map_destroy(&e->map);

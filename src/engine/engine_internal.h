@@ -297,7 +297,18 @@ struct rampart_engine {
    * defer_completions: the I/O thread is inside a pass (read and written under `lock`). */
   bool defer_completions;
   struct rampart_io *done_head, *done_tail;
+  uint64_t frontend_completions; /* frontend requests completed, ever (under `lock`) */
   unsigned loop_changes;
+  /* rampart_reap (engine_reap.c): a frontend thread reading the replies itself.
+   * inside: one is in rampart_reap; sleeping: it sleeps in its poll, and the I/O thread
+   * writes event_fd once frontend_completions has passed seen; holds: sockets are lent
+   * to it; absent_ticks: ticks since one was last inside, while it holds them. */
+  struct {
+    int event_fd;
+    bool inside, sleeping, holds;
+    uint64_t seen;
+    unsigned absent_ticks;
+  } reap;
   /* thread hand-over: frontend threads that find the engine busy push onto `incoming`
    * (lock-free stack) and wake the I/O thread */
   _Atomic(struct rampart_io *) incoming;
@@ -380,6 +391,26 @@ void engine_start_ios(struct rampart_engine *e);
  * it; from a thread that is not the engine's own. */
 void engine_call(struct rampart_engine *e, void (*fn)(struct rampart_engine *e, void *arg),
                  void *arg);
+/* For a frontend thread holding the engine while the loop sleeps (an inline start,
+ * rampart_reap), what a pass of the loop does around its callbacks: */
+/* the completions deferred during the pass, handed to their frontends; */
+void engine_deliver_completions(struct rampart_engine *e);
+/* the work before the poll: the mover, ops parked on it, sending what is queued; */
+void engine_before_poll(struct rampart_engine *e);
+/* the watchers started: a count to compare before and after; a change means the
+ * sleeping loop must be woken to see them. */
+unsigned engine_loop_changes(const struct rampart_engine *e);
+
+/* engine_reap.c: rampart_reap's side, the sockets a frontend thread reads itself. */
+int engine_reap_init(struct rampart_engine *e);
+void engine_reap_destroy(struct rampart_engine *e);
+/* The I/O thread, before it sleeps: wakes a reaper asleep in its poll if frontend
+ * requests completed since it went to sleep. */
+void engine_reap_wake(struct rampart_engine *e);
+/* Each tick: the sockets go back to the loop once no reaper came for two ticks. */
+void engine_reap_tick(struct rampart_engine *e);
+/* Every lent socket back to the loop now (closing). */
+void engine_reap_give_back(struct rampart_engine *e);
 
 /* server_set.c */
 int server_set_open(struct rampart_engine *e, char *err, size_t errlen);

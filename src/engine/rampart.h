@@ -9,7 +9,8 @@
  *
  * Two ways to do I/O, same semantics:
  *   - asynchronous: rampart_submit() with a caller-owned struct rampart_io; its
- *     completion callback runs on the engine's I/O thread (ublk: complete the tag there).
+ *     completion callback runs on the engine's I/O thread (ublk: complete the tag there),
+ *     or on the caller's own thread while it waits in rampart_reap().
  *   - blocking: rampart_pread/pwrite/trim/zero/flush, which submit and wait (nbdkit's
  *     thread model parallel calls these from its worker threads).
  *
@@ -165,7 +166,8 @@ struct rampart_io {
   uint64_t offset;
   uint32_t length;
   void *buf;                  /* READ: filled; WRITE: read from; others: unused */
-  rampart_io_done_fn done;    /* runs on the engine's I/O thread, result 0 or -errno */
+  rampart_io_done_fn done;    /* result 0 or -errno; runs on the engine's I/O thread, or
+                                 on a thread in rampart_reap or starting requests */
   void *user;
   /* owned by the engine */
   struct rampart_io *next;
@@ -179,6 +181,15 @@ void rampart_submit(struct rampart_engine *engine, struct rampart_io *io);
  * send per server for the whole list, where rampart_submit would take them per request.
  * For a frontend that is handed requests in batches (a ublk queue's completions). */
 void rampart_submit_list(struct rampart_engine *engine, struct rampart_io *first);
+/* Waits for replies on the calling thread, for a frontend whose thread has nothing else
+ * to wait for while its requests are in flight. The thread reads the servers' replies
+ * itself, and the done callbacks of what completes run on it, before this returns;
+ * without it they run on the engine's I/O thread, which must then wake the frontend.
+ * Returns once some request completed (done ran, here or on the I/O thread) or after at
+ * most 100 ms: the caller looks at its own completions and calls again. The sockets stay
+ * with the thread between calls, and go back to the I/O thread 100-200 ms after its
+ * last call. */
+void rampart_reap(struct rampart_engine *engine);
 
 /* Blocking forms, for frontends with their own worker threads. 0 or -errno. Unlike
  * rampart_submit these accept any byte offset and length: partial pages are read,

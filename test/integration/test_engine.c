@@ -156,6 +156,53 @@ static void test_handover_start_survives_a_kill(void **state)
   threads_survive_a_kill("handover");
 }
 
+/* A frontend thread that reads its own replies (rampart_reap) while blocking requests
+ * from other threads go on and a server is killed: the reaping thread reads the
+ * others' replies too, each is completed once, and every byte reads back. Between the
+ * harness's bursts the sockets go back to the I/O thread (nobody reaps for two ticks)
+ * and are lent again. */
+static void test_reaping_thread_survives_a_kill(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  cluster_start(&c, 6, "64M");
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
+                          "timeout", "1000", NULL };
+  const uint64_t pages = 4096, harness_pages = pages * 3 / 4;
+  struct rp_test_device d;
+  rp_test_device_init(&d, rp_test_engine_open(&c, pages, extra), harness_pages, 17);
+  d.reap = true;
+  rp_test_device_workload(&d, 60, 80, 5);
+  usleep(300000); /* the sockets go back to the I/O thread */
+  rp_test_device_workload(&d, 40, 60, 5);
+  enum { WRITERS = 4 };
+  struct inline_writer w[WRITERS];
+  pthread_t t[WRITERS];
+  /* The writers own the top quarter, beyond the harness's pages. */
+  for (unsigned i = 0; i < WRITERS; i++) {
+    w[i] = (struct inline_writer){ .engine = d.engine, .first = harness_pages + i * 256,
+                                   .pages = 256, .tag = (uint8_t)(i * 37 + 5) };
+    assert_int_equal(pthread_create(&t[i], NULL, inline_writer_main, &w[i]), 0);
+  }
+  rp_test_device_workload(&d, 40, 80, 5);
+  rp_test_server_kill(&c.servers[2]); /* while both sides write and read */
+  rp_test_device_workload(&d, 80, 70, 5);
+  for (unsigned i = 0; i < WRITERS; i++) {
+    pthread_join(t[i], NULL);
+    assert_int_equal(w[i].failures, 0);
+  }
+  rp_test_device_wait_noticed(&d, 2, 10);
+  rp_test_device_wait_rebuilt(&d, 60);
+  rp_test_device_workload(&d, 40, 50, 5);
+  rp_test_device_verify(&d, false);
+  struct rampart_stats st;
+  rp_test_device_stats(&d, &st);
+  assert_int_equal(st.read_errors, 0);
+  assert_int_equal(st.pages_lost, 0);
+  rp_test_device_free(&d);
+  rp_test_cluster_stop(&c);
+}
+
 static void test_policy_none(void **state) { (void)state; policy_round_trip("none", 4); }
 static void test_policy_mirror(void **state) { (void)state; policy_round_trip("mirror", 3); }
 static void test_policy_parity_log(void **state) { (void)state; policy_round_trip("parity-log", 5); }
@@ -556,6 +603,7 @@ int main(void)
     cmocka_unit_test(test_parity_log_survives_kills),
     cmocka_unit_test(test_inline_start_survives_a_kill),
     cmocka_unit_test(test_handover_start_survives_a_kill),
+    cmocka_unit_test(test_reaping_thread_survives_a_kill),
     cmocka_unit_test(test_rebuild_is_counted_and_timed),
     cmocka_unit_test(test_mirror_survives_a_kill),
     cmocka_unit_test(test_restarted_server_rejoins_empty),

@@ -21,6 +21,7 @@ void rp_test_device_init(struct rp_test_device *d, struct rampart_engine *e, uin
   d->engine = e;
   d->pages = pages;
   d->seed = seed;
+  d->reap = false;
   d->shadow = calloc(pages, PAGE);
   d->scratch = aligned_alloc(PAGE, (size_t)RP_TEST_BATCH * RP_TEST_MAX_RUN * PAGE);
   assert_non_null(d->shadow);
@@ -84,11 +85,18 @@ static void report_mismatch(const struct rp_test_device *d, const uint8_t *buf, 
   }
 }
 
-static void wait_batch(struct batch *b)
+static void wait_batch(const struct rp_test_device *d, struct batch *b)
 {
   pthread_mutex_lock(&b->lock);
-  while (b->pending)
-    pthread_cond_wait(&b->cond, &b->lock);
+  while (b->pending) {
+    if (d->reap) {
+      pthread_mutex_unlock(&b->lock); /* batch_done may run inside rampart_reap */
+      rampart_reap(d->engine);
+      pthread_mutex_lock(&b->lock);
+    } else {
+      pthread_cond_wait(&b->cond, &b->lock);
+    }
+  }
   pthread_mutex_unlock(&b->lock);
 }
 
@@ -122,7 +130,7 @@ void rp_test_device_fill(struct rp_test_device *d, uint64_t first, uint64_t n)
     b.pending = count;
     for (unsigned i = 0; i < count; i++)
       rampart_submit(d->engine, &b.io[i]);
-    wait_batch(&b);
+    wait_batch(d, &b);
     for (unsigned i = 0; i < count; i++)
       if (b.results[i] != 0)
         fail_msg("write at page %llu failed: %d", (unsigned long long)(b.io[i].offset / PAGE),
@@ -163,7 +171,7 @@ static void run_batch(struct rp_test_device *d, uint64_t *state, unsigned write_
   for (unsigned i = 0; i < RP_TEST_BATCH; i++)
     b.io[i].next = i + 1 < RP_TEST_BATCH ? &b.io[i + 1] : NULL;
   rampart_submit_list(d->engine, &b.io[0]);
-  wait_batch(&b);
+  wait_batch(d, &b);
   for (unsigned i = 0; i < RP_TEST_BATCH; i++) {
     if (b.results[i] != 0)
       fail_msg("op %d at page %llu failed: %d", b.io[i].op,

@@ -23,6 +23,7 @@ struct rp_test_device {
   uint8_t *shadow;
   uint8_t *scratch;
   uint64_t seed;
+  bool reap; /* wait for a batch in rampart_reap, not on a condition variable */
 };
 
 /* Takes ownership of e (closed by rp_test_device_free). */

@@ -1,0 +1,177 @@
+/* rampart_reap: a frontend thread that reads its own replies (docs/engine.md, "Who
+ * reads the replies").
+ *
+ * Without it every batch of replies costs two wakes: the I/O thread's, in its poll, and
+ * the submitting thread's, when the I/O thread hands the completions over. A frontend
+ * that calls rampart_reap while it waits is lent the reading of every connected socket:
+ * it polls them itself, reads and handles the replies under the engine's lock (the I/O
+ * thread sleeps in its poll meanwhile, as for an inline start), does what the loop
+ * would do before its next poll (the mover, parked ops, sending what is queued), and
+ * its requests complete on its own thread: one wake per batch, no hand-over.
+ *
+ * The I/O thread keeps timers, reconnects, write watchers and every socket not lent. It
+ * takes the sockets back once no reaper has come for two of its ticks (engine_reap_tick),
+ * so a frontend that stops reaping leaves nothing unread for longer than that, and it
+ * wakes a reaper asleep here when it completed frontend requests itself (timeouts,
+ * failures, hand-overs: engine_reap_wake).
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "engine_internal.h"
+#include "server_health.h"
+
+/* The longest a reaper sleeps before it looks again on its own: a safety net only, for a
+ * socket closed and replaced while it slept in poll. */
+#define REAP_POLL_MS 100
+
+struct lent_socket {
+  unsigned server;
+  struct rp_conn *conn;
+};
+
+int engine_reap_init(struct rampart_engine *e)
+{
+  e->reap.event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  return e->reap.event_fd < 0 ? -1 : 0;
+}
+
+void engine_reap_destroy(struct rampart_engine *e)
+{
+  if (e->reap.event_fd >= 0)
+    close(e->reap.event_fd);
+  e->reap.event_fd = -1;
+}
+
+void engine_reap_wake(struct rampart_engine *e)
+{
+  if (!e->reap.sleeping || e->frontend_completions == e->reap.seen)
+    return;
+  e->reap.sleeping = false;
+  uint64_t one = 1;
+  while (write(e->reap.event_fd, &one, sizeof one) < 0 && errno == EINTR)
+    ;
+}
+
+void engine_reap_give_back(struct rampart_engine *e)
+{
+  if (!e->reap.holds)
+    return;
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    if (e->set.servers[i].conn)
+      rp_conn_lend_reading(e->set.servers[i].conn, false);
+  e->reap.holds = false;
+}
+
+void engine_reap_tick(struct rampart_engine *e)
+{
+  if (e->reap.inside || !e->reap.holds) {
+    e->reap.absent_ticks = 0;
+    return;
+  }
+  if (++e->reap.absent_ticks >= 2)
+    engine_reap_give_back(e);
+}
+
+/* Every connected socket is lent to this thread (new ones too: a reconnect attaches its
+ * connection to the loop). Returns how many; pfd[n] is the I/O thread's wake. */
+static unsigned lend_sockets(struct rampart_engine *e, struct pollfd *pfd,
+                             struct lent_socket *lent)
+{
+  unsigned n = 0;
+  for (unsigned i = 0; i < e->set.nservers; i++) {
+    struct rp_conn *c = e->set.servers[i].conn;
+    int fd = c ? rp_conn_fd(c) : -1;
+    if (fd < 0)
+      continue;
+    rp_conn_lend_reading(c, true);
+    e->reap.holds = true;
+    pfd[n] = (struct pollfd){ .fd = fd, .events = POLLIN };
+    lent[n] = (struct lent_socket){ .server = i, .conn = c };
+    n++;
+  }
+  pfd[n] = (struct pollfd){ .fd = e->reap.event_fd, .events = POLLIN };
+  return n;
+}
+
+/* The sockets poll found readable, read under the lock. A connection may have failed
+ * or been replaced while this thread slept: only one still in its place, still lent, on
+ * the same socket is read. True if one failed here: what follows a failure (the
+ * server's health, reconnects, rebuilds) is the loop's to run. */
+static bool read_ready(struct rampart_engine *e, const struct pollfd *pfd,
+                       const struct lent_socket *lent, unsigned n)
+{
+  bool failed = false;
+  for (unsigned k = 0; k < n; k++) {
+    if (!pfd[k].revents)
+      continue;
+    struct rp_conn *c = lent[k].server < e->set.nservers ? e->set.servers[lent[k].server].conn
+                                                         : NULL;
+    if (c == lent[k].conn && rp_conn_reading_lent(c) && rp_conn_fd(c) == pfd[k].fd) {
+      rp_conn_read_now(c);
+      c = e->set.servers[lent[k].server].conn;
+      failed = failed || c != lent[k].conn || rp_conn_fd(c) < 0;
+    }
+  }
+  return failed;
+}
+
+void rampart_reap(struct rampart_engine *e)
+{
+  struct pollfd pfd[ENGINE_MAX_INCARNATIONS + 1];
+  struct lent_socket lent[ENGINE_MAX_INCARNATIONS];
+  pthread_mutex_lock(&e->lock);
+  if (!e->loop_sleeping || atomic_load(&e->stopping) || e->reap.inside) {
+    /* No loop to share the engine with (not started, or closing), or another thread
+     * reaps: wait for the I/O thread to complete something instead. */
+    e->reap.seen = e->frontend_completions;
+    e->reap.sleeping = !e->reap.inside;
+    pthread_mutex_unlock(&e->lock);
+    struct pollfd wake = { .fd = e->reap.event_fd, .events = POLLIN };
+    if (poll(&wake, 1, REAP_POLL_MS) > 0) {
+      uint64_t count;
+      ssize_t ignored = read(e->reap.event_fd, &count, sizeof count);
+      (void)ignored;
+    }
+    return;
+  }
+  e->reap.inside = true;
+  uint64_t entered = e->frontend_completions;
+  unsigned n = lend_sockets(e, pfd, lent);
+  for (;;) {
+    e->reap.seen = e->frontend_completions;
+    e->reap.sleeping = true;
+    pthread_mutex_unlock(&e->lock);
+    int ready;
+    while ((ready = poll(pfd, n + 1, REAP_POLL_MS)) < 0 && errno == EINTR)
+      ;
+    if (ready > 0 && pfd[n].revents) {
+      uint64_t count;
+      ssize_t ignored = read(e->reap.event_fd, &count, sizeof count);
+      (void)ignored;
+    }
+    pthread_mutex_lock(&e->lock);
+    e->reap.sleeping = false;
+    if (!e->loop_sleeping || atomic_load(&e->stopping))
+      break; /* closing: the I/O thread finishes what is left */
+    unsigned changes = engine_loop_changes(e);
+    e->defer_completions = true; /* handed over together below, as the loop does */
+    bool failed = ready > 0 && read_ready(e, pfd, lent, n);
+    engine_before_poll(e);
+    engine_deliver_completions(e);
+    e->defer_completions = false;
+    /* Requests waiting for page ops, and ops parked on a buffer, are started again as
+     * ops end, here as on the loop; what is left for the loop is a watcher it does not
+     * know of yet, a server to reconnect or a failure. */
+    if (failed || engine_loop_changes(e) != changes || server_health_any_waiting(e))
+      ev_async_send(e->loop, &e->wake);
+    if (e->frontend_completions != entered || ready == 0)
+      break;
+    n = lend_sockets(e, pfd, lent);
+  }
+  e->reap.inside = false;
+  pthread_mutex_unlock(&e->lock);
+}
