@@ -161,7 +161,7 @@ static void test_64_registered_set_of_32(void **state)
                 "(VmLck +%.1f MiB); threads %u -> %u\n", (unsigned long long)attach_ms,
                 (double)st.client_memory_bytes / 1048576.0,
                 (double)st.client_memory_fixed_bytes / 1048576.0,
-                (double)(rss_after - rss_before) / 1024.0, locking ? ", all locked" : "",
+                (double)(rss_after - rss_before) / 1024.0, locking ? " under mlockall" : "",
                 (double)(lck_after - lck_before) / 1024.0, threads_before, threads_after);
   struct rp_test_shadow dev;
   rp_test_shadow_init(&dev, e, PAGES);
