@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "client_handshake.h"
+#include "fifo.h"
 #include "log.h"
 #include "message.h"
 #include "rampart.pb-c.h"
@@ -727,10 +728,7 @@ static void flush_queue(struct rp_conn *c)
       if (left >= rest) {
         left -= rest;
         r->sent_bytes = frame_len(r);
-        c->q_head = r->next_queued;
-        r->next_queued = NULL;
-        if (!c->q_head)
-          c->q_tail = NULL;
+        FIFO_POP(c->q_head, c->q_tail, r, next_queued);
       } else {
         r->sent_bytes += (uint32_t)left;
         left = 0;
@@ -1029,11 +1027,7 @@ static void submit_any(struct rp_conn *c, struct rp_request *r)
   r->id = c->next_id++;
   r->deadline_ns = client_now_ns() + (uint64_t)c->request_timeout_ms * 1000000u;
   table_insert(c, r);
-  if (c->q_tail)
-    c->q_tail->next_queued = r;
-  else
-    c->q_head = r;
-  c->q_tail = r;
+  FIFO_APPEND(c->q_head, c->q_tail, r, next_queued);
   if (!ev_is_active(&c->wio))
     ev_io_start(c->loop, &c->wio);
   if (!ev_is_active(&c->tick)) {

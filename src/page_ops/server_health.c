@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "engine_internal.h"
+#include "fifo.h"
 #include "log.h"
 #include "page_mover.h"
 #include "page_write.h"
@@ -432,12 +433,7 @@ static uint64_t ms_since(uint64_t then_ns)
 
 static void replay_append(struct server_health *h, struct rp_request *req)
 {
-  req->caller_next = NULL;
-  if (h->replay_tail)
-    h->replay_tail->caller_next = req;
-  else
-    h->replay_head = req;
-  h->replay_tail = req;
+  FIFO_APPEND(h->replay_head, h->replay_tail, req, caller_next);
   h->replay_count++;
   h->replay_writes += req->op == RP_OP_WRITE;
 }
@@ -447,8 +443,8 @@ static void replay_append(struct server_health *h, struct rp_request *req)
 static void give_up_queue(struct rampart_engine *e, struct server *s, uint16_t status,
                           const char *why)
 {
-  struct rp_request *q = s->health.replay_head;
-  s->health.replay_head = s->health.replay_tail = NULL;
+  struct rp_request *q;
+  FIFO_TAKE_ALL(s->health.replay_head, s->health.replay_tail, q);
   s->health.replay_count = s->health.replay_writes = 0;
   while (q) {
     struct rp_request *next = q->caller_next;
@@ -468,8 +464,8 @@ static void give_up_writes(struct rampart_engine *e, struct server *s)
 {
   struct server_health *h = &s->health;
   h->writes_given_up = true; /* before any callback: none may queue again */
-  struct rp_request *q = h->replay_head, *writes = NULL, **tail = &writes;
-  h->replay_head = h->replay_tail = NULL;
+  struct rp_request *q, *writes = NULL, **tail = &writes;
+  FIFO_TAKE_ALL(h->replay_head, h->replay_tail, q);
   h->replay_count = h->replay_writes = 0;
   while (q) {
     struct rp_request *next = q->caller_next;
@@ -591,9 +587,9 @@ static void resume(struct rampart_engine *e, struct server *s, struct reconnect_
   struct server_health *h = &s->health;
   uint64_t out_ms = ms_since(h->since_ns);
   server_adopt(e, s, a->conn, &a->info);
-  struct rp_request *q = h->replay_head;
+  struct rp_request *q;
   uint32_t resent = h->replay_count;
-  h->replay_head = h->replay_tail = NULL;
+  FIFO_TAKE_ALL(h->replay_head, h->replay_tail, q);
   h->replay_count = h->replay_writes = 0;
   h->backoff_ms = 0;
   h->last_failure[0] = '\0';
