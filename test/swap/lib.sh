@@ -66,7 +66,7 @@ swap_test_cleanup() {
     rc=1
   fi
   if ((rc != 0 && rc != SKIP)); then
-    for f in "$work"/rampartd-*.log "$work"/*-nbdkit.log "$work"/*-nbdfuse.log "$work"/*.out; do
+    for f in "$work"/rampartd-*.log "$work"/*-nbdkit*.log "$work"/*-ublk-*.log "$work"/*-nbd-attach.log "$work"/*-keeper.log "$work"/*-nbdfuse.log "$work"/*.out; do
       [[ -s $f ]] || continue
       echo "---- $f (last lines) ----" >&2
       tail -n 20 "$f" >&2

@@ -2,22 +2,27 @@
 # A cluster node as operators run it: the rampart .deb installed into a minimal Debian
 # bookworm (scripts/fetch-guest-root: mmdebstrap from apt's mirror, cached in
 # /var/cache/rampart) on an ext4 disk image, booted under qemu with systemd as PID 1 on
-# the Debian kernel the nbd-client guest test uses (scripts/fetch-guest-kernel). A busybox
-# initramfs loads the disk and ext4 modules and hands the disk over to systemd.
+# the Debian 6.12 kernel the ublk guest test uses (scripts/fetch-guest-kernel --ublk: it
+# has ublk_drv, so rampart-swap.service deploys rampart-ublk with a standby, as on a node
+# whose kernel has it). A busybox initramfs loads the disk and ext4 modules and hands the
+# disk over to systemd.
 #
 # The node lends memory and swaps, as docs/operations.md's nodes do: two servers of its
 # own (rampartd@1 and rampartd@2, the packaged template, under systemd) and ten on other
 # machines, which here are rampartd processes on this host's loopback that the guest
 # reaches through qemu's restricted user network (one guestfwd per server, each connection
 # handed to 'nc -N' on 127.0.0.1: nothing crosses the host's network). rampart-swap.service
-# attaches a 1 GiB parity-log device (group=4) over the twelve.
+# attaches a 1 GiB parity-log device (group=4) over the twelve: /dev/ublkb0, served by
+# rampart-ublk, with a standby beside it.
 #
 # The checks run inside the guest (test/swap/guest/rampart-guest-check, started at boot by
 # a unit of its own) and report on the serial console. First boot: the units came up in
 # order; swapon --show lists the device; the metrics answer. A hog larger than the guest's
 # RAM (110%) runs in a memory cgroup that keeps the rest of the guest out of the shortage
-# (this test checks the units; the daemon starved with its guest is test_guest_starved.sh's); while
-# its pages are out, 'systemctl stop rampart-swap' must refuse (the pages cannot fit: the
+# (this test checks the units; the daemon starved with its guest is test_guest_starved.sh's).
+# While it runs the serving pager is killed with SIGKILL, twice: each time the standby
+# takes the device over, the service's keeper starts a new standby, and the hog goes on
+# with no I/O error. While its pages are out, 'systemctl stop rampart-swap' must refuse (the pages cannot fit: the
 # unit fails, saying what to do, and the swap stays on); the hog verifies every page;
 # 'systemctl start rampart-swap' takes the device back. Under a second program,
 # 'systemctl kill -s KILL rampartd@2' is followed by systemd's restart and a rebuild with
@@ -30,7 +35,7 @@
 # powers off.
 #
 # Environment: RAMPART_DEB_PATH (the package; default: built with scripts/build-deb),
-# RAMPART_GUEST_KERNEL_DIR, RAMPART_GUEST_ROOT_DIR (default /var/cache/rampart/guest-root),
+# RAMPART_GUEST_UBLK_KERNEL_DIR, RAMPART_GUEST_ROOT_DIR (default /var/cache/rampart/guest-root),
 # RAMPART_GUEST_MEM_MB (the guest's RAM, default 512), RAMPART_GUEST_HOG_PERCENT (the hog's
 # size as a share of the guest's RAM, default 110), RAMPART_GUEST_KEEP (a directory to
 # copy the guest's console log into).
@@ -46,12 +51,10 @@ for t in cpio depmod mkfs.ext4 nc; do
   command -v "$t" >/dev/null || skip "$t is missing (packages cpio, kmod, e2fsprogs, netcat-openbsd)"
 done
 
-kdir=${RAMPART_GUEST_KERNEL_DIR:-/var/cache/rampart/guest-kernel}
-if [[ ! -s $kdir/vmlinuz || ! -s $kdir/modules/ext4.ko ]]; then
-  "$src_root/scripts/fetch-guest-kernel" "$kdir" >"$work/fetch.out" 2>&1 ||
-    skip "no guest kernel in $kdir and fetching one failed: $(tail -n 2 "$work/fetch.out")"
-fi
+guest_kernel --ublk
+# The release, as uname -r gives it in the guest (Debian's 6.12 package is '-unsigned').
 kver=$(sed -n 's/^Package: linux-image-\([^ ]*\) .*/\1/p' "$kdir/version")
+kver=${kver%-unsigned}
 [[ -n $kver ]] || fail "cannot tell the kernel release from $kdir/version"
 
 rdir=${RAMPART_GUEST_ROOT_DIR:-/var/cache/rampart/guest-root}
@@ -257,8 +260,12 @@ done
 # The note: what the guest showed.
 echo "---- swapon --show in the booted guest (boot 1, then after the reboot) ----"
 sed -n 's/^rampart-guest: swapon| //p' "$console"
+echo "---- rampart-swap status in the booted guest ----"
+sed -n 's/^rampart-guest: status| //p' "$console"
 echo "---- metrics from the booted guest (excerpt) ----"
 sed -n 's/^rampart-guest: metrics| //p' "$console"
 echo "---- the refused stop, from the guest's journal ----"
 sed -n 's/^rampart-guest: refusal| //p' "$console"
+echo "---- the pager killed under the hog: the standby's takeovers ----"
+sed -n 's/^rampart-guest: takeover| //p' "$console"
 log "PASS: ${guest_seconds} s in the guest, two boots"

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # 'rampartctl swap on' then 'off', twice in a row, each leaving nothing behind: no swap
-# entry, loop device, FUSE mount, nbdkit or nbdfuse process, state directory. A second
-# 'on' while the device is on and served takes it back as it is. Bad input
-# to 'on' fails with a message that names the problem, and also leaves nothing behind.
+# entry, loop device, FUSE mount, daemon (pager, standby, keeper, nbdfuse, supervisor),
+# state directory. A second 'on' while the device is on and served takes it back as it
+# is. Bad input to 'on' fails with a message that names the problem, and also leaves
+# nothing behind. On a host without the ublk or NBD driver, '--frontend ublk' or
+# '--frontend nbd' is refused, saying why, before anything starts, and the default
+# falls back to nbdfuse + loop saying that a pager crash is then not survived.
 . "$(dirname "$0")/lib.sh"
 require_swap_host
 
@@ -24,26 +27,48 @@ nothing_left() { # name what-just-happened
   done
 }
 
+# Every daemon 'on' recorded, for nothing_left.
+daemon_pids() {
+  sed -n 's/^\(nbdkit\|nbdfuse\|pager\|standby\|keeper\|attach\|supervisor\)_pid=//p' \
+    "$RAMPART_RUN_DIR/$1/state" | sort -u | tr '\n' ' '
+}
+kernel_has() { # ublk|nbd: the driver is there or loads
+  case "$1" in
+    ublk) [[ -e /dev/ublk-control ]] || modprobe ublk_drv 2>/dev/null ;;
+    nbd) [[ -e /sys/module/nbd ]] || modprobe nbd 2>/dev/null ;;
+  esac
+}
+
 for round in 1 2; do
   swap_names+=(rt)
   "$RAMPARTCTL" swap on --name rt --config /dev/null size=128M servers="$(cluster_servers)" \
     key="$key" redundancy=parity-log group=2 spill="$work/spill" "${plugin_extra[@]}" \
     >"$work/on.out" 2>&1 || { cat "$work/on.out"; fail "round $round: rampartctl swap on failed"; }
   dev=$(swap_device rt)
-  pids_seen="$(sed -n 's/^\(nbdkit\|nbdfuse\)_pid=//p' "$RAMPART_RUN_DIR/rt/state" | tr '\n' ' ')"
+  pids_seen=$(daemon_pids rt)
   [[ -n $(swap_used_kib "$dev") ]] || fail "round $round: $dev is not in /proc/swaps after on"
   # The priority and discard that 'on' promises.
   awk -v d="$dev" '$1 == d && $5 == 100 { found = 1 } END { exit !found }' /proc/swaps \
     || fail "round $round: $dev is not at priority 100: $(grep "$dev" /proc/swaps)"
   "$RAMPARTCTL" swap status --name rt >"$work/status.out" || fail "round $round: status failed"
-  grep -q "is on" "$work/status.out" || fail "round $round: status does not say it is on"
+  grep -q "is on: $dev via " "$work/status.out" || fail "round $round: status does not say it is on: $(cat "$work/status.out")"
+  grep -q "^  serving: pid [0-9]" "$work/status.out" || fail "round $round: status names no serving pid"
+  grep -q "^  standby: " "$work/status.out" || fail "round $round: status says nothing of a standby"
+  grep -q "^  pages out: [0-9]" "$work/status.out" || fail "round $round: status gives no pages out"
+  if ! kernel_has ublk && ! kernel_has nbd; then
+    # The default with neither driver: the FUSE path, and the warning that says what it
+    # costs.
+    grep -q "via fuse" "$work/status.out" || fail "round $round: neither driver, yet not the fuse frontend"
+    grep -q "warning: this host has neither ublk (.*) nor NBD (.*): attaching through nbdfuse .*a crash of the pager is then NOT survived" "$work/on.out" ||
+      { cat "$work/on.out"; fail "round $round: the fall-back to fuse does not warn what it costs"; }
+  fi
   # 'on' for a device that is on and served (what a refused 'off' leaves, under systemd a
   # 'failed' unit started again) takes it back as it is: same device, same nbdkit.
   "$RAMPARTCTL" swap on --name rt --config /dev/null size=128M servers="$(cluster_servers)" \
     key="$key" >"$work/on2.out" 2>&1 || { cat "$work/on2.out"; fail "round $round: a second on failed"; }
   grep -q "is already on: $dev .*taking it back as it is" "$work/on2.out" ||
     { cat "$work/on2.out"; fail "round $round: a second on did not take $dev back"; }
-  [[ $(sed -n 's/^\(nbdkit\|nbdfuse\)_pid=//p' "$RAMPART_RUN_DIR/rt/state" | tr '\n' ' ') == "$pids_seen" ]] ||
+  [[ $(daemon_pids rt) == "$pids_seen" ]] ||
     fail "round $round: a second on changed the device's processes"
   "$RAMPARTCTL" swap off --name rt >"$work/off.out" 2>&1 \
     || { cat "$work/off.out"; fail "round $round: rampartctl swap off failed"; }
@@ -70,5 +95,22 @@ expect_refusal "a size that is not a number" "is not a size" size=lots servers="
 expect_refusal "a missing size" "no size= given" servers="$(cluster_servers)" key="$key"
 "$RAMPARTCTL" keygen "$work/wrong.key" >/dev/null
 expect_refusal "the wrong cluster key" "wrong cluster key" size=64M servers="$(cluster_servers)" key="$work/wrong.key" spill="$work/spill2"
+# A forced frontend this kernel lacks: refused with the reason, and nothing started.
+if ! kernel_has ublk; then
+  expect_refusal "--frontend ublk without the ublk driver" \
+    "--frontend ublk cannot work here: this kernel has no ublk driver: there is no /dev/ublk-control and 'modprobe ublk_drv' failed .*Nothing was started" \
+    --frontend ublk size=64M servers="$(cluster_servers)" key="$key"
+else
+  log "this kernel has the ublk driver: '--frontend ublk' refusal not checked here"
+fi
+if ! kernel_has nbd; then
+  expect_refusal "--frontend nbd without the NBD driver" \
+    "--frontend nbd cannot work here: this kernel has no NBD driver: .*Nothing was started" \
+    --frontend nbd size=64M servers="$(cluster_servers)" key="$key"
+else
+  log "this kernel has the NBD driver: '--frontend nbd' refusal not checked here"
+fi
+expect_refusal "an unknown frontend" "--frontend 'disk': use auto, ublk, nbd or fuse" \
+  --frontend disk size=64M servers="$(cluster_servers)" key="$key"
 expect_refusal "a bad priority" "--priority .high. is not a number" size=64M servers="$(cluster_servers)" key="$key" --priority high
 log "PASS"

@@ -57,7 +57,7 @@ while IFS= read -r line; do
   line=${line%%#*}
   [[ $line == *=* ]] || continue
   k=${line%%=*}
-  case "$k" in name|priority|attach|connections|threads) continue ;; esac
+  case "$k" in name|priority|frontend|queues|depth|attach|connections|threads) continue ;; esac
   # The engine's settings table (src/engine/config_settings.h) is what the plugin accepts.
   grep -q "^ *X(\"$k\"," "$src_root/src/engine/config_settings.h" \
     || fail "swap.conf.example: the plugin does not know '$k'"
