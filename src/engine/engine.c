@@ -13,6 +13,8 @@
  * (engine_reap.c: it is lent the sockets); timers and reconnects always run on the I/O
  * thread. Each request is split into per-page operations from a fixed pool; when the
  * pool is empty the request waits its turn, so a burst of I/O never allocates.
+ * A function another thread runs on the engine (engine_call, a stats snapshot) is a
+ * message of its own, taken the same two ways: inline, or on a stack the loop's wake runs.
  */
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -30,6 +32,7 @@
 #include "engine_internal.h"
 #include "engine_state.h"
 #include "event_arena.h"
+#include "fifo.h"
 #include "log.h"
 #include "page_mover.h"
 #include "page_read.h"
@@ -43,13 +46,6 @@
 #include "stats_file.h"
 #include "thread_start.h"
 
-#define RAMPART_OP_STATS 100 /* internal: snapshot stats on the I/O thread */
-#define RAMPART_OP_CALL 101  /* internal: run a function on the engine (engine_call) */
-
-struct engine_call {
-  void (*fn)(struct rampart_engine *e, void *arg);
-  void *arg;
-};
 
 uint64_t engine_now_ns(void)
 {
@@ -118,12 +114,7 @@ static bool io_is_valid(const struct rampart_engine *e, const struct rampart_io 
 
 static void io_queue(struct rampart_engine *e, struct rampart_io *io)
 {
-  io->next = NULL;
-  if (e->io_tail)
-    e->io_tail->next = io;
-  else
-    e->io_head = io;
-  e->io_tail = io;
+  FIFO_APPEND(e->io_head, e->io_tail, io, next);
 }
 
 void engine_start_ios(struct rampart_engine *e)
@@ -160,9 +151,8 @@ void engine_start_ios(struct rampart_engine *e)
       if (last) {
         /* Once its last page starts, the request may complete (and its memory go back
          * to the caller) before the start returns: unlink it now, touch it never again. */
-        e->io_head = io->next;
-        if (!e->io_head)
-          e->io_tail = NULL;
+        struct rampart_io *started;
+        FIFO_POP(e->io_head, e->io_tail, started, next);
       }
       if (op->kind == PAGE_OP_READ)
         page_read_start(op);
@@ -220,17 +210,6 @@ static void io_begin(struct rampart_engine *e, struct rampart_io *io)
 {
   io->result = 0;
   io->pages_started = 0;
-  if ((int)io->op == RAMPART_OP_STATS) {
-    engine_snapshot_stats(e, io->buf);
-    frontend_done(e, io, 0);
-    return;
-  }
-  if ((int)io->op == RAMPART_OP_CALL) {
-    struct engine_call *call = io->buf;
-    call->fn(e, call->arg);
-    frontend_done(e, io, 0);
-    return;
-  }
   if (!io_is_valid(e, io)) {
     frontend_done(e, io, -EINVAL);
     return;
@@ -290,6 +269,7 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
     io_begin(e, fifo);
     fifo = next;
   }
+  engine_run_calls(e);
   server_transport_flush(e);
   if (e->spill)
     spill_store_flush_submissions(e->spill);
@@ -437,13 +417,12 @@ static bool loop_needed(struct rampart_engine *e)
          page_mover_wakeup_pending(e);
 }
 
-/* Starts io and the requests linked after it on the calling frontend thread, if the I/O
- * thread sleeps in its poll: true
- * when done (the reply still comes through the loop). The loop must be woken when the
- * start left it something it does not know of yet: a watcher started, or an op parked
- * until a parity buffer, a move or a server frees up (only the loop's passes start
- * those again). */
-static bool submit_inline(struct rampart_engine *e, struct rampart_io *io)
+/* A frontend thread may take the engine itself while the I/O thread sleeps in its poll
+ * (submit=inline): hold_inline takes it, or says to hand over instead. release_inline
+ * sends what the thread queued and wakes the loop when the thread left it something it
+ * does not know of yet: a watcher started, or an op parked until a parity buffer, a
+ * move or a server frees up (only the loop's passes start those again). */
+static bool hold_inline(struct rampart_engine *e, unsigned *changes)
 {
   if (!e->config.submit_inline || pthread_mutex_trylock(&e->lock) != 0)
     return false;
@@ -451,12 +430,12 @@ static bool submit_inline(struct rampart_engine *e, struct rampart_io *io)
     pthread_mutex_unlock(&e->lock); /* not started yet, or closing: the hand-over */
     return false;
   }
-  unsigned changes = engine_loop_changes(e);
-  while (io) {
-    struct rampart_io *next = io->next; /* io may complete, and be reused, in io_begin */
-    io_begin(e, io);
-    io = next;
-  }
+  *changes = engine_loop_changes(e);
+  return true;
+}
+
+static void release_inline(struct rampart_engine *e, unsigned changes)
+{
   server_transport_flush(e);
   if (e->spill)
     spill_store_flush_submissions(e->spill);
@@ -465,6 +444,21 @@ static bool submit_inline(struct rampart_engine *e, struct rampart_io *io)
   pthread_mutex_unlock(&e->lock);
   if (wake)
     ev_async_send(e->loop, &e->wake);
+}
+
+/* Starts io and the requests linked after it on the calling thread, if it can hold the
+ * engine: true when done (the replies still come through the loop or a reaper). */
+static bool submit_inline(struct rampart_engine *e, struct rampart_io *io)
+{
+  unsigned changes;
+  if (!hold_inline(e, &changes))
+    return false;
+  while (io) {
+    struct rampart_io *next = io->next; /* io may complete, and be reused, in io_begin */
+    io_begin(e, io);
+    io = next;
+  }
+  release_inline(e, changes);
   return true;
 }
 
@@ -552,16 +546,12 @@ int engine_run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length
   struct sync_wait w = { .state = SYNC_PENDING };
   struct rampart_io io = { .op = (enum rampart_op)op, .flags = flags, .offset = offset,
                            .length = length, .buf = buf, .done = sync_done, .user = &w };
-  bool device_op = op < (int)RAMPART_LATENCY_OPS; /* not a stats snapshot or a call */
-  uint64_t start = device_op ? engine_now_ns() : 0;
-  if (device_op)
-    atomic_fetch_add_explicit(&e->frontend_waiting, 1, memory_order_relaxed);
+  uint64_t start = engine_now_ns();
+  atomic_fetch_add_explicit(&e->frontend_waiting, 1, memory_order_relaxed);
   rampart_submit(e, &io);
   sync_wait_for(&w);
-  if (device_op) {
-    atomic_fetch_sub_explicit(&e->frontend_waiting, 1, memory_order_relaxed);
-    count_latency(e, op, engine_now_ns() - start);
-  }
+  atomic_fetch_sub_explicit(&e->frontend_waiting, 1, memory_order_relaxed);
+  count_latency(e, op, engine_now_ns() - start);
   return w.result;
 }
 
@@ -783,16 +773,66 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   cluster_follow_stats(e, st);
 }
 
-void rampart_get_stats(struct rampart_engine *e, struct rampart_stats *stats)
+/* ---- calls: a function run on the engine for another thread ---------------------- */
+
+/* A message of its own, not a device request: a frontend's rampart_io carries only I/O. */
+struct engine_call {
+  void (*fn)(struct rampart_engine *e, void *arg);
+  void *arg;
+  struct sync_wait wait;
+  struct engine_call *next;
+};
+
+static void call_finish(struct engine_call *c)
 {
-  engine_run_sync(e, RAMPART_OP_STATS, stats, 0, 0, 0);
+  if (atomic_exchange_explicit(&c->wait.state, SYNC_DONE, memory_order_acq_rel) == SYNC_SLEEPING)
+    syscall(SYS_futex, &c->wait.state, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+void engine_run_calls(struct rampart_engine *e)
+{
+  struct engine_call *list = atomic_exchange(&e->calls, NULL), *fifo = NULL;
+  while (list) { /* a stack, newest first: run them in the order they came */
+    struct engine_call *next = list->next;
+    list->next = fifo;
+    fifo = list;
+    list = next;
+  }
+  while (fifo) {
+    struct engine_call *next = fifo->next; /* the caller's stack frame, gone once finished */
+    fifo->fn(e, fifo->arg);
+    call_finish(fifo);
+    fifo = next;
+  }
 }
 
 void engine_call(struct rampart_engine *e, void (*fn)(struct rampart_engine *e, void *arg),
                  void *arg)
 {
-  struct engine_call call = { .fn = fn, .arg = arg };
-  engine_run_sync(e, RAMPART_OP_CALL, &call, 0, 0, 0);
+  unsigned changes;
+  if (hold_inline(e, &changes)) {
+    fn(e, arg);
+    release_inline(e, changes);
+    return;
+  }
+  struct engine_call c = { .fn = fn, .arg = arg, .wait = { .state = SYNC_PENDING } };
+  struct engine_call *head = atomic_load(&e->calls);
+  do
+    c.next = head;
+  while (!atomic_compare_exchange_weak(&e->calls, &head, &c));
+  if (!head)
+    ev_async_send(e->loop, &e->wake);
+  sync_wait_for(&c.wait);
+}
+
+static void snapshot_stats_call(struct rampart_engine *e, void *stats)
+{
+  engine_snapshot_stats(e, stats);
+}
+
+void rampart_get_stats(struct rampart_engine *e, struct rampart_stats *stats)
+{
+  engine_call(e, snapshot_stats_call, stats);
 }
 
 static void (*frontend_log_sink)(int level, const char *line);

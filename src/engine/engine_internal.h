@@ -239,6 +239,8 @@ struct engine_counters {
  * pages go (`placement`), the page ops' pools and queues (page_op.c), the thread that
  * runs it, the mover and the servers' health (each a struct of its own, private to its
  * file), what it counts (`counters`) and, with state=, its state segment. */
+struct engine_call;
+
 struct rampart_engine {
   struct rampart_config config;
   enum rampart_redundancy policy;
@@ -312,6 +314,8 @@ struct rampart_engine {
   /* thread hand-over: frontend threads that find the engine busy push onto `incoming`
    * (lock-free stack) and wake the I/O thread */
   _Atomic(struct rampart_io *) incoming;
+  /* engine_call from a thread that finds the engine busy: a stack the loop's wake runs */
+  _Atomic(struct engine_call *) calls;
   struct ev_loop *loop;
   ev_async wake;
   ev_timer tick;
@@ -391,6 +395,8 @@ void engine_start_ios(struct rampart_engine *e);
  * it; from a thread that is not the engine's own. */
 void engine_call(struct rampart_engine *e, void (*fn)(struct rampart_engine *e, void *arg),
                  void *arg);
+/* Runs the calls waiting for the engine; the I/O thread's wake, holding the engine. */
+void engine_run_calls(struct rampart_engine *e);
 /* For a frontend thread holding the engine while the loop sleeps (an inline start,
  * rampart_reap), what a pass of the loop does around its callbacks: */
 /* the completions deferred during the pass, handed to their frontends; */
