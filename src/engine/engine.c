@@ -439,7 +439,11 @@ static void release_inline(struct rampart_engine *e, unsigned changes)
   server_transport_flush(e);
   if (e->spill)
     spill_store_flush_submissions(e->spill);
-  bool wake = engine_loop_changes(e) != changes || loop_needed(e);
+  /* While a thread reaps (engine_reap.c) its passes do the loop's work before a poll
+   * (the mover, ops parked on cleaning), and requests waiting for page ops start as its
+   * replies end ops: only a watcher or a server to reconnect needs the loop then. */
+  bool wake = engine_loop_changes(e) != changes ||
+              (e->reap.holds ? server_health_any_waiting(e) : loop_needed(e));
   engine_reap_wake(e);
   pthread_mutex_unlock(&e->lock);
   if (wake)
