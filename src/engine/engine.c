@@ -151,8 +151,7 @@ void engine_start_ios(struct rampart_engine *e)
       if (last) {
         /* Once its last page starts, the request may complete (and its memory go back
          * to the caller) before the start returns: unlink it now, touch it never again. */
-        struct rampart_io *started;
-        FIFO_POP(e->io_head, e->io_tail, started, next);
+        FIFO_POP(e->io_head, e->io_tail, io, next); /* io is the head */
       }
       if (op->kind == PAGE_OP_READ)
         page_read_start(op);
@@ -507,12 +506,16 @@ struct sync_wait {
   int result;
 };
 
-static void sync_done(struct rampart_io *io, int result)
+static void sync_finish(struct sync_wait *w, int result)
 {
-  struct sync_wait *w = io->user;
   w->result = result;
   if (atomic_exchange_explicit(&w->state, SYNC_DONE, memory_order_acq_rel) == SYNC_SLEEPING)
     syscall(SYS_futex, &w->state, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+static void sync_done(struct rampart_io *io, int result)
+{
+  sync_finish(io->user, result);
 }
 
 static void sync_wait_for(struct sync_wait *w)
@@ -787,12 +790,6 @@ struct engine_call {
   struct engine_call *next;
 };
 
-static void call_finish(struct engine_call *c)
-{
-  if (atomic_exchange_explicit(&c->wait.state, SYNC_DONE, memory_order_acq_rel) == SYNC_SLEEPING)
-    syscall(SYS_futex, &c->wait.state, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-}
-
 void engine_run_calls(struct rampart_engine *e)
 {
   struct engine_call *list = atomic_exchange(&e->calls, NULL), *fifo = NULL;
@@ -805,7 +802,7 @@ void engine_run_calls(struct rampart_engine *e)
   while (fifo) {
     struct engine_call *next = fifo->next; /* the caller's stack frame, gone once finished */
     fifo->fn(e, fifo->arg);
-    call_finish(fifo);
+    sync_finish(&fifo->wait, 0);
     fifo = next;
   }
 }

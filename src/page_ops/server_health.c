@@ -438,6 +438,23 @@ static void replay_append(struct server_health *h, struct rp_request *req)
   h->replay_writes += req->op == RP_OP_WRITE;
 }
 
+/* Completes each request of a list linked through caller_next with status and why;
+ * how many. */
+static unsigned complete_all(struct rp_request *q, uint16_t status, const char *why)
+{
+  unsigned n = 0;
+  while (q) {
+    struct rp_request *next = q->caller_next;
+    q->caller_next = NULL;
+    q->status = status;
+    snprintf(q->error_message, sizeof q->error_message, "%s", why);
+    q->done(q);
+    q = next;
+    n++;
+  }
+  return n;
+}
+
 /* Completes every request waiting in s's replay queue with status: their owners see the
  * server unreachable and go on without it (server_health_queue refuses them now). */
 static void give_up_queue(struct rampart_engine *e, struct server *s, uint16_t status,
@@ -446,14 +463,7 @@ static void give_up_queue(struct rampart_engine *e, struct server *s, uint16_t s
   struct rp_request *q;
   FIFO_TAKE_ALL(s->health.replay_head, s->health.replay_tail, q);
   s->health.replay_count = s->health.replay_writes = 0;
-  while (q) {
-    struct rp_request *next = q->caller_next;
-    q->caller_next = NULL;
-    q->status = status;
-    snprintf(q->error_message, sizeof q->error_message, "%s", why);
-    q->done(q);
-    q = next;
-  }
+  complete_all(q, status, why);
 }
 
 /* The server has been out longer than a blip and other servers can take pages: the
@@ -478,19 +488,10 @@ static void give_up_writes(struct rampart_engine *e, struct server *s)
     }
     q = next;
   }
-  unsigned n = 0;
   char why[160];
   snprintf(why, sizeof why, "server %s has been out for over timeout=%u ms", s->address,
            e->config.timeout_ms);
-  while (writes) {
-    struct rp_request *next = writes->caller_next;
-    writes->caller_next = NULL;
-    writes->status = RP_ERR_TIMEOUT;
-    snprintf(writes->error_message, sizeof writes->error_message, "%s", why);
-    writes->done(writes);
-    writes = next;
-    n++;
-  }
+  unsigned n = complete_all(writes, RP_ERR_TIMEOUT, why);
   if (n)
     rp_log(RP_LOG_WARN, "%s: %u writes waiting for it go to other servers", why, n);
 }
