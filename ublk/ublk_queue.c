@@ -12,6 +12,9 @@
 
 #define EVENT_USER_DATA UINT64_MAX /* the eventfd read; a tag otherwise */
 
+/* The queue whose thread this is: its own completions need no lock and no wake. */
+static _Thread_local struct ublk_queue *queue_of_this_thread;
+
 /* The driver maps each queue's descriptors at its own offset: room for the largest
  * queue the driver allows, whatever this one's depth. */
 static off_t descs_offset(uint16_t id)
@@ -53,13 +56,18 @@ static void prep_event_read(struct ublk_queue *q)
   sqe->user_data = EVENT_USER_DATA;
 }
 
-/* Runs on the engine's I/O thread. */
+/* Runs on the queue's thread (in rampart_reap_or_fd or rampart_submit_list), or on
+ * another: the engine's I/O thread or another queue's. */
 static void on_engine_done(struct rampart_io *io, int result)
 {
   struct ublk_tag *t = io->user;
   struct ublk_queue *q = t->queue;
   bool data = io->op == RAMPART_OP_READ || io->op == RAMPART_OP_WRITE;
   t->result = result < 0 ? result : data ? (int)io->length : 0;
+  if (q == queue_of_this_thread) {
+    q->done_here[q->ndone_here++] = t->tag;
+    return;
+  }
   pthread_mutex_lock(&q->done_lock);
   q->done[q->ndone++] = t->tag;
   bool wake = q->ndone == 1; /* else a wake-up is already on its way */
@@ -107,6 +115,7 @@ static void start_request(struct ublk_queue *q, struct ublk_tag *t)
   }
   *q->batch_tail = io; /* submitted with the rest of this pass's requests */
   q->batch_tail = &io->next;
+  q->in_engine++;
 }
 
 static void commit_done_tags(struct ublk_queue *q)
@@ -121,6 +130,29 @@ static void commit_done_tags(struct ublk_queue *q)
   pthread_mutex_unlock(&q->done_lock);
   for (unsigned i = 0; i < n; i++)
     prep_io_command(q, UBLK_IO_COMMIT_AND_FETCH_REQ, tags[i], q->tags[tags[i]].result);
+  q->in_engine -= n;
+}
+
+static void commit_done_here(struct ublk_queue *q)
+{
+  for (unsigned i = 0; i < q->ndone_here; i++)
+    prep_io_command(q, UBLK_IO_COMMIT_AND_FETCH_REQ, q->done_here[i],
+                    q->tags[q->done_here[i]].result);
+  q->in_engine -= q->ndone_here;
+  q->ndone_here = 0;
+}
+
+/* Submits what is prepared and waits for the ring or, while requests are out at the
+ * servers, for their replies too, read on this thread. */
+static int wait_for_work(struct ublk_queue *q)
+{
+  if (q->in_engine == 0 || io_uring_cq_ready(&q->ring) > 0)
+    return io_uring_submit_and_wait(&q->ring, q->in_engine == 0 ? 1 : 0);
+  int r = io_uring_submit(&q->ring);
+  if (r >= 0 && io_uring_cq_ready(&q->ring) == 0)
+    rampart_reap_or_fd(q->engine, q->ring.ring_fd);
+  commit_done_here(q);
+  return r;
 }
 
 static void set_ready(struct ublk_queue *q, int state)
@@ -137,6 +169,7 @@ static void *queue_main(void *arg)
   char name[16];
   snprintf(name, sizeof name, "rampart-uq%u", q->id);
   pthread_setname_np(pthread_self(), name);
+  queue_of_this_thread = q;
   /* The driver takes the task that fetches as the queue's daemon: every command for this
    * queue goes through this ring, from this thread. */
   int r = io_uring_queue_init(2u * q->depth + 2, &q->ring, 0);
@@ -159,9 +192,9 @@ static void *queue_main(void *arg)
   }
   set_ready(q, 1);
   while (q->aborted < q->depth) {
-    r = io_uring_submit_and_wait(&q->ring, 1);
+    r = wait_for_work(q);
     if (r < 0 && r != -EINTR) {
-      fprintf(stderr, "rampart-ublk: queue %u: io_uring_submit_and_wait: %s\n", q->id,
+      fprintf(stderr, "rampart-ublk: queue %u: io_uring_submit: %s\n", q->id,
               strerror(-r));
       break;
     }
@@ -191,6 +224,7 @@ static void *queue_main(void *arg)
     io_uring_cq_advance(&q->ring, seen);
     /* one lock and one send per server for every request this pass fetched */
     rampart_submit_list(q->engine, batch);
+    commit_done_here(q); /* those that completed at once (zero pages, errors) */
   }
   io_uring_queue_exit(&q->ring);
   return NULL;
@@ -218,10 +252,11 @@ int ublk_queue_start(struct ublk_queue *q, int char_fd, uint16_t id, uint16_t de
   q->descs = descs;
   q->tags = calloc(depth, sizeof *q->tags);
   q->done = calloc(depth, sizeof *q->done);
+  q->done_here = calloc(depth, sizeof *q->done_here);
   void *buffers = NULL;
   int r = posix_memalign(&buffers, page, (size_t)depth * max_io_bytes);
   q->event_fd = eventfd(0, EFD_CLOEXEC);
-  if (!q->tags || !q->done || r != 0 || q->event_fd < 0) {
+  if (!q->tags || !q->done || !q->done_here || r != 0 || q->event_fd < 0) {
     snprintf(err, errlen, "out of memory for queue %u (%u requests of %u bytes)", id, depth,
              max_io_bytes);
     free(buffers);
@@ -272,4 +307,5 @@ void ublk_queue_join(struct ublk_queue *q)
   free(q->buffers);
   free(q->tags);
   free(q->done);
+  free(q->done_here);
 }

@@ -1,8 +1,12 @@
 /* One ublk queue: a thread with its own io_uring that holds a FETCH_REQ for every tag,
- * hands each request the driver returns to the engine (rampart_submit), and answers it
- * with COMMIT_AND_FETCH_REQ when the engine completes it. The engine completes on its
- * own I/O thread, which queues the tag and wakes this ring through an eventfd read in
- * the same ring: one wake-up for however many completions are waiting.
+ * hands each request the driver returns to the engine (rampart_submit_list), and
+ * answers it with COMMIT_AND_FETCH_REQ when the engine completes it.
+ * While requests are out and the driver has nothing new, the thread waits in
+ * rampart_reap_or_fd on the servers' sockets and its ring's fd together: it reads the
+ * replies itself and its requests complete on it (done_here), with no other thread
+ * woken. What completes on the engine's I/O thread instead (timeouts, failures, a
+ * second queue's thread reaping) queues the tag in `done` and wakes this ring through
+ * an eventfd read in the same ring: one wake-up for however many are waiting.
  * Everything is allocated at start (request buffers locked with the rest of the daemon):
  * nothing on the I/O path allocates.
  */
@@ -40,8 +44,11 @@ struct ublk_queue {
   int event_fd;
   uint64_t event_count;  /* the eventfd read's target */
   pthread_mutex_t done_lock;
-  uint16_t *done;     /* tags the engine completed, for this thread to commit */
+  uint16_t *done;     /* tags the engine completed on another thread, to commit */
   unsigned ndone;
+  uint16_t *done_here; /* queue thread only: tags completed on it, to commit */
+  unsigned ndone_here;
+  unsigned in_engine; /* queue thread only: requests submitted and not yet committed */
   struct rampart_io **batch_tail; /* queue thread only: where the next request fetched in
                                     this pass is linked, for rampart_submit_list */
   unsigned aborted;   /* tags the driver gave back (device stopping) */

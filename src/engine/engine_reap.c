@@ -77,9 +77,10 @@ void engine_reap_tick(struct rampart_engine *e)
 }
 
 /* Every connected socket is lent to this thread (new ones too: a reconnect attaches its
- * connection to the loop). Returns how many; pfd[n] is the I/O thread's wake. */
+ * connection to the loop). Returns how many; pfd[n] is the I/O thread's wake and
+ * pfd[n + 1] the caller's own fd. */
 static unsigned lend_sockets(struct rampart_engine *e, struct pollfd *pfd,
-                             struct lent_socket *lent)
+                             struct lent_socket *lent, int own_fd)
 {
   unsigned n = 0;
   for (unsigned i = 0; i < e->set.nservers; i++) {
@@ -94,6 +95,7 @@ static unsigned lend_sockets(struct rampart_engine *e, struct pollfd *pfd,
     n++;
   }
   pfd[n] = (struct pollfd){ .fd = e->reap.event_fd, .events = POLLIN };
+  pfd[n + 1] = (struct pollfd){ .fd = own_fd, .events = POLLIN }; /* poll skips fd -1 */
   return n;
 }
 
@@ -121,7 +123,12 @@ static bool read_ready(struct rampart_engine *e, const struct pollfd *pfd,
 
 void rampart_reap(struct rampart_engine *e)
 {
-  struct pollfd pfd[ENGINE_MAX_INCARNATIONS + 1];
+  rampart_reap_or_fd(e, -1);
+}
+
+void rampart_reap_or_fd(struct rampart_engine *e, int own_fd)
+{
+  struct pollfd pfd[ENGINE_MAX_INCARNATIONS + 2];
   struct lent_socket lent[ENGINE_MAX_INCARNATIONS];
   pthread_mutex_lock(&e->lock);
   if (!e->loop_sleeping || atomic_load(&e->stopping) || e->reap.inside) {
@@ -130,8 +137,9 @@ void rampart_reap(struct rampart_engine *e)
     e->reap.seen = e->frontend_completions;
     e->reap.sleeping = !e->reap.inside;
     pthread_mutex_unlock(&e->lock);
-    struct pollfd wake = { .fd = e->reap.event_fd, .events = POLLIN };
-    if (poll(&wake, 1, REAP_POLL_MS) > 0) {
+    struct pollfd wake[2] = { { .fd = e->reap.event_fd, .events = POLLIN },
+                              { .fd = own_fd, .events = POLLIN } };
+    if (poll(wake, 2, REAP_POLL_MS) > 0 && wake[0].revents) {
       uint64_t count;
       ssize_t ignored = read(e->reap.event_fd, &count, sizeof count);
       (void)ignored;
@@ -140,13 +148,13 @@ void rampart_reap(struct rampart_engine *e)
   }
   e->reap.inside = true;
   uint64_t entered = e->frontend_completions;
-  unsigned n = lend_sockets(e, pfd, lent);
+  unsigned n = lend_sockets(e, pfd, lent, own_fd);
   for (;;) {
     e->reap.seen = e->frontend_completions;
     e->reap.sleeping = true;
     pthread_mutex_unlock(&e->lock);
     int ready;
-    while ((ready = poll(pfd, n + 1, REAP_POLL_MS)) < 0 && errno == EINTR)
+    while ((ready = poll(pfd, n + 2, REAP_POLL_MS)) < 0 && errno == EINTR)
       ;
     if (ready > 0 && pfd[n].revents) {
       uint64_t count;
@@ -168,9 +176,9 @@ void rampart_reap(struct rampart_engine *e)
      * know of yet, a server to reconnect or a failure. */
     if (failed || engine_loop_changes(e) != changes || server_health_any_waiting(e))
       ev_async_send(e->loop, &e->wake);
-    if (e->frontend_completions != entered || ready == 0)
+    if (e->frontend_completions != entered || ready == 0 || pfd[n + 1].revents)
       break;
-    n = lend_sockets(e, pfd, lent);
+    n = lend_sockets(e, pfd, lent, own_fd);
   }
   e->reap.inside = false;
   pthread_mutex_unlock(&e->lock);

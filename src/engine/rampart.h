@@ -190,6 +190,10 @@ void rampart_submit_list(struct rampart_engine *engine, struct rampart_io *first
  * with the thread between calls, and go back to the I/O thread 100-200 ms after its
  * last call. */
 void rampart_reap(struct rampart_engine *engine);
+/* rampart_reap that also returns once own_fd is readable: for a frontend thread that
+ * waits on something of its own besides the engine (a ublk queue's io_uring, whose fd
+ * is readable when completions are ready). The caller reads own_fd; -1 for none. */
+void rampart_reap_or_fd(struct rampart_engine *engine, int own_fd);
 
 /* Blocking forms, for frontends with their own worker threads. 0 or -errno. Unlike
  * rampart_submit these accept any byte offset and length: partial pages are read,
