@@ -52,7 +52,7 @@ static void plugin_unload(void)
 {
   if (engine) {
     struct rampart_stats st;
-    static char report[64 * 1024]; /* a line per server: 255 fit */
+    static char report[64 * 1024]; /* a line per server: the stats hold 255 */
     rampart_get_stats(engine, &st);
     rampart_format_stats(&st, report, sizeof report);
     nbdkit_debug("final stats:\n%s", report);

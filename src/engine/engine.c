@@ -405,8 +405,8 @@ unsigned engine_loop_changes(const struct rampart_engine *e)
 {
   unsigned n = e->loop_changes;
   for (unsigned i = 0; i < e->set.nservers; i++)
-    if (e->set.servers[i].conn)
-      n += rp_conn_loop_changes(e->set.servers[i].conn);
+    if (e->set.servers[i]->conn)
+      n += rp_conn_loop_changes(e->set.servers[i]->conn);
   return n;
 }
 
@@ -689,12 +689,39 @@ uint64_t rampart_size(const struct rampart_engine *e)
 
 /* ---- stats ---------------------------------------------------------------------- */
 
-/* Every incarnation is in the stats: one past the listed servers (a lost server back
- * empty) must be seen to be waited for and watched. */
-_Static_assert(ENGINE_MAX_INCARNATIONS <= RAMPART_MAX_INCARNATIONS,
-               "the stats must hold every server table entry");
+/* Every server that matters is in the stats: the current ones, and old incarnations
+ * that pages still depend on (being rebuilt from). Only a table longer than the stats
+ * leaves entries out: first the oldest retired ones, which nothing depends on, then the
+ * oldest other old incarnations; never a current server (there are at most
+ * RAMPART_MAX_SERVERS of them). */
+_Static_assert(RAMPART_MAX_SERVERS < RAMPART_MAX_INCARNATIONS,
+               "the stats hold every listed server and incarnations past them");
 _Static_assert(RAMPART_MAX_SERVERS < ENGINE_MAX_INCARNATIONS,
                "room for incarnations past the listed servers");
+
+enum stats_rank { STATS_RETIRED, STATS_OLD, STATS_CURRENT, STATS_RANKS };
+
+static enum stats_rank server_stats_rank(const struct server *s, uint64_t live,
+                                         uint64_t at_risk)
+{
+  if (!s->health.replaced && s->state != RAMPART_SERVER_REMOVED)
+    return STATS_CURRENT;
+  return live == 0 && at_risk == 0 ? STATS_RETIRED : STATS_OLD;
+}
+
+/* How many entries of each rank to leave out, when the table outgrew the stats. */
+static void stats_leave_out(const struct rampart_engine *e, unsigned leave_out[STATS_RANKS])
+{
+  unsigned excess = e->set.nservers > RAMPART_MAX_INCARNATIONS
+                      ? e->set.nservers - RAMPART_MAX_INCARNATIONS : 0;
+  unsigned count[STATS_RANKS] = { 0 };
+  for (unsigned i = 0; excess > 0 && i < e->set.nservers; i++)
+    count[server_stats_rank(e->set.servers[i], e->set.live[i], e->set.at_risk[i])]++;
+  for (unsigned r = 0; r < STATS_RANKS; r++) {
+    leave_out[r] = excess < count[r] ? excess : count[r];
+    excess -= leave_out[r];
+  }
+}
 
 static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats *st)
 {
@@ -702,12 +729,20 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->device_pages = e->pages;
   st->redundancy = e->policy;
   st->group_size = e->group_size;
-  st->nservers = e->set.nservers;
-  uint64_t live[ENGINE_MAX_INCARNATIONS], at_risk[ENGINE_MAX_INCARNATIONS];
+  st->server_entries = e->set.nservers;
+  uint64_t *live = e->set.live, *at_risk = e->set.at_risk;
   page_mover_live_by_server(e, live, at_risk);
-  for (unsigned i = 0; i < st->nservers; i++) {
-    struct server *s = &e->set.servers[i];
-    struct rampart_server_stats *ss = &st->servers[i];
+  unsigned leave_out[STATS_RANKS];
+  stats_leave_out(e, leave_out);
+  for (unsigned i = 0; i < e->set.nservers && st->nservers < RAMPART_MAX_INCARNATIONS; i++) {
+    struct server *s = e->set.servers[i];
+    enum stats_rank rank = server_stats_rank(s, live[i], at_risk[i]);
+    if (leave_out[rank] > 0) {
+      leave_out[rank]--;
+      continue;
+    }
+    struct rampart_server_stats *ss = &st->servers[st->nservers++];
+    ss->index = i;
     snprintf(ss->address, sizeof ss->address, "%s", s->address);
     ss->state = s->state;
     ss->pages_live = live[i];
@@ -745,7 +780,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
     st->ops_waiting++;
   server_health_stats(e, st);
   for (unsigned i = 0; i < e->set.nservers; i++)
-    if (e->set.servers[i].rebuild_needed)
+    if (e->set.servers[i]->rebuild_needed)
       st->rebuild_pages_pending += at_risk[i];
   st->pages_written = e->counters.pages_written;
   st->pages_overwritten = e->counters.pages_overwritten;
@@ -770,13 +805,15 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
     (uint64_t)ENGINE_DEGRADED_READS * (sizeof(struct degraded_read) +
                                        (GROUP_MAX_DATA + 1) * RAMPART_PAGE_SIZE) +
     (uint64_t)ENGINE_FREE_REQUESTS * sizeof(struct free_request) + sizeof *e +
-    rampart_event_arena_bytes() + rp_conn_pool_bytes(e->set.conn_pool);
+    rampart_event_arena_bytes() + rp_conn_pool_bytes(e->set.conn_pool) +
+    (uint64_t)e->set.nservers * (sizeof(struct server) + server_health_attempt_bytes()) +
+    (uint64_t)e->set.per_entry_capacity * 2 * sizeof(uint64_t);
   /* What grows with the device: map, pending bits, groups, per-server slot bitmaps. */
   st->client_memory_bytes = st->client_memory_fixed_bytes + page_map_memory_bytes(&e->map) +
                             page_sealer_memory_bytes(&e->sealer) +
                             (e->pages + 63) / 64 * 8 + group_table_memory_bytes(&e->groups);
   for (unsigned i = 0; i < e->set.nservers; i++)
-    st->client_memory_bytes += slot_allocator_bytes(&e->set.servers[i].slots);
+    st->client_memory_bytes += slot_allocator_bytes(&e->set.servers[i]->slots);
   cluster_follow_stats(e, st);
 }
 

@@ -55,7 +55,12 @@
 #define ENGINE_PARITY_BUFFERS 64u   /* open + sealing groups at once */
 #define ENGINE_FREE_REQUESTS 1024u  /* best-effort FREEs in flight */
 #define ENGINE_MOVES 32u            /* rebuild/clean/migrate pages in flight */
-#define ENGINE_MAX_INCARNATIONS 255u /* server table entries (GROUP_NO_SERVER is 255) */
+/* Server table entries: the listed servers and every incarnation after them (a lost
+ * server back empty, a replacement). Each is allocated when it is made (server_set.c),
+ * so the bound costs a pointer per entry until it is used. */
+#define ENGINE_MAX_INCARNATIONS 4096u
+_Static_assert(ENGINE_MAX_INCARNATIONS <= SERVER_INDEX_NONE,
+               "every server table index fits a server_index, NONE apart");
 _Static_assert(ENGINE_MAX_INCARNATIONS <= PLACEMENT_MAX_SERVERS,
                "every server table entry must fit in a placement sweep");
 #define ENGINE_RMW_LOCKS 256u        /* stripes of pages for sub-page writes (page_rmw.c) */
@@ -92,6 +97,7 @@ struct server_health {
 
 struct server {
   unsigned index;
+  struct rampart_engine *engine; /* its owner, for the transport's callbacks */
   char address[RAMPART_ADDRESS_LEN];
   char host[256];
   char port[16];
@@ -134,7 +140,7 @@ struct degraded_read {
                                    connection dropped, or it refused and reconnects */
   unsigned pieces;
   uint8_t piece_member[GROUP_MAX_DATA + 1]; /* member index per piece; capacity = parity */
-  uint8_t piece_server[GROUP_MAX_DATA + 1]; /* where each piece was sent: the group's own
+  server_index piece_server[GROUP_MAX_DATA + 1]; /* where each piece was sent: the group's own
                                    entry may be cleared meanwhile (group_member_lost drops
                                    its parity server) */
   struct rp_request reqs[GROUP_MAX_DATA + 1];
@@ -158,7 +164,7 @@ struct parity_buffer {
 struct free_request {
   struct free_request *next;
   struct rampart_engine *engine;
-  uint8_t server;
+  server_index server;
   struct rp_request req;
 };
 
@@ -199,9 +205,15 @@ struct server_health_shared;
 /* The servers (server_set.c; their health: server_health.c; membership:
  * server_membership.c). Every part reads it; those files change it. */
 struct server_set {
-  /* incarnations: a server that returns empty gets a new entry */
-  struct server servers[ENGINE_MAX_INCARNATIONS];
+  /* incarnations: a server that returns empty gets a new entry. Each entry is
+   * allocated when it is made and never moves (libev holds its timer, a reconnect
+   * attempt its address); servers[0..nservers-1] are all allocated. */
+  struct server *servers[ENGINE_MAX_INCARNATIONS];
   unsigned nservers;
+  /* Per entry, for page_mover_live_by_server's callers on the I/O thread (the stats, a
+   * drain, the mover): grown with the table, so no caller puts the bound on its stack. */
+  uint64_t *live, *at_risk;
+  unsigned per_entry_capacity;
   struct rp_conn_pool *conn_pool; /* every server connection's memory, made at open */
   /* a filter over the transport (server_transport.h), or NULL: the tests' faults */
   const struct server_transport_filter *transport_filter;
@@ -215,7 +227,7 @@ struct write_placement {
   unsigned parity_cursor;       /* rotation of the parity server */
   /* the open group, its parity server and the parity's slot there (reserved at open) */
   uint32_t open_group;          /* GROUP_NONE when none */
-  uint8_t open_parity_server;
+  server_index open_parity_server;
   uint32_t open_parity_slot;
 };
 
@@ -444,6 +456,8 @@ bool server_request_failed(struct rampart_engine *e, unsigned server, struct rp_
  * whose resolved address it takes. NULL when the engine has no room or memory. */
 struct server *server_new(struct rampart_engine *e, const char *address,
                           const struct server *like);
+/* Takes back the entry server_new just made, when adopting it failed. */
+void server_forget_newest(struct rampart_engine *e);
 void server_adopt(struct rampart_engine *e, struct server *s, struct rp_conn *conn,
                   const struct rp_session_info *info);
 uint64_t server_reservation_wanted(const struct rampart_engine *e);

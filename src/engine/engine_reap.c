@@ -28,6 +28,12 @@
  * socket closed and replaced while it slept in poll. */
 #define REAP_POLL_MS 100
 
+/* Sockets one reaper polls at most. Only current servers are connected (a replaced
+ * incarnation has no connection), and a device lists RAMPART_MAX_SERVERS; the bound is
+ * on the stack of the frontend's thread, not ENGINE_MAX_INCARNATIONS. A socket past it
+ * stays with the I/O thread's loop, which still reads it. */
+#define REAP_SOCKETS (2u * RAMPART_MAX_SERVERS)
+
 struct lent_socket {
   unsigned server;
   struct rp_conn *conn;
@@ -61,8 +67,8 @@ void engine_reap_give_back(struct rampart_engine *e)
   if (!e->reap.holds)
     return;
   for (unsigned i = 0; i < e->set.nservers; i++)
-    if (e->set.servers[i].conn)
-      rp_conn_lend_reading(e->set.servers[i].conn, false);
+    if (e->set.servers[i]->conn)
+      rp_conn_lend_reading(e->set.servers[i]->conn, false);
   e->reap.holds = false;
 }
 
@@ -83,8 +89,8 @@ static unsigned lend_sockets(struct rampart_engine *e, struct pollfd *pfd,
                              struct lent_socket *lent, int own_fd)
 {
   unsigned n = 0;
-  for (unsigned i = 0; i < e->set.nservers; i++) {
-    struct rp_conn *c = e->set.servers[i].conn;
+  for (unsigned i = 0; i < e->set.nservers && n < REAP_SOCKETS; i++) {
+    struct rp_conn *c = e->set.servers[i]->conn;
     int fd = c ? rp_conn_fd(c) : -1;
     if (fd < 0)
       continue;
@@ -110,11 +116,11 @@ static bool read_ready(struct rampart_engine *e, const struct pollfd *pfd,
   for (unsigned k = 0; k < n; k++) {
     if (!pfd[k].revents)
       continue;
-    struct rp_conn *c = lent[k].server < e->set.nservers ? e->set.servers[lent[k].server].conn
+    struct rp_conn *c = lent[k].server < e->set.nservers ? e->set.servers[lent[k].server]->conn
                                                          : NULL;
     if (c == lent[k].conn && rp_conn_reading_lent(c) && rp_conn_fd(c) == pfd[k].fd) {
       rp_conn_read_now(c);
-      c = e->set.servers[lent[k].server].conn;
+      c = e->set.servers[lent[k].server]->conn;
       failed = failed || c != lent[k].conn || rp_conn_fd(c) < 0;
     }
   }
@@ -128,8 +134,8 @@ void rampart_reap(struct rampart_engine *e)
 
 void rampart_reap_or_fd(struct rampart_engine *e, int own_fd)
 {
-  struct pollfd pfd[ENGINE_MAX_INCARNATIONS + 2];
-  struct lent_socket lent[ENGINE_MAX_INCARNATIONS];
+  struct pollfd pfd[REAP_SOCKETS + 2];
+  struct lent_socket lent[REAP_SOCKETS];
   pthread_mutex_lock(&e->lock);
   if (!e->loop_sleeping || atomic_load(&e->stopping) || e->reap.inside) {
     /* No loop to share the engine with (not started, or closing), or another thread

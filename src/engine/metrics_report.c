@@ -142,8 +142,8 @@ static void server_metrics(struct prom_out *o, const struct rampart_stats *st)
       uint64_t v;
       memcpy(&v, (const char *)s + per_server[m].offset, sizeof v);
       prom_escape_label(s->address, label, sizeof label);
-      prom_put(o, "%s{server=\"%s\",incarnation=\"%u\"} %llu\n", per_server[m].name, label, i,
-               (unsigned long long)v);
+      prom_put(o, "%s{server=\"%s\",incarnation=\"%u\"} %llu\n", per_server[m].name, label,
+               s->index, (unsigned long long)v);
     }
   }
   /* A state set: one sample per state, 1 for the current one, so an alert can say
@@ -157,14 +157,15 @@ static void server_metrics(struct prom_out *o, const struct rampart_stats *st)
     prom_escape_label(st->servers[i].address, label, sizeof label);
     for (size_t k = 0; k < sizeof states / sizeof states[0]; k++)
       prom_put(o, "rampart_pager_server_state{server=\"%s\",incarnation=\"%u\",state=\"%s\"} "
-               "%d\n", label, i, rampart_server_state_name(states[k]), st->servers[i].state == states[k]);
+               "%d\n", label, st->servers[i].index, rampart_server_state_name(states[k]),
+               st->servers[i].state == states[k]);
   }
   prom_header(o, "rampart_pager_server_draining", "gauge",
          "1 while the server is being drained (or removed): nothing new is placed there.");
   for (unsigned i = 0; i < st->nservers; i++) {
     prom_escape_label(st->servers[i].address, label, sizeof label);
     prom_put(o, "rampart_pager_server_draining{server=\"%s\",incarnation=\"%u\"} %d\n",
-             label, i, st->servers[i].draining);
+             label, st->servers[i].index, st->servers[i].draining);
   }
 }
 

@@ -32,8 +32,10 @@
 
 #define RAMPART_PAGE_SIZE 4096u
 #define RAMPART_MAX_SERVERS 128u /* servers one device may list */
-/* Entries of the engine's server table, which the stats report in full: the listed
- * servers, and a new one each time a lost server comes back empty (an incarnation). */
+/* Server table entries the stats report: the listed servers, and a new one each time a
+ * lost server comes back empty or is replaced (an incarnation). The table holds more
+ * (ENGINE_MAX_INCARNATIONS); past this many, the stats leave out the oldest entries that
+ * are retired (replaced or removed, and holding nothing), then the newest. */
 #define RAMPART_MAX_INCARNATIONS 255u
 
 struct rampart_engine;
@@ -217,6 +219,7 @@ enum rampart_server_state { RAMPART_SERVER_UP, RAMPART_SERVER_ADVISED,
  * device holds nothing there and will not reconnect; see rampart_server_drain.) */
 
 struct rampart_server_stats {
+  uint32_t index;              /* its entry in the engine's server table (its incarnation) */
   char address[80];
   enum rampart_server_state state;
   uint64_t pages_live;         /* current versions of logical pages stored there */
@@ -254,7 +257,9 @@ struct rampart_stats {
   uint64_t device_pages;
   enum rampart_redundancy redundancy;
   uint32_t group_size;
-  uint32_t nservers;
+  uint32_t nservers;           /* entries in servers[] */
+  uint32_t server_entries;     /* entries in the engine's server table: nservers, or more
+                                  when some were left out (RAMPART_MAX_INCARNATIONS) */
   struct rampart_server_stats servers[RAMPART_MAX_INCARNATIONS]; /* nservers of them */
   uint64_t groups_open, groups_sealed, groups_reclaimed, groups_cleaned;
   bool cleaning;               /* cleaning is running now */

@@ -122,10 +122,8 @@ static void add_adopt(struct rampart_engine *e, void *arg)
   }
   struct server *s = server_new(e, c->address, NULL);
   if (!s || slot_allocator_init(&s->slots, (uint32_t)c->reserved) < 0) {
-    if (s) {
-      e->set.nservers--;
-      server_health_free_server(s);
-    }
+    if (s)
+      server_forget_newest(e);
     msg_set(c->msg, c->msglen, "out of memory for server %s: nothing changed", c->address);
     c->result = -ENOMEM;
     return;
@@ -220,7 +218,7 @@ static void list_members(const struct rampart_engine *e, char *out, size_t len)
   size_t n = 0;
   out[0] = '\0';
   for (unsigned i = 0; i < e->set.nservers && n < len; i++) {
-    const struct server *s = &e->set.servers[i];
+    const struct server *s = e->set.servers[i];
     if (s->health.replaced || s->state == RAMPART_SERVER_REMOVED)
       continue;
     n += (size_t)snprintf(out + n, len - n, "%s%s", n ? ", " : "", s->address);
@@ -230,8 +228,8 @@ static void list_members(const struct rampart_engine *e, char *out, size_t len)
 static bool address_was_removed(const struct rampart_engine *e, const char *address)
 {
   for (unsigned i = 0; i < e->set.nservers; i++)
-    if (e->set.servers[i].state == RAMPART_SERVER_REMOVED &&
-        strcmp(e->set.servers[i].address, address) == 0)
+    if (e->set.servers[i]->state == RAMPART_SERVER_REMOVED &&
+        strcmp(e->set.servers[i]->address, address) == 0)
       return true;
   return false;
 }
@@ -282,9 +280,8 @@ static void drain_start(struct rampart_engine *e, void *arg)
     c->result = -ENOENT;
     return;
   }
-  uint64_t live[ENGINE_MAX_INCARNATIONS], at_risk[ENGINE_MAX_INCARNATIONS];
-  page_mover_live_by_server(e, live, at_risk);
-  uint64_t dependent = at_risk[s->index];
+  page_mover_live_by_server(e, e->set.live, e->set.at_risk);
+  uint64_t dependent = e->set.at_risk[s->index];
   if (s->state == RAMPART_SERVER_LOST) {
     if (!c->remove) {
       msg_set(c->msg, c->msglen, "%s is lost: its pages are being rebuilt on the other "
@@ -322,7 +319,7 @@ static void drain_start(struct rampart_engine *e, void *arg)
   unsigned others = 0;
   uint64_t room = 0, free_slots = 0;
   for (unsigned i = 0; i < e->set.nservers; i++) {
-    const struct server *o = &e->set.servers[i];
+    const struct server *o = e->set.servers[i];
     if (o == s || !server_usable_for_placement(o))
       continue;
     others++;
@@ -381,7 +378,7 @@ int rampart_server_drain(struct rampart_engine *e, const char *address, bool rem
 void server_membership_pass_done(struct rampart_engine *e)
 {
   for (unsigned i = 0; i < e->set.nservers; i++) {
-    struct server *s = &e->set.servers[i];
+    struct server *s = e->set.servers[i];
     if (!s->leaving || s->drained || s->state == RAMPART_SERVER_REMOVED)
       continue;
     if (s->state == RAMPART_SERVER_LOST) {
@@ -435,7 +432,7 @@ static void members_snapshot(struct rampart_engine *e, void *arg)
   struct members_call *c = arg;
   c->n = 0;
   for (unsigned i = 0; i < e->set.nservers && c->n < ENGINE_MAX_INCARNATIONS; i++) {
-    const struct server *s = &e->set.servers[i];
+    const struct server *s = e->set.servers[i];
     if (s->health.replaced || s->state == RAMPART_SERVER_REMOVED)
       continue;
     snprintf(c->addresses[c->n], RAMPART_ADDRESS_LEN, "%s", s->address);

@@ -135,9 +135,9 @@ void page_mover_stats(const struct rampart_engine *e, struct rampart_stats *st)
   memcpy(st->moves_by_reason, m->moves_by_reason, sizeof st->moves_by_reason);
 }
 
-static bool server_is_lost(const struct rampart_engine *e, uint8_t index)
+static bool server_is_lost(const struct rampart_engine *e, server_index index)
 {
-  return index != GROUP_NO_SERVER && e->set.servers[index].state == RAMPART_SERVER_LOST;
+  return index != SERVER_INDEX_NONE && e->set.servers[index]->state == RAMPART_SERVER_LOST;
 }
 
 /* Slots held on servers, on every server not lost. */
@@ -145,8 +145,8 @@ static uint64_t slots_held(const struct rampart_engine *e)
 {
   uint64_t held = 0;
   for (unsigned i = 0; i < e->set.nservers; i++)
-    if (e->set.servers[i].state != RAMPART_SERVER_LOST)
-      held += e->set.servers[i].slots.in_use;
+    if (e->set.servers[i]->state != RAMPART_SERVER_LOST)
+      held += e->set.servers[i]->slots.in_use;
   return held;
 }
 
@@ -216,7 +216,7 @@ static void update_cleaning(struct rampart_engine *e)
   bool short_of_room = false;
   unsigned up = 0;
   for (unsigned i = 0; i < e->set.nservers; i++) {
-    const struct server *s = &e->set.servers[i];
+    const struct server *s = e->set.servers[i];
     if (s->state != RAMPART_SERVER_UP)
       continue;
     up += !s->advised;
@@ -281,7 +281,7 @@ static void update_rebalancing(struct rampart_engine *e)
   double lo = 2.0, hi = -1.0;
   unsigned n = 0;
   for (unsigned i = 0; i < e->set.nservers; i++) {
-    const struct server *s = &e->set.servers[i];
+    const struct server *s = e->set.servers[i];
     if (!server_takes_rebalance(s))
       continue;
     double f = server_fill(s);
@@ -309,9 +309,9 @@ static bool group_on_full_server(struct rampart_engine *e, const struct group *g
   double threshold = e->mover->rebalance_threshold;
   unsigned slots = g->members + (g->has_parity ? 1u : 0u);
   for (unsigned k = 0; k < slots; k++) {
-    uint8_t srv = g->server[k < g->members ? k : g->capacity];
-    if (srv != GROUP_NO_SERVER && server_takes_rebalance(&e->set.servers[srv]) &&
-        server_fill(&e->set.servers[srv]) > threshold)
+    server_index srv = g->server[k < g->members ? k : g->capacity];
+    if (srv != SERVER_INDEX_NONE && server_takes_rebalance(e->set.servers[srv]) &&
+        server_fill(e->set.servers[srv]) > threshold)
       return true;
   }
   return false;
@@ -325,18 +325,18 @@ static enum rampart_move_reason group_move_reason(struct rampart_engine *e,
   enum rampart_move_reason why = RAMPART_MOVE_REASONS;
   unsigned slots = g->members + (g->has_parity ? 1u : 0u);
   for (unsigned k = 0; k < slots; k++) {
-    uint8_t srv = g->server[k < g->members ? k : g->capacity];
+    server_index srv = g->server[k < g->members ? k : g->capacity];
     bool none_yet = why == RAMPART_MOVE_REASONS;
     if (server_is_lost(e, srv)) {
       e->mover->lost_seen[srv] = true;
       why = RAMPART_MOVE_REBUILD;
-    } else if (srv != GROUP_NO_SERVER && e->set.servers[srv].suspect && none_yet) {
+    } else if (srv != SERVER_INDEX_NONE && e->set.servers[srv]->suspect && none_yet) {
       why = RAMPART_MOVE_EVACUATE; /* off a server whose copies failed verification */
-    } else if (srv != GROUP_NO_SERVER && e->set.servers[srv].advised && none_yet) {
+    } else if (srv != SERVER_INDEX_NONE && e->set.servers[srv]->advised && none_yet) {
       /* The parity too: a group sealed while its parity server was already advising
        * (its slot was reserved earlier) still frees that server once moved. */
       why = RAMPART_MOVE_MIGRATE;
-    } else if (srv != GROUP_NO_SERVER && e->set.servers[srv].leaving && none_yet) {
+    } else if (srv != SERVER_INDEX_NONE && e->set.servers[srv]->leaving && none_yet) {
       why = RAMPART_MOVE_DRAIN;
     }
   }
@@ -419,13 +419,13 @@ void page_mover_live_by_server(const struct rampart_engine *e, uint64_t *live,
     }
     if (!g->has_parity)
       continue;
-    uint8_t touched[GROUP_MAX_DATA + 1];
+    server_index touched[GROUP_MAX_DATA + 1];
     unsigned ntouched = 0;
     for (unsigned k = 0; k <= g->members; k++) {
       if (k == g->members && g->state == GROUP_OPEN)
         break; /* an open group's parity is still in the client */
-      uint8_t srv = g->server[k < g->members ? k : g->capacity];
-      bool seen = srv == GROUP_NO_SERVER;
+      server_index srv = g->server[k < g->members ? k : g->capacity];
+      bool seen = srv == SERVER_INDEX_NONE;
       for (unsigned t = 0; t < ntouched && !seen; t++)
         seen = touched[t] == srv;
       if (!seen) {
@@ -438,9 +438,8 @@ void page_mover_live_by_server(const struct rampart_engine *e, uint64_t *live,
 
 uint64_t page_mover_at_risk(const struct rampart_engine *e, unsigned i)
 {
-  uint64_t live[ENGINE_MAX_INCARNATIONS], at_risk[ENGINE_MAX_INCARNATIONS];
-  page_mover_live_by_server(e, live, at_risk);
-  return at_risk[i];
+  page_mover_live_by_server(e, e->set.live, e->set.at_risk);
+  return e->set.at_risk[i];
 }
 
 void page_mover_rebuild_begin(struct rampart_engine *e)
@@ -470,7 +469,7 @@ static void finish_pass(struct rampart_engine *e)
 {
   bool still_rebuilding = false;
   for (unsigned i = 0; i < e->set.nservers; i++) {
-    struct server *s = &e->set.servers[i];
+    struct server *s = e->set.servers[i];
     if (s->rebuild_needed && !e->mover->lost_seen[i] && e->mover->moves_in_flight == 0 &&
         page_mover_at_risk(e, i) == 0) {
       s->rebuild_needed = false;
@@ -562,7 +561,7 @@ static bool mover_has_work(const struct rampart_engine *e)
   if (e->groups.unprotected > 0 && server_set_placeable(e) >= 2)
     return true;
   for (unsigned i = 0; i < e->set.nservers; i++) {
-    const struct server *s = &e->set.servers[i];
+    const struct server *s = e->set.servers[i];
     if (s->rebuild_needed || s->advised)
       return true;
     /* A suspect server is emptied: until it holds no slot of ours (every group that

@@ -42,6 +42,7 @@
 #include "client.h"
 #include "page_map.h"
 #include "page_seal.h"
+#include "server_index.h"
 #include "spill_store.h"
 
 struct rampart_engine;
@@ -108,10 +109,10 @@ struct page_op {
   enum page_op_wait waits;      /* a writing op holds one pending count while it waits */
   int end_result;               /* ENDING: the result it ends with (write_finish) */
   bool copy_failed;             /* mirror: the second copy was not stored: place again */
-  uint8_t server;               /* writes: server of the member in flight */
+  server_index server;          /* writes: server of the member in flight */
   uint8_t spill_epoch;          /* quarantine epoch of the op's spill I/O in flight */
   uint8_t member;               /* reads: the member being read */
-  uint8_t read_server;          /* reads: the server that read went to. A failure blames
+  server_index read_server;     /* reads: the server that read went to. A failure blames
                                    it, not whatever the group names by then: a read does
                                    not pin its group, which may be reclaimed and its id
                                    reused meanwhile */

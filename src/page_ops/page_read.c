@@ -32,18 +32,18 @@ static void read_from_spill(struct page_op *op, uint64_t slot);
 static bool read_waits_for_servers(struct page_op *op, const struct group *g)
 {
   struct rampart_engine *e = op->engine;
-  bool own_returns = e->set.servers[g->server[op->member]].state == RAMPART_SERVER_RECONNECTING;
+  bool own_returns = e->set.servers[g->server[op->member]]->state == RAMPART_SERVER_RECONNECTING;
   bool piece_returns = false, piece_lost = false, rebuildable = g->has_parity;
   if (g->has_parity) {
     unsigned pieces = g->members + (g->state == GROUP_SEALED ? 1u : 0u);
     for (unsigned k = 0; k < pieces; k++) {
       if (k == op->member)
         continue;
-      uint8_t srv = g->server[k < g->members ? k : g->capacity];
-      if (srv != GROUP_NO_SERVER && server_usable_for_reads(&e->set.servers[srv]))
+      server_index srv = g->server[k < g->members ? k : g->capacity];
+      if (srv != SERVER_INDEX_NONE && server_usable_for_reads(e->set.servers[srv]))
         continue;
       rebuildable = false;
-      if (srv != GROUP_NO_SERVER && e->set.servers[srv].state == RAMPART_SERVER_RECONNECTING)
+      if (srv != SERVER_INDEX_NONE && e->set.servers[srv]->state == RAMPART_SERVER_RECONNECTING)
         piece_returns = true;
       else
         piece_lost = true;
@@ -94,7 +94,7 @@ static void read_failed(struct page_op *op, const char *why)
  * rejoins empty (a restart), which makes it a new incarnation. */
 static void server_failed_verification(struct rampart_engine *e, unsigned index)
 {
-  struct server *s = &e->set.servers[index];
+  struct server *s = e->set.servers[index];
   s->integrity_failures++;
   if (s->suspect)
     return;
@@ -153,14 +153,14 @@ static void copy_failed_verification(struct page_op *op)
     op->bad_copies = 2;
     snprintf(why, sizeof why, "rebuilt from its parity group (its own server %s being gone "
              "or having returned it altered) it failed verification too",
-             e->set.servers[op->server].address);
+             e->set.servers[op->server]->address);
     read_failed(op, why);
     return;
   }
   if (op->read_source == PAGE_REMOTE) {
     struct group *g = group_get(&e->groups, op->group);
     unsigned server = g->server[op->member];
-    const char *addr = e->set.servers[server].address;
+    const char *addr = e->set.servers[server]->address;
     server_failed_verification(e, server);
     if (e->redundancy->second_copy == SECOND_COPY_DISK) {
       /* The disk copy is the second copy: read it, verified like any other. */
@@ -282,7 +282,7 @@ static void on_piece_read(struct rp_request *req)
      * EIO for a page nothing had lost (found by test_page_op_edges). */
     dr->unanswered |= req->status == RP_ERR_DISCONNECTED || req->status == RP_ERR_TIMEOUT ||
                       (server < e->set.nservers &&
-                       e->set.servers[server].state == RAMPART_SERVER_RECONNECTING);
+                       e->set.servers[server]->state == RAMPART_SERVER_RECONNECTING);
   }
   if (--dr->pending == 0)
     degraded_complete(dr);
@@ -301,11 +301,11 @@ static void degraded_start(struct page_op *op, uint32_t id, unsigned lost)
   /* Check every piece before taking a context: two losses fail at once. */
   bool parity_in_client = g->state != GROUP_SEALED;
   for (unsigned m = 0; m < g->members; m++)
-    if (m != lost && !server_usable_for_reads(&e->set.servers[g->server[m]])) {
+    if (m != lost && !server_usable_for_reads(e->set.servers[g->server[m]])) {
       read_failed(op, "two servers of its parity group are unavailable");
       return;
     }
-  if (!parity_in_client && !server_usable_for_reads(&e->set.servers[g->server[g->capacity]])) {
+  if (!parity_in_client && !server_usable_for_reads(e->set.servers[g->server[g->capacity]])) {
     read_failed(op, "its server and its group's parity server are both unavailable");
     return;
   }
@@ -425,7 +425,7 @@ void page_read_start(struct page_op *op)
   op->group = (uint32_t)page_entry_group(entry);
   op->member = (uint8_t)page_entry_member(entry);
   struct group *g = group_get(&e->groups, op->group);
-  struct server *s = &e->set.servers[g->server[op->member]];
+  struct server *s = e->set.servers[g->server[op->member]];
   if (!server_usable_for_reads(s)) {
     if (e->redundancy->second_copy == SECOND_COPY_DISK)
       read_from_spill(op, op->page);
@@ -439,6 +439,6 @@ void page_read_start(struct page_op *op)
   op->req.page = op->buf;
   op->req.done = on_remote_read;
   op->req.user = op;
-  op->read_server = (uint8_t)s->index;
+  op->read_server = (server_index)s->index;
   server_transport_send(e, s->index, &op->req);
 }

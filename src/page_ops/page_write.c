@@ -73,9 +73,9 @@ void page_write_reclaim(struct rampart_engine *e, uint32_t id)
 {
   struct group *g = group_get(&e->groups, id);
   for (unsigned m = 0; m < g->members; m++)
-    if (g->server[m] != GROUP_NO_SERVER)
+    if (g->server[m] != SERVER_INDEX_NONE)
       server_release_slot(e, g->server[m], g->slot[m]);
-  if (g->has_parity && g->server[g->capacity] != GROUP_NO_SERVER)
+  if (g->has_parity && g->server[g->capacity] != SERVER_INDEX_NONE)
     server_release_slot(e, g->server[g->capacity], g->slot[g->capacity]);
   group_release(&e->groups, id);
 }
@@ -204,7 +204,7 @@ static void on_parity_written(struct rp_request *req)
     /* Failed, or a member's copy was lost while the parity was in flight: the parity
      * protects nothing, so its slot goes back now. */
     server_release_slot(e, pserver, g->slot[g->capacity]);
-    g->server[g->capacity] = GROUP_NO_SERVER;
+    g->server[g->capacity] = SERVER_INDEX_NONE;
   }
   /* A mirror write completes once both its copies are stored. If this one was not, and
    * the write still lives in this group, it is placed again (sub_done) on two servers
@@ -228,7 +228,7 @@ static int choose_parity_server(struct rampart_engine *e, const struct group *g)
 {
   for (unsigned k = 0; k < e->set.nservers; k++) {
     unsigned i = (e->placement.open_parity_server + k) % e->set.nservers;
-    if (!server_usable_for_placement(&e->set.servers[i]))
+    if (!server_usable_for_placement(e->set.servers[i]))
       continue;
     bool in_group = false;
     for (unsigned m = 0; m < g->members; m++)
@@ -289,10 +289,10 @@ static void seal_open_group(struct rampart_engine *e, struct page_op *waiter)
    * meanwhile cannot: then any other server that holds no member, if one can. */
   int p = e->placement.open_parity_server;
   int64_t slot = e->placement.open_parity_slot;
-  if (!server_usable_for_reads(&e->set.servers[p])) {
+  if (!server_usable_for_reads(e->set.servers[p])) {
     server_release_slot(e, (unsigned)p, (uint32_t)slot);
     p = choose_parity_server(e, g);
-    slot = p >= 0 ? slot_allocator_alloc(&e->set.servers[p].slots) : -1;
+    slot = p >= 0 ? slot_allocator_alloc(&e->set.servers[p]->slots) : -1;
   }
   if (slot < 0) {
     /* Nowhere to put the parity: seal unprotected, counted, and the mover rewrites the
@@ -307,7 +307,7 @@ static void seal_open_group(struct rampart_engine *e, struct page_op *waiter)
     parity_buffer_put(e, pb); /* last: it may run waiting ops */
     return;
   }
-  group_begin_seal(&e->groups, id, (uint8_t)p, (uint32_t)slot);
+  group_begin_seal(&e->groups, id, (server_index)p, (uint32_t)slot);
   submit_parity(e, id, pb, waiter);
 }
 
@@ -370,19 +370,19 @@ static enum open_result open_new_group(struct rampart_engine *e)
      * server has come under pressure or filled up. */
     double most = 0.0;
     for (unsigned i = 0; i < e->set.nservers; i++)
-      if (server_usable_for_placement(&e->set.servers[i]) && room_share(&e->set.servers[i]) > most)
-        most = room_share(&e->set.servers[i]);
+      if (server_usable_for_placement(e->set.servers[i]) && room_share(e->set.servers[i]) > most)
+        most = room_share(e->set.servers[i]);
     int best = -1;
     for (unsigned k = 0; k < e->set.nservers && best < 0; k++) {
       unsigned i = (e->placement.parity_cursor + k) % e->set.nservers;
-      if (server_usable_for_placement(&e->set.servers[i]) &&
-          room_share(&e->set.servers[i]) >= most * 7.0 / 8.0)
+      if (server_usable_for_placement(e->set.servers[i]) &&
+          room_share(e->set.servers[i]) >= most * 7.0 / 8.0)
         best = (int)i;
     }
-    e->placement.open_parity_server = (uint8_t)best;
+    e->placement.open_parity_server = (server_index)best;
     e->placement.parity_cursor = (unsigned)best + 1;
     e->placement.open_parity_slot =
-      (uint32_t)slot_allocator_alloc(&e->set.servers[e->placement.open_parity_server].slots);
+      (uint32_t)slot_allocator_alloc(&e->set.servers[e->placement.open_parity_server]->slots);
   }
   uint32_t id = group_open(&e->groups, capacity, parity, buffer);
   if (id == GROUP_NONE) {
@@ -400,7 +400,7 @@ static enum open_result open_new_group(struct rampart_engine *e)
 /* Whether server i may take a member of group g now. */
 static bool member_candidate(const struct rampart_engine *e, const struct group *g, unsigned i)
 {
-  if (!server_usable_for_placement(&e->set.servers[i]))
+  if (!server_usable_for_placement(e->set.servers[i]))
     return false;
   if (g->has_parity && i == e->placement.open_parity_server)
     return false;
@@ -421,13 +421,13 @@ static int choose_member_server(struct rampart_engine *e, const struct group *g)
   placement_order_begin(&e->placement.member_order, e->set.nservers);
   double most = -1.0;
   for (unsigned i = 0; i < e->set.nservers; i++)
-    if (member_candidate(e, g, i) && room_share(&e->set.servers[i]) > most)
-      most = room_share(&e->set.servers[i]);
+    if (member_candidate(e, g, i) && room_share(e->set.servers[i]) > most)
+      most = room_share(e->set.servers[i]);
   if (most < 0)
     return -1;
   for (unsigned k = 0; k < e->set.nservers; k++) {
     unsigned i = placement_order_candidate(&e->placement.member_order, k);
-    if (member_candidate(e, g, i) && room_share(&e->set.servers[i]) >= most * 7.0 / 8.0) {
+    if (member_candidate(e, g, i) && room_share(e->set.servers[i]) >= most * 7.0 / 8.0) {
       placement_order_taken(&e->placement.member_order, k);
       return (int)i;
     }
@@ -496,7 +496,7 @@ static bool place_remote(struct page_op *op)
       page_write_close_open_group(e);
       continue;
     }
-    int64_t slot = slot_allocator_alloc(&e->set.servers[server].slots);
+    int64_t slot = slot_allocator_alloc(&e->set.servers[server]->slots);
     uint32_t id = e->placement.open_group;
     /* In this order, so a pager killed between any two steps leaves a state a restart
      * takes over whole (engine_state.c): the write is recorded (its bytes are in the
@@ -507,7 +507,7 @@ static bool place_remote(struct page_op *op)
     member_write_crash_point(retry, STEP_RECORDED);
     if (g->has_parity)
       parity_buffer_add(e, &e->parity[g->buffer], op->buf, g->members + 1u, retry);
-    unsigned m = group_add_member(&e->groups, id, (uint8_t)server, (uint32_t)slot,
+    unsigned m = group_add_member(&e->groups, id, (server_index)server, (uint32_t)slot,
                                   (uint32_t)op->page);
     member_write_crash_point(retry, STEP_JOINED);
     g->pins++; /* until the write's outcome is known (on_member_written) */
@@ -522,7 +522,7 @@ static bool place_remote(struct page_op *op)
     op->req.page = op->buf;
     op->req.done = on_member_written;
     op->req.user = op;
-    op->server = (uint8_t)server; /* for failure handling */
+    op->server = (server_index)server; /* for failure handling */
     if (op->kind == PAGE_OP_MOVE)
       op->expected = op->placed; /* a retry must find the map still pointing here */
     op->pending++;
@@ -596,7 +596,7 @@ void page_write_member_lost(struct rampart_engine *e, uint32_t id)
   group_drop_parity(&e->groups, id);
   if (parity_stored) {
     server_release_slot(e, g->server[g->capacity], g->slot[g->capacity]);
-    g->server[g->capacity] = GROUP_NO_SERVER;
+    g->server[g->capacity] = SERVER_INDEX_NONE;
   } /* else its parity write is in flight: on_parity_written releases the slot */
 }
 
@@ -628,7 +628,7 @@ static void on_member_written(struct rp_request *req)
   /* Not stored, or not known to be. A lost server's slots are gone, and the group's
    * parity rebuilds exactly the bytes meant for this one; a server still there holds in
    * that slot what it held before, or maybe this, which the parity does not match. */
-  if (e->set.servers[op->server].state != RAMPART_SERVER_LOST)
+  if (e->set.servers[op->server]->state != RAMPART_SERVER_LOST)
     page_write_member_lost(e, id);
   group_unpin(e, id);
   /* The member's server failed before storing it. If the page has not been rewritten

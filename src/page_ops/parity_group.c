@@ -145,7 +145,8 @@ uint32_t group_open(struct group_table *t, unsigned capacity, bool has_parity, u
   struct group *g = group_get(t, id);
   t->free_head = g->next_free;
   memset(g, 0, sizeof *g);
-  memset(g->server, GROUP_NO_SERVER, sizeof g->server);
+  for (unsigned i = 0; i <= GROUP_MAX_DATA; i++)
+    g->server[i] = SERVER_INDEX_NONE;
   g->state = GROUP_OPEN;
   g->capacity = (uint8_t)capacity;
   g->has_parity = has_parity;
@@ -156,7 +157,7 @@ uint32_t group_open(struct group_table *t, unsigned capacity, bool has_parity, u
   return id;
 }
 
-unsigned group_add_member(struct group_table *t, uint32_t id, uint8_t server, uint32_t slot,
+unsigned group_add_member(struct group_table *t, uint32_t id, server_index server, uint32_t slot,
                           uint32_t page)
 {
   struct group *g = group_get(t, id);
@@ -174,7 +175,7 @@ unsigned group_add_member(struct group_table *t, uint32_t id, uint8_t server, ui
   return m;
 }
 
-void group_begin_seal(struct group_table *t, uint32_t id, uint8_t server, uint32_t slot)
+void group_begin_seal(struct group_table *t, uint32_t id, server_index server, uint32_t slot)
 {
   struct group *g = group_get(t, id);
   assert(g->state == GROUP_OPEN && g->has_parity);

@@ -22,10 +22,10 @@
 #include <stdint.h>
 
 #include "page_map.h"
+#include "server_index.h"
 
 #define GROUP_MAX_DATA 8u          /* largest group=S */
 #define GROUP_NO_BUFFER 0xffffu
-#define GROUP_NO_SERVER 0xffu
 #define GROUP_NONE UINT32_MAX
 
 enum group_state {
@@ -45,7 +45,8 @@ struct group {
   uint8_t pins;                 /* operations in flight on its slots (moves, degraded reads,
                                    member writes): it is not reclaimed until they end */
   uint16_t buffer;              /* parity buffer index while OPEN/SEALING */
-  uint8_t server[GROUP_MAX_DATA + 1]; /* [i] data member i; [capacity] the parity */
+  server_index server[GROUP_MAX_DATA + 1]; /* [i] data member i; [capacity] the parity
+                                             (SERVER_INDEX_NONE: not stored) */
   uint32_t slot[GROUP_MAX_DATA + 1];
   uint32_t page[GROUP_MAX_DATA];      /* logical page each member holds a version of */
   uint32_t next_free;
@@ -105,7 +106,7 @@ static inline struct group *group_get(const struct group_table *t, uint32_t id)
 
 /* Appends a member stored at (server, slot) holding a version of logical page `page`;
  * returns its member index. The group must be OPEN and not full. */
-unsigned group_add_member(struct group_table *t, uint32_t id, uint8_t server, uint32_t slot,
+unsigned group_add_member(struct group_table *t, uint32_t id, server_index server, uint32_t slot,
                           uint32_t page);
 
 static inline bool group_is_full(const struct group *g)
@@ -114,7 +115,7 @@ static inline bool group_is_full(const struct group *g)
 }
 
 /* Records where the parity went and moves the group to SEALING. */
-void group_begin_seal(struct group_table *t, uint32_t id, uint8_t server, uint32_t slot);
+void group_begin_seal(struct group_table *t, uint32_t id, server_index server, uint32_t slot);
 /* Parity stored: SEALED. Returns the parity buffer index to release. */
 uint16_t group_finish_seal(struct group_table *t, uint32_t id);
 /* A group without parity (none, write-through) is sealed as soon as it is full. */

@@ -18,10 +18,10 @@ void placement_order_begin(struct placement_order *o, unsigned nservers)
   o->count = nservers;
   o->next = 0;
   for (unsigned i = 0; i < nservers; i++)
-    o->order[i] = (uint8_t)i;
+    o->order[i] = (server_index)i;
   for (unsigned i = nservers; i > 1; i--) { /* Fisher-Yates */
     unsigned j = (unsigned)(next_random(o) % i);
-    uint8_t t = o->order[i - 1];
+    server_index t = o->order[i - 1];
     o->order[i - 1] = o->order[j];
     o->order[j] = t;
   }

@@ -17,10 +17,12 @@
 
 #include <stdint.h>
 
-#define PLACEMENT_MAX_SERVERS 255u
+#include "server_index.h"
+
+#define PLACEMENT_MAX_SERVERS 4096u
 
 struct placement_order {
-  uint8_t order[PLACEMENT_MAX_SERVERS]; /* this sweep's servers, in visiting order */
+  server_index order[PLACEMENT_MAX_SERVERS]; /* this sweep's servers, in visiting order */
   unsigned count;                       /* servers in this sweep */
   unsigned next;                        /* the sweep's next position */
   uint64_t rng;                         /* xorshift state (0: not seeded yet) */

@@ -338,7 +338,7 @@ uint64_t server_health_io_timeout_ns(const struct rampart_engine *e)
 bool server_health_any_reconnecting(const struct rampart_engine *e)
 {
   for (unsigned i = 0; i < e->set.nservers; i++)
-    if (e->set.servers[i].state == RAMPART_SERVER_RECONNECTING)
+    if (e->set.servers[i]->state == RAMPART_SERVER_RECONNECTING)
       return true;
   return false;
 }
@@ -361,7 +361,7 @@ bool server_health_partial_outage_past_blip(const struct rampart_engine *e)
 {
   bool away = false, up = false;
   for (unsigned i = 0; i < e->set.nservers; i++) {
-    const struct server *s = &e->set.servers[i];
+    const struct server *s = e->set.servers[i];
     if (s->state == RAMPART_SERVER_UP || s->state == RAMPART_SERVER_ADVISED)
       up = true;
     if (s->state != RAMPART_SERVER_RECONNECTING)
@@ -621,10 +621,8 @@ static void join_as_new(struct rampart_engine *e, struct server *s, struct recon
   if (!fresh || slot_allocator_init(&fresh->slots, (uint32_t)a->reserved) < 0) {
     rp_log(RP_LOG_ERROR, "server %s came back but the engine has no room for it: restart "
            "the device to use it again", s->address);
-    if (fresh) {
-      e->set.nservers--;
-      server_health_free_server(fresh);
-    }
+    if (fresh)
+      server_forget_newest(e);
     rp_conn_close(a->conn);
     return;
   }
@@ -657,7 +655,7 @@ static void attempt_failed(struct rampart_engine *e, struct server *s, const cha
 
 static void attempt_finished(struct rampart_engine *e, struct reconnect_attempt *a)
 {
-  struct server *s = &e->set.servers[a->server];
+  struct server *s = e->set.servers[a->server];
   s->health.attempting = false;
   struct rp_conn *stale = NULL;
   if (s->state == RAMPART_SERVER_REMOVED) {
@@ -717,7 +715,7 @@ static uint64_t oldest_wait_ns(const struct rampart_engine *e)
     if (!oldest || op->wait_since_ns < oldest)
       oldest = op->wait_since_ns;
   for (unsigned i = 0; i < e->set.nservers; i++) {
-    const struct server *s = &e->set.servers[i];
+    const struct server *s = e->set.servers[i];
     if (s->health.replay_writes && (!oldest || s->health.since_ns < oldest))
       oldest = s->health.since_ns;
   }
@@ -728,7 +726,7 @@ static uint32_t requests_waiting(const struct rampart_engine *e)
 {
   uint32_t n = e->health->waiting;
   for (unsigned i = 0; i < e->set.nservers; i++)
-    n += e->set.servers[i].health.replay_writes;
+    n += e->set.servers[i]->health.replay_writes;
   return n;
 }
 
@@ -741,7 +739,7 @@ static void log_waiting(struct rampart_engine *e, uint64_t now)
   e->health->log_ns = now;
   unsigned reconnecting = 0;
   for (unsigned i = 0; i < e->set.nservers; i++)
-    reconnecting += e->set.servers[i].state == RAMPART_SERVER_RECONNECTING;
+    reconnecting += e->set.servers[i]->state == RAMPART_SERVER_RECONNECTING;
   rp_log(RP_LOG_WARN, "%u requests are waiting for %u reconnecting servers, the oldest for "
          "%llu ms; they give up after io-timeout=%llu ms", requests_waiting(e), reconnecting,
          (unsigned long long)((now - oldest) / 1000000u),
@@ -756,7 +754,7 @@ void server_health_tick(struct rampart_engine *e)
   log_waiting(e, now);
   bool blip_ended = false;
   for (unsigned i = 0; i < e->set.nservers; i++) {
-    struct server *s = &e->set.servers[i];
+    struct server *s = e->set.servers[i];
     if (s->state != RAMPART_SERVER_RECONNECTING)
       continue;
     if (!s->health.past_blip &&
@@ -825,7 +823,7 @@ int server_health_init_server(struct rampart_engine *e, struct server *s)
 void server_health_stats(struct rampart_engine *e, struct rampart_stats *st)
 {
   for (unsigned i = 0; i < e->set.nservers; i++)
-    st->servers_reconnecting += e->set.servers[i].state == RAMPART_SERVER_RECONNECTING;
+    st->servers_reconnecting += e->set.servers[i]->state == RAMPART_SERVER_RECONNECTING;
   st->requests_waiting = requests_waiting(e);
   uint64_t oldest = oldest_wait_ns(e);
   st->oldest_wait_ms = oldest ? ms_since(oldest) : 0;
@@ -851,7 +849,7 @@ void server_health_close(struct rampart_engine *e)
   if (!e->loop)
     return; /* open failed before the loop existed: no server was set up */
   for (unsigned i = 0; i < e->set.nservers; i++)
-    ev_timer_stop(e->loop, &e->set.servers[i].health.retry);
+    ev_timer_stop(e->loop, &e->set.servers[i]->health.retry);
   helpers_stop(e->health); /* waits for the attempts running now */
   /* Attempts queued and never run: only a stale session each may need ending. */
   for (struct reconnect_attempt *a = e->health->queue_head; a; a = a->next_queued)
@@ -861,7 +859,7 @@ void server_health_close(struct rampart_engine *e)
     }
   e->health->queue_head = e->health->queue_tail = NULL;
   for (unsigned i = 0; i < e->set.nservers; i++) {
-    struct server_health *h = &e->set.servers[i].health;
+    struct server_health *h = &e->set.servers[i]->health;
     h->attempting = false;
     /* Whatever still waits for this server belongs to pools about to be freed. */
     h->replay_head = h->replay_tail = NULL;
@@ -879,6 +877,11 @@ void server_health_close(struct rampart_engine *e)
   }
 }
 
+size_t server_health_attempt_bytes(void)
+{
+  return sizeof(struct reconnect_attempt);
+}
+
 void server_health_free_server(struct server *s)
 {
   free(s->health.attempt);
@@ -888,7 +891,7 @@ void server_health_free_server(struct server *s)
 void server_health_free(struct rampart_engine *e)
 {
   for (unsigned i = 0; i < e->set.nservers; i++) {
-    free(e->set.servers[i].health.attempt);
-    e->set.servers[i].health.attempt = NULL;
+    free(e->set.servers[i]->health.attempt);
+    e->set.servers[i]->health.attempt = NULL;
   }
 }

@@ -14,6 +14,7 @@
 #define RAMPART_SERVER_HEALTH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct rampart_engine;
@@ -34,6 +35,8 @@ int server_health_init_server(struct rampart_engine *e, struct server *s); /* 0 
 void server_health_free(struct rampart_engine *e);
 /* The same for one server never used (taken back from the table before it served). */
 void server_health_free_server(struct server *s);
+/* Bytes each server entry holds for its reconnect attempt (the client memory count). */
+size_t server_health_attempt_bytes(void);
 /* s's connection failed (or a request on it did): UP -> RECONNECTING. silent: it failed
  * by not answering within timeout= (stalled or cut off), not by a closed connection. */
 void server_health_failed(struct rampart_engine *e, struct server *s, const char *why,

@@ -168,7 +168,7 @@ void engine_state_save_servers(struct rampart_engine *e)
   if (!st)
     return;
   for (unsigned i = 0; i < e->set.nservers; i++)
-    engine_state_save_server(e, &e->set.servers[i]);
+    engine_state_save_server(e, e->set.servers[i]);
   page_mover_rebuild_record(e, st->rebuild);
 }
 
@@ -385,7 +385,7 @@ static void take_over_unfinished_group(struct rampart_engine *e, uint32_t id, bo
      * server is only reconnecting now, and a group left open would be closed without
      * parity by the first write that finds no server to place on. */
     g->capacity = g->members;
-    group_begin_seal(&e->groups, id, (uint8_t)*st->open_parity_server, *st->open_parity_slot);
+    group_begin_seal(&e->groups, id, (server_index)*st->open_parity_server, *st->open_parity_slot);
     in_use[g->buffer] = true;
     return;
   }
@@ -395,11 +395,11 @@ static void take_over_unfinished_group(struct rampart_engine *e, uint32_t id, bo
   }
   if (g->has_parity) {
     group_drop_parity(&e->groups, id);
-    g->server[g->capacity] = GROUP_NO_SERVER; /* its slot is not counted as used below */
+    g->server[g->capacity] = SERVER_INDEX_NONE; /* its slot is not counted as used below */
   }
   g->buffer = GROUP_NO_BUFFER;
   /* Sealed short, as a group closed early is: the parity entry sits at capacity. */
-  g->server[g->members] = GROUP_NO_SERVER;
+  g->server[g->members] = SERVER_INDEX_NONE;
   g->capacity = g->members;
   g->state = GROUP_SEALED;
 }
@@ -407,7 +407,7 @@ static void take_over_unfinished_group(struct rampart_engine *e, uint32_t id, bo
 static void mark_used(uint64_t **used, const struct rampart_engine *e, unsigned server,
                       uint32_t slot)
 {
-  if (server < e->set.nservers && used[server] && slot < e->set.servers[server].slots.capacity)
+  if (server < e->set.nservers && used[server] && slot < e->set.servers[server]->slots.capacity)
     used[server][slot / 64] |= UINT64_C(1) << (slot % 64);
 }
 
@@ -415,10 +415,12 @@ static void mark_used(uint64_t **used, const struct rampart_engine *e, unsigned 
  * holds, and every spill slot the map or a kept version names. */
 static int rebuild_allocators(struct rampart_engine *e)
 {
-  uint64_t *used[ENGINE_MAX_INCARNATIONS] = { 0 };
+  uint64_t **used = calloc(e->set.nservers + 1u, sizeof *used);
+  if (!used)
+    return -1;
   int r = 0;
   for (unsigned i = 0; i < e->set.nservers && r == 0; i++) {
-    used[i] = calloc(e->set.servers[i].slots.capacity / 64 + 1, sizeof(uint64_t));
+    used[i] = calloc(e->set.servers[i]->slots.capacity / 64 + 1, sizeof(uint64_t));
     if (!used[i])
       r = -1;
   }
@@ -427,15 +429,16 @@ static int rebuild_allocators(struct rampart_engine *e)
     if (g->state == GROUP_FREE)
       continue;
     for (unsigned m = 0; m < g->members; m++)
-      if (g->server[m] != GROUP_NO_SERVER)
+      if (g->server[m] != SERVER_INDEX_NONE)
         mark_used(used, e, g->server[m], g->slot[m]);
-    if (g->has_parity && g->server[g->capacity] != GROUP_NO_SERVER)
+    if (g->has_parity && g->server[g->capacity] != SERVER_INDEX_NONE)
       mark_used(used, e, g->server[g->capacity], g->slot[g->capacity]);
   }
   for (unsigned i = 0; i < e->set.nservers && r == 0; i++)
-    slot_allocator_rebuild(&e->set.servers[i].slots, used[i]);
+    slot_allocator_rebuild(&e->set.servers[i]->slots, used[i]);
   for (unsigned i = 0; i < e->set.nservers; i++)
     free(used[i]);
+  free(used);
   if (r < 0 || !e->spill || e->redundancy->disk_copy)
     return r; /* write-through claimed every page's disk slot at open */
   for (uint64_t p = 0; p < e->pages; p++) {
@@ -563,7 +566,7 @@ static bool replay_settled(struct rampart_engine *e, struct rp_request *req, pag
     g->pins++;
     return false;
   }
-  if (server < e->set.nservers && e->set.servers[server].state != RAMPART_SERVER_LOST)
+  if (server < e->set.nservers && e->set.servers[server]->state != RAMPART_SERVER_LOST)
     page_write_member_lost(e, id);
   return true;
 }
@@ -624,7 +627,7 @@ static bool replay_member_write(struct rampart_engine *e, struct recovered_write
     return false;
   struct group *g = group_get(&e->groups, (uint32_t)page_entry_group(entry));
   unsigned m = page_entry_member(entry);
-  if (g->server[m] == GROUP_NO_SERVER)
+  if (g->server[m] == SERVER_INDEX_NONE)
     return false;
   g->pins++;
   w->replays++;
@@ -709,7 +712,7 @@ int engine_state_recover(struct rampart_engine *e, char *err, size_t errlen)
   page_mover_rebuild_restore(e, st->rebuild);
   unsigned resuming = 0;
   for (unsigned i = 0; i < n; i++) {
-    struct server *s = &e->set.servers[i];
+    struct server *s = e->set.servers[i];
     if (s->state == RAMPART_SERVER_LOST && s->rebuild_needed)
       page_mover_rebuild_begin(e);
     resuming += server_health_after_restart(e, s);

@@ -20,8 +20,11 @@
 #include "auth.h"
 
 #define STATE_MAGIC "rampart-state\0\0"
-#define STATE_LAYOUT 2u
-#define STATE_HEADER_BYTES (128u * 1024u)
+/* 3: 16-bit server indices in the groups (chunk_bytes changed with them) and a server
+ * table of PAGER_STATE_SERVERS entries. */
+#define STATE_LAYOUT 3u
+/* The header, rounded up to whole pages. */
+#define STATE_HEADER_BYTES ((sizeof(struct pager_state_header) + 4095u) & ~(size_t)4095u)
 #define ANCHOR_FIRST_LINE "rampart pager state 1"
 #define WRAP_LABEL "rampart state key wrap v1"
 #define WRAP_NONCE_LEN 12u
@@ -53,8 +56,6 @@ struct pager_state_header {
   uint64_t op_pages_offset;
 };
 
-_Static_assert(sizeof(struct pager_state_header) <= STATE_HEADER_BYTES,
-               "the state header fits its page");
 
 /* Creates a segment of `bytes`, locked as a segment (not through a mapping: it stays
  * resident with no process attached, between a crash and the restart), and maps it.

@@ -40,7 +40,7 @@ struct pager_state_fingerprint {
 
 /* Group chunks the state can hold: 2048 of 4096 groups, 8M groups. */
 #define PAGER_STATE_MAX_CHUNKS 2048u
-#define PAGER_STATE_SERVERS 255u     /* the engine's server table, incarnations included */
+#define PAGER_STATE_SERVERS 4096u    /* the engine's server table, incarnations included */
 #define PAGER_STATE_WRITES 512u      /* page operations in flight at once */
 #define PAGER_STATE_PARITY_BUFFERS 64u /* open and sealing groups at once */
 #define PAGER_STATE_ADDRESS_LEN 80u

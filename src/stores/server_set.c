@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -38,7 +39,7 @@ bool server_usable_for_placement(const struct server *s)
 struct server *server_set_find(struct rampart_engine *e, const char *address)
 {
   for (unsigned i = e->set.nservers; i-- > 0;) {
-    struct server *s = &e->set.servers[i];
+    struct server *s = e->set.servers[i];
     if (strcmp(s->address, address) == 0)
       return s->health.replaced || s->state == RAMPART_SERVER_REMOVED ? NULL : s;
   }
@@ -49,7 +50,7 @@ unsigned server_set_members(const struct rampart_engine *e)
 {
   unsigned n = 0;
   for (unsigned i = 0; i < e->set.nservers; i++)
-    n += !e->set.servers[i].health.replaced && e->set.servers[i].state != RAMPART_SERVER_REMOVED;
+    n += !e->set.servers[i]->health.replaced && e->set.servers[i]->state != RAMPART_SERVER_REMOVED;
   return n;
 }
 
@@ -57,7 +58,7 @@ unsigned server_set_placeable(const struct rampart_engine *e)
 {
   unsigned n = 0;
   for (unsigned i = 0; i < e->set.nservers; i++)
-    n += server_usable_for_placement(&e->set.servers[i]);
+    n += server_usable_for_placement(e->set.servers[i]);
   return n;
 }
 
@@ -91,9 +92,7 @@ static void on_advise(struct rp_conn *conn, bool pressure, const char *reason,
 
 static struct rampart_engine *engine_of(struct server *s)
 {
-  /* servers[] is embedded in the engine; walk back from this entry. */
-  return (struct rampart_engine *)((char *)(s - s->index) -
-                                   offsetof(struct rampart_engine, set.servers));
+  return s->engine;
 }
 
 static void on_disconnect(struct rp_conn *conn, const struct rp_error *why, void *user)
@@ -124,7 +123,7 @@ bool server_request_failed(struct rampart_engine *e, unsigned index, struct rp_r
            index, e->set.nservers);
     return false;
   }
-  struct server *s = &e->set.servers[index];
+  struct server *s = e->set.servers[index];
   char why[200];
   snprintf(why, sizeof why, "%s%s%s", rp_status_name(req->status),
            req->error_message[0] ? ": " : "", req->error_message);
@@ -143,7 +142,7 @@ static void on_free_done(struct rp_request *req)
   bool unanswered = req->status == RP_ERR_DISCONNECTED || req->status == RP_ERR_TIMEOUT;
   if (unanswered && server_request_failed(e, fr->server, req, true))
     return; /* resent on the resumed session */
-  struct server *s = &e->set.servers[fr->server];
+  struct server *s = e->set.servers[fr->server];
   if (s->state != RAMPART_SERVER_LOST)
     slot_allocator_release(&s->slots, (uint32_t)req->slot);
   fr->next = e->free_frees;
@@ -152,7 +151,7 @@ static void on_free_done(struct rp_request *req)
 
 void server_release_slot(struct rampart_engine *e, unsigned index, uint32_t slot)
 {
-  struct server *s = &e->set.servers[index];
+  struct server *s = e->set.servers[index];
   if (s->state == RAMPART_SERVER_LOST)
     return; /* that incarnation's slots are gone with it */
   /* Best effort: returning the page to the server keeps its memory at what is live.
@@ -167,7 +166,7 @@ void server_release_slot(struct rampart_engine *e, unsigned index, uint32_t slot
   }
   e->free_frees = fr->next;
   memset(&fr->req, 0, sizeof fr->req);
-  fr->server = (uint8_t)index;
+  fr->server = (server_index)index;
   fr->req.op = RP_OP_FREE;
   fr->req.slot = slot;
   fr->req.count = 1;
@@ -216,14 +215,35 @@ void server_adopt(struct rampart_engine *e, struct server *s, struct rp_conn *co
   engine_state_save_server(e, s); /* its session token, before any page goes there */
 }
 
+static int per_entry_grow(struct server_set *set)
+{
+  if (set->nservers < set->per_entry_capacity)
+    return 0;
+  unsigned n = set->per_entry_capacity ? 2 * set->per_entry_capacity : 64u;
+  uint64_t *live = realloc(set->live, n * sizeof *live);
+  if (!live)
+    return -1;
+  set->live = live;
+  uint64_t *at_risk = realloc(set->at_risk, n * sizeof *at_risk);
+  if (!at_risk)
+    return -1;
+  set->at_risk = at_risk;
+  set->per_entry_capacity = n;
+  return 0;
+}
+
 struct server *server_new(struct rampart_engine *e, const char *address,
                           const struct server *like)
 {
-  if (e->set.nservers == ENGINE_MAX_INCARNATIONS)
+  if (e->set.nservers == ENGINE_MAX_INCARNATIONS || per_entry_grow(&e->set) < 0)
     return NULL;
-  struct server *s = &e->set.servers[e->set.nservers];
-  memset(s, 0, sizeof *s);
+  /* An entry is allocated when it is made, not with the table: the bound is a pointer
+   * per entry, and a device that never replaces a server pays for the ones it lists. */
+  struct server *s = calloc(1, sizeof *s);
+  if (!s)
+    return NULL;
   s->index = e->set.nservers;
+  s->engine = e;
   snprintf(s->address, sizeof s->address, "%s", address);
   char err[200];
   rp_parse_hostport(address, s->host, sizeof s->host, s->port, sizeof s->port, err, sizeof err);
@@ -233,11 +253,21 @@ struct server *server_new(struct rampart_engine *e, const char *address,
     s->addr_len = like->addr_len;
     s->pool = like->pool;
   }
-  if (server_health_init_server(e, s) < 0)
+  if (server_health_init_server(e, s) < 0) {
+    free(s);
     return NULL;
-  e->set.nservers++;
+  }
+  e->set.servers[e->set.nservers++] = s;
   engine_state_save_server(e, s);
   return s;
+}
+
+void server_forget_newest(struct rampart_engine *e)
+{
+  struct server *s = e->set.servers[--e->set.nservers];
+  server_health_free_server(s);
+  free(s);
+  e->set.servers[e->set.nservers] = NULL;
 }
 
 /* ---- open and close ------------------------------------------------------------------ */
@@ -301,10 +331,10 @@ void server_set_close(struct rampart_engine *e)
   server_health_close(e);
   /* Closing: a connection failing now must not call back into the engine. */
   for (unsigned i = 0; i < e->set.nservers; i++)
-    if (e->set.servers[i].conn)
-      rp_conn_set_callbacks(e->set.servers[i].conn, NULL, NULL, NULL);
+    if (e->set.servers[i]->conn)
+      rp_conn_set_callbacks(e->set.servers[i]->conn, NULL, NULL, NULL);
   for (unsigned i = 0; i < e->set.nservers; i++) {
-    struct server *s = &e->set.servers[i];
+    struct server *s = e->set.servers[i];
     if (s->conn) {
       struct rp_error err;
       if (rp_conn_is_connected(s->conn))
@@ -315,18 +345,27 @@ void server_set_close(struct rampart_engine *e)
   }
   /* Only now: completions run inside later goodbyes may still release slots. */
   for (unsigned i = 0; i < e->set.nservers; i++)
-    slot_allocator_destroy(&e->set.servers[i].slots);
+    slot_allocator_destroy(&e->set.servers[i]->slots);
   server_health_free(e);
   /* Pools of servers added while running, each once (its incarnations share it). */
   for (unsigned i = 0; i < e->set.nservers; i++) {
-    struct rp_conn_pool *pool = e->set.servers[i].pool;
+    struct rp_conn_pool *pool = e->set.servers[i]->pool;
     if (pool == e->set.conn_pool)
       continue;
     for (unsigned j = i; j < e->set.nservers; j++)
-      if (e->set.servers[j].pool == pool)
-        e->set.servers[j].pool = e->set.conn_pool;
+      if (e->set.servers[j]->pool == pool)
+        e->set.servers[j]->pool = e->set.conn_pool;
     rp_conn_pool_free(pool);
   }
   rp_conn_pool_free(e->set.conn_pool);
   e->set.conn_pool = NULL;
+  for (unsigned i = 0; i < e->set.nservers; i++) {
+    free(e->set.servers[i]);
+    e->set.servers[i] = NULL;
+  }
+  e->set.nservers = 0;
+  free(e->set.live);
+  free(e->set.at_risk);
+  e->set.live = e->set.at_risk = NULL;
+  e->set.per_entry_capacity = 0;
 }

@@ -5,7 +5,7 @@
 
 void server_transport_pass(struct rampart_engine *e, unsigned index, struct rp_request *req)
 {
-  struct server *s = &e->set.servers[index];
+  struct server *s = e->set.servers[index];
   if (server_usable_for_reads(s))
     rp_conn_submit(s->conn, req);
   else
@@ -25,8 +25,8 @@ void server_transport_flush(struct rampart_engine *e)
   /* A flush that finds a connection broken fails its requests, and their callbacks may
    * close it: read each server's connection afresh. */
   for (unsigned i = 0; i < e->set.nservers; i++)
-    if (e->set.servers[i].conn)
-      rp_conn_flush(e->set.servers[i].conn);
+    if (e->set.servers[i]->conn)
+      rp_conn_flush(e->set.servers[i]->conn);
 }
 
 struct filter_change {

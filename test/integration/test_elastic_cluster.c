@@ -258,6 +258,55 @@ static void test_remove_drains_then_ends_the_session(void **state)
   rig_stop(r);
 }
 
+/* A server table past 255 entries (16-bit server indices): one server added and removed
+ * until its entries pass 255, then added for good. Its groups name it by an index that a
+ * byte cannot hold; every page written there reads back, from it and, once it is killed,
+ * rebuilt from the groups that name it. */
+static void test_server_indices_past_255_keep_every_page(void **state)
+{
+  (void)state;
+  const char *extra[] = { "redundancy", "parity-log", "group", "2", NULL };
+  struct rig *r = rig_start(4, 3, "64M", extra);
+  struct rampart_engine *e = r->dev.engine;
+  const char *cycled = r->cluster.servers[3].addr;
+  static struct rampart_stats st;
+  uint64_t started = rp_test_now_ms();
+  unsigned cycles = 0;
+  for (;;) {
+    assert_int_equal(rampart_server_add(e, cycled, r->msg, sizeof r->msg), 0);
+    expect_msg(r->msg, "added");
+    rampart_get_stats(e, &st);
+    if (st.server_entries > 260)
+      break;
+    assert_int_equal(rampart_server_drain(e, cycled, true, r->msg, sizeof r->msg), 0);
+    wait_drained(r, cycled, true, 30);
+    cycles++;
+  }
+  const struct rampart_server_stats *s = server_stats(&st, cycled);
+  assert_non_null(s);
+  print_message("%u adds and removes in %.1f s: %u table entries, %u in the stats; the "
+                "server's index now %u\n", cycles, (double)(rp_test_now_ms() - started) / 1e3,
+                st.server_entries, st.nservers, s->index);
+  assert_true(s->index > 255);
+  assert_int_equal(s->index, st.server_entries - 1);
+  assert_true(st.nservers <= RAMPART_MAX_INCARNATIONS);
+
+  rp_test_shadow_fill(&r->dev, 0x1d16);
+  rampart_get_stats(e, &st);
+  s = server_stats(&st, cycled);
+  print_message("after a rewrite: %llu pages live on entry %u\n",
+                (unsigned long long)s->pages_live, s->index);
+  assert_true(s->pages_live > 0);
+  verify_clean(r, "pages on a server of index past 255");
+
+  assert_true(rp_test_server_kill(&r->cluster.servers[3]) >= 0);
+  verify_clean(r, "its pages rebuilt from their groups");
+  rampart_get_stats(e, &st);
+  assert_true(st.pages_degraded_reads > 0);
+  assert_int_equal(st.pages_lost, 0);
+  rig_stop(r);
+}
+
 static void test_a_lost_server_removed_is_rebuilt_and_never_rejoins(void **state)
 {
   (void)state;
@@ -446,6 +495,7 @@ int main(void)
     cmocka_unit_test(test_a_drained_server_can_be_stopped_without_a_degraded_read),
     cmocka_unit_test(test_remove_drains_then_ends_the_session),
     cmocka_unit_test(test_a_lost_server_removed_is_rebuilt_and_never_rejoins),
+    cmocka_unit_test(test_server_indices_past_255_keep_every_page),
     cmocka_unit_test(test_drain_is_refused_when_the_others_cannot_hold_the_pages),
     cmocka_unit_test(test_drain_is_refused_when_too_few_servers_would_be_left),
     cmocka_unit_test(test_reload_adds_one_and_removes_one_through_the_control_socket),

@@ -695,9 +695,9 @@ static void traffic_free(struct page_traffic *t)
  * the other three are stopped; reading the batch back, the pages on server 1 are rebuilt
  * from their groups, pieces in flight on the stopped servers. Server 0 times out first: its
  * member writes are not queued (another server is placeable), so their groups lose their
- * parity (group_member_lost clears g->server[capacity] to GROUP_NO_SERVER), while the
+ * parity (group_member_lost clears g->server[capacity] to SERVER_INDEX_NONE), while the
  * degraded reads' parity pieces are still out on the servers stopped later. When those time
- * out, on_piece_read looked the piece's server up in the group again and got 255, past
+ * out, on_piece_read looked the piece's server up in the group again and got NONE, past
  * the end of the server table: the engine freed itself and crashed. It blames the server
  * each piece was sent to (dr->piece_server). */
 static void test_degraded_read_piece_failing_after_its_group_lost_parity(void **state)
@@ -774,7 +774,7 @@ static void test_failed_read_blames_its_server_not_a_reused_group(void **state)
     }
   }
   if (log_has("server  failed ("))
-    print_message("a server with an empty address (e->set.servers[255]) was marked failed\n");
+    print_message("a server with an empty address (index NONE) was marked failed\n");
   assert_int_equal(wrong, 0);
   assert_false(log_has("server  failed ("));
   traffic_free(&t);

@@ -8,7 +8,8 @@
  * acknowledged version or, where a write was in flight, the version being written, and
  * nothing else. A restart with another key or another device's settings is refused and
  * changes nothing; a server killed while the pager is down is rebuilt from parity, also
- * when the pager died at each named step of a member write (crash_point.h).
+ * when the pager died at each named step of a member write (crash_point.h). A server
+ * table past 255 entries (16-bit server indices) is taken over with every page.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -51,6 +52,7 @@ struct rig {
   char state_path[700];
   char enckey[700];
   char size[32];
+  const char *group;            /* group= (NULL: 4) */
   struct ledger *ledger;
 };
 
@@ -119,7 +121,8 @@ static struct rampart_engine *open_engine(struct rig *r, const char *enckey, cha
              i ? "," : "", r->cluster.servers[i].addr);
   const char *kv[][2] = {
     { "size", r->size }, { "servers", servers }, { "key", r->cluster.key_path },
-    { "redundancy", "parity-log" }, { "group", "4" }, { "state", r->state_path },
+    { "redundancy", "parity-log" }, { "group", r->group ? r->group : "4" },
+    { "state", r->state_path },
     { "enckey", enckey }, { "lease", "30" },
   };
   for (unsigned i = 0; i < sizeof kv / sizeof kv[0]; i++)
@@ -184,6 +187,9 @@ static void *writer_main(void *arg)
   return NULL;
 }
 
+/* What a test's pager does once open, before its writers start (NULL: nothing). */
+static void (*child_prologue)(struct rig *r, struct rampart_engine *e);
+
 static void run_child(struct rig *r, unsigned writers)
 {
   char err[1024];
@@ -192,6 +198,8 @@ static void run_child(struct rig *r, unsigned writers)
     fprintf(stderr, "child: %s\n", err);
     _exit(2);
   }
+  if (child_prologue)
+    child_prologue(r, e);
   struct writer w[WRITERS];
   pthread_t t[WRITERS];
   for (unsigned i = 0; i < writers; i++) {
@@ -603,6 +611,83 @@ static void test_a_replay_not_stored_leaves_no_record_naming_a_reused_group(void
   }
 }
 
+/* ---- server indices past 255 ---------------------------------------------------------- */
+
+#define CYCLED 4u /* the server the device does not list: added and removed */
+
+static const struct rampart_server_stats *newest(const struct rampart_stats *st,
+                                                 const char *address)
+{
+  const struct rampart_server_stats *found = NULL;
+  for (unsigned i = 0; i < st->nservers; i++)
+    if (strcmp(st->servers[i].address, address) == 0)
+      found = &st->servers[i];
+  return found;
+}
+
+/* In the pager, before it writes: server CYCLED added and removed until the table
+ * passes 260 entries, then added for good, so its pages are named by an index past a
+ * byte. A failure here exits the child, which the parent reports. */
+static void cycle_until_past_255(struct rig *r, struct rampart_engine *e)
+{
+  static struct rampart_stats st;
+  char msg[4096];
+  const char *address = r->cluster.servers[CYCLED].addr;
+  for (;;) {
+    if (rampart_server_add(e, address, msg, sizeof msg) != 0) {
+      fprintf(stderr, "child: add: %s\n", msg);
+      _exit(4);
+    }
+    rampart_get_stats(e, &st);
+    if (st.server_entries > 260)
+      return;
+    if (rampart_server_drain(e, address, true, msg, sizeof msg) != 0) {
+      fprintf(stderr, "child: remove: %s\n", msg);
+      _exit(5);
+    }
+    uint64_t until = rp_test_now_ms() + 30000;
+    do {
+      rp_test_sleep_ms(20);
+      rampart_get_stats(e, &st);
+    } while (newest(&st, address)->state != RAMPART_SERVER_REMOVED &&
+             rp_test_now_ms() < until);
+    if (newest(&st, address)->state != RAMPART_SERVER_REMOVED)
+      _exit(6);
+  }
+}
+
+/* The pager killed while it writes to a server at table entry 260: the takeover finds
+ * the entry in the state, resumes its session, and every page reads back, those stored
+ * there included. */
+static void test_server_indices_past_255_outlive_the_pager(void **state)
+{
+  struct rig *r = *state;
+  r->group = "2";
+  r->cluster.n = CYCLED; /* the device lists the others; its state holds them all */
+  child_prologue = cycle_until_past_255;
+  uint64_t t0 = rp_test_now_ms();
+  kill_pager_while_writing(r, 4000);
+  child_prologue = NULL;
+  print_message("pager killed %.1f s after it started\n",
+                (double)(rp_test_now_ms() - t0) / 1e3);
+
+  struct rampart_engine *e = take_over(r);
+  verify_every_page(r, e);
+  static struct rampart_stats st;
+  rampart_get_stats(e, &st);
+  const struct rampart_server_stats *s = newest(&st, r->cluster.servers[CYCLED].addr);
+  assert_non_null(s);
+  print_message("after the takeover: %u table entries, %u in the stats; entry %u (%s) "
+                "holds %llu live pages\n", st.server_entries, st.nservers, s->index,
+                rampart_server_state_name(s->state), (unsigned long long)s->pages_live);
+  assert_true(s->index > 255);
+  assert_true(s->pages_live > 0);
+  assert_int_equal(st.pages_lost, 0);
+  assert_true(st.integrity_failures == 0);
+  rampart_close(e);
+  r->cluster.n = CYCLED + 1;
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -622,6 +707,8 @@ int main(void)
                                     rig_setup, rig_teardown),
     cmocka_unit_test_setup_teardown(test_a_replay_not_stored_leaves_no_record_naming_a_reused_group,
                                     rig_setup, rig_teardown),
+    cmocka_unit_test_setup_teardown(test_server_indices_past_255_outlive_the_pager, rig_setup,
+                                    rig_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -377,6 +377,71 @@ static void test_another_device_is_refused(void **state)
   pager_state_remove(&st);
 }
 
+/* The layout's version is the header's second field, after the 16-byte magic: a build
+ * with 8-bit server indices wrote layout 2. Its state is refused, not misread (a group
+ * of that build is 92 bytes, not 100), and the refusal leaves it as it was. */
+static void test_a_state_of_an_older_layout_is_refused(void **state)
+{
+  struct rig *r = *state;
+  struct pager_state st;
+  uint8_t device_key[32];
+  char err[512] = "";
+  open_state_ok(r, &st, device_key);
+  int id = st.segment;
+  st.map[5] = page_entry_remote(7, 1);
+  pager_state_detach(&st);
+
+  uint8_t *base = shmat(id, NULL, 0);
+  assert_true(base != (void *)-1);
+  uint32_t layout, old = 2;
+  memcpy(&layout, base + 16, sizeof layout);
+  assert_int_equal(layout, 3);
+  memcpy(base + 16, &old, sizeof old);
+  shmdt(base);
+  assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), -1);
+  assert_non_null(strstr(err, "is not a pager state of this version (layout 2, this build "
+                              "reads 3)"));
+  base = shmat(id, NULL, 0);
+  assert_true(base != (void *)-1);
+  memcpy(&layout, base + 16, sizeof layout);
+  assert_int_equal(layout, 2);
+  uint32_t now = 3;
+  memcpy(base + 16, &now, sizeof now);
+  shmdt(base);
+  open_state_ok(r, &st, device_key);
+  assert_true(st.recovered);
+  assert_true(st.map[5] == page_entry_remote(7, 1));
+  pager_state_remove(&st);
+}
+
+/* Server table entries past 255 (16-bit server indices) outlive the pager like the rest. */
+static void test_server_entries_past_255_outlive_the_pager(void **state)
+{
+  struct rig *r = *state;
+  struct pager_state st;
+  uint8_t device_key[32];
+  open_state_ok(r, &st, device_key);
+  *st.nservers = PAGER_STATE_SERVERS;
+  for (uint32_t i = 250; i < PAGER_STATE_SERVERS; i += 97)
+    snprintf(st.servers[i].address, sizeof st.servers[i].address, "10.0.%u.%u:7070",
+             i / 256, i % 256);
+  snprintf(st.servers[PAGER_STATE_SERVERS - 1].address, PAGER_STATE_ADDRESS_LEN, "last:1");
+  *st.open_parity_server = PAGER_STATE_SERVERS - 1;
+  pager_state_detach(&st);
+
+  open_state_ok(r, &st, device_key);
+  assert_true(st.recovered);
+  assert_int_equal(*st.nservers, PAGER_STATE_SERVERS);
+  for (uint32_t i = 250; i < PAGER_STATE_SERVERS; i += 97) {
+    char want[PAGER_STATE_ADDRESS_LEN];
+    snprintf(want, sizeof want, "10.0.%u.%u:7070", i / 256, i % 256);
+    assert_string_equal(st.servers[i].address, want);
+  }
+  assert_string_equal(st.servers[PAGER_STATE_SERVERS - 1].address, "last:1");
+  assert_int_equal(*st.open_parity_server, PAGER_STATE_SERVERS - 1);
+  pager_state_remove(&st);
+}
+
 static void test_a_second_pager_on_one_state_is_refused(void **state)
 {
   struct rig *r = *state;
@@ -472,6 +537,10 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_wrong_key_is_refused_and_changes_nothing, rig_setup,
                                     rig_teardown),
     cmocka_unit_test_setup_teardown(test_another_device_is_refused, rig_setup, rig_teardown),
+    cmocka_unit_test_setup_teardown(test_a_state_of_an_older_layout_is_refused, rig_setup,
+                                    rig_teardown),
+    cmocka_unit_test_setup_teardown(test_server_entries_past_255_outlive_the_pager, rig_setup,
+                                    rig_teardown),
     cmocka_unit_test_setup_teardown(test_a_second_pager_on_one_state_is_refused, rig_setup,
                                     rig_teardown),
     cmocka_unit_test_setup_teardown(test_a_segment_gone_starts_empty_and_says_so, rig_setup,

@@ -114,7 +114,7 @@ static void test_group_lifecycle_and_reclaim(void **state)
   uint32_t id = group_open(&t, 4, true, 7);
   assert_int_not_equal(id, GROUP_NONE);
   for (unsigned i = 0; i < 4; i++) {
-    unsigned m = group_add_member(&t, id, (uint8_t)i, 100 + i, 10 + i);
+    unsigned m = group_add_member(&t, id, (server_index)i, 100 + i, 10 + i);
     assert_int_equal(m, i);
     page_map_set(&map, 10 + i, page_entry_remote(id, m));
   }
@@ -155,6 +155,53 @@ static void test_group_lifecycle_and_reclaim(void **state)
   page_map_destroy(&map);
 }
 
+/* Server indices past a byte (16-bit server_index): each member and the parity keep the
+ * index they were placed with, the ones not yet placed say SERVER_INDEX_NONE, and a
+ * member rebuilt from the others is byte for byte the page that was lost. */
+static void test_server_indices_past_255_are_kept(void **state)
+{
+  (void)state;
+  static const server_index where[GROUP_MAX_DATA] = { 256, 300, 1000, 4095, 0, 255, 511,
+                                                      4094 };
+  struct group_table t;
+  struct page_map map;
+  assert_int_equal(group_table_init(&t, 1), 0);
+  assert_int_equal(page_map_init(&map, 64), 0);
+  uint32_t id = group_open(&t, GROUP_MAX_DATA, true, 3);
+  struct group *g = group_get(&t, id);
+  for (unsigned i = 0; i <= GROUP_MAX_DATA; i++)
+    assert_int_equal(g->server[i], SERVER_INDEX_NONE);
+  memset(parity, 0, sizeof parity);
+  for (unsigned i = 0; i < GROUP_MAX_DATA; i++) {
+    for (unsigned b = 0; b < RAMPART_PAGE_SIZE; b++)
+      pages[i][b] = (uint8_t)(b * 7 + i * 31 + where[i]);
+    parity_xor_page(parity, pages[i]);
+    unsigned m = group_add_member(&t, id, where[i], 40 + i, 20 + i);
+    page_map_set(&map, 20 + i, page_entry_remote(id, m));
+    assert_int_equal(g->server[GROUP_MAX_DATA], SERVER_INDEX_NONE);
+  }
+  group_begin_seal(&t, id, 3000, 77);
+  assert_int_equal(group_finish_seal(&t, id), 3);
+  for (unsigned i = 0; i < GROUP_MAX_DATA; i++) {
+    assert_int_equal(g->server[i], where[i]);
+    assert_int_equal(g->slot[i], 40 + i);
+    assert_true(group_member_is_live(&t, &map, id, i));
+  }
+  assert_int_equal(g->server[g->capacity], 3000);
+  assert_int_equal(g->slot[g->capacity], 77);
+
+  /* The member on server 4095 lost: the parity and the other seven give it back. */
+  unsigned lost = GROUP_MAX_DATA;
+  for (unsigned i = 0; i < GROUP_MAX_DATA; i++)
+    if (g->server[i] == 4095)
+      lost = i;
+  assert_int_equal(lost, 3);
+  rebuild_member(GROUP_MAX_DATA, lost);
+  assert_memory_equal(rebuilt, pages[3], RAMPART_PAGE_SIZE);
+  group_table_destroy(&t);
+  page_map_destroy(&map);
+}
+
 static void test_open_group_emptied_is_not_reclaimed_before_seal(void **state)
 {
   (void)state;
@@ -181,7 +228,7 @@ static void test_live_ratio(void **state)
   assert_true(group_table_live_ratio(&t) == 1.0);
   uint32_t id = group_open(&t, 4, false, GROUP_NO_BUFFER);
   for (unsigned i = 0; i < 4; i++)
-    group_add_member(&t, id, (uint8_t)i, i, i);
+    group_add_member(&t, id, (server_index)i, i, i);
   group_seal_without_parity(&t, id);
   group_member_dead(&t, id, 0);
   assert_true(group_table_live_ratio(&t) == 0.75);
@@ -197,8 +244,8 @@ static void test_sealed_groups_counted_by_live(void **state)
   assert_int_equal(group_table_init(&t, 4), 0);
   uint32_t a = group_open(&t, 4, true, 0), b = group_open(&t, 4, false, GROUP_NO_BUFFER);
   for (unsigned i = 0; i < 4; i++) {
-    group_add_member(&t, a, (uint8_t)i, i, i);
-    group_add_member(&t, b, (uint8_t)i, 10 + i, 10 + i);
+    group_add_member(&t, a, (server_index)i, i, i);
+    group_add_member(&t, b, (server_index)i, 10 + i, 10 + i);
   }
   group_member_dead(&t, a, 0); /* while open: not a sealed group's yet */
   assert_int_equal(t.sealed_by_live[3], 0);
@@ -236,6 +283,7 @@ int main(void)
     cmocka_unit_test(test_wrong_member_does_not_rebuild),
     cmocka_unit_test(test_xor_works_at_any_alignment),
     cmocka_unit_test(test_group_lifecycle_and_reclaim),
+    cmocka_unit_test(test_server_indices_past_255_are_kept),
     cmocka_unit_test(test_open_group_emptied_is_not_reclaimed_before_seal),
     cmocka_unit_test(test_live_ratio),
     cmocka_unit_test(test_sealed_groups_counted_by_live),
