@@ -11,13 +11,15 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine_internal.h"
+#include "engine_core.h"
 #include "engine_state.h"
 #include "log.h"
 #include "page_read.h"
+#include "page_op.h"
 #include "page_write.h"
 #include "page_write_pending.h"
 #include "server_health.h"
+#include "server_set.h"
 #include "server_transport.h"
 
 #define VERIFY_RESTARTS 8u     /* re-reads after a page changed under a failed check */

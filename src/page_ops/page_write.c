@@ -11,13 +11,15 @@
 #include <string.h>
 
 #include "crash_point.h"
-#include "engine_internal.h"
+#include "engine_core.h"
 #include "engine_state.h"
 #include "log.h"
 #include "page_mover.h"
 #include "page_write.h"
+#include "page_op.h"
 #include "page_write_pending.h"
 #include "server_health.h"
+#include "server_set.h"
 #include "server_transport.h"
 
 static void write_finish(struct page_op *op, int result)
