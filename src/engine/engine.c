@@ -158,34 +158,26 @@ out:
 
 static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats *st);
 
-/* ---- flush under write-through: one fdatasync for every flush waiting --------------
+/* ---- flush under write-through: the spill store's group commit -------------------
  *
- * A flush must cover every write completed before it arrived. One fdatasync in flight
- * covers the flushes that were waiting when it was submitted; flushes arriving meanwhile
- * wait for the next one, which starts when it ends (group commit): one spill_io, no
- * allocation, and the loop never blocks on the disk. */
-static void flush_synced(struct spill_io *sio);
-
-static void flush_submit(struct rampart_engine *e)
+ * A flush must cover every write completed before it arrived: it waits in
+ * flush_waiting for the store's next fdatasync (spill_store_group_sync), which takes
+ * every flush waiting when it is submitted into flush_running. */
+static void flush_cover(struct spill_group_sync *g)
 {
+  struct rampart_engine *e = g->user;
   e->flush_running = e->flush_waiting;
   e->flush_waiting = NULL;
-  memset(&e->flush_sync, 0, sizeof e->flush_sync);
-  e->flush_sync.done = flush_synced;
-  e->flush_sync.user = e;
-  spill_store_submit_sync(e->spill, &e->flush_sync);
 }
 
-static void flush_synced(struct spill_io *sio)
+static void flush_synced(struct spill_group_sync *g, int result)
 {
-  struct rampart_engine *e = sio->user;
+  struct rampart_engine *e = g->user;
   struct rampart_io *list = e->flush_running;
   e->flush_running = NULL;
-  if (e->flush_waiting)
-    flush_submit(e);
   while (list) {
     struct rampart_io *next = list->next;
-    frontend_done(e, list, sio->result);
+    frontend_done(e, list, result);
     list = next;
   }
 }
@@ -194,8 +186,7 @@ static void flush_begin(struct rampart_engine *e, struct rampart_io *io)
 {
   io->next = e->flush_waiting;
   e->flush_waiting = io;
-  if (!e->flush_running)
-    flush_submit(e);
+  spill_store_group_sync(e->spill, &e->flush_sync);
 }
 
 static void io_begin(struct rampart_engine *e, struct rampart_io *io)
@@ -947,6 +938,8 @@ static int engine_open_spill(struct rampart_engine *e, char *err, size_t errlen)
   if (e->redundancy->disk_copy)
     for (uint64_t p = 0; p < e->pages; p++)
       spill_store_claim_slot(e->spill, p);
+  e->flush_sync = (struct spill_group_sync){ .cover = flush_cover, .synced = flush_synced,
+                                             .user = e };
   return 0;
 }
 

@@ -354,9 +354,10 @@ struct rampart_engine {
   struct stats_file *stats_file, *metrics_file;
   char *report;
   bool metrics_too_big_logged;
-  /* write-through flushes: those the fdatasync in flight covers, and those after it */
+  /* write-through flushes: those the fdatasync in flight covers, and those after it;
+   * the spill store's group commit decides which (engine.c, flush_begin) */
   struct rampart_io *flush_running, *flush_waiting;
-  struct spill_io flush_sync;
+  struct spill_group_sync flush_sync;
   /* The frontend's request latency (engine_run_sync, any frontend thread: hence
    * atomic, relaxed). */
   _Atomic uint64_t latency_count[RAMPART_LATENCY_OPS][RAMPART_LATENCY_BUCKETS];
