@@ -24,39 +24,13 @@
 #include <stdint.h>
 
 #include "auth.h"
+#include "client_error.h"
+#include "client_session.h"
 #include "frame_auth.h"
 #include "wire.h"
 
 struct ev_loop;
 struct rp_conn;
-
-/* What went wrong, for a person: code is an rp_status (wire or local), message says
- * what happened and what to do. */
-struct rp_error {
-  uint16_t code;
-  char message[384];
-};
-
-/* Fills err (if not NULL) with code and a formatted message. */
-void rp_error_set(struct rp_error *err, uint16_t code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-struct rp_conn_options {
-  const char *host;                /* name or address */
-  const char *port;                /* decimal port */
-  const struct rp_key *key;        /* NULL or len 0: no key (server must have none) */
-  const char *client_name;         /* shown in the server's logs; may be NULL */
-  const uint8_t *resume_token;     /* RP_TOKEN_LEN bytes to resume a session, or NULL */
-  uint32_t connect_timeout_ms;     /* 0: 5000; covers connect + handshake */
-  uint32_t request_timeout_ms;     /* 0: 10000; a request not answered by then fails */
-  /* Optional: the server's address resolved already (then host/port only name it in
-   * messages), and a pool to take the connection's memory from. With both, opening a
-   * connection allocates nothing, which a pager reconnecting inside a memory shortage
-   * needs. */
-  const struct sockaddr *addr;
-  socklen_t addr_len;
-  struct rp_conn_pool *pool;
-};
 
 /* Memory for n connections, allocated now: each a connection with its buffers and
  * cipher contexts. A connection opened with the pool takes a free entry (or, when none
@@ -78,18 +52,6 @@ void rp_conn_pool_free(struct rp_conn_pool *pool);
  * into their own small buffers, handshaking in heap memory. Only while a pool exists
  * and no connection is using one. */
 void rp_conn_scratch_hold(bool hold);
-
-/* What the server said in its Welcome. */
-struct rp_session_info {
-  uint8_t token[RP_TOKEN_LEN];
-  bool resumed;                   /* false: a new, empty session */
-  uint32_t page_size;
-  uint64_t capacity_pages;
-  uint64_t free_pages;
-  uint32_t lease_seconds;
-  uint64_t reserved_pages;
-  bool pressure;
-};
 
 /* Connects and runs the handshake (HELLO; the challenge, whose MAC proves the server
  * holds the key before anything else is sent; AUTH with the client's MAC and the resume

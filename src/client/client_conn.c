@@ -167,28 +167,6 @@ static void msgf(char *out, size_t len, const char *fmt, ...)
   va_end(ap);
 }
 
-void rp_error_set(struct rp_error *err, uint16_t code, const char *fmt, ...)
-{
-  if (!err)
-    return;
-  err->code = code;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err->message, sizeof err->message, fmt, ap);
-  va_end(ap);
-}
-
-const char *client_advice_text(const char *said, uint16_t status)
-{
-  const char *advice = rp_status_advice(status);
-  return advice[0] && !strstr(said, advice) ? advice : "";
-}
-
-const char *client_advice_sep(const char *said, uint16_t status)
-{
-  return client_advice_text(said, status)[0] ? ": " : "";
-}
-
 static bool is_control_op(uint8_t op)
 {
   return op == RP_OP_RESERVE || op == RP_OP_STAT || op == RP_OP_GOODBYE;
@@ -757,19 +735,6 @@ void rp_conn_flush(struct rp_conn *c)
 }
 
 /* ---- reading ---- */
-
-void client_copy_server_message(char *out, size_t outlen, const uint8_t *payload,
-                                uint32_t len, uint16_t status)
-{
-  Rampart__Error *e = rampart__error__unpack(NULL, len, payload);
-  if (e && e->message && e->message[0]) {
-    msgf(out, outlen, "%s", e->message);
-  } else {
-    msgf(out, outlen, "%s", rp_status_name(status));
-  }
-  if (e)
-    rampart__error__free_unpacked(e, NULL);
-}
 
 static void handle_push(struct rp_conn *c, const struct rp_header *h, const uint8_t *payload)
 {

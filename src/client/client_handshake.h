@@ -10,7 +10,8 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "client.h"
+#include "client_error.h"
+#include "client_session.h"
 #include "frame_auth.h"
 #include "wire.h"
 
@@ -29,14 +30,6 @@ int client_connect(const struct rp_conn_options *o, const char *peer, uint32_t t
                    uint8_t *buf, size_t buf_len, struct rp_frame_auth *tx,
                    struct rp_frame_auth *rx, int *fd, struct rp_session_info *info,
                    struct rp_error *err);
-
-/* The server's sentence in an Error payload, or the status's name. */
-void client_copy_server_message(char *out, size_t outlen, const uint8_t *payload,
-                                uint32_t len, uint16_t status);
-/* Our advice for a status, unless the server's sentence already carries it, and the
- * separator to put before it. */
-const char *client_advice_text(const char *said, uint16_t status);
-const char *client_advice_sep(const char *said, uint16_t status);
 
 static inline uint64_t client_now_ns(void)
 {

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "cluster_keys.h"
-#include "engine_internal.h"
+#include "rampart.h"
 #include "etcd_gateway.h"
 #include "log.h"
 #include "thread_start.h"
@@ -27,7 +27,9 @@
 #define RECORD_KEEPALIVE_MS 10000u
 
 struct cluster_follow {
-  struct rampart_engine *e;
+  struct rampart_engine *e;                 /* through rampart.h's entry points only */
+  const struct rampart_config *config;      /* the engine's, which outlives this */
+  cluster_follow_listed_fn set_listed;
   pthread_t thread;
   atomic_bool stopping;
   atomic_bool live;                         /* the watch is established */
@@ -298,7 +300,7 @@ static void reconcile(struct cluster_follow *f)
     bool listed = r && r->registered;
     if (at >= 0 && listed == f->unlisted[at]) {
       f->unlisted[at] = !listed;
-      server_membership_set_listed(e, m->address, listed);
+      f->set_listed(e, m->address, listed);
       rp_log(RP_LOG_INFO, "etcd: %s %s", m->address, listed
              ? "is registered again: it takes new pages again"
              : "left the registry (its lease expired or it stopped): no new pages go "
@@ -313,7 +315,7 @@ static void reconcile(struct cluster_follow *f)
     excluded[i] = f->refused_until_ms[i] > now;
   unsigned adds = 0, added = 0;
   int at;
-  while (excluded && active < e->config.etcd_count && adds < ADDS_PER_PASS &&
+  while (excluded && active < f->config->etcd_count && adds < ADDS_PER_PASS &&
          !atomic_load(&f->stopping) && (at = best_candidate(&f->reg, taken, excluded)) >= 0) {
     const struct rp_cluster_server *c = &f->reg.servers[at];
     adds++;
@@ -349,8 +351,8 @@ static void reconcile(struct cluster_follow *f)
   }
   if (set && n && strcmp(joined, f->members_written) != 0) {
     char path[4200];
-    cache_path(&e->config, path, sizeof path);
-    if (write_cache(path, e->config.etcd_cluster, set, n) == 0)
+    cache_path(f->config, path, sizeof path);
+    if (write_cache(path, f->config->etcd_cluster, set, n) == 0)
       memcpy(f->members_written, joined, jn + 1);
     if (jn > 0)
       joined[jn - 1] = '\0'; /* the last comma */
@@ -403,7 +405,7 @@ static void on_live(void *arg)
 {
   struct cluster_follow *f = arg;
   if (!atomic_exchange(&f->live, true))
-    rp_log(RP_LOG_INFO, "etcd: watching cluster %s at %s", f->e->config.etcd_cluster,
+    rp_log(RP_LOG_INFO, "etcd: watching cluster %s at %s", f->config->etcd_cluster,
            rp_etcd_endpoint(f->etcd));
 }
 
@@ -433,7 +435,7 @@ static void *follow_thread(void *arg)
         if (!down_logged)
           rp_log(RP_LOG_WARN, "etcd: cannot read cluster %s: %s; the device goes on with "
                  "its servers, and follows the cluster again once etcd answers",
-                 f->e->config.etcd_cluster, f->err);
+                 f->config->etcd_cluster, f->err);
         down_logged = true;
         nap(f, backoff);
         backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
@@ -442,7 +444,7 @@ static void *follow_thread(void *arg)
       need_read = false;
       backoff = 250;
       if (down_logged)
-        rp_log(RP_LOG_INFO, "etcd: cluster %s read again at %s", f->e->config.etcd_cluster,
+        rp_log(RP_LOG_INFO, "etcd: cluster %s read again at %s", f->config->etcd_cluster,
                rp_etcd_endpoint(f->etcd));
       down_logged = false;
       f->changed = false;
@@ -460,7 +462,7 @@ static void *follow_thread(void *arg)
       atomic_fetch_add(&f->watch_restarts, 1);
       if (!down_logged)
         rp_log(RP_LOG_WARN, "etcd: the watch of cluster %s ended: %s; watching again",
-               f->e->config.etcd_cluster, f->err);
+               f->config->etcd_cluster, f->err);
       down_logged = true;
       need_read = true; /* a new watch starts from a fresh read: nothing missed */
       nap(f, backoff);
@@ -493,10 +495,12 @@ static void follow_free(struct cluster_follow *f)
   free(f);
 }
 
-int cluster_follow_start(struct rampart_engine *e, char *err, size_t errlen)
+int cluster_follow_start(struct rampart_engine *e, const struct rampart_config *c,
+                         cluster_follow_listed_fn set_listed, struct cluster_follow **followp,
+                         char *err, size_t errlen)
 {
   struct cluster_follow *f = calloc(1, sizeof *f);
-  if (!f || rp_cluster_registry_init(&f->reg, e->config.etcd_cluster, REGISTRY_MAX) < 0 ||
+  if (!f || rp_cluster_registry_init(&f->reg, c->etcd_cluster, REGISTRY_MAX) < 0 ||
       !(f->refused_until_ms = calloc(REGISTRY_MAX, sizeof *f->refused_until_ms)) ||
       !(f->unlisted = calloc(REGISTRY_MAX, sizeof *f->unlisted)) ||
       !(f->drain_refusal_logged = calloc(REGISTRY_MAX, sizeof *f->drain_refusal_logged)) ||
@@ -505,41 +509,42 @@ int cluster_follow_start(struct rampart_engine *e, char *err, size_t errlen)
     goto fail;
   }
   f->e = e;
-  if (!(f->etcd = etcd_client(&e->config, err, errlen)))
+  f->config = c;
+  f->set_listed = set_listed;
+  if (!(f->etcd = etcd_client(c, err, errlen)))
     goto fail;
   char host[64] = "host";
   gethostname(host, sizeof host);
   host[sizeof host - 1] = '\0';
   char device[96];
   snprintf(device, sizeof device, "%s/pid-%ld", host, (long)getpid());
-  rp_cluster_key(f->record_key, sizeof f->record_key, e->config.etcd_cluster, "devices",
+  rp_cluster_key(f->record_key, sizeof f->record_key, c->etcd_cluster, "devices",
                  device);
   int rc = rp_thread_start(&f->thread, "rampart-etcd", THREAD_STACK, follow_thread, f);
   if (rc != 0) {
     snprintf(err, errlen, "cannot start the etcd follower: %s", strerror(rc));
     goto fail;
   }
-  e->follow = f;
+  *followp = f;
   return 0;
 fail:
   follow_free(f);
   return -1;
 }
 
-void cluster_follow_stop(struct rampart_engine *e)
+void cluster_follow_stop(struct cluster_follow **followp)
 {
-  struct cluster_follow *f = e->follow;
+  struct cluster_follow *f = *followp;
   if (!f)
     return;
   atomic_store(&f->stopping, true);
   pthread_join(f->thread, NULL);
-  e->follow = NULL;
+  *followp = NULL;
   follow_free(f);
 }
 
-void cluster_follow_stats(const struct rampart_engine *e, struct rampart_stats *st)
+void cluster_follow_stats(const struct cluster_follow *f, struct rampart_stats *st)
 {
-  struct cluster_follow *f = e->follow;
   st->etcd_following = f != NULL;
   st->etcd_watch_live = f && atomic_load(&f->live);
   st->etcd_events = f ? atomic_load(&f->events) : 0;

@@ -22,6 +22,7 @@
 #ifndef RAMPART_CLUSTER_FOLLOW_H
 #define RAMPART_CLUSTER_FOLLOW_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "config.h"
@@ -42,11 +43,24 @@ struct rp_cluster_registry;
 unsigned cluster_follow_choose(const struct rp_cluster_registry *r, unsigned count,
                                unsigned *out);
 
-/* Starts and stops the engine's follower (e->follow). 0 or -1 with err. */
-int cluster_follow_start(struct rampart_engine *e, char *err, size_t errlen);
-void cluster_follow_stop(struct rampart_engine *e);
+/* The engine's side the follower calls that rampart.h does not offer: a server whose
+ * etcd registration went (listed false) takes no new pages, and is not declared lost
+ * for it; listed true undoes that (server_membership_set_listed). */
+typedef void (*cluster_follow_listed_fn)(struct rampart_engine *e, const char *address,
+                                         bool listed);
 
-/* The follower's part of the stats (whether the watch is live, events seen). */
-void cluster_follow_stats(const struct rampart_engine *e, struct rampart_stats *st);
+/* Starts the engine's follower into *followp; it drives e through rampart.h's entry
+ * points and set_listed, and reads c (the engine's settings, which outlive it).
+ * 0 or -1 with err. */
+struct cluster_follow;
+int cluster_follow_start(struct rampart_engine *e, const struct rampart_config *c,
+                         cluster_follow_listed_fn set_listed, struct cluster_follow **followp,
+                         char *err, size_t errlen);
+/* Stops the follower in *followp, if any, and sets it NULL once its thread ended. */
+void cluster_follow_stop(struct cluster_follow **followp);
+
+/* The follower's part of the stats (whether the watch is live, events seen); f may be
+ * NULL (no follower). */
+void cluster_follow_stats(const struct cluster_follow *f, struct rampart_stats *st);
 
 #endif

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "control_socket.h"
-#include "engine_internal.h"
+#include "rampart.h"
 #include "log.h"
 #include "thread_start.h"
 

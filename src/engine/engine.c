@@ -47,13 +47,6 @@
 #include "thread_start.h"
 
 
-uint64_t engine_now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Every frontend request ends here: counted, so that a thread in rampart_reap learns
  * that the I/O thread completed something (engine_reap_wake). */
 static void frontend_done(struct rampart_engine *e, struct rampart_io *io, int result)
@@ -165,34 +158,26 @@ out:
 
 static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats *st);
 
-/* ---- flush under write-through: one fdatasync for every flush waiting --------------
+/* ---- flush under write-through: the spill store's group commit -------------------
  *
- * A flush must cover every write completed before it arrived. One fdatasync in flight
- * covers the flushes that were waiting when it was submitted; flushes arriving meanwhile
- * wait for the next one, which starts when it ends (group commit): one spill_io, no
- * allocation, and the loop never blocks on the disk. */
-static void flush_synced(struct spill_io *sio);
-
-static void flush_submit(struct rampart_engine *e)
+ * A flush must cover every write completed before it arrived: it waits in
+ * flush_waiting for the store's next fdatasync (spill_store_group_sync), which takes
+ * every flush waiting when it is submitted into flush_running. */
+static void flush_cover(struct spill_group_sync *g)
 {
+  struct rampart_engine *e = g->user;
   e->flush_running = e->flush_waiting;
   e->flush_waiting = NULL;
-  memset(&e->flush_sync, 0, sizeof e->flush_sync);
-  e->flush_sync.done = flush_synced;
-  e->flush_sync.user = e;
-  spill_store_submit_sync(e->spill, &e->flush_sync);
 }
 
-static void flush_synced(struct spill_io *sio)
+static void flush_synced(struct spill_group_sync *g, int result)
 {
-  struct rampart_engine *e = sio->user;
+  struct rampart_engine *e = g->user;
   struct rampart_io *list = e->flush_running;
   e->flush_running = NULL;
-  if (e->flush_waiting)
-    flush_submit(e);
   while (list) {
     struct rampart_io *next = list->next;
-    frontend_done(e, list, sio->result);
+    frontend_done(e, list, result);
     list = next;
   }
 }
@@ -201,8 +186,7 @@ static void flush_begin(struct rampart_engine *e, struct rampart_io *io)
 {
   io->next = e->flush_waiting;
   e->flush_waiting = io;
-  if (!e->flush_running)
-    flush_submit(e);
+  spill_store_group_sync(e->spill, &e->flush_sync);
 }
 
 static void io_begin(struct rampart_engine *e, struct rampart_io *io)
@@ -562,6 +546,14 @@ int engine_run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length
   return w.result;
 }
 
+/* page_rmw's whole-page request: a sub-page read or write runs as the blocking
+ * entry points do. */
+static int rmw_run(void *owner, int op, void *buf, uint32_t length, uint64_t offset,
+                   uint32_t flags)
+{
+  return engine_run_sync(owner, op, buf, length, offset, flags);
+}
+
 /* The aligned middle of [offset, offset+length) goes straight through; a partial first
  * or last page is read, patched and written back (page_rmw.c). */
 struct span {
@@ -614,12 +606,12 @@ int rampart_pread(struct rampart_engine *e, void *buf, uint32_t length, uint64_t
   uint8_t *p = buf;
   int r = 0;
   if (sp.head_len)
-    r = page_rmw_read(e, p, sp.head_len, sp.head_off);
+    r = page_rmw_read(e->rmw, p, sp.head_len, sp.head_off);
   if (r == 0 && sp.mid_len)
     r = engine_run_sync(e, RAMPART_OP_READ, p + (sp.mid_off - offset), sp.mid_len,
                         sp.mid_off, 0);
   if (r == 0 && sp.tail_len)
-    r = page_rmw_read(e, p + (sp.tail_off - offset), sp.tail_len, sp.tail_off);
+    r = page_rmw_read(e->rmw, p + (sp.tail_off - offset), sp.tail_len, sp.tail_off);
   return r;
 }
 
@@ -632,13 +624,13 @@ int rampart_pwrite(struct rampart_engine *e, const void *buf, uint32_t length, u
   const uint8_t *p = buf;
   int r = 0;
   if (sp.head_len)
-    r = page_rmw_write(e, p, sp.head_len, sp.head_off, flags);
+    r = page_rmw_write(e->rmw, p, sp.head_len, sp.head_off, flags);
   /* The engine never writes through io->buf on a write. */
   if (r == 0 && sp.mid_len)
     r = engine_run_sync(e, RAMPART_OP_WRITE, (void *)(p + (sp.mid_off - offset)),
                         sp.mid_len, sp.mid_off, flags);
   if (r == 0 && sp.tail_len)
-    r = page_rmw_write(e, p + (sp.tail_off - offset), sp.tail_len, sp.tail_off, flags);
+    r = page_rmw_write(e->rmw, p + (sp.tail_off - offset), sp.tail_len, sp.tail_off, flags);
   return r;
 }
 
@@ -659,11 +651,11 @@ int rampart_zero(struct rampart_engine *e, uint32_t length, uint64_t offset)
   struct span sp = split_span(length, offset);
   int r = 0;
   if (sp.head_len)
-    r = page_rmw_write(e, NULL, sp.head_len, sp.head_off, 0);
+    r = page_rmw_write(e->rmw, NULL, sp.head_len, sp.head_off, 0);
   if (r == 0 && sp.mid_len)
     r = engine_run_sync(e, RAMPART_OP_ZERO, NULL, sp.mid_len, sp.mid_off, 0);
   if (r == 0 && sp.tail_len)
-    r = page_rmw_write(e, NULL, sp.tail_len, sp.tail_off, 0);
+    r = page_rmw_write(e->rmw, NULL, sp.tail_len, sp.tail_off, 0);
   return r;
 }
 
@@ -814,7 +806,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
                             (e->pages + 63) / 64 * 8 + group_table_memory_bytes(&e->groups);
   for (unsigned i = 0; i < e->set.nservers; i++)
     st->client_memory_bytes += slot_allocator_bytes(&e->set.servers[i]->slots);
-  cluster_follow_stats(e, st);
+  cluster_follow_stats(e->follow, st);
 }
 
 /* ---- calls: a function run on the engine for another thread ---------------------- */
@@ -983,6 +975,8 @@ static int engine_open_spill(struct rampart_engine *e, char *err, size_t errlen)
   if (e->redundancy->disk_copy)
     for (uint64_t p = 0; p < e->pages; p++)
       spill_store_claim_slot(e->spill, p);
+  e->flush_sync = (struct spill_group_sync){ .cover = flush_cover, .synced = flush_synced,
+                                             .user = e };
   return 0;
 }
 
@@ -1036,6 +1030,13 @@ static int engine_open_sealer(struct rampart_engine *e, char *err, size_t errlen
 static struct rampart_engine *open_engine(const struct rampart_config *config, char *err,
                                          size_t errlen);
 
+/* What the page-op core and the stores call back up (engine_core.h). */
+static const struct engine_upcalls upcalls = {
+  .start_ios = engine_start_ios,
+  .call = engine_call,
+  .mover_pass_done = server_membership_pass_done,
+};
+
 /* cluster=etcd://: the servers are chosen from etcd first, and followed once open. */
 struct rampart_engine *rampart_open(const struct rampart_config *config, char *err,
                                     size_t errlen)
@@ -1049,7 +1050,8 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
     return NULL;
   struct rampart_engine *e = open_engine(picked, err, errlen);
   free(picked);
-  if (e && cluster_follow_start(e, err, errlen) < 0) {
+  if (e && cluster_follow_start(e, &e->config, server_membership_set_listed, &e->follow,
+                                err, errlen) < 0) {
     rampart_close(e);
     return NULL;
   }
@@ -1067,6 +1069,7 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
     snprintf(err, errlen, "out of memory");
     return NULL;
   }
+  e->up = &upcalls;
   e->config = *config;
   e->reap.event_fd = -1;
   rampart_config_effective(config, &e->policy, &e->group_size);
@@ -1083,13 +1086,17 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
   }
   pthread_mutex_init(&e->stats_lock, NULL);
   pthread_mutex_init(&e->lock, NULL);
-  page_rmw_init(e);
 
   /* The cluster key lives on a page of its own: not in core dumps, never swapped,
    * wiped when the engine closes (a zero-length key when there is no key file). */
   e->key = rp_secret_alloc(sizeof *e->key);
   if (!e->key) {
     snprintf(err, errlen, "cannot map a page for the key: %s", strerror(errno));
+    goto fail;
+  }
+  e->rmw = page_rmw_new(rmw_run, e);
+  if (!e->rmw) {
+    snprintf(err, errlen, "out of memory");
     goto fail;
   }
   if (config->key_path[0] && rp_key_load(config->key_path, e->key, err, errlen) < 0)
@@ -1171,7 +1178,7 @@ void rampart_close(struct rampart_engine *e)
 {
   if (!e)
     return;
-  cluster_follow_stop(e); /* first: it adds and drains servers through the I/O thread */
+  cluster_follow_stop(&e->follow); /* first: it adds and drains servers through the I/O thread */
   control_socket_close(e->control); /* its commands need the I/O thread too */
   if (e->thread_started) {
     atomic_store(&e->stopping, true);
@@ -1208,7 +1215,7 @@ void rampart_close(struct rampart_engine *e)
   free(e->write_pending);
   pthread_mutex_destroy(&e->stats_lock);
   pthread_mutex_destroy(&e->lock);
-  page_rmw_destroy(e);
+  page_rmw_free(e->rmw);
   free(e->report);
   page_mover_free(e);
   server_health_release(e);

@@ -23,7 +23,7 @@
 
 #include <ev.h>
 
-#include "engine_internal.h"
+#include "rampart.h"
 #include "event_arena.h"
 
 #define ARENA_BYTES (1u << 20)

@@ -7,15 +7,31 @@
 #ifndef RAMPART_PAGE_RMW_H
 #define RAMPART_PAGE_RMW_H
 
+#include <pthread.h>
 #include <stdint.h>
 
-struct rampart_engine;
+#define PAGE_RMW_LOCKS 256u          /* stripes of pages for sub-page writes */
 
-void page_rmw_init(struct rampart_engine *e);
-void page_rmw_destroy(struct rampart_engine *e);
-int page_rmw_read(struct rampart_engine *e, uint8_t *dst, uint32_t len, uint64_t off);
+/* Runs one whole-page request for the owner and waits for it (the engine's
+ * engine_run_sync): 0 or negative errno. */
+typedef int (*page_rmw_run_fn)(void *owner, int op, void *buf, uint32_t length,
+                               uint64_t offset, uint32_t flags);
+
+/* Taken by frontend threads, never by the I/O thread: a sub-page write holds its page's
+ * stripe from its read to the end of its write-back. */
+struct page_rmw {
+  page_rmw_run_fn run;
+  void *owner;
+  pthread_mutex_t locks[PAGE_RMW_LOCKS];
+};
+
+/* NULL when out of memory. */
+struct page_rmw *page_rmw_new(page_rmw_run_fn run, void *owner);
+/* rmw may be NULL. */
+void page_rmw_free(struct page_rmw *rmw);
+int page_rmw_read(struct page_rmw *rmw, uint8_t *dst, uint32_t len, uint64_t off);
 /* src NULL: patch with zeros. */
-int page_rmw_write(struct rampart_engine *e, const uint8_t *src, uint32_t len, uint64_t off,
+int page_rmw_write(struct page_rmw *rmw, const uint8_t *src, uint32_t len, uint64_t off,
                    uint32_t flags);
 
 #endif

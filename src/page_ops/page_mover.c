@@ -22,13 +22,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
+#include "engine_core.h"
 #include "log.h"
 #include "page_mover.h"
+#include "page_op.h"
 #include "page_read.h"
 #include "page_write.h"
 #include "page_write_pending.h"
 #include "pager_state.h"
+#include "server_set.h"
 
 #define GROUPS_PER_TICK 4096u
 #define SPILL_PAGES_PER_TICK 65536u
@@ -490,7 +492,7 @@ static void finish_pass(struct rampart_engine *e)
     e->mover->clean_resting = true;
   }
   e->mover->pass_cleaned = 0;
-  server_membership_pass_done(e);
+  e->up->mover_pass_done(e);
 }
 
 static void scan_groups(struct rampart_engine *e)

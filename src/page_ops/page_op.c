@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
+#include "engine_core.h"
 #include "engine_state.h"
 #include "fifo.h"
 #include "log.h"
@@ -178,5 +178,5 @@ void page_op_finished(struct page_op *op, int result)
     protocol_broken(op, "completed twice");
   op->owner->ended(op, result);
   page_op_put(e, op);
-  engine_start_ios(e);
+  e->up->start_ios(e);
 }

@@ -11,13 +11,15 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine_internal.h"
+#include "engine_core.h"
 #include "engine_state.h"
 #include "log.h"
 #include "page_read.h"
+#include "page_op.h"
 #include "page_write.h"
 #include "page_write_pending.h"
 #include "server_health.h"
+#include "server_set.h"
 #include "server_transport.h"
 
 #define VERIFY_RESTARTS 8u     /* re-reads after a page changed under a failed check */
@@ -25,6 +27,7 @@
 static void degraded_start(struct page_op *op, uint32_t id, unsigned lost);
 static void read_finish(struct page_op *op, int result);
 static void read_from_spill(struct page_op *op, uint64_t slot);
+static const char *read_store_name(unsigned kind);
 
 /* The page's server cannot be read now. A read that its group can rebuild at once
  * does so; one that cannot, because a server it needs is only reconnecting, waits for
@@ -184,7 +187,7 @@ static void copy_failed_verification(struct page_op *op)
     return;
   }
   snprintf(why, sizeof why, "the copy in the %s failed verification (altered or stale)",
-           op->read_source == PAGE_SPILL ? "spill store" : "local RAM store");
+           read_store_name(op->read_source));
   read_failed(op, why);
 }
 
@@ -384,44 +387,35 @@ static void on_remote_read(struct rp_request *req)
   page_read_start(op);
 }
 
-void page_read_start(struct page_op *op)
+/* ---- where the page lives: one entry per store (page_map.h's kinds) ---------------- */
+
+static void read_zero(struct page_op *op, page_entry entry)
+{
+  (void)entry;
+  memset(op->buf, 0, RAMPART_PAGE_SIZE);
+  read_finish(op, 0);
+}
+
+static void read_local(struct page_op *op, page_entry entry)
+{
+  memcpy(op->buf, local_store_page(&op->engine->local, page_entry_slot_of(entry)),
+         RAMPART_PAGE_SIZE);
+  read_finish(op, 0);
+}
+
+static void read_spill(struct page_op *op, page_entry entry)
+{
+  if (entry == PAGE_ENTRY_LOST) {
+    read_failed(op, "it was lost: two copies of its parity group were gone or failed "
+                "verification");
+    return;
+  }
+  read_from_spill(op, page_entry_slot_of(entry));
+}
+
+static void read_remote(struct page_op *op, page_entry entry)
 {
   struct rampart_engine *e = op->engine;
-  e->counters.frontend_pages_started += op->kind == PAGE_OP_READ && op->state == PAGE_OP_FREE;
-  page_op_enter(op, PAGE_OP_READING);
-  if (op->kind == PAGE_OP_MOVE)
-    op->buf = op->scratch;
-  page_entry entry = page_map_get(&e->map, op->page);
-  if (op->kind == PAGE_OP_MOVE && entry != op->expected) {
-    op->owner->read_ended(op, 0); /* rewritten or trimmed meanwhile: nothing to move */
-    return;
-  }
-  /* The seal is taken with the entry: a write that replaces both while this read is in
-   * flight must not make the old bytes look forged. */
-  op->read_entry = entry;
-  op->read_while_written = page_write_is_pending(e, op->page);
-  op->read_source = (uint8_t)page_entry_kind(entry);
-  op->seal = *page_seal_get(&e->sealer, op->page);
-  switch (page_entry_kind(entry)) {
-  case PAGE_ZERO:
-    memset(op->buf, 0, RAMPART_PAGE_SIZE);
-    read_finish(op, 0);
-    return;
-  case PAGE_LOCAL:
-    memcpy(op->buf, local_store_page(&e->local, page_entry_slot_of(entry)), RAMPART_PAGE_SIZE);
-    read_finish(op, 0);
-    return;
-  case PAGE_SPILL:
-    if (entry == PAGE_ENTRY_LOST) {
-      read_failed(op, "it was lost: two copies of its parity group were gone or failed "
-                  "verification");
-      return;
-    }
-    read_from_spill(op, page_entry_slot_of(entry));
-    return;
-  case PAGE_REMOTE:
-    break;
-  }
   op->group = (uint32_t)page_entry_group(entry);
   op->member = (uint8_t)page_entry_member(entry);
   struct group *g = group_get(&e->groups, op->group);
@@ -441,4 +435,41 @@ void page_read_start(struct page_op *op)
   op->req.user = op;
   op->read_server = (server_index)s->index;
   server_transport_send(e, s->index, &op->req);
+}
+
+/* How a copy is read from each store, by the kind of its page's entry. */
+static const struct page_read_store {
+  const char *name;                 /* in messages: "the copy in the <name>" */
+  void (*read)(struct page_op *op, page_entry entry);
+} read_stores[] = {
+  [PAGE_ZERO] = { "zero page", read_zero },
+  [PAGE_REMOTE] = { "server", read_remote },
+  [PAGE_SPILL] = { "spill store", read_spill },
+  [PAGE_LOCAL] = { "local RAM store", read_local },
+};
+
+static const char *read_store_name(unsigned kind)
+{
+  return read_stores[kind].name;
+}
+
+void page_read_start(struct page_op *op)
+{
+  struct rampart_engine *e = op->engine;
+  e->counters.frontend_pages_started += op->kind == PAGE_OP_READ && op->state == PAGE_OP_FREE;
+  page_op_enter(op, PAGE_OP_READING);
+  if (op->kind == PAGE_OP_MOVE)
+    op->buf = op->scratch;
+  page_entry entry = page_map_get(&e->map, op->page);
+  if (op->kind == PAGE_OP_MOVE && entry != op->expected) {
+    op->owner->read_ended(op, 0); /* rewritten or trimmed meanwhile: nothing to move */
+    return;
+  }
+  /* The seal is taken with the entry: a write that replaces both while this read is in
+   * flight must not make the old bytes look forged. */
+  op->read_entry = entry;
+  op->read_while_written = page_write_is_pending(e, op->page);
+  op->read_source = (uint8_t)page_entry_kind(entry);
+  op->seal = *page_seal_get(&e->sealer, op->page);
+  read_stores[page_entry_kind(entry)].read(op, entry);
 }

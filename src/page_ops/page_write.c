@@ -11,13 +11,15 @@
 #include <string.h>
 
 #include "crash_point.h"
-#include "engine_internal.h"
+#include "engine_core.h"
 #include "engine_state.h"
 #include "log.h"
 #include "page_mover.h"
 #include "page_write.h"
+#include "page_op.h"
 #include "page_write_pending.h"
 #include "server_health.h"
+#include "server_set.h"
 #include "server_transport.h"
 
 static void write_finish(struct page_op *op, int result)
@@ -85,32 +87,53 @@ void page_write_retire(struct rampart_engine *e, page_entry old)
   page_write_release_version(e, old, false);
 }
 
+/* ---- where the page lived: one entry per store (page_map.h's kinds) --------------- */
+
+static void release_zero(struct rampart_engine *e, page_entry old, bool pinned)
+{
+  (void)e, (void)old, (void)pinned;
+}
+
+static void release_remote(struct rampart_engine *e, page_entry old, bool pinned)
+{
+  uint32_t id = (uint32_t)page_entry_group(old);
+  unsigned m = page_entry_member(old);
+  struct group *g = group_get(&e->groups, id);
+  if (pinned)
+    g->pins--;
+  else
+    group_member_dead(&e->groups, id, m);
+  if (group_is_reclaimable(g))
+    page_write_reclaim(e, id);
+}
+
+static void release_spill(struct rampart_engine *e, page_entry old, bool pinned)
+{
+  (void)pinned;
+  /* Write-through keeps page N at slot N for good; the lost marker has no slot. */
+  if (old != PAGE_ENTRY_LOST && !e->redundancy->disk_copy)
+    spill_quarantine_free(&e->quarantine, (uint32_t)page_entry_slot_of(old));
+}
+
+static void release_local(struct rampart_engine *e, page_entry old, bool pinned)
+{
+  (void)pinned;
+  slot_allocator_release(&e->local.slots, (uint32_t)page_entry_slot_of(old));
+}
+
+/* How a version no longer named is given back to its store, by the kind of its entry
+ * (pinned: a recovered write's old version, whose group counted it as a pin). */
+static void (*const release_stores[])(struct rampart_engine *e, page_entry old,
+                                      bool pinned) = {
+  [PAGE_ZERO] = release_zero,
+  [PAGE_REMOTE] = release_remote,
+  [PAGE_SPILL] = release_spill,
+  [PAGE_LOCAL] = release_local,
+};
+
 void page_write_release_version(struct rampart_engine *e, page_entry old, bool pinned)
 {
-  switch (page_entry_kind(old)) {
-  case PAGE_ZERO:
-    return;
-  case PAGE_REMOTE: {
-    uint32_t id = (uint32_t)page_entry_group(old);
-    unsigned m = page_entry_member(old);
-    struct group *g = group_get(&e->groups, id);
-    if (pinned)
-      g->pins--;
-    else
-      group_member_dead(&e->groups, id, m);
-    if (group_is_reclaimable(g))
-      page_write_reclaim(e, id);
-    return;
-  }
-  case PAGE_SPILL:
-    /* Write-through keeps page N at slot N for good; the lost marker has no slot. */
-    if (old != PAGE_ENTRY_LOST && !e->redundancy->disk_copy)
-      spill_quarantine_free(&e->quarantine, (uint32_t)page_entry_slot_of(old));
-    return;
-  case PAGE_LOCAL:
-    slot_allocator_release(&e->local.slots, (uint32_t)page_entry_slot_of(old));
-    return;
-  }
+  release_stores[page_entry_kind(old)](e, old, pinned);
 }
 
 void page_write_supersede(struct rampart_engine *e, uint64_t page, page_entry entry)

@@ -10,6 +10,7 @@
  */
 #include "page_write_pending.h"
 
+#include "page_op.h"
 #include "server_health.h"
 
 void page_write_pending_set(struct rampart_engine *e, uint64_t page)

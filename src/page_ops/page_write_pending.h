@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine_internal.h"
+#include "engine_core.h"
 
 static inline bool page_write_is_pending(const struct rampart_engine *e, uint64_t page)
 {

@@ -37,12 +37,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
+#include "engine_core.h"
 #include "fifo.h"
 #include "log.h"
 #include "page_mover.h"
+#include "page_op.h"
 #include "page_write.h"
 #include "server_health.h"
+#include "server_set.h"
 #include "server_transport.h"
 #include "thread_start.h"
 

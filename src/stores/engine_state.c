@@ -29,14 +29,16 @@
 #include <openssl/crypto.h>
 
 #include "crash_point.h"
-#include "engine_internal.h"
+#include "engine_core.h"
 #include "engine_state.h"
 #include "log.h"
 #include "page_mover.h"
+#include "page_op.h"
 #include "page_write.h"
 #include "pager_state.h"
 #include "secret.h"
 #include "server_health.h"
+#include "server_set.h"
 #include "server_transport.h"
 
 

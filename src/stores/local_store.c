@@ -2,9 +2,10 @@
  * One anonymous mapping, touched only as pages are written, so a large memory= costs
  * nothing until used; slots are reused in place on overwrite. */
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/mman.h>
 
-#include "engine_internal.h"
+#include "local_store.h"
 
 int local_store_init(struct local_store *s, uint64_t pages)
 {
@@ -13,7 +14,7 @@ int local_store_init(struct local_store *s, uint64_t pages)
     return -1;
   if (pages == 0)
     return 0;
-  void *p = mmap(NULL, pages * RAMPART_PAGE_SIZE, PROT_READ | PROT_WRITE,
+  void *p = mmap(NULL, pages * RP_PAGE_SIZE, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
     return -1;
@@ -24,7 +25,7 @@ int local_store_init(struct local_store *s, uint64_t pages)
 void local_store_destroy(struct local_store *s)
 {
   if (s->pages)
-    munmap(s->pages, (size_t)s->slots.capacity * RAMPART_PAGE_SIZE);
+    munmap(s->pages, (size_t)s->slots.capacity * RP_PAGE_SIZE);
   s->pages = NULL;
   slot_allocator_destroy(&s->slots);
 }

@@ -13,11 +13,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine_internal.h"
+#include "engine_core.h"
 #include "engine_state.h"
 #include "log.h"
 #include "parse.h"
 #include "server_health.h"
+#include "server_set.h"
 #include "server_transport.h"
 
 /* Connections in the engine's pool beyond one per server (server_set_pool_new). */

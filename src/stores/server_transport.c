@@ -1,7 +1,8 @@
 /* Where a page op meets the wire: the TCP connection, and a filter over it (see
  * server_transport.h). */
-#include "engine_internal.h"
+#include "engine_core.h"
 #include "server_transport.h"
+#include "server_set.h"
 
 void server_transport_pass(struct rampart_engine *e, unsigned index, struct rp_request *req)
 {
@@ -53,5 +54,5 @@ void server_transport_set_filter(struct rampart_engine *e,
                                  const struct server_transport_filter *f, void *ctx)
 {
   struct filter_change c = { .filter = f, .ctx = ctx };
-  engine_call(e, change_filter, &c);
+  e->up->call(e, change_filter, &c);
 }

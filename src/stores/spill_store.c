@@ -557,6 +557,38 @@ void spill_store_submit_sync(struct spill_store *s, struct spill_io *io)
   s->syncs_in_flight++;
 }
 
+static void group_synced(struct spill_io *io);
+
+static void group_submit(struct spill_group_sync *g)
+{
+  g->running = true;
+  g->wanted = false;
+  g->cover(g);
+  memset(&g->io, 0, sizeof g->io);
+  g->io.done = group_synced;
+  g->io.user = g;
+  spill_store_submit_sync(g->store, &g->io);
+}
+
+static void group_synced(struct spill_io *io)
+{
+  struct spill_group_sync *g = io->user;
+  g->running = false;
+  g->synced(g, io->result);
+  /* What asked meanwhile gets the next fdatasync (unless a flush completed just now
+   * asked again, and started it). */
+  if (g->wanted && !g->running)
+    group_submit(g);
+}
+
+void spill_store_group_sync(struct spill_store *s, struct spill_group_sync *g)
+{
+  g->store = s;
+  g->wanted = true;
+  if (!g->running)
+    group_submit(g);
+}
+
 void spill_store_submit(struct spill_store *s, struct spill_io *io)
 {
   if (!submit_begin(s, io, false))

@@ -93,4 +93,26 @@ void spill_store_submit_sync(struct spill_store *store, struct spill_io *io);
 /* Test API: the same, blocking. 0 or -errno. */
 int spill_store_sync(struct spill_store *store);
 
+/* Group commit (write-through's flushes): one fdatasync in flight covers every flush
+ * that was waiting when it was submitted; flushes arriving meanwhile wait for the next
+ * one, which starts when it ends. One spill_io, no allocation, and the loop never
+ * blocks on the disk. The owner keeps its waiting flushes and is told which ones a sync
+ * covers: */
+struct spill_group_sync {
+  /* An fdatasync is being submitted: what waits now is what it covers. */
+  void (*cover)(struct spill_group_sync *g);
+  /* That fdatasync ended (0 or -errno): what it covered is durable, or failed. */
+  void (*synced)(struct spill_group_sync *g, int result);
+  void *user;
+  /* owned by the store */
+  struct spill_store *store;
+  struct spill_io io;
+  bool running;                 /* an fdatasync is in flight */
+  bool wanted;                  /* asked for since it was submitted */
+};
+
+/* Asks g for an fdatasync that starts after now: at once if none is in flight, else
+ * once the one in flight ends. */
+void spill_store_group_sync(struct spill_store *store, struct spill_group_sync *g);
+
 #endif

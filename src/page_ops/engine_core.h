@@ -1,0 +1,411 @@
+/* The engine's state as the page-op core and the stores see it: struct rampart_engine
+ * and the structs it holds by value (the servers, the pools, the queues, what it
+ * counts). engine_internal.h adds engine.c's own calls on top; no file below the engine
+ * API includes that, so the few calls back up go through `up` (struct engine_upcalls)
+ * and the clock is engine_now_ns here.
+ *
+ * Everything here is owned by whoever holds the engine's lock (the I/O thread, or a
+ * frontend thread starting its request: see `lock`) unless a comment says otherwise.
+ * A part whose state no other file needs keeps it in a struct of its own, defined in
+ * its .c file, and the engine holds a pointer (the mover, the servers' shared health):
+ * what is left here is what several files really share.
+ *
+ * Errors: none here (types, and inline helpers that cannot fail).
+ */
+#ifndef RAMPART_ENGINE_CORE_H
+#define RAMPART_ENGINE_CORE_H
+
+#include <ev.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "client.h"
+#include "config.h"
+#include "local_store.h"
+#include "page_map.h"
+#include "page_seal.h"
+#include "parity_group.h"
+#include "placement_order.h"
+#include "rampart.h"
+#include "redundancy_policy.h"
+#include "slot_allocator.h"
+#include "spill_quarantine.h"
+#include "spill_store.h"
+
+_Static_assert(RAMPART_PAGE_SIZE == RP_PAGE_SIZE, "the device's page is the wire's");
+
+struct page_op;
+struct page_rmw;
+struct stats_file;
+struct rampart_engine;
+
+/* What the page-op core and the stores call back up into the engine, as one const
+ * table engine.c fills (its functions of the same names): the files below the engine
+ * API see this instead of engine_internal.h. */
+struct engine_upcalls {
+  /* A page op went back to its pool: start the frontend requests waiting for one
+   * (engine_start_ios; page_op.c, at every op's end). */
+  void (*start_ios)(struct rampart_engine *e);
+  /* Runs fn(e, arg) on the engine (holding it, on the I/O thread or inline) and waits
+   * for it; from a thread that is not the engine's own (engine_call). */
+  void (*call)(struct rampart_engine *e, void (*fn)(struct rampart_engine *e, void *arg),
+               void *arg);
+  /* A pass of the mover ended: drains that finished end, and removes happen
+   * (server_membership_pass_done). */
+  void (*mover_pass_done)(struct rampart_engine *e);
+};
+
+/* The engine's clock: monotonic nanoseconds. */
+static inline uint64_t engine_now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+#define ENGINE_PAGE_OPS 512u        /* per-page operations in flight at once */
+#define ENGINE_DEGRADED_READS 16u   /* degraded reads in flight at once */
+#define ENGINE_PARITY_BUFFERS 64u   /* open + sealing groups at once */
+#define ENGINE_FREE_REQUESTS 1024u  /* best-effort FREEs in flight */
+#define ENGINE_MOVES 32u            /* rebuild/clean/migrate pages in flight */
+/* Server table entries: the listed servers and every incarnation after them (a lost
+ * server back empty, a replacement). Each is allocated when it is made (server_set.c),
+ * so the bound costs a pointer per entry until it is used. */
+#define ENGINE_MAX_INCARNATIONS 4096u
+_Static_assert(ENGINE_MAX_INCARNATIONS <= SERVER_INDEX_NONE,
+               "every server table index fits a server_index, NONE apart");
+_Static_assert(ENGINE_MAX_INCARNATIONS <= PLACEMENT_MAX_SERVERS,
+               "every server table entry must fit in a placement sweep");
+
+struct rampart_engine;
+struct reconnect_attempt;
+struct server_transport_filter;
+/* A server's health between a dropped connection and its return (server_health.c).
+ * Owned by the I/O thread like the rest; a reconnect attempt runs in a helper thread
+ * that gets a copy of what it needs and hands its result back as a message. */
+struct server_health {
+  uint64_t since_ns;            /* RECONNECTING: when the connection failed */
+  uint64_t lost_at_ns;          /* RECONNECTING: declared LOST then (lease=) */
+  uint64_t replay_until_ns;     /* RECONNECTING: queued requests given up then (io-timeout=) */
+  uint32_t backoff_ms;          /* before the next attempt; grows while attempts fail */
+  uint32_t attempts;            /* attempts since the connection failed */
+  bool attempting;              /* a helper thread is connecting now */
+  bool silent;                  /* it failed by not answering (a stall or a partition,
+                                   not a reset): writes go elsewhere rather than wait */
+  bool writes_given_up;         /* this outage: writes no longer wait for it */
+  bool past_blip;               /* this outage has lasted timeout= (set by the tick, which
+                                   then woke what waited): no longer a blip */
+  bool replaced;                /* LOST, and a new incarnation took its address */
+  struct reconnect_attempt *attempt; /* what a shared helper thread runs for it, made
+                                        with the server, reused by every attempt */
+  ev_timer retry;               /* starts the next attempt */
+  /* Requests that must reach this server's session (writes, frees) and were in flight
+   * when its connection dropped or were sent since: resent in order on resume. */
+  struct rp_request *replay_head, *replay_tail;
+  uint32_t replay_count;
+  uint32_t replay_writes;       /* of which writes: FREEs wait too, but nobody waits on them */
+  char last_failure[384];       /* an attempt's failure is logged when it changes */
+};
+
+struct server {
+  unsigned index;
+  struct rampart_engine *engine; /* its owner, for the transport's callbacks */
+  char address[RAMPART_ADDRESS_LEN];
+  char host[256];
+  char port[16];
+  /* The address its first connection reached: reconnects use it, so they neither
+   * block the loop nor allocate in getaddrinfo (addr_len 0: not known yet). */
+  struct sockaddr_storage addr;
+  socklen_t addr_len;
+  bool unlisted;                /* its etcd registration is gone: placed on no more */
+  enum rampart_server_state state;
+  struct rp_conn *conn;
+  uint8_t token[RP_TOKEN_LEN];
+  struct slot_allocator slots;
+  uint64_t reserved_pages;
+  bool advised;                 /* under memory pressure: place nothing new */
+  bool suspect;                 /* returned a page that failed verification: place nothing
+                                   new, move everything off (page_read.c) */
+  uint64_t integrity_failures;  /* copies from it that failed verification */
+  bool rebuild_needed;          /* LOST, and its groups not yet all moved */
+  /* Membership (server_membership.c). leaving: a drain or remove was asked: nothing new
+   * is placed there and the mover rewrites every group with a copy there; once it holds
+   * no slot it is drained (and, remove_when_drained, its session ended and it REMOVED). */
+  bool leaving;
+  bool remove_when_drained;
+  bool drained;                 /* leaving, and found holding nothing */
+  uint64_t leaving_since_ns;
+  /* Where its connections' memory comes from: the engine's pool, or for a server added
+   * to the running device a pool of its own (shared by its later incarnations). */
+  struct rp_conn_pool *pool;
+  struct server_health health;
+};
+
+struct degraded_read {
+  struct degraded_read *next;
+  struct page_op *op;
+  uint32_t group;
+  unsigned lost_member;
+  unsigned pending;
+  bool failed;
+  bool unanswered;              /* a piece failed with its server coming back: its
+                                   connection dropped, or it refused and reconnects */
+  unsigned pieces;
+  uint8_t piece_member[GROUP_MAX_DATA + 1]; /* member index per piece; capacity = parity */
+  server_index piece_server[GROUP_MAX_DATA + 1]; /* where each piece was sent: the group's own
+                                   entry may be cleared meanwhile (group_member_lost drops
+                                   its parity server) */
+  struct rp_request reqs[GROUP_MAX_DATA + 1];
+  uint8_t *pages;               /* (GROUP_MAX_DATA + 1) * 4 KiB scratch */
+};
+
+/* The parity of an open or sealing group. A member is XORed from `page` into `spare`,
+ * and the two then swap (parity_buffer_add): `page` is whole at every instant, which a
+ * pager killed in the middle of an XOR needs (pager_state.h). */
+struct parity_buffer {
+  struct parity_buffer *next;
+  struct rampart_engine *engine;
+  uint8_t *page;                /* the XOR of the members added so far */
+  uint8_t *spare;               /* the next XOR is written here */
+  unsigned current;             /* which of the buffer's two pages `page` is (0 or 1) */
+  uint32_t group;
+  struct page_op *waiter;       /* mirror: the write that completes once this copy is stored */
+  struct rp_request req;
+};
+
+struct free_request {
+  struct free_request *next;
+  struct rampart_engine *engine;
+  server_index server;
+  struct rp_request req;
+};
+
+/* A write the dead process had in flight when it stopped (engine_state.c): its bytes,
+ * sent again to the member slot it was placed in, and the version it replaced, to fall
+ * back to if the new one is never stored. Entries never move (a replay is in flight
+ * from one); `kept` says whether the entry still holds its old version. */
+struct recovered_write {
+  struct rampart_engine *engine;
+  uint64_t page;
+  page_entry new_entry;
+  page_entry old_entry;
+  struct page_seal old_seal;
+  bool kept;
+  bool installed;               /* the map named the new version: the old one is pinned.
+                                   Not installed: the member joined its group (its parity
+                                   covers it) but the page is still the old version */
+  page_entry joining;           /* a retry's placement that joined its group but that
+                                   the map never named (0: none): sent again too */
+  struct rp_request joining_req;
+  uint8_t *bytes;               /* the new version as sealed, copied from the state */
+  struct rp_request req;        /* the replay of a member write */
+  unsigned replays;             /* replays in flight (req, joining_req) */
+  bool recorded;                /* its record in the state still stands, for a pager
+                                   killed again: until nothing is kept and no replay is
+                                   in flight (its op is withheld meanwhile) */
+};
+
+struct pager_state;
+struct page_mover;
+struct server_health_shared;
+
+/* The servers (server_set.c; their health: server_health.c; membership:
+ * server_membership.c). Every part reads it; those files change it. */
+struct server_set {
+  /* incarnations: a server that returns empty gets a new entry. Each entry is
+   * allocated when it is made and never moves (libev holds its timer, a reconnect
+   * attempt its address); servers[0..nservers-1] are all allocated. */
+  struct server *servers[ENGINE_MAX_INCARNATIONS];
+  unsigned nservers;
+  /* Per entry, for page_mover_live_by_server's callers on the I/O thread (the stats, a
+   * drain, the mover): grown with the table, so no caller puts the bound on its stack. */
+  uint64_t *live, *at_risk;
+  unsigned per_entry_capacity;
+  struct rp_conn_pool *conn_pool; /* every server connection's memory, made at open */
+  /* a filter over the transport (server_transport.h), or NULL: the tests' faults */
+  const struct server_transport_filter *transport_filter;
+  void *transport_filter_ctx;
+  bool closing;                 /* server_set_close runs: no reconnects, no replays */
+};
+
+/* Where new pages go (page_write.c; engine_state.c saves and restores the open group). */
+struct write_placement {
+  struct placement_order member_order; /* servers for members: each once per sweep */
+  unsigned parity_cursor;       /* rotation of the parity server */
+  /* the open group, its parity server and the parity's slot there (reserved at open) */
+  uint32_t open_group;          /* GROUP_NONE when none */
+  server_index open_parity_server;
+  uint32_t open_parity_slot;
+};
+
+/* What the engine counts, for stats-file=, metrics-file= and rampartctl (engine.c
+ * reports them; each path counts its own). */
+struct engine_counters {
+  uint64_t pages_written, wire_bytes_written;
+  uint64_t degraded_reads, read_errors, pages_lost;
+  uint64_t integrity_failures;  /* stored pages that failed verification */
+  uint64_t writes_replayed;     /* after a restart (engine_state.c) */
+  uint64_t writes_rolled_back;
+  /* Cleaning's cost, for "rewrites per overwrite": frontend writes of a page that held a
+   * version already, and pages cleaning put on the wire again (page_write.c). */
+  uint64_t pages_overwritten, clean_rewrites;
+  uint64_t writes_waited_for_cleaning; /* writes that waited: the overflow ran out */
+  uint64_t frontend_pages_started;     /* the mover's idle test (page_mover.c) */
+};
+
+/* The engine, by owner: its settings (`config`, the policy's row), the page map and
+ * seals, the group table, the stores (spill, local), the servers (`set`), where new
+ * pages go (`placement`), the page ops' pools and queues (page_op.c), the thread that
+ * runs it, the mover and the servers' health (each a struct of its own, private to its
+ * file), what it counts (`counters`) and, with state=, its state segment. */
+struct engine_call;
+
+struct rampart_engine {
+  const struct engine_upcalls *up; /* engine.c's, set first at open */
+  struct rampart_config config;
+  enum rampart_redundancy policy;
+  const struct redundancy_policy *redundancy; /* the policy's behaviour (its table row) */
+  unsigned group_size;
+  uint64_t pages;
+
+  struct rp_key *key;           /* the cluster key, on a secret page (common/secret.h) */
+  struct page_map map;
+  struct page_sealer sealer;
+  /* One bit per page: its newest write has not completed (page_write_pending.c). The
+   * mover leaves such pages alone: unlike a server connection, the spill store does not
+   * order a read after a write still in flight, so moving the page could copy what was
+   * there before; and a read that meets one waits for it. */
+  uint64_t *write_pending;
+  struct group_table groups;
+  struct spill_store *spill;
+  struct spill_quarantine quarantine;
+  bool spill_named_by_state;    /* state= chose spill= (PATH.spill): removed with the state */
+  struct local_store local;
+
+  struct server_set set;
+  struct write_placement placement;
+
+  /* pools */
+  struct page_op *ops;
+  struct page_op *free_ops;
+  uint8_t *op_scratch;
+  struct degraded_read *degraded;
+  struct degraded_read *free_degraded;
+  struct parity_buffer *parity;
+  uint8_t *parity_pages;                      /* two pages per parity buffer */
+  struct parity_buffer *free_parity;
+  struct free_request *frees;
+  struct free_request *free_frees;
+
+  /* queues of work waiting for a pool */
+  struct rampart_io *io_head, *io_tail;       /* frontend requests with pages to start */
+  struct page_op *wait_head, *wait_tail;      /* ops waiting for a parity buffer / degraded ctx */
+  struct page_op *reads_awaiting_write;       /* reads of a page whose write is in flight
+                                                 (page_write_pending.c): restarted when it
+                                                 ends */
+  bool starting_ios;
+
+  /* Who runs the engine: the holder of `lock`. The I/O thread holds it except while
+   * its loop sleeps in the poll (libev's release/acquire callbacks); a frontend thread
+   * that finds it free starts its own request and sends it (engine.c, "run to
+   * completion"). loop_sleeping: the I/O thread let go of it to poll (read under it).
+   * loop_changes: watchers the engine started (with those of each connection,
+   * rp_conn_loop_changes): a frontend that changed them wakes the loop to see them. */
+  pthread_mutex_t lock;
+  bool loop_sleeping;
+  /* Requests that completed during one pass of the loop, handed to their frontends
+   * together just before it polls again (engine.c, deliver_completions), so that a
+   * frontend woken by the first finds the whole batch: fewer wakes per reply.
+   * defer_completions: the I/O thread is inside a pass (read and written under `lock`). */
+  bool defer_completions;
+  struct rampart_io *done_head, *done_tail;
+  uint64_t frontend_completions; /* frontend requests completed, ever (under `lock`) */
+  unsigned loop_changes;
+  /* rampart_reap (engine_reap.c): a frontend thread reading the replies itself.
+   * inside: one is in rampart_reap; sleeping: it sleeps in its poll, and the I/O thread
+   * writes event_fd once frontend_completions has passed seen; holds: sockets are lent
+   * to it; absent_ticks: ticks since one was last inside, while it holds them. */
+  struct {
+    int event_fd;
+    bool inside, sleeping, holds;
+    uint64_t seen;
+    unsigned absent_ticks;
+  } reap;
+  /* thread hand-over: frontend threads that find the engine busy push onto `incoming`
+   * (lock-free stack) and wake the I/O thread */
+  _Atomic(struct rampart_io *) incoming;
+  /* engine_call from a thread that finds the engine busy: a stack the loop's wake runs */
+  _Atomic(struct engine_call *) calls;
+  struct ev_loop *loop;
+  ev_async wake;
+  ev_timer tick;
+  ev_io spill_watcher;
+  pthread_t thread;
+  atomic_bool stopping;
+  bool draining;                /* closing: no new moves, wait for those in flight */
+  unsigned drain_ticks;
+  bool thread_started;
+
+  /* what the servers' health shares (server_health.c's own) */
+  struct server_health_shared *health;
+
+  /* the mover's own state (page_mover.c), and the watcher that runs it each iteration */
+  struct page_mover *mover;
+  ev_prepare mover_watcher;
+  struct control_socket *control; /* control=, or NULL */
+  struct cluster_follow *follow;  /* cluster=etcd://, or NULL (cluster_follow.c) */
+
+  uint64_t ticks;
+  uint32_t read_errors_logged;  /* this second; see page_read.c */
+  /* stats-file= and metrics-file=: their writer threads (or NULL), and the buffer the
+   * loop formats each report into before handing it over */
+  struct stats_file *stats_file, *metrics_file;
+  char *report;
+  bool metrics_too_big_logged;
+  /* write-through flushes: those the fdatasync in flight covers, and those after it;
+   * the spill store's group commit decides which (engine.c, flush_begin) */
+  struct rampart_io *flush_running, *flush_waiting;
+  struct spill_group_sync flush_sync;
+  /* The frontend's request latency (engine_run_sync, any frontend thread: hence
+   * atomic, relaxed). */
+  _Atomic uint64_t latency_count[RAMPART_LATENCY_OPS][RAMPART_LATENCY_BUCKETS];
+  _Atomic uint64_t latency_sum_ns[RAMPART_LATENCY_OPS];
+  /* Blocking requests (engine_run_sync) submitted and not yet returned: when a device
+   * hangs, tells a request lost inside the engine from one lost before or after it. */
+  _Atomic uint32_t frontend_waiting;
+
+  struct engine_counters counters;
+  /* state= (engine_state.c): the pager's state segment, or NULL; after a restart, the
+   * writes the dead process had in flight, and how many fell back to the older version */
+  struct pager_state *state;
+  bool state_recovered;         /* the state was left by a process that died */
+  bool opened;                  /* rampart_open finished: a close is a clean detach */
+  struct recovered_write *recovered_writes; /* PAGER_STATE_WRITES entries */
+  uint8_t *recovered_bytes;
+  uint32_t nrecovered_writes;   /* entries still kept */
+  pthread_mutex_t stats_lock;   /* guards the snapshot copied to other threads */
+  /* sub-page reads and writes: their stripe locks (page_rmw.c) */
+  struct page_rmw *rmw;
+};
+
+/* The data width new groups get with `placeable` servers to place on: group=, or one
+ * fewer than the servers when fewer than group + 1 are left (the parity needs its own). */
+static inline unsigned engine_group_width(const struct rampart_engine *e, unsigned placeable)
+{
+  if (e->redundancy->parity && placeable >= 2 && placeable - 1 < e->group_size)
+    return placeable - 1;
+  return e->group_size;
+}
+
+/* Server slots one live page needs in groups of `width` data pages: the page, and its
+ * share of the parity page. */
+static inline double engine_slots_per_page(const struct rampart_engine *e, unsigned width)
+{
+  return 1.0 + (e->redundancy->parity ? 1.0 / width : 0.0);
+}
+
+#endif
