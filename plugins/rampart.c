@@ -258,6 +258,12 @@ static int plugin_flush(void *handle, uint32_t flags)
   return r < 0 ? fail(r) : 0;
 }
 
+/* nbdkit --dump-plugin: the state layout this build takes over (rampart-swap upgrade). */
+static void plugin_dump_plugin(void)
+{
+  printf("rampart_state_layout=%s\n", rampart_state_layout());
+}
+
 static struct nbdkit_plugin plugin = {
   .name = "rampart",
   .longname = "rampart remote-memory pager",
@@ -268,6 +274,7 @@ static struct nbdkit_plugin plugin = {
   .unload = plugin_unload,
   .config = plugin_config,
   .config_complete = plugin_config_complete,
+  .dump_plugin = plugin_dump_plugin,
   .config_help = RAMPART_SETTINGS_HELP
                  "mlock=BOOL                lock the daemon's memory (default true)\n"
                  "standby=BOOL              wait beside the nbdkit serving the same state=,\n"

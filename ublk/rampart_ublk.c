@@ -31,6 +31,7 @@
 static const char usage[] =
   "usage: rampart-ublk [--id N] [--queues N] [--depth N] [--max-io BYTES] [--no-mlock]\n"
   "                    [--standby] KEY=VALUE...\n"
+  "       rampart-ublk --state-layout\n"
   "  --id N        the device number: /dev/ublkbN (default: the kernel picks one)\n"
   "  --queues N    hardware queues, a thread each (default 1; at most 16)\n"
   "  --depth N     requests in flight per queue (default 64; at most 4096)\n"
@@ -43,6 +44,8 @@ static const char usage[] =
   "  device's I/O, and the same command (with --id) takes the device back where it was\n"
   "  (docs/recovery.md). In a machine short of memory only a standby started beforehand\n"
   "  can: nothing new can start while swap waits for a daemon.\n"
+  "  --state-layout  print the layout of the state this build takes over, and exit\n"
+  "                (rampart-swap upgrade refuses a binary whose layout differs)\n"
   "  KEY=VALUE     the engine's settings, as nbdkit rampart takes them:\n";
 
 static int parse_number(const char *opt, const char *s, unsigned long min, unsigned long max,
@@ -120,6 +123,9 @@ static int parse_arguments(int argc, char **argv, struct options *o,
     int bad = 0;
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       printf("%s%s", usage, rampart_config_help);
+      return 1;
+    } else if (strcmp(a, "--state-layout") == 0) {
+      printf("%s\n", rampart_state_layout());
       return 1;
     } else if (strcmp(a, "--id") == 0) {
       bad = parse_number(a, value, 0, 1u << 20, &o->dev_id);

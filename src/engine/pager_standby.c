@@ -25,6 +25,11 @@
 
 #include "pager_state.h"
 
+const char *rampart_state_layout(void)
+{
+  return pager_state_layout();
+}
+
 void rampart_standby_pin_file(const char *path)
 {
   int fd = open(path, O_RDONLY | O_CLOEXEC);

@@ -123,6 +123,9 @@ bool rampart_took_over(const struct rampart_engine *engine);
  * crypto library's configuration): for a standby (rampart-ublk --standby) whose
  * takeover happens while files may be swapped out to the device it takes over. */
 void rampart_warm_up(void);
+/* The layout of the state (state=) this build writes and reads: a pager of a build whose
+ * layout differs cannot take it over (rampart-swap upgrade checks it beforehand). */
+const char *rampart_state_layout(void);
 
 /* ---- A standby pager (docs/recovery.md) ----------------------------------------------
  * When the pager serving a swap device dies, the kernel holds the device's I/O, and in a

@@ -93,6 +93,14 @@ static uint64_t seals_bytes(uint64_t pages)
   return round_to_page(pages * sizeof(struct page_seal));
 }
 
+const char *pager_state_layout(void)
+{
+  static char layout[32];
+  snprintf(layout, sizeof layout, "%u.%zu", STATE_LAYOUT,
+           (size_t)GROUP_CHUNK_SIZE * sizeof(struct group));
+  return layout;
+}
+
 uint64_t pager_state_bytes(uint64_t pages)
 {
   return STATE_HEADER_BYTES + map_bytes(pages) + seals_bytes(pages) +

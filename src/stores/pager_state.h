@@ -178,4 +178,8 @@ int pager_state_wait_for_pager_end(const char *path, char *err, size_t errlen);
 /* Bytes of locked memory the segment holds for `pages` pages. */
 uint64_t pager_state_bytes(uint64_t pages);
 
+/* The layout of the state this build writes and reads, as "LAYOUT.CHUNK_BYTES": two
+ * builds whose strings differ cannot take over each other's state. */
+const char *pager_state_layout(void);
+
 #endif

@@ -70,12 +70,23 @@ for round in 1 2; do
     { cat "$work/on2.out"; fail "round $round: a second on did not take $dev back"; }
   [[ $(daemon_pids rt) == "$pids_seen" ]] ||
     fail "round $round: a second on changed the device's processes"
+  # 'upgrade' of a device with no standby is refused, saying what to do, and changes nothing
+  # (test_guest_nbd_client.sh runs an upgrade on NBD, and its layout refusal).
+  if grep -q "via fuse" "$work/status.out"; then
+    "$RAMPARTCTL" swap upgrade --name rt >"$work/upgrade.out" 2>&1 && fail "round $round: upgrade of a fuse device went ahead"
+    grep -q "runs on fuse, which has no standby to hand over to: .*off.* and .*on' start the installed binary" "$work/upgrade.out" ||
+      { cat "$work/upgrade.out"; fail "round $round: upgrade of a fuse device was not refused with the reason"; }
+    [[ $(daemon_pids rt) == "$pids_seen" ]] || fail "round $round: a refused upgrade changed the device's processes"
+  fi
   "$RAMPARTCTL" swap off --name rt >"$work/off.out" 2>&1 \
     || { cat "$work/off.out"; fail "round $round: rampartctl swap off failed"; }
   nothing_left rt "round $round, after off"
   log "round $round: on ($dev, pids $pids_seen) and off, nothing left"
 done
 "$RAMPARTCTL" swap off --name rt | grep -q "already off" || fail "a second off does not say it is already off"
+! "$RAMPARTCTL" swap upgrade --name rt >"$work/upgrade.out" 2>&1 &&
+  grep -q "'rt' is off: nothing to upgrade" "$work/upgrade.out" ||
+  fail "upgrade of a device that is off does not say so: $(cat "$work/upgrade.out")"
 
 # Bad input: the error names the problem, and nothing is left behind.
 expect_refusal() { # what grep-pattern args...

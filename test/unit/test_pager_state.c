@@ -525,9 +525,24 @@ static void test_segments_destroyed_at_exit_are_refused(void **state)
   assert_int_equal(access(r->path, F_OK), -1);
 }
 
+/* What rampart-swap upgrade compares: the layout names this build's group chunk size,
+ * which a state records and a takeover checks, so two builds whose chunks differ say
+ * different layouts. */
+static void test_the_layout_names_the_chunk_size(void **state)
+{
+  (void)state;
+  unsigned layout = 0;
+  size_t chunk = 0;
+  char tail = 0;
+  assert_int_equal(sscanf(pager_state_layout(), "%u.%zu%c", &layout, &chunk, &tail), 2);
+  assert_true(layout >= 1);
+  assert_int_equal(chunk, (size_t)GROUP_CHUNK_SIZE * sizeof(struct group));
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_the_layout_names_the_chunk_size),
     cmocka_unit_test_setup_teardown(test_state_outlives_a_killed_pager, rig_setup,
                                     rig_teardown),
     cmocka_unit_test_setup_teardown(test_pages_sealed_before_a_crash_open_after_it, rig_setup,
