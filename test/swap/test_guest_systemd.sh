@@ -32,8 +32,9 @@
 # shutdown; qemu exits at the reset and the host starts it again on the same disk, which
 # keeps its state). Second boot: everything
 # came back (the units, in order, and the swap), the previous boot's shutdown took the
-# swap off before stopping the servers, and a program swaps and verifies again; then it
-# powers off.
+# swap off before stopping the servers, and a program swaps and verifies again; the
+# same program then runs on a swap file of the guest's own disk, rampart's swap off, and
+# both times are printed with their ratio; then it powers off.
 #
 # Environment: RAMPART_DEB_PATH (the package; default: built with scripts/build-deb),
 # RAMPART_GUEST_UBLK_KERNEL_DIR, RAMPART_GUEST_ROOT_DIR (default /var/cache/rampart/guest-root),
