@@ -201,13 +201,20 @@ static void http_error(const struct rp_etcd *e, long status, const char *path, c
     msg += 11;
     len = (int)strcspn(msg, "\"");
   }
+  if (status == 404 && !msg) {
+    snprintf(err, errlen, "%s answered %s with HTTP 404: no etcd v3 gateway there (check "
+             "the endpoint's host and port, and that etcd is 3.4 or newer)",
+             e->endpoints[e->current], path);
+    return;
+  }
   snprintf(err, errlen, "etcd at %s refused %s: HTTP %ld%s%.*s", e->endpoints[e->current],
            path, status, msg ? ": " : "", len > 200 ? 200 : len, msg ? msg : "");
 }
 
 /* POSTs e->body to path, trying each endpoint once from the current one: the reply is
- * in e->reply. A transport failure or a 5xx (no leader, a member shutting down) moves to
- * the next endpoint; any other refusal is the answer. */
+ * in e->reply. A transport failure, a 5xx (no leader, a member shutting down) or a 404
+ * (no v3 gateway there: not etcd, or an endpoint's port now held by another program)
+ * moves to the next endpoint; any other refusal is etcd's answer. */
 static int post(struct rp_etcd *e, const char *path, long timeout_ms, char *err,
                 size_t errlen)
 {
@@ -230,7 +237,7 @@ static int post(struct rp_etcd *e, const char *path, long timeout_ms, char *err,
     }
     if (rc == CURLE_OK && status == 200)
       return 0;
-    if (rc == CURLE_OK && status < 500) {
+    if (rc == CURLE_OK && status < 500 && status != 404) {
       http_error(e, status, path, err, errlen);
       return -1;
     }

@@ -1,8 +1,11 @@
 /* The etcd client (etcd/etcd_gateway.c) against a real three-member etcd on loopback:
  * put and range read back through the JSON gateway, a key under a lease goes with the
- * lease, a watch sees puts and deletions, and the client carries on through another
- * member when the leader is killed.
+ * lease, a watch sees puts and deletions, the client carries on through another
+ * member when the leader is killed, and past an endpoint that is not etcd at all.
  */
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -10,6 +13,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -187,6 +192,83 @@ static void test_leader_killed(void **state)
   assert_int_equal(rp_test_etcd_member_start(&r->etcd, (unsigned)leader), 0);
 }
 
+/* An HTTP server that is not etcd (another program on a port an endpoint names): every
+ * request gets a 404, as an unknown path does anywhere. */
+struct not_etcd {
+  int listen_fd;
+  unsigned port;
+  _Atomic unsigned answered;
+  pthread_t thread;
+};
+
+static void *not_etcd_serve(void *arg)
+{
+  struct not_etcd *n = arg;
+  static const char reply[] = "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\n"
+                              "Content-Length: 9\r\nConnection: close\r\n\r\nnot found";
+  int fd;
+  while ((fd = accept(n->listen_fd, NULL, NULL)) >= 0) {
+    char buf[4096];
+    ssize_t got = read(fd, buf, sizeof buf); /* the request line and headers */
+    if (got > 0 && write(fd, reply, sizeof reply - 1) == (ssize_t)(sizeof reply - 1))
+      n->answered++;
+    close(fd);
+  }
+  return NULL;
+}
+
+static void not_etcd_start(struct not_etcd *n)
+{
+  n->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(n->listen_fd >= 0);
+  struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+  socklen_t len = sizeof a;
+  assert_int_equal(bind(n->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(n->listen_fd, 8), 0);
+  assert_int_equal(getsockname(n->listen_fd, (struct sockaddr *)&a, &len), 0);
+  n->port = ntohs(a.sin_port);
+  assert_int_equal(pthread_create(&n->thread, NULL, not_etcd_serve, n), 0);
+}
+
+static void not_etcd_stop(struct not_etcd *n)
+{
+  shutdown(n->listen_fd, SHUT_RDWR); /* accept fails: the thread ends */
+  pthread_join(n->thread, NULL);
+  close(n->listen_fd);
+}
+
+static void test_endpoint_that_is_not_etcd(void **state)
+{
+  NEED_ETCD(state);
+  struct rig *r = *state;
+  struct not_etcd n;
+  not_etcd_start(&n);
+  /* Listed first: the client must go on to the members behind it. */
+  char endpoints[1024];
+  snprintf(endpoints, sizeof endpoints, "http://127.0.0.1:%u,%s", n.port, r->etcd.endpoints);
+  struct rp_etcd_options o = { .endpoints = endpoints, .timeout_ms = 2000 };
+  struct rp_etcd *c = rp_etcd_new(&o, r->err, sizeof r->err);
+  assert_non_null(c);
+  assert_int_equal(rp_etcd_put(c, "/t/n/x", "past a 404", 0, r->err, sizeof r->err), 0);
+  struct seen s = { 0 };
+  assert_int_equal(rp_etcd_range_prefix(c, "/t/n/", collect, &s, NULL, r->err, sizeof r->err),
+                   0);
+  assert_int_equal(s.n, 1);
+  assert_string_equal(s.values[0], "past a 404");
+  assert_true(n.answered >= 1);
+  rp_etcd_free(c);
+  /* Alone, it is named, with what to check. */
+  snprintf(endpoints, sizeof endpoints, "http://127.0.0.1:%u", n.port);
+  c = rp_etcd_new(&o, r->err, sizeof r->err);
+  assert_non_null(c);
+  assert_int_equal(rp_etcd_put(c, "/t/n/y", "never", 0, r->err, sizeof r->err), -1);
+  printf("alone: %s\n", r->err);
+  assert_non_null(strstr(r->err, "HTTP 404: no etcd v3 gateway there"));
+  assert_non_null(strstr(r->err, endpoints));
+  rp_etcd_free(c);
+  not_etcd_stop(&n);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -194,6 +276,7 @@ int main(void)
     cmocka_unit_test(test_lease_expires_and_revokes),
     cmocka_unit_test(test_watch_from_revision),
     cmocka_unit_test(test_leader_killed),
+    cmocka_unit_test(test_endpoint_that_is_not_etcd),
   };
   return cmocka_run_group_tests(tests, rig_setup, rig_teardown);
 }
