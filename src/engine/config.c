@@ -247,32 +247,33 @@ static int set_redundancy(struct rampart_config *c, const char *key, const char 
   return parse_redundancy(v, &c->redundancy, err, errlen);
 }
 
+/* A count of 1 to max; zero_means says why 0 is refused. */
+static int parse_count(const char *key, const char *v, uint64_t max, const char *zero_means,
+                       unsigned *out, char *err, size_t errlen)
+{
+  uint64_t n;
+  if (rp_parse_uint(key, v, max, &n, err, errlen) < 0)
+    return -1;
+  if (n == 0) {
+    snprintf(err, errlen, "%s=0: %s", key, zero_means);
+    return -1;
+  }
+  *out = (unsigned)n;
+  return 0;
+}
+
 static int set_count(struct rampart_config *c, const char *key, const char *v, char *err,
                      size_t errlen)
 {
-  uint64_t n;
-  if (rp_parse_uint(key, v, RAMPART_MAX_SERVERS, &n, err, errlen) < 0)
-    return -1;
-  if (n == 0) {
-    snprintf(err, errlen, "count=0: a device needs at least one server");
-    return -1;
-  }
-  c->etcd_count = (unsigned)n;
-  return 0;
+  return parse_count(key, v, RAMPART_MAX_SERVERS, "a device needs at least one server",
+                     &c->etcd_count, err, errlen);
 }
 
 static int set_group(struct rampart_config *c, const char *key, const char *v, char *err,
                      size_t errlen)
 {
-  uint64_t n;
-  if (rp_parse_uint(key, v, GROUP_MAX_DATA, &n, err, errlen) < 0)
-    return -1;
-  if (n == 0) {
-    snprintf(err, errlen, "group=0: a group needs at least 1 data page");
-    return -1;
-  }
-  c->group = (unsigned)n;
-  return 0;
+  return parse_count(key, v, GROUP_MAX_DATA, "a group needs at least 1 data page", &c->group,
+                     err, errlen);
 }
 
 static int set_spill_size(struct rampart_config *c, const char *key, const char *v,
