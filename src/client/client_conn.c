@@ -600,6 +600,21 @@ static void zc_drain(struct rp_conn *c)
   }
 }
 
+/* Adds what is left to send of one part of a frame, `*off` bytes of the frame being
+ * sent already; *off becomes what is already sent of the parts after it. */
+static void add_unsent(struct iovec *iov, int *niov, uint8_t *part, uint32_t len,
+                       uint32_t *off)
+{
+  if (*off >= len) {
+    *off -= len;
+    return;
+  }
+  iov[*niov].iov_base = part + *off;
+  iov[*niov].iov_len = len - *off;
+  (*niov)++;
+  *off = 0;
+}
+
 static void flush_queue(struct rp_conn *c)
 {
   bool copy = false; /* this batch without MSG_ZEROCOPY (see ENOBUFS below) */
@@ -632,22 +647,8 @@ static void flush_queue(struct rp_conn *c)
         }
         r->tagged = true;
       }
-      if (off < RP_HEADER_SIZE) {
-        iov[niov].iov_base = r->header + off;
-        iov[niov].iov_len = RP_HEADER_SIZE - off;
-        niov++;
-        off = 0;
-      } else {
-        off -= RP_HEADER_SIZE;
-      }
-      if (plen > off) {
-        iov[niov].iov_base = r->page + off;
-        iov[niov].iov_len = plen - off;
-        niov++;
-        off = 0;
-      } else {
-        off -= plen;
-      }
+      add_unsent(iov, &niov, r->header, RP_HEADER_SIZE, &off);
+      add_unsent(iov, &niov, r->page, plen, &off);
       iov[niov].iov_base = r->tag + off;
       iov[niov].iov_len = RP_TAG_LEN - off;
       niov++;
