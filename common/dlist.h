@@ -1,12 +1,16 @@
-/* An intrusive doubly linked list over a head and a tail pointer: any item removed in
- * O(1), nothing allocated. The companion of fifo.h, in the same style: the head and tail
- * already live in a struct and the links are fields of the item, named by the caller, so
- * one item type can sit in several lists (a connection: all connections, and the
- * unauthenticated ones oldest first).
+/* An intrusive doubly linked list: any item removed in O(1), nothing allocated. The
+ * companion of fifo.h, in the same style: the list's pointers already live in a struct
+ * and the links are fields of the item, named by the caller, so one item type can sit in
+ * several lists (a connection: all connections, and the unauthenticated ones oldest
+ * first).
  *
+ * A list that keeps only its head:
+ *   DLIST_PUSH(l->head, item, prev, next);       at the head
+ *   DLIST_UNLINK(l->head, item, prev, next);     item's links are NULL after
+ * A list that keeps a head and a tail:
  *   DLIST_PUSH_HEAD(l->head, l->tail, item, prev, next);
  *   DLIST_PUSH_TAIL(l->head, l->tail, item, prev, next);
- *   DLIST_REMOVE(l->head, l->tail, item, prev, next);    item's links are NULL after
+ *   DLIST_REMOVE(l->head, l->tail, item, prev, next);   item's links are NULL after
  *
  * Arguments are evaluated more than once: pass plain lvalues.
  *
@@ -17,39 +21,42 @@
 
 #include <stddef.h>
 
-#define DLIST_PUSH_HEAD(head, tail, item, prev, next) \
-  do {                                                \
-    (item)->prev = NULL;                              \
-    (item)->next = (head);                            \
-    if (head)                                         \
-      (head)->prev = (item);                          \
-    else                                              \
-      (tail) = (item);                                \
-    (head) = (item);                                  \
+#define DLIST_PUSH(head, item, prev, next) \
+  do {                                     \
+    (item)->prev = NULL;                   \
+    (item)->next = (head);                 \
+    if (head)                              \
+      (head)->prev = (item);               \
+    (head) = (item);                       \
   } while (0)
 
-#define DLIST_PUSH_TAIL(head, tail, item, prev, next) \
-  do {                                                \
-    (item)->next = NULL;                              \
-    (item)->prev = (tail);                            \
-    if (tail)                                         \
-      (tail)->next = (item);                          \
-    else                                              \
-      (head) = (item);                                \
-    (tail) = (item);                                  \
+#define DLIST_UNLINK(head, item, prev, next) \
+  do {                                       \
+    if ((item)->prev)                        \
+      (item)->prev->next = (item)->next;     \
+    else                                     \
+      (head) = (item)->next;                 \
+    if ((item)->next)                        \
+      (item)->next->prev = (item)->prev;     \
+    (item)->prev = (item)->next = NULL;      \
   } while (0)
+
+#define DLIST_PUSH_HEAD(head, tail, item, prev, next) \
+  do {                                                \
+    if (!(head))                                      \
+      (tail) = (item);                                \
+    DLIST_PUSH(head, item, prev, next);               \
+  } while (0)
+
+/* Appending is pushing at the head of the list read backwards. */
+#define DLIST_PUSH_TAIL(head, tail, item, prev, next) \
+  DLIST_PUSH_HEAD(tail, head, item, next, prev)
 
 #define DLIST_REMOVE(head, tail, item, prev, next) \
   do {                                             \
-    if ((item)->prev)                              \
-      (item)->prev->next = (item)->next;           \
-    else                                           \
-      (head) = (item)->next;                       \
-    if ((item)->next)                              \
-      (item)->next->prev = (item)->prev;           \
-    else                                           \
+    if (!(item)->next)                             \
       (tail) = (item)->prev;                       \
-    (item)->prev = (item)->next = NULL;            \
+    DLIST_UNLINK(head, item, prev, next);          \
   } while (0)
 
 #endif

@@ -941,10 +941,7 @@ int rps_conn_start(struct rps_server *srv, int fd, const char *peer,
   c->rio.data = c->wio.data = c->deadline.data = c;
   ev_io_start(srv->loop, &c->rio);
 
-  c->next = srv->conns;
-  if (srv->conns)
-    srv->conns->prev = c;
-  srv->conns = c;
+  DLIST_PUSH(srv->conns, c, prev, next);
   srv->nconns++;
   unauth_add(c);
   arm_deadline(c);
@@ -961,12 +958,7 @@ static void conn_free(struct rps_conn *c)
   ev_io_stop(srv->loop, &c->wio);
   ev_timer_stop(srv->loop, &c->deadline);
   close(c->fd);
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    srv->conns = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
+  DLIST_UNLINK(srv->conns, c, prev, next);
   srv->nconns--;
   if (c->authed)
     srv->nauth--;
