@@ -36,6 +36,15 @@ void prom_metric(struct prom_out *o, const char *name, const char *type, const c
   prom_put(o, "%s %.17g\n", name, value);
 }
 
+void prom_labelled(struct prom_out *o, const char *name, const char *type, const char *help,
+                   const char *label, const struct prom_sample *samples, size_t n)
+{
+  prom_header(o, name, type, help);
+  for (size_t i = 0; i < n; i++)
+    prom_put(o, "%s{%s=\"%s\"} %llu\n", name, label, samples[i].label_value,
+             samples[i].count);
+}
+
 void prom_escape_label(const char *in, char *out, size_t outlen)
 {
   size_t n = 0;

@@ -21,6 +21,14 @@ void prom_header(struct prom_out *o, const char *name, const char *type, const c
 /* HELP, TYPE and one unlabelled sample. */
 void prom_metric(struct prom_out *o, const char *name, const char *type, const char *help,
                  double value);
+/* One sample of a metric with a single label: name{label="value"} count. */
+struct prom_sample {
+  const char *label_value; /* written as it is: pass names that need no escaping */
+  unsigned long long count;
+};
+/* HELP, TYPE and one sample per entry of samples, each labelled `label`. */
+void prom_labelled(struct prom_out *o, const char *name, const char *type, const char *help,
+                   const char *label, const struct prom_sample *samples, size_t n);
 /* A label value as the format wants it: backslash, double quote and newline escaped;
  * cut to fit outlen. */
 void prom_escape_label(const char *in, char *out, size_t outlen);

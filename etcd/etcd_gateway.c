@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "etcd_libs.h"
 
 #define B64_LEN(n) (((n) + 2) / 3 * 4 + 1)
@@ -438,13 +439,6 @@ struct watch_state {
   char why[200];
 };
 
-static uint64_t now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static void watch_message(struct watch_state *w, struct json_object *msg)
 {
   struct json_object *res, *x;
@@ -510,7 +504,7 @@ static int on_watch_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t
   struct rp_etcd *e = arg;
   struct watch_state *w = e->watch;
   if (w->canceled || (w->stop && w->stop(w->arg)) ||
-      (w->deadline_ms && now_ms() >= w->deadline_ms))
+      (w->deadline_ms && rp_now_ms() >= w->deadline_ms))
     return 1;
   return 0;
 }
@@ -522,7 +516,7 @@ int rp_etcd_watch_prefix(struct rp_etcd *e, const char *prefix, int64_t start_re
 {
   struct watch_state w = {
     .fn = fn, .live = live, .stop = stop, .arg = arg,
-    .deadline_ms = max_ms ? now_ms() + max_ms : 0, .next_revision = start_revision,
+    .deadline_ms = max_ms ? rp_now_ms() + max_ms : 0, .next_revision = start_revision,
   };
   if (range_body(e, prefix, "watch", start_revision, err, errlen) < 0)
     return -1;
@@ -538,7 +532,7 @@ int rp_etcd_watch_prefix(struct rp_etcd *e, const char *prefix, int64_t start_re
     snprintf(err, errlen, "etcd at %s: %s", e->endpoints[e->current], w.why);
     return -1;
   }
-  if (rc == 0 && !(stop && stop(arg)) && !(w.deadline_ms && now_ms() >= w.deadline_ms)) {
+  if (rc == 0 && !(stop && stop(arg)) && !(w.deadline_ms && rp_now_ms() >= w.deadline_ms)) {
     snprintf(err, errlen, "etcd at %s ended the watch", e->endpoints[e->current]);
     return -1;
   }

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "deferred_log.h"
 #include "nbd_handshake.h"
 #include "nbd_netlink.h"
@@ -66,13 +67,6 @@ struct attach {
   pid_t daemon_pid;
   char backend[128];
 };
-
-static uint64_t now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static bool parse_seconds(const char *s, uint64_t *out)
 {
@@ -210,7 +204,7 @@ static bool wait_or_stop(const struct attach *a, int ms)
  * once the driver has said the connection died (serve). false: stopped by a signal. */
 static bool reconnect(struct attach *a, const char *why)
 {
-  uint64_t start = now_ms();
+  uint64_t start = rp_now_ms();
   char err[512] = "";
   /* A handshake that hangs longer holds up the next socket in the list. */
   unsigned wait_s = (unsigned)(a->device.dead_conn_timeout_s < 30 ? a->device.dead_conn_timeout_s : 30);
@@ -240,7 +234,7 @@ static bool reconnect(struct attach *a, const char *why)
       watch_daemon(a, peer);
       deferred_log("/dev/nbd%d reconnected to %s (pid %d) %llu ms "
               "after %s", a->device.index, a->sockets[i], (int)peer,
-              (unsigned long long)(now_ms() - start), why);
+              (unsigned long long)(rp_now_ms() - start), why);
       /* stdout, for scripts: the device once attached, then a line per reconnect. */
       printf("/dev/nbd%d reconnected %s", a->device.index, a->sockets[i]);
       fflush(stdout);
@@ -251,7 +245,7 @@ static bool reconnect(struct attach *a, const char *why)
               "device's requests wait up to %llu s: start nbdkit rampart with the same "
               "state= on one of the sockets", a->device.index, err,
               (unsigned long long)a->device.dead_conn_timeout_s);
-    if (wait_or_stop(a, now_ms() - start < 10000 ? 100 : 1000))
+    if (wait_or_stop(a, rp_now_ms() - start < 10000 ? 100 : 1000))
       return false;
   }
 }
@@ -301,7 +295,7 @@ static int serve(struct attach *a)
       watch_daemon(a, 0);
       struct pollfd q[2] = { { .fd = a->signal_fd, .events = POLLIN },
                              { .fd = a->nl.events_fd, .events = POLLIN } };
-      for (uint64_t t0 = now_ms(); now_ms() - t0 < DEAD_NOTICE_WAIT_MS;) {
+      for (uint64_t t0 = rp_now_ms(); rp_now_ms() - t0 < DEAD_NOTICE_WAIT_MS;) {
         if (poll(q, 2, 50) > 0 && q[0].revents)
           return 0;
         if (q[1].revents && drain_notices(a))

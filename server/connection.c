@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "admission.h"
+#include "dlist.h"
 #include "fault_injection.h"
 #include "frame_auth.h"
 #include "log.h"
@@ -428,12 +429,7 @@ static void handle_hello(struct rps_conn *c, const struct rp_header *h, const ui
 static void unauth_add(struct rps_conn *c)
 {
   struct rps_server *srv = c->srv;
-  c->unauth_prev = srv->unauth_newest;
-  if (srv->unauth_newest)
-    srv->unauth_newest->unauth_next = c;
-  else
-    srv->unauth_oldest = c;
-  srv->unauth_newest = c;
+  DLIST_PUSH_TAIL(srv->unauth_oldest, srv->unauth_newest, c, unauth_prev, unauth_next);
   srv->nunauth++;
 }
 
@@ -444,15 +440,7 @@ static void unauth_leave(struct rps_conn *c)
   if (c->authed)
     return;
   c->authed = true;
-  if (c->unauth_prev)
-    c->unauth_prev->unauth_next = c->unauth_next;
-  else
-    srv->unauth_oldest = c->unauth_next;
-  if (c->unauth_next)
-    c->unauth_next->unauth_prev = c->unauth_prev;
-  else
-    srv->unauth_newest = c->unauth_prev;
-  c->unauth_prev = c->unauth_next = NULL;
+  DLIST_REMOVE(srv->unauth_oldest, srv->unauth_newest, c, unauth_prev, unauth_next);
   srv->nunauth--;
   rps_addr_count_remove(srv->unauth_by_addr, &c->addr);
 }
@@ -953,10 +941,7 @@ int rps_conn_start(struct rps_server *srv, int fd, const char *peer,
   c->rio.data = c->wio.data = c->deadline.data = c;
   ev_io_start(srv->loop, &c->rio);
 
-  c->next = srv->conns;
-  if (srv->conns)
-    srv->conns->prev = c;
-  srv->conns = c;
+  DLIST_PUSH(srv->conns, c, prev, next);
   srv->nconns++;
   unauth_add(c);
   arm_deadline(c);
@@ -973,12 +958,7 @@ static void conn_free(struct rps_conn *c)
   ev_io_stop(srv->loop, &c->wio);
   ev_timer_stop(srv->loop, &c->deadline);
   close(c->fd);
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    srv->conns = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
+  DLIST_UNLINK(srv->conns, c, prev, next);
   srv->nconns--;
   if (c->authed)
     srv->nauth--;

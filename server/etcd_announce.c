@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "cluster_keys.h"
 #include "etcd_gateway.h"
 #include "log.h"
@@ -60,13 +61,6 @@ struct rps_announce {
   char err[512];
   bool down_logged;
 };
-
-static uint64_t now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static struct snapshot take_snapshot(struct rps_server *srv)
 {
@@ -111,7 +105,7 @@ static int put_free(struct rps_announce *a, const struct snapshot *s)
     rp_log(RP_LOG_INFO, "etcd: draining published: devices that follow the cluster move "
            "their pages off this server");
   a->published = *s;
-  a->free_put_ms = now_ms();
+  a->free_put_ms = rp_now_ms();
   a->free_put_once = true;
   return 0;
 }
@@ -131,7 +125,7 @@ static int register_now(struct rps_announce *a, const struct snapshot *s)
     a->lease = 0;
     return -1;
   }
-  a->keepalive_ok_ms = now_ms();
+  a->keepalive_ok_ms = rp_now_ms();
   rp_log(RP_LOG_INFO, "etcd: registered as %s (lease %llx, %u s) at %s", a->server_key,
          (unsigned long long)a->lease, LEASE_TTL_S, rp_etcd_endpoint(a->etcd));
   a->down_logged = false;
@@ -147,7 +141,7 @@ static bool free_is_due(const struct rps_announce *a, const struct snapshot *s)
   uint64_t moved = s->free_pages > a->published.free_pages
                    ? s->free_pages - a->published.free_pages
                    : a->published.free_pages - s->free_pages;
-  return moved > 0 && moved >= step && now_ms() - a->free_put_ms >= FREE_MIN_INTERVAL_MS;
+  return moved > 0 && moved >= step && rp_now_ms() - a->free_put_ms >= FREE_MIN_INTERVAL_MS;
 }
 
 static void keep_alive(struct rps_announce *a)
@@ -156,7 +150,7 @@ static void keep_alive(struct rps_announce *a)
   if (rp_etcd_lease_keepalive(a->etcd, a->lease, &ttl, a->err, sizeof a->err) < 0) {
     log_down(a, "keep the registration alive");
     /* Past the TTL etcd has dropped the keys: register again when it answers. */
-    if (now_ms() - a->keepalive_ok_ms > LEASE_TTL_S * 1000u)
+    if (rp_now_ms() - a->keepalive_ok_ms > LEASE_TTL_S * 1000u)
       a->lease = 0;
     return;
   }
@@ -166,7 +160,7 @@ static void keep_alive(struct rps_announce *a)
     a->lease = 0;
     return;
   }
-  a->keepalive_ok_ms = now_ms();
+  a->keepalive_ok_ms = rp_now_ms();
   if (a->down_logged) {
     rp_log(RP_LOG_INFO, "etcd: reachable again at %s", rp_etcd_endpoint(a->etcd));
     a->down_logged = false;
@@ -193,17 +187,17 @@ static void *announce_thread(void *arg)
         retry_ms = retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : retry_ms * 2;
       } else {
         retry_ms = 250;
-        next_keepalive = now_ms() + KEEPALIVE_MS;
+        next_keepalive = rp_now_ms() + KEEPALIVE_MS;
         wait_ms = KEEPALIVE_MS;
       }
     } else {
-      if (now_ms() >= next_keepalive) {
+      if (rp_now_ms() >= next_keepalive) {
         keep_alive(a);
-        next_keepalive = now_ms() + (a->down_logged ? 1000u : KEEPALIVE_MS);
+        next_keepalive = rp_now_ms() + (a->down_logged ? 1000u : KEEPALIVE_MS);
       }
       if (a->lease && free_is_due(a, &s) && put_free(a, &s) < 0)
         log_down(a, "publish free memory");
-      uint64_t now = now_ms();
+      uint64_t now = rp_now_ms();
       wait_ms = next_keepalive > now ? next_keepalive - now : 0;
       /* A free-memory step held back by the rate limit is looked at again when due. */
       if (a->lease && !free_is_due(a, &s) && s.free_pages != a->published.free_pages &&

@@ -24,13 +24,13 @@ static void session_metrics(struct prom_out *o, const Rampart__Stat *st)
 {
   prom_metric(o, "rampart_server_connections", "gauge", "Open client connections.",
               (double)st->clients_connected);
-  prom_header(o, "rampart_server_sessions", "gauge",
-              "Client sessions: attached to a connection, or detached and kept for their "
-              "lease.");
-  prom_put(o, "rampart_server_sessions{state=\"attached\"} %llu\n",
-           (unsigned long long)st->sessions_attached);
-  prom_put(o, "rampart_server_sessions{state=\"detached\"} %llu\n",
-           (unsigned long long)st->sessions_detached);
+  const struct prom_sample sessions[] = {
+    { "attached", st->sessions_attached },
+    { "detached", st->sessions_detached },
+  };
+  prom_labelled(o, "rampart_server_sessions", "gauge",
+                "Client sessions: attached to a connection, or detached and kept for their "
+                "lease.", "state", sessions, sizeof sessions / sizeof sessions[0]);
   prom_metric(o, "rampart_server_sessions_expired_total", "counter",
               "Sessions whose lease ran out: their pages were freed.",
               (double)st->sessions_expired);
@@ -39,25 +39,25 @@ static void session_metrics(struct prom_out *o, const Rampart__Stat *st)
 static void request_metrics(struct prom_out *o, const struct rps_server *srv,
                             const Rampart__Stat *st)
 {
-  prom_header(o, "rampart_server_requests_total", "counter", "Page requests served, by op.");
-  prom_put(o, "rampart_server_requests_total{op=\"write\"} %llu\n",
-           (unsigned long long)st->ops_write);
-  prom_put(o, "rampart_server_requests_total{op=\"read\"} %llu\n",
-           (unsigned long long)st->ops_read);
-  prom_put(o, "rampart_server_requests_total{op=\"free\"} %llu\n",
-           (unsigned long long)st->ops_free);
+  const struct prom_sample ops[] = {
+    { "write", st->ops_write },
+    { "read", st->ops_read },
+    { "free", st->ops_free },
+  };
+  prom_labelled(o, "rampart_server_requests_total", "counter", "Page requests served, by op.",
+                "op", ops, sizeof ops / sizeof ops[0]);
   prom_metric(o, "rampart_server_received_bytes_total", "counter",
               "Bytes received from clients.", (double)st->bytes_in);
   prom_metric(o, "rampart_server_sent_bytes_total", "counter", "Bytes sent to clients.",
               (double)st->bytes_out);
-  prom_header(o, "rampart_server_errors_total", "counter",
-              "Requests or connections refused, by kind.");
-  prom_put(o, "rampart_server_errors_total{kind=\"protocol\"} %llu\n",
-           (unsigned long long)st->errors_protocol);
-  prom_put(o, "rampart_server_errors_total{kind=\"auth\"} %llu\n",
-           (unsigned long long)st->errors_auth);
-  prom_put(o, "rampart_server_errors_total{kind=\"refused\"} %llu\n",
-           (unsigned long long)st->errors_refused);
+  const struct prom_sample errors[] = {
+    { "protocol", st->errors_protocol },
+    { "auth", st->errors_auth },
+    { "refused", st->errors_refused },
+  };
+  prom_labelled(o, "rampart_server_errors_total", "counter",
+                "Requests or connections refused, by kind.", "kind", errors,
+                sizeof errors / sizeof errors[0]);
   prom_metric(o, "rampart_server_connections_refused_total", "counter",
               "Connections refused at accept: over the unauthenticated budget.",
               (double)srv->stats.connections_refused);

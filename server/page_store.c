@@ -49,6 +49,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "dlist.h"
+
 #define LEAF_SLOTS 512u /* slots per slot-table leaf: one leaf is ~4 KiB */
 
 #ifndef MADV_DONTNEED_LOCKED
@@ -106,39 +108,19 @@ struct rps_account {
 
 static void avail_remove(struct rps_store *s, struct chunk *c)
 {
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    s->avail_head = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
-  else
-    s->avail_tail = c->prev;
-  c->prev = c->next = NULL;
+  DLIST_REMOVE(s->avail_head, s->avail_tail, c, prev, next);
 }
 
 static void avail_push_head(struct rps_store *s, struct chunk *c)
 {
-  c->prev = NULL;
-  c->next = s->avail_head;
-  if (s->avail_head)
-    s->avail_head->prev = c;
-  else
-    s->avail_tail = c;
-  s->avail_head = c;
+  DLIST_PUSH_HEAD(s->avail_head, s->avail_tail, c, prev, next);
 }
 
 /* Empty chunks go to the tail so that allocation fills partly used chunks first and
  * empty ones stay empty long enough to be unmapped. */
 static void avail_push_tail(struct rps_store *s, struct chunk *c)
 {
-  c->next = NULL;
-  c->prev = s->avail_tail;
-  if (s->avail_tail)
-    s->avail_tail->next = c;
-  else
-    s->avail_head = c;
-  s->avail_tail = c;
+  DLIST_PUSH_TAIL(s->avail_head, s->avail_tail, c, prev, next);
 }
 
 static struct chunk *chunk_map(struct rps_store *s)

@@ -170,28 +170,47 @@ static ssize_t read_small_file(const char *path, char *buf, size_t cap)
   return (ssize_t)got;
 }
 
+/* Reads one of the kernel's files for a sample. While it cannot be read the warning is
+ * logged once, not on every tick; true when buf holds the file. */
+static bool read_source(const char *path, char *buf, size_t len, bool *warned,
+                        const char *without_it)
+{
+  if (read_small_file(path, buf, len) >= 0) {
+    *warned = false;
+    return true;
+  }
+  if (!*warned)
+    rp_log(RP_LOG_WARN, "cannot read %s (%s): %s", path, strerror(errno), without_it);
+  *warned = true;
+  return false;
+}
+
+/* The same for a file read whose line could not be parsed: the last reading stays. */
+static bool source_parsed(bool parsed, const char *path, const char *line, bool *warned)
+{
+  if (parsed) {
+    *warned = false;
+    return true;
+  }
+  if (!*warned)
+    rp_log(RP_LOG_WARN, "%s has no readable '%s' line; keeping the last reading", path, line);
+  *warned = true;
+  return false;
+}
+
 static void sample_psi(struct rps_pressure *p)
 {
   char buf[1024];
-  if (read_small_file(p->cfg.psi_path, buf, sizeof buf) < 0) {
-    if (!p->warned_psi_missing)
-      rp_log(RP_LOG_WARN, "cannot read %s (%s): this kernel may lack PSI; memory pressure "
-             "is judged by MemAvailable only (set --min-available to enable that)",
-             p->cfg.psi_path, strerror(errno));
-    p->warned_psi_missing = true;
+  if (!read_source(p->cfg.psi_path, buf, sizeof buf, &p->warned_psi_missing,
+                   "this kernel may lack PSI; memory pressure is judged by MemAvailable "
+                   "only (set --min-available to enable that)")) {
     p->sample.psi_ok = false;
     return;
   }
-  p->warned_psi_missing = false;
   double v;
-  if (rps_psi_parse_some_avg10(buf, &v) < 0) {
-    if (!p->warned_psi_bad)
-      rp_log(RP_LOG_WARN, "%s has no readable 'some avg10=' line; keeping the last "
-             "reading", p->cfg.psi_path);
-    p->warned_psi_bad = true;
+  if (!source_parsed(rps_psi_parse_some_avg10(buf, &v) >= 0, p->cfg.psi_path, "some avg10=",
+                     &p->warned_psi_bad))
     return;
-  }
-  p->warned_psi_bad = false;
   p->sample.psi_ok = true;
   p->sample.psi_some_avg10 = v;
 }
@@ -199,24 +218,15 @@ static void sample_psi(struct rps_pressure *p)
 static void sample_meminfo(struct rps_pressure *p)
 {
   char buf[8192];
-  if (read_small_file(p->cfg.meminfo_path, buf, sizeof buf) < 0) {
-    if (!p->warned_mem_missing)
-      rp_log(RP_LOG_WARN, "cannot read %s (%s): MemAvailable is unknown",
-             p->cfg.meminfo_path, strerror(errno));
-    p->warned_mem_missing = true;
+  if (!read_source(p->cfg.meminfo_path, buf, sizeof buf, &p->warned_mem_missing,
+                   "MemAvailable is unknown")) {
     p->sample.mem_ok = false;
     return;
   }
-  p->warned_mem_missing = false;
   uint64_t avail;
-  if (rps_meminfo_parse_available(buf, &avail) < 0) {
-    if (!p->warned_mem_bad)
-      rp_log(RP_LOG_WARN, "%s has no readable 'MemAvailable:' line; keeping the last "
-             "reading", p->cfg.meminfo_path);
-    p->warned_mem_bad = true;
+  if (!source_parsed(rps_meminfo_parse_available(buf, &avail) >= 0, p->cfg.meminfo_path,
+                     "MemAvailable:", &p->warned_mem_bad))
     return;
-  }
-  p->warned_mem_bad = false;
   p->sample.mem_ok = true;
   p->sample.mem_available = avail;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "dlist.h"
 #include "log.h"
 
 static void set_name(struct rps_session *s, const char *client_name)
@@ -72,10 +73,7 @@ struct rps_session *rps_session_create(struct rps_sessions *t, void *conn,
   s->conn = conn;
   ev_timer_init(&s->lease, lease_expired, t->lease_seconds, 0.);
   s->lease.data = s;
-  s->next = t->head;
-  if (t->head)
-    t->head->prev = s;
-  t->head = s;
+  DLIST_PUSH(t->head, s, prev, next);
   t->attached++;
   return s;
 }
@@ -128,12 +126,7 @@ void rps_session_destroy(struct rps_sessions *t, struct rps_session *s)
     ev_timer_stop(t->loop, &s->lease);
     t->detached--;
   }
-  if (s->prev)
-    s->prev->next = s->next;
-  else
-    t->head = s->next;
-  if (s->next)
-    s->next->prev = s->prev;
+  DLIST_UNLINK(t->head, s, prev, next);
   rps_account_destroy(t->store, s->acct);
   OPENSSL_cleanse(s->token, sizeof s->token);
   free(s);

@@ -165,6 +165,22 @@ static struct rp_conn *connect_to(const struct common_args *a, struct rp_key *ke
   return c;
 }
 
+/* What stat and bench begin with: their arguments, then a connection to the server.
+ * NULL, with *status the exit status, when either fails. */
+static struct rp_conn *parse_and_connect(int argc, char **argv, const char *cmd, bool bench,
+                                         struct common_args *a, int *status)
+{
+  static struct rp_key key; /* the connection keeps using it: one per process */
+  struct rp_session_info info;
+  *status = parse_common(argc, argv, cmd, bench, a);
+  if (*status)
+    return NULL;
+  struct rp_conn *c = connect_to(a, &key, &info);
+  if (!c)
+    *status = 1;
+  return c;
+}
+
 /* ---- keygen ---- */
 
 static int cmd_keygen(int argc, char **argv)
@@ -318,14 +334,10 @@ static void print_stat_table(const char *addr, const struct rp_server_stat *s)
 static int cmd_stat(int argc, char **argv)
 {
   struct common_args a;
-  int rc = parse_common(argc, argv, "stat", false, &a);
-  if (rc)
-    return rc;
-  static struct rp_key key;
-  struct rp_session_info info;
-  struct rp_conn *c = connect_to(&a, &key, &info);
+  int rc;
+  struct rp_conn *c = parse_and_connect(argc, argv, "stat", false, &a, &rc);
   if (!c)
-    return 1;
+    return rc;
   struct rp_server_stat s;
   struct rp_error e;
   if (rp_stat_sync(c, &s, &e) < 0) {
@@ -449,14 +461,10 @@ static void report_pass(const char *name, uint64_t pages, double secs, uint64_t 
 static int cmd_bench(int argc, char **argv)
 {
   struct common_args a;
-  int rc = parse_common(argc, argv, "bench", true, &a);
-  if (rc)
-    return rc;
-  static struct rp_key key;
-  struct rp_session_info info;
-  struct rp_conn *c = connect_to(&a, &key, &info);
+  int rc;
+  struct rp_conn *c = parse_and_connect(argc, argv, "bench", true, &a, &rc);
   if (!c)
-    return 1;
+    return rc;
   struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
   if (!loop) {
     fprintf(stderr, "rampartctl: cannot create an event loop\n");

@@ -118,6 +118,14 @@ static void start_request(struct ublk_queue *q, struct ublk_tag *t)
   q->in_engine++;
 }
 
+/* Hands each tag's result back to the driver with a fetch of its next request. */
+static void commit_tags(struct ublk_queue *q, const uint16_t *tags, unsigned n)
+{
+  for (unsigned i = 0; i < n; i++)
+    prep_io_command(q, UBLK_IO_COMMIT_AND_FETCH_REQ, tags[i], q->tags[tags[i]].result);
+  q->in_engine -= n;
+}
+
 static void commit_done_tags(struct ublk_queue *q)
 {
   /* Copied out under the lock, committed outside it: the engine thread only ever waits
@@ -128,17 +136,12 @@ static void commit_done_tags(struct ublk_queue *q)
   memcpy(tags, q->done, n * sizeof *tags);
   q->ndone = 0;
   pthread_mutex_unlock(&q->done_lock);
-  for (unsigned i = 0; i < n; i++)
-    prep_io_command(q, UBLK_IO_COMMIT_AND_FETCH_REQ, tags[i], q->tags[tags[i]].result);
-  q->in_engine -= n;
+  commit_tags(q, tags, n);
 }
 
 static void commit_done_here(struct ublk_queue *q)
 {
-  for (unsigned i = 0; i < q->ndone_here; i++)
-    prep_io_command(q, UBLK_IO_COMMIT_AND_FETCH_REQ, q->done_here[i],
-                    q->tags[q->done_here[i]].result);
-  q->in_engine -= q->ndone_here;
+  commit_tags(q, q->done_here, q->ndone_here);
   q->ndone_here = 0;
 }
 

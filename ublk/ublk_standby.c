@@ -7,16 +7,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "rampart.h"
 
 #define QUIESCE_WAIT_MS 10000u
-
-static uint64_t now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 int ublk_standby_wait(struct ublk_control *c, int dev_id, const char *const *pin,
                       unsigned npin, size_t reserve_bytes, char *err, size_t errlen)
@@ -50,14 +44,14 @@ int ublk_standby_wait(struct ublk_control *c, int dev_id, const char *const *pin
              serving, dev_id);
     return 0;
   }
-  uint64_t start = now_ms();
+  uint64_t start = rp_now_ms();
   for (;;) {
     r = ublk_control_get_info(c, dev_id);
     if (r == -ENODEV || r == -ENOENT)
       return 0; /* stopped and deleted: nothing to take over */
     if (r == 0 && c->info.state == UBLK_S_DEV_QUIESCED)
       return 1;
-    if (now_ms() - start > QUIESCE_WAIT_MS) {
+    if (rp_now_ms() - start > QUIESCE_WAIT_MS) {
       snprintf(err, errlen, "--standby: /dev/ublkb%d did not wait for a daemon within %u s "
                "of pid %d's end (state %d)", dev_id, QUIESCE_WAIT_MS / 1000, serving,
                r == 0 ? c->info.state : r);

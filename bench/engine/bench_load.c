@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "xorshift.h"
+
 #define PREFILL_BYTES (256u << 10)
 #define PREFILL_QD 8u
 #define LATENCY_BUCKETS 100000u /* 1 µs each; the last holds the rest */
@@ -48,16 +50,6 @@ static uint64_t now_ns(void)
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t next_random(struct bench_load *l)
-{
-  uint64_t x = l->rng; /* xorshift64* */
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  l->rng = x;
-  return x * UINT64_C(2685821657736338717);
 }
 
 /* Runs on the engine's I/O thread, as ublk's on_engine_done does. */
@@ -102,7 +94,7 @@ struct bench_load *bench_load_new(struct rampart_engine *engine, uint64_t span_p
   l->wait_on_eventfd = getenv("RAMPART_BENCH_EVENTFD") != NULL;
   /* what the writes carry: not zeros, which an engine might store as zero pages */
   for (size_t i = 0; i < (size_t)PREFILL_QD * PREFILL_BYTES; i += 8) {
-    uint64_t v = next_random(l);
+    uint64_t v = rp_xorshift64s(&l->rng);
     memcpy(l->buffers + i, &v, 8);
   }
   for (unsigned i = 0; i < BENCH_MAX_QD; i++)
@@ -212,7 +204,7 @@ int bench_load_run(struct bench_load *l, bool write, unsigned qd, double seconds
   l->first_error = 0;
   uint64_t t0 = now_ns(), end = t0 + (uint64_t)(seconds * 1e9);
   for (unsigned i = 0; i < qd; i++, inflight++)
-    submit(l, i, op, (next_random(l) % l->span_pages) * RAMPART_PAGE_SIZE, RAMPART_PAGE_SIZE);
+    submit(l, i, op, (rp_xorshift64s(&l->rng) % l->span_pages) * RAMPART_PAGE_SIZE, RAMPART_PAGE_SIZE);
   bool stopping = false;
   while (inflight) {
     unsigned n = reap(l, done);
@@ -226,7 +218,7 @@ int bench_load_run(struct bench_load *l, bool write, unsigned qd, double seconds
       l->latency[us < LATENCY_BUCKETS - 1 ? (unsigned)us : LATENCY_BUCKETS - 1]++;
       requests++;
       if (!stopping) {
-        *tail = prepare(l, done[k], op, (next_random(l) % l->span_pages) * RAMPART_PAGE_SIZE,
+        *tail = prepare(l, done[k], op, (rp_xorshift64s(&l->rng) % l->span_pages) * RAMPART_PAGE_SIZE,
                         RAMPART_PAGE_SIZE);
         tail = &(*tail)->next;
         inflight++;

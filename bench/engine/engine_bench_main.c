@@ -64,6 +64,56 @@ static void on_signal(int sig)
   _exit(128 + sig);
 }
 
+static int parse_qds(const char *v, struct options *o)
+{
+  o->nqd = 0;
+  for (const char *p = v; *p && o->nqd < MAX_QDS;) {
+    char *end;
+    long qd = strtol(p, &end, 10);
+    if (qd < 1 || qd > (long)BENCH_MAX_QD || end == p) {
+      fprintf(stderr, "engine-bench: --qd %s: depths of 1 to %u\n", v, BENCH_MAX_QD);
+      return -1;
+    }
+    o->qds[o->nqd++] = (unsigned)qd;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return 0;
+}
+
+/* An option that takes the next argument as its value: 0 when set, -1 when the value is
+ * refused (said on stderr), 1 when the option is not one of these. */
+static int set_valued_option(const char *a, const char *v, struct options *o)
+{
+  if (!strcmp(a, "--seconds"))
+    o->seconds = strtod(v, NULL);
+  else if (!strcmp(a, "--qd"))
+    return parse_qds(v, o);
+  else if (!strcmp(a, "--tests")) {
+    o->writes = strstr(v, "rw") != NULL;
+    o->reads = strstr(v, "rr") != NULL;
+  } else if (!strcmp(a, "--servers"))
+    o->servers = (unsigned)strtoul(v, NULL, 10);
+  else if (!strcmp(a, "--memory"))
+    o->memory = v;
+  else if (!strcmp(a, "--size"))
+    o->size = v;
+  else if (!strcmp(a, "--span"))
+    o->span = v;
+  else if (!strcmp(a, "--set")) {
+    if (o->nsettings == MAX_SETTINGS || !strchr(v, '=')) {
+      fprintf(stderr, "engine-bench: --set takes KEY=VALUE (at most %d)\n", MAX_SETTINGS);
+      return -1;
+    }
+    o->settings[o->nsettings++] = v;
+  } else if (!strcmp(a, "--settle"))
+    o->settle = (unsigned)strtoul(v, NULL, 10);
+  else if (!strcmp(a, "--tsv"))
+    o->tsv = v;
+  else
+    return 1;
+  return 0;
+}
+
 static int parse_options(int argc, char **argv, struct options *o)
 {
   *o = (struct options){.seconds = 5, .qds = {1, 32}, .nqd = 2, .writes = true, .reads = true,
@@ -81,54 +131,13 @@ static int parse_options(int argc, char **argv, struct options *o)
     } else if (!v) {
       fprintf(stderr, "engine-bench: unknown option or missing value: %s\n%s", a, usage);
       return -1;
-    } else if (!strcmp(a, "--seconds")) {
-      o->seconds = strtod(v, NULL);
-      i++;
-    } else if (!strcmp(a, "--qd")) {
-      o->nqd = 0;
-      for (const char *p = v; *p && o->nqd < MAX_QDS;) {
-        char *end;
-        long qd = strtol(p, &end, 10);
-        if (qd < 1 || qd > (long)BENCH_MAX_QD || end == p) {
-          fprintf(stderr, "engine-bench: --qd %s: depths of 1 to %u\n", v, BENCH_MAX_QD);
-          return -1;
-        }
-        o->qds[o->nqd++] = (unsigned)qd;
-        p = *end == ',' ? end + 1 : end;
-      }
-      i++;
-    } else if (!strcmp(a, "--tests")) {
-      o->writes = strstr(v, "rw") != NULL;
-      o->reads = strstr(v, "rr") != NULL;
-      i++;
-    } else if (!strcmp(a, "--servers")) {
-      o->servers = (unsigned)strtoul(v, NULL, 10);
-      i++;
-    } else if (!strcmp(a, "--memory")) {
-      o->memory = v;
-      i++;
-    } else if (!strcmp(a, "--size")) {
-      o->size = v;
-      i++;
-    } else if (!strcmp(a, "--span")) {
-      o->span = v;
-      i++;
-    } else if (!strcmp(a, "--set")) {
-      if (o->nsettings == MAX_SETTINGS || !strchr(v, '=')) {
-        fprintf(stderr, "engine-bench: --set takes KEY=VALUE (at most %d)\n", MAX_SETTINGS);
-        return -1;
-      }
-      o->settings[o->nsettings++] = v;
-      i++;
-    } else if (!strcmp(a, "--settle")) {
-      o->settle = (unsigned)strtoul(v, NULL, 10);
-      i++;
-    } else if (!strcmp(a, "--tsv")) {
-      o->tsv = v;
-      i++;
     } else {
-      fprintf(stderr, "engine-bench: unknown option %s\n%s", a, usage);
-      return -1;
+      int rc = set_valued_option(a, v, o);
+      if (rc > 0)
+        fprintf(stderr, "engine-bench: unknown option %s\n%s", a, usage);
+      if (rc != 0)
+        return -1;
+      i++;
     }
   }
   if (!(o->seconds > 0) || o->servers < 1 || o->servers > BENCH_MAX_SERVERS ||

@@ -12,6 +12,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "xorshift.h"
+
 #define PLAIN_PAGES 64u /* distinct source pages, so the cipher never sees one page only */
 
 struct slot_seal {
@@ -40,16 +42,6 @@ static double now_s(void)
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t next_random(struct floor_client *c)
-{
-  uint64_t x = c->rng; /* xorshift64* */
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  c->rng = x;
-  return x * UINT64_C(2685821657736338717);
 }
 
 struct floor_client *floor_client_new(int fd, const struct rp_session_keys *keys,
@@ -201,7 +193,7 @@ static int send_batch(struct floor_client *c, uint8_t op, unsigned count, uint64
 {
   size_t len = 0;
   for (unsigned i = 0; i < count; i++) {
-    uint64_t slot = next_slot ? (*next_slot)++ : next_random(c) % c->store_pages;
+    uint64_t slot = next_slot ? (*next_slot)++ : rp_xorshift64s(&c->rng) % c->store_pages;
     size_t n = build_frame(c, op, slot, c->next_id++, c->send_buf + len);
     if (n == 0) {
       snprintf(err, errlen, "cannot seal or tag a frame (OpenSSL failed)");

@@ -30,6 +30,21 @@ uint64_t workload_hash(uint64_t seed, uint64_t stream, uint64_t index);
 /* The same, as a double uniform in [-1, 1). */
 double workload_unit(uint64_t seed, uint64_t stream, uint64_t index);
 
+/* The largest error a numeric check found, and where. NaN counts as larger than any
+ * number, so that a NaN in the answer fails the check. */
+struct workload_error {
+  double worst;
+  size_t at;
+};
+
+static inline void workload_error_note(struct workload_error *w, double e, size_t at)
+{
+  if (!(e <= w->worst)) {
+    w->worst = e;
+    w->at = at;
+  }
+}
+
 /* Anonymous memory for the workload's data, never locked, so the kernel may swap it.
  * Returns NULL and fills result->detail when the mapping fails. */
 void *workload_map(uint64_t bytes, struct workload_result *result);

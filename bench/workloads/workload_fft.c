@@ -80,20 +80,16 @@ int workload_fft(uint64_t size, uint64_t seed, struct workload_result *result)
     x[i] = input_at(seed, i);
   transform(x, twiddle, n, 0);
   transform(x, twiddle, n, 1);
-  double worst = 0.0;
-  size_t worst_at = 0;
+  struct workload_error err = { 0.0, 0 };
   for (size_t i = 0; i < n; i++) {
     double e = cabs(x[i] - input_at(seed, i));
-    if (!(e <= worst)) {
-      worst = e;
-      worst_at = i;
-    }
+    workload_error_note(&err, e, i);
   }
   workload_unmap(x, bytes);
   result->used_bytes = bytes;
-  result->verified = worst < 1e-9;
+  result->verified = err.worst < 1e-9;
   if (!result->verified)
     snprintf(result->detail, sizeof result->detail,
-             "round-trip error %.3g at point %zu of %zu is above 1e-9", worst, worst_at, n);
+             "round-trip error %.3g at point %zu of %zu is above 1e-9", err.worst, err.at, n);
   return 0;
 }

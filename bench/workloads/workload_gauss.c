@@ -88,20 +88,16 @@ int workload_gauss(uint64_t size, uint64_t seed, struct workload_result *result)
   fill_system(band, rhs, n, seed);
   eliminate(band, rhs, n);
   back_substitute(band, rhs, n);
-  double worst = 0.0;
-  size_t worst_at = 0;
+  struct workload_error err = { 0.0, 0 };
   for (size_t i = 0; i < n; i++) {
     double e = fabs(rhs[i] - solution_at(seed, i));
-    if (!(e <= worst)) { /* also catches NaN */
-      worst = e;
-      worst_at = i;
-    }
+    workload_error_note(&err, e, i);
   }
   workload_unmap(band, bytes);
   result->used_bytes = bytes;
-  result->verified = worst < 1e-9;
+  result->verified = err.worst < 1e-9;
   if (!result->verified)
     snprintf(result->detail, sizeof result->detail,
-             "solution error %.3g at x[%zu] (n=%zu) is above 1e-9", worst, worst_at, n);
+             "solution error %.3g at x[%zu] (n=%zu) is above 1e-9", err.worst, err.at, n);
   return 0;
 }

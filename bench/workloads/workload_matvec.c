@@ -53,8 +53,7 @@ int workload_matvec(uint64_t size, uint64_t seed, struct workload_result *result
       y[i] += s;
     }
   }
-  double worst = 0.0;
-  size_t worst_at = 0;
+  struct workload_error err = { 0.0, 0 };
   for (size_t i = 0; i < rows; i++) {
     double want = 0.0;
     for (size_t p = 0; p < PASSES; p++) {
@@ -64,16 +63,13 @@ int workload_matvec(uint64_t size, uint64_t seed, struct workload_result *result
       want += s;
     }
     double e = fabs(y[i] - want) / (fabs(want) + 1.0);
-    if (!(e <= worst)) {
-      worst = e;
-      worst_at = i;
-    }
+    workload_error_note(&err, e, i);
   }
   workload_unmap(x, bytes);
   result->used_bytes = bytes;
-  result->verified = worst < 1e-12;
+  result->verified = err.worst < 1e-12;
   if (!result->verified)
     snprintf(result->detail, sizeof result->detail,
-             "relative error %.3g in y[%zu] of %zu is above 1e-12", worst, worst_at, rows);
+             "relative error %.3g in y[%zu] of %zu is above 1e-12", err.worst, err.at, rows);
   return 0;
 }

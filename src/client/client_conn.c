@@ -52,6 +52,7 @@
 #include "fifo.h"
 #include "log.h"
 #include "message.h"
+#include "msgf.h"
 #include "rampart.pb-c.h"
 
 /* A connection made without a pool (rampartctl, tests) reads into a buffer of its own
@@ -155,17 +156,6 @@ struct ctl_request {
   size_t reply_len;
   bool finished;
 };
-
-/* snprintf that may truncate on purpose: messages for people, cut to their buffers. */
-static void msgf(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void msgf(char *out, size_t len, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(out, len, fmt, ap);
-  va_end(ap);
-}
 
 static bool is_control_op(uint8_t op)
 {
@@ -272,7 +262,7 @@ static void fail_all(struct rp_conn *c, struct rp_request *timed_out, const char
   c->q_head = c->q_tail = NULL;
 
   if (timed_out) {
-    msgf(timed_out->error_message, sizeof timed_out->error_message,
+    rp_msgf(timed_out->error_message, sizeof timed_out->error_message,
              "%s to %s got no reply within %u ms", rp_op_name(timed_out->op), c->peer,
              c->request_timeout_ms);
     complete(timed_out, RP_ERR_TIMEOUT);
@@ -282,7 +272,7 @@ static void fail_all(struct rp_conn *c, struct rp_request *timed_out, const char
     list = r->next_in_bucket;
     r->next_in_bucket = NULL;
     r->next_queued = NULL;
-    msgf(r->error_message, sizeof r->error_message, "connection to %s lost: %s",
+    rp_msgf(r->error_message, sizeof r->error_message, "connection to %s lost: %s",
              c->peer, what);
     complete(r, RP_ERR_DISCONNECTED);
   }
@@ -610,6 +600,21 @@ static void zc_drain(struct rp_conn *c)
   }
 }
 
+/* Adds what is left to send of one part of a frame, `*off` bytes of the frame being
+ * sent already; *off becomes what is already sent of the parts after it. */
+static void add_unsent(struct iovec *iov, int *niov, uint8_t *part, uint32_t len,
+                       uint32_t *off)
+{
+  if (*off >= len) {
+    *off -= len;
+    return;
+  }
+  iov[*niov].iov_base = part + *off;
+  iov[*niov].iov_len = len - *off;
+  (*niov)++;
+  *off = 0;
+}
+
 static void flush_queue(struct rp_conn *c)
 {
   bool copy = false; /* this batch without MSG_ZEROCOPY (see ENOBUFS below) */
@@ -642,22 +647,8 @@ static void flush_queue(struct rp_conn *c)
         }
         r->tagged = true;
       }
-      if (off < RP_HEADER_SIZE) {
-        iov[niov].iov_base = r->header + off;
-        iov[niov].iov_len = RP_HEADER_SIZE - off;
-        niov++;
-        off = 0;
-      } else {
-        off -= RP_HEADER_SIZE;
-      }
-      if (plen > off) {
-        iov[niov].iov_base = r->page + off;
-        iov[niov].iov_len = plen - off;
-        niov++;
-        off = 0;
-      } else {
-        off -= plen;
-      }
+      add_unsent(iov, &niov, r->header, RP_HEADER_SIZE, &off);
+      add_unsent(iov, &niov, r->page, plen, &off);
       iov[niov].iov_base = r->tag + off;
       iov[niov].iov_len = RP_TAG_LEN - off;
       niov++;
@@ -791,7 +782,7 @@ static void handle_frame(struct rp_conn *c, const struct rp_header *h, const uin
     struct ctl_request *ctl = (struct ctl_request *)r;
     ctl->reply = malloc(h->length ? h->length : 1);
     if (!ctl->reply) {
-      msgf(r->error_message, sizeof r->error_message, "out of memory for a reply");
+      rp_msgf(r->error_message, sizeof r->error_message, "out of memory for a reply");
       complete(r, RP_ERR_INTERNAL);
       return;
     }
@@ -979,13 +970,13 @@ static void submit_any(struct rp_conn *c, struct rp_request *r)
   r->tagged = false;
   r->id = 0;
   if (!c->connected || c->close_pending) {
-    msgf(r->error_message, sizeof r->error_message, "connection to %s is closed",
+    rp_msgf(r->error_message, sizeof r->error_message, "connection to %s is closed",
              c->peer);
     complete(r, RP_ERR_DISCONNECTED);
     return;
   }
   if (!c->loop && !attach_private(c)) {
-    msgf(r->error_message, sizeof r->error_message, "cannot create an event loop");
+    rp_msgf(r->error_message, sizeof r->error_message, "cannot create an event loop");
     complete(r, RP_ERR_INTERNAL);
     return;
   }
@@ -1034,7 +1025,7 @@ void rp_conn_submit(struct rp_conn *conn, struct rp_request *req)
   if (bad) {
     req->next_in_bucket = req->next_queued = NULL;
     req->sent_bytes = 0;
-    msgf(req->error_message, sizeof req->error_message, "invalid request: %s", bad);
+    rp_msgf(req->error_message, sizeof req->error_message, "invalid request: %s", bad);
     complete(req, RP_ERR_BAD_FRAME);
     return;
   }
@@ -1162,9 +1153,9 @@ struct rp_conn *rp_conn_open(const struct rp_conn_options *opts, struct rp_sessi
   }
   conn_reset(c, c->pool);
   if (strchr(opts->host, ':'))
-    msgf(c->peer, sizeof c->peer, "[%s]:%s", opts->host, opts->port);
+    rp_msgf(c->peer, sizeof c->peer, "[%s]:%s", opts->host, opts->port);
   else
-    msgf(c->peer, sizeof c->peer, "%s:%s", opts->host, opts->port);
+    rp_msgf(c->peer, sizeof c->peer, "%s:%s", opts->host, opts->port);
   c->request_timeout_ms = opts->request_timeout_ms ? opts->request_timeout_ms
                                                    : DEFAULT_REQUEST_TIMEOUT_MS;
   c->next_id = 1;
@@ -1275,7 +1266,7 @@ int rp_reserve_sync(struct rp_conn *conn, uint64_t pages, uint64_t *reserved_pag
   ctl.req.page = ctl.out;
   ctl.req.count = (uint32_t)n;
   char what[64];
-  msgf(what, sizeof what, "RESERVE of %" PRIu64 " pages", pages);
+  rp_msgf(what, sizeof what, "RESERVE of %" PRIu64 " pages", pages);
   if (run_sync(conn, &ctl, what, err) < 0)
     return -1;
   Rampart__ReserveReply *r = rampart__reserve_reply__unpack(NULL, ctl.reply_len, ctl.reply);
@@ -1300,9 +1291,9 @@ static int hot_sync(struct rp_conn *conn, uint8_t op, uint64_t slot, uint32_t co
   ctl.req.page = page;
   char what[64];
   if (op == RP_OP_PING)
-    msgf(what, sizeof what, "PING");
+    rp_msgf(what, sizeof what, "PING");
   else
-    msgf(what, sizeof what, "%s of slot %" PRIu64, rp_op_name(op), slot);
+    rp_msgf(what, sizeof what, "%s of slot %" PRIu64, rp_op_name(op), slot);
   /* Same validation as the public path. */
   if ((op == RP_OP_WRITE || op == RP_OP_READ) && (!page || slot > RP_MAX_SLOT)) {
     rp_error_set(err, RP_ERR_BAD_FRAME, "%s: invalid request", what);
@@ -1357,7 +1348,7 @@ int rp_stat_sync(struct rp_conn *conn, struct rp_server_stat *stat, struct rp_er
   if (!s)
     return reply_malformed(conn, &ctl, "STAT", err);
   memset(stat, 0, sizeof *stat);
-  msgf(stat->server_name, sizeof stat->server_name, "%s",
+  rp_msgf(stat->server_name, sizeof stat->server_name, "%s",
            s->server_name ? s->server_name : "");
   stat->version = s->version;
   stat->uptime_seconds = s->uptime_seconds;

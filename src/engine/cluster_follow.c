@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "cluster_keys.h"
 #include "rampart.h"
 #include "etcd_gateway.h"
@@ -51,13 +52,6 @@ struct cluster_follow {
   uint64_t record_kept_ms;
   char err[600], msg[2048];
 };
-
-static uint64_t now_ms(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static void endpoints_url(const struct rampart_config *c, char *out, size_t len)
 {
@@ -309,7 +303,7 @@ static void reconcile(struct cluster_follow *f)
     if (!m->draining && !drain_announced(r) && listed && m->state == RAMPART_SERVER_UP)
       active++;
   }
-  uint64_t now = now_ms();
+  uint64_t now = rp_now_ms();
   bool *excluded = calloc(REGISTRY_MAX, sizeof *excluded);
   for (unsigned i = 0; excluded && i < f->reg.n; i++)
     excluded[i] = f->refused_until_ms[i] > now;
@@ -321,7 +315,7 @@ static void reconcile(struct cluster_follow *f)
     adds++;
     int rc = rampart_server_add(e, c->address, f->msg, sizeof f->msg);
     if (rc < 0) {
-      f->refused_until_ms[at] = now_ms() + REFUSED_RETRY_MS;
+      f->refused_until_ms[at] = rp_now_ms() + REFUSED_RETRY_MS;
       excluded[at] = true;
       rp_log(RP_LOG_WARN, "etcd: registered server %s (domain %s) refused, not used for "
              "%u s: %s", c->address, c->domain, REFUSED_RETRY_MS / 1000u, f->msg);
@@ -368,7 +362,7 @@ static void reconcile(struct cluster_follow *f)
 static void keep_record(struct cluster_follow *f)
 {
   char err[300];
-  uint64_t now = now_ms();
+  uint64_t now = rp_now_ms();
   if (f->record_lease && now - f->record_kept_ms >= RECORD_KEEPALIVE_MS) {
     int64_t ttl = 0;
     if (rp_etcd_lease_keepalive(f->etcd, f->record_lease, &ttl, err, sizeof err) < 0)

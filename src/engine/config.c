@@ -247,32 +247,44 @@ static int set_redundancy(struct rampart_config *c, const char *key, const char 
   return parse_redundancy(v, &c->redundancy, err, errlen);
 }
 
+/* A whole number in [0, max] into an unsigned field. */
+static int set_unsigned(unsigned *field, const char *key, const char *v, uint64_t max,
+                        char *err, size_t errlen)
+{
+  uint64_t n;
+  if (rp_parse_uint(key, v, max, &n, err, errlen) < 0)
+    return -1;
+  *field = (unsigned)n;
+  return 0;
+}
+
+/* A count of 1 to max; zero_means says why 0 is refused. */
+static int parse_count(const char *key, const char *v, uint64_t max, const char *zero_means,
+                       unsigned *out, char *err, size_t errlen)
+{
+  unsigned n;
+  if (set_unsigned(&n, key, v, max, err, errlen) < 0)
+    return -1;
+  if (n == 0) {
+    snprintf(err, errlen, "%s=0: %s", key, zero_means);
+    return -1;
+  }
+  *out = n;
+  return 0;
+}
+
 static int set_count(struct rampart_config *c, const char *key, const char *v, char *err,
                      size_t errlen)
 {
-  uint64_t n;
-  if (rp_parse_uint(key, v, RAMPART_MAX_SERVERS, &n, err, errlen) < 0)
-    return -1;
-  if (n == 0) {
-    snprintf(err, errlen, "count=0: a device needs at least one server");
-    return -1;
-  }
-  c->etcd_count = (unsigned)n;
-  return 0;
+  return parse_count(key, v, RAMPART_MAX_SERVERS, "a device needs at least one server",
+                     &c->etcd_count, err, errlen);
 }
 
 static int set_group(struct rampart_config *c, const char *key, const char *v, char *err,
                      size_t errlen)
 {
-  uint64_t n;
-  if (rp_parse_uint(key, v, GROUP_MAX_DATA, &n, err, errlen) < 0)
-    return -1;
-  if (n == 0) {
-    snprintf(err, errlen, "group=0: a group needs at least 1 data page");
-    return -1;
-  }
-  c->group = (unsigned)n;
-  return 0;
+  return parse_count(key, v, GROUP_MAX_DATA, "a group needs at least 1 data page", &c->group,
+                     err, errlen);
 }
 
 static int set_spill_size(struct rampart_config *c, const char *key, const char *v,
@@ -287,17 +299,6 @@ static int set_memory(struct rampart_config *c, const char *key, const char *v, 
   return rp_parse_size(key, v, &c->memory, err, errlen);
 }
 
-/* A whole number in [0, max] into an unsigned field. */
-static int set_unsigned(unsigned *field, const char *key, const char *v, uint64_t max,
-                        char *err, size_t errlen)
-{
-  uint64_t n;
-  if (rp_parse_uint(key, v, max, &n, err, errlen) < 0)
-    return -1;
-  *field = (unsigned)n;
-  return 0;
-}
-
 static int set_overflow(struct rampart_config *c, const char *key, const char *v,
                         char *err, size_t errlen)
 {
@@ -307,14 +308,14 @@ static int set_overflow(struct rampart_config *c, const char *key, const char *v
 static int set_timeout(struct rampart_config *c, const char *key, const char *v, char *err,
                        size_t errlen)
 {
-  uint64_t n;
-  if (rp_parse_uint(key, v, 600000, &n, err, errlen) < 0)
+  unsigned n;
+  if (set_unsigned(&n, key, v, 600000, err, errlen) < 0)
     return -1;
   if (n < 100) {
     snprintf(err, errlen, "timeout=%s is too short: at least 100 ms", v);
     return -1;
   }
-  c->timeout_ms = (unsigned)n;
+  c->timeout_ms = n;
   return 0;
 }
 

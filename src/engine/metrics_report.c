@@ -19,15 +19,15 @@ static void device_metrics(struct prom_out *o, const struct rampart_stats *st)
 {
   prom_metric(o, "rampart_pager_device_size_pages", "gauge",
          "Size of the device in 4 KiB pages.", (double)st->device_pages);
-  prom_header(o, "rampart_pager_pages", "gauge",
-         "Pages of the device by where they are held now.");
-  prom_put(o, "rampart_pager_pages{where=\"remote\"} %llu\n",
-           (unsigned long long)st->pages_remote);
-  prom_put(o, "rampart_pager_pages{where=\"spilled\"} %llu\n",
-      (unsigned long long)st->pages_spilled);
-  prom_put(o, "rampart_pager_pages{where=\"local_ram\"} %llu\n",
-      (unsigned long long)st->pages_local_ram);
-  prom_put(o, "rampart_pager_pages{where=\"zero\"} %llu\n", (unsigned long long)st->pages_zero);
+  const struct prom_sample where[] = {
+    { "remote", st->pages_remote },
+    { "spilled", st->pages_spilled },
+    { "local_ram", st->pages_local_ram },
+    { "zero", st->pages_zero },
+  };
+  prom_labelled(o, "rampart_pager_pages", "gauge",
+                "Pages of the device by where they are held now.", "where", where,
+                sizeof where / sizeof where[0]);
   prom_metric(o, "rampart_pager_unprotected_pages", "gauge",
          "Live pages one server loss from gone until the mover rewrites them.",
          (double)st->pages_unprotected);

@@ -17,13 +17,13 @@
  * (server_membership_pass_done).
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine_internal.h"
 #include "log.h"
+#include "msgf.h"
 #include "page_mover.h"
 #include "page_write.h"
 #include "parse.h"
@@ -31,17 +31,6 @@
 
 #define ADD_CONNECT_TIMEOUT_MS 5000u
 #define ADD_POOL_CONNECTIONS 3u /* its connection, a reconnect's, and a session to end */
-
-static void msg_set(char *msg, size_t len, const char *fmt, ...)
-  __attribute__((format(printf, 3, 4)));
-
-static void msg_set(char *msg, size_t len, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, len, fmt, ap);
-  va_end(ap);
-}
 
 static double pages_mib(uint64_t pages)
 {
@@ -73,32 +62,32 @@ static void add_check(struct rampart_engine *e, void *arg)
     s->leaving = s->drained = s->remove_when_drained = false;
     rp_log(RP_LOG_INFO, "server %s: its drain is cancelled by an add; it takes new pages "
            "again", s->address);
-    msg_set(c->msg, c->msglen, "%s was %s; it takes new pages again (nothing was lost)",
+    rp_msgf(c->msg, c->msglen, "%s was %s; it takes new pages again (nothing was lost)",
             s->address, was_drained ? "drained" : "being drained: the drain is cancelled");
     c->done = true;
     return;
   }
   if (s) {
-    msg_set(c->msg, c->msglen, "%s is a server of this device already (%s): nothing to do",
+    rp_msgf(c->msg, c->msglen, "%s is a server of this device already (%s): nothing to do",
             s->address, rampart_server_state_name(s->state));
     c->done = true;
     return;
   }
   if (e->config.nservers == 0 && e->set.nservers == 0) {
-    msg_set(c->msg, c->msglen, "this device was started without servers (a standalone RAM "
+    rp_msgf(c->msg, c->msglen, "this device was started without servers (a standalone RAM "
             "disk): it cannot take one now; start it again with servers= or cluster=");
     c->result = -EINVAL;
     return;
   }
   unsigned members = server_set_members(e);
   if (members >= RAMPART_MAX_SERVERS || e->config.nservers >= RAMPART_MAX_SERVERS) {
-    msg_set(c->msg, c->msglen, "the device has %u servers, the most it takes: remove one "
+    rp_msgf(c->msg, c->msglen, "the device has %u servers, the most it takes: remove one "
             "first", members);
     c->result = -ENOSPC;
     return;
   }
   if (e->set.nservers >= ENGINE_MAX_INCARNATIONS) {
-    msg_set(c->msg, c->msglen, "the device's server table is full (%u entries, servers that "
+    rp_msgf(c->msg, c->msglen, "the device's server table is full (%u entries, servers that "
             "rejoined or were removed included): restart the device to add more",
             ENGINE_MAX_INCARNATIONS);
     c->result = -ENOSPC;
@@ -115,7 +104,7 @@ static void add_adopt(struct rampart_engine *e, void *arg)
 {
   struct add_call *c = arg;
   if (server_set_find(e, c->address)) {
-    msg_set(c->msg, c->msglen, "%s was added by another command meanwhile: nothing to do",
+    rp_msgf(c->msg, c->msglen, "%s was added by another command meanwhile: nothing to do",
             c->address);
     c->done = true;
     return;
@@ -124,7 +113,7 @@ static void add_adopt(struct rampart_engine *e, void *arg)
   if (!s || slot_allocator_init(&s->slots, (uint32_t)c->reserved) < 0) {
     if (s)
       server_forget_newest(e);
-    msg_set(c->msg, c->msglen, "out of memory for server %s: nothing changed", c->address);
+    rp_msgf(c->msg, c->msglen, "out of memory for server %s: nothing changed", c->address);
     c->result = -ENOMEM;
     return;
   }
@@ -138,7 +127,7 @@ static void add_adopt(struct rampart_engine *e, void *arg)
   rp_log(RP_LOG_INFO, "server %s added: %llu pages (%.1f MiB) reserved; new groups go to "
          "the servers with the most room", s->address, (unsigned long long)s->reserved_pages,
          pages_mib(s->reserved_pages));
-  msg_set(c->msg, c->msglen, "added %s: %llu pages (%.1f MiB) reserved there; the device has "
+  rp_msgf(c->msg, c->msglen, "added %s: %llu pages (%.1f MiB) reserved there; the device has "
           "%u servers", s->address, (unsigned long long)s->reserved_pages,
           pages_mib(s->reserved_pages), server_set_members(e));
   page_op_run_waiting(e); /* writes waiting for room may go there */
@@ -150,7 +139,7 @@ int rampart_server_add(struct rampart_engine *e, const char *address, char *msg,
   char host[256], port[16], perr[200];
   if (strlen(address) >= RAMPART_ADDRESS_LEN ||
       rp_parse_hostport(address, host, sizeof host, port, sizeof port, perr, sizeof perr) < 0) {
-    msg_set(msg, msglen, "'%s' is not a server address: write HOST:PORT, e.g. 10.0.0.5:7070",
+    rp_msgf(msg, msglen, "'%s' is not a server address: write HOST:PORT, e.g. 10.0.0.5:7070",
             address);
     return -EINVAL;
   }
@@ -160,7 +149,7 @@ int rampart_server_add(struct rampart_engine *e, const char *address, char *msg,
     return c.result;
   c.pool = rp_conn_pool_new(ADD_POOL_CONNECTIONS);
   if (!c.pool) {
-    msg_set(msg, msglen, "out of memory for a connection to %s: nothing changed", address);
+    rp_msgf(msg, msglen, "out of memory for a connection to %s: nothing changed", address);
     return -ENOMEM;
   }
   struct rp_conn_options o = {
@@ -171,7 +160,7 @@ int rampart_server_add(struct rampart_engine *e, const char *address, char *msg,
   struct rp_error err = { 0 };
   c.conn = rp_conn_open(&o, &c.info, &err);
   if (!c.conn) {
-    msg_set(msg, msglen, "cannot add %s: %s. Check that rampartd runs there, that this host "
+    rp_msgf(msg, msglen, "cannot add %s: %s. Check that rampartd runs there, that this host "
             "reaches it, and that it has the cluster's key; nothing changed", address,
             err.message);
     c.result = -EHOSTUNREACH;
@@ -181,12 +170,12 @@ int rampart_server_add(struct rampart_engine *e, const char *address, char *msg,
       want = UINT32_MAX;
     uint64_t server_free;
     if (want == 0) {
-      msg_set(msg, msglen, "cannot add %s: it has no free memory to reserve (%llu pages "
+      rp_msgf(msg, msglen, "cannot add %s: it has no free memory to reserve (%llu pages "
               "wanted): give it more (rampartd --memory) or free some; nothing changed",
               address, (unsigned long long)c.want);
       c.result = -ENOSPC;
     } else if (rp_reserve_sync(c.conn, want, &c.reserved, &server_free, &err) < 0) {
-      msg_set(msg, msglen, "cannot add %s: %s; nothing changed", address, err.message);
+      rp_msgf(msg, msglen, "cannot add %s: %s; nothing changed", address, err.message);
       c.result = -EIO;
     } else {
       engine_call(e, add_adopt, &c); /* takes c.conn and c.pool when it adopts them */
@@ -270,12 +259,12 @@ static void drain_start(struct rampart_engine *e, void *arg)
   struct server *s = server_set_find(e, c->address);
   if (!s) {
     if (address_was_removed(e, c->address)) {
-      msg_set(c->msg, c->msglen, "%s was removed already: nothing to do", c->address);
+      rp_msgf(c->msg, c->msglen, "%s was removed already: nothing to do", c->address);
       return;
     }
     char members[512];
     list_members(e, members, sizeof members);
-    msg_set(c->msg, c->msglen, "%s is not a server of this device (its servers: %s): check "
+    rp_msgf(c->msg, c->msglen, "%s is not a server of this device (its servers: %s): check "
             "the address", c->address, members[0] ? members : "none");
     c->result = -ENOENT;
     return;
@@ -284,7 +273,7 @@ static void drain_start(struct rampart_engine *e, void *arg)
   uint64_t dependent = e->set.at_risk[s->index];
   if (s->state == RAMPART_SERVER_LOST) {
     if (!c->remove) {
-      msg_set(c->msg, c->msglen, "%s is lost: its pages are being rebuilt on the other "
+      rp_msgf(c->msg, c->msglen, "%s is lost: its pages are being rebuilt on the other "
               "servers already (%llu left); nothing to drain", s->address,
               (unsigned long long)dependent);
       return;
@@ -292,7 +281,7 @@ static void drain_start(struct rampart_engine *e, void *arg)
     s->leaving = s->remove_when_drained = true;
     s->leaving_since_ns = engine_now_ns();
     server_health_stop_rejoining(e, s);
-    msg_set(c->msg, c->msglen, "%s is lost: it is removed once its %llu pages are rebuilt on "
+    rp_msgf(c->msg, c->msglen, "%s is lost: it is removed once its %llu pages are rebuilt on "
             "the other servers, and it will not join again", s->address,
             (unsigned long long)dependent);
     server_membership_pass_done(e);
@@ -303,10 +292,10 @@ static void drain_start(struct rampart_engine *e, void *arg)
     s->remove_when_drained |= c->remove;
     if (s->drained && s->remove_when_drained) {
       remove_now(e, s);
-      msg_set(c->msg, c->msglen, "%s was drained: removed now", c->address);
+      rp_msgf(c->msg, c->msglen, "%s was drained: removed now", c->address);
       return;
     }
-    msg_set(c->msg, c->msglen, "%s is being drained already%s: %llu pages left to move",
+    rp_msgf(c->msg, c->msglen, "%s is being drained already%s: %llu pages left to move",
             s->address, upgrade ? " (it will be removed once drained)" : "",
             (unsigned long long)dependent);
     return;
@@ -331,7 +320,7 @@ static void drain_start(struct rampart_engine *e, void *arg)
   uint64_t usable = room - room / 20;
   unsigned needed_servers = redundancy_policy_servers_needed(e->redundancy);
   if (others < needed_servers) {
-    msg_set(c->msg, c->msglen, "cannot %s %s: %u other server%s can take pages, and %s needs "
+    rp_msgf(c->msg, c->msglen, "cannot %s %s: %u other server%s can take pages, and %s needs "
             "%u to keep every page recoverable. Add a server first (rampartctl device SOCKET "
             "add HOST:PORT); nothing changed", verb, s->address, others,
             others == 1 ? "" : "s", rampart_redundancy_name(e->policy), needed_servers);
@@ -340,7 +329,7 @@ static void drain_start(struct rampart_engine *e, void *arg)
   }
   if (need > usable) {
     uint64_t short_by = need - usable;
-    msg_set(c->msg, c->msglen, "cannot %s %s: without it the device's %llu live pages need "
+    rp_msgf(c->msg, c->msglen, "cannot %s %s: without it the device's %llu live pages need "
             "about %llu pages (%.1f MiB) of server memory, parity included, and the other "
             "%u servers have %llu reserved (%.1f MiB, a twentieth of it kept free): short by "
             "%llu pages (%.1f MiB). Add a server (rampartctl device SOCKET add HOST:PORT) or "
@@ -361,7 +350,7 @@ static void drain_start(struct rampart_engine *e, void *arg)
   rp_log(RP_LOG_INFO, "server %s: %s asked; moving the %llu live pages that depend on it to "
          "the %u other servers (%llu pages free there)", s->address, verb,
          (unsigned long long)dependent, others, (unsigned long long)free_slots);
-  msg_set(c->msg, c->msglen, "%s %s: %llu live pages to move to the %u other servers "
+  rp_msgf(c->msg, c->msglen, "%s %s: %llu live pages to move to the %u other servers "
           "(%llu pages, %.1f MiB, free there)%s", c->remove ? "removing" : "draining",
           s->address, (unsigned long long)dependent, others, (unsigned long long)free_slots,
           pages_mib(free_slots), c->remove ? "; it is removed once drained" : "");
@@ -478,13 +467,13 @@ static void msg_append(char *msg, size_t len, const char *line)
 int rampart_cluster_reload(struct rampart_engine *e, char *msg, size_t msglen)
 {
   if (e->config.etcd_cluster[0]) {
-    msg_set(msg, msglen, "this device follows cluster %s in etcd (cluster=etcd://...): it "
+    rp_msgf(msg, msglen, "this device follows cluster %s in etcd (cluster=etcd://...): it "
             "adds and removes servers as the registry changes, with no file to reload",
             e->config.etcd_cluster);
     return -EINVAL;
   }
   if (!e->config.cluster_path[0]) {
-    msg_set(msg, msglen, "this device lists its servers with servers=, not cluster=FILE: "
+    rp_msgf(msg, msglen, "this device lists its servers with servers=, not cluster=FILE: "
             "there is no file to reload; use add and remove");
     return -EINVAL;
   }
@@ -495,13 +484,13 @@ int rampart_cluster_reload(struct rampart_engine *e, char *msg, size_t msglen)
   };
   int result = 0;
   if (!file || !now.addresses || !now.removing) {
-    msg_set(msg, msglen, "out of memory to reload the cluster file: nothing changed");
+    rp_msgf(msg, msglen, "out of memory to reload the cluster file: nothing changed");
     result = -ENOMEM;
     goto out;
   }
   char err[512];
   if (config_read_cluster_file(file, e->config.cluster_path, err, sizeof err) < 0) {
-    msg_set(msg, msglen, "%s: fix the file and reload again; nothing changed", err);
+    rp_msgf(msg, msglen, "%s: fix the file and reload again; nothing changed", err);
     result = -EINVAL;
     goto out;
   }
