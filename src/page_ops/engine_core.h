@@ -24,13 +24,13 @@
 #include <time.h>
 
 #include "client.h"
-#include "config.h"
+#include "engine_settings.h"
 #include "local_store.h"
 #include "page_map.h"
 #include "page_seal.h"
 #include "parity_group.h"
 #include "placement_order.h"
-#include "rampart.h"
+#include "rampart_types.h"
 #include "redundancy_policy.h"
 #include "slot_allocator.h"
 #include "spill_quarantine.h"
