@@ -1037,6 +1037,13 @@ static const struct engine_upcalls upcalls = {
   .mover_pass_done = server_membership_pass_done,
 };
 
+/* What page_op.c calls above it (page_op.h). */
+static const struct page_op_steps op_steps = {
+  .read = page_read_start,
+  .write = page_write_start,
+  .recycled = engine_state_op_ended,
+};
+
 /* cluster=etcd://: the servers are chosen from etcd first, and followed once open. */
 struct rampart_engine *rampart_open(const struct rampart_config *config, char *err,
                                     size_t errlen)
@@ -1070,6 +1077,7 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
     return NULL;
   }
   e->up = &upcalls;
+  e->op_steps = &op_steps;
   e->config = *config;
   e->reap.event_fd = -1;
   rampart_config_effective(config, &e->policy, &e->group_size);

@@ -39,6 +39,7 @@
 _Static_assert(RAMPART_PAGE_SIZE == RP_PAGE_SIZE, "the device's page is the wire's");
 
 struct page_op;
+struct page_op_steps;
 struct page_rmw;
 struct stats_file;
 struct rampart_engine;
@@ -266,6 +267,7 @@ struct engine_call;
 
 struct rampart_engine {
   const struct engine_upcalls *up; /* engine.c's, set first at open */
+  const struct page_op_steps *op_steps; /* engine.c's too (page_op.h) */
   struct rampart_config config;
   enum rampart_redundancy policy;
   const struct redundancy_policy *redundancy; /* the policy's behaviour (its table row) */
@@ -399,6 +401,14 @@ static inline unsigned engine_group_width(const struct rampart_engine *e, unsign
   if (e->redundancy->parity && placeable >= 2 && placeable - 1 < e->group_size)
     return placeable - 1;
   return e->group_size;
+}
+
+/* io-timeout=: the longest a request waits, for a server or for anything else (a
+ * read for the write of its page): the lease unless it was given. */
+static inline uint64_t engine_io_timeout_ns(const struct rampart_engine *e)
+{
+  return e->config.io_timeout_given ? (uint64_t)e->config.io_timeout_ms * 1000000u
+                                    : (uint64_t)e->config.lease_seconds * 1000000000u;
 }
 
 /* Server slots one live page needs in groups of `width` data pages: the page, and its

@@ -332,11 +332,6 @@ static void park_append(struct rampart_engine *e, struct page_op *op)
   e->health->waiting++;
 }
 
-uint64_t server_health_io_timeout_ns(const struct rampart_engine *e)
-{
-  return e->health->io_timeout_ns;
-}
-
 bool server_health_any_reconnecting(const struct rampart_engine *e)
 {
   for (unsigned i = 0; i < e->set.nservers; i++)
@@ -789,9 +784,7 @@ void server_health_tick(struct rampart_engine *e)
 
 void server_health_init(struct rampart_engine *e)
 {
-  e->health->io_timeout_ns = e->config.io_timeout_given
-                       ? (uint64_t)e->config.io_timeout_ms * 1000000u
-                       : (uint64_t)e->config.lease_seconds * 1000000000u;
+  e->health->io_timeout_ns = engine_io_timeout_ns(e);
   ev_set_userdata(e->loop, e);
   ev_async_init(&e->health->attempt_wake, on_attempt_done);
   e->health->attempt_wake.data = e;
