@@ -60,6 +60,24 @@ struct engine_upcalls {
   void (*mover_pass_done)(struct rampart_engine *e);
 };
 
+/* Inside the page-op core, what a file tells or asks the files above it, which it does
+ * not include: the servers' health tells writes and the mover that a server failed or
+ * was lost, and a write asks the mover whether cleaning is behind. One const table
+ * engine.c fills (page_write_close_open_group, page_mover_rebuild_begin,
+ * page_mover_at_risk, page_mover_should_throttle); none is on a page's common path. */
+struct engine_core_events {
+  /* A server failed: the open group closes (server_health.c). */
+  void (*server_failed)(struct rampart_engine *e);
+  /* A server was declared lost: the rebuild clock starts, unless one runs
+   * (server_health.c). */
+  void (*server_lost)(struct rampart_engine *e);
+  /* Live pages that depend on server i: what losing it puts at risk (server_health.c). */
+  uint64_t (*pages_at_risk)(const struct rampart_engine *e, unsigned i);
+  /* Cleaning is far behind: a frontend write opening a group waits for moves to
+   * finish (page_write.c). */
+  bool (*writes_wait_for_cleaning)(struct rampart_engine *e);
+};
+
 /* The engine's clock: monotonic nanoseconds. */
 static inline uint64_t engine_now_ns(void)
 {
@@ -268,6 +286,7 @@ struct engine_call;
 struct rampart_engine {
   const struct engine_upcalls *up; /* engine.c's, set first at open */
   const struct page_op_steps *op_steps; /* engine.c's too (page_op.h) */
+  const struct engine_core_events *events; /* engine.c's too */
   struct rampart_config config;
   enum rampart_redundancy policy;
   const struct redundancy_policy *redundancy; /* the policy's behaviour (its table row) */

@@ -1,45 +1,28 @@
-/* The engine's side of surviving its own crash (state=; docs/recovery.md).
+/* The engine's record in the pager's state segment (state=; docs/recovery.md), kept as
+ * it runs.
  *
  * With state= the page map, the seals, the nonce counter, the parity groups, the server
  * table (addresses, session tokens) and a record of every write in flight live in the
- * pager's state segment (pager_state.c), which outlives the process. A clean close
- * removes it; a crash leaves it, and the next engine opened on it takes the device over:
- *
- *   - every server it had is RECONNECTING, its session resumed with the token the state
- *     kept (server_health.c); a server whose lease ran out comes back empty and is
- *     rebuilt from parity, exactly as when a server restarts under a running pager;
- *   - groups still open or sealing send their parity (again) from the buffer the state
- *     kept, whole whatever instant the kill picked (pager_state.h); one whose buffer
- *     went to another group is sealed without parity, unprotected, and the mover
- *     rewrites its live pages;
- *   - member writes in flight are sent again from the op pages the state kept;
- *   - slot allocators and live counts are worked out again from the groups and the map;
- *   - a write in flight at the crash named its new version in the map before its bytes
- *     landed. The version it replaced was kept (not reclaimed) until the write ended, so
- *     a read of the new one that fails verification falls back to it: old or new, never
- *     anything else, and no server is blamed for a page the crash kept from it.
+ * pager's state segment (pager_state.c), which outlives the process. The map, the seals
+ * and the groups are the engine's own tables, laid out in the segment; this file keeps
+ * the rest as the engine changes them: each server's entry, the open group and its
+ * parity, and each write's record. A write in flight names its new version in the map
+ * before its bytes land, so the version it replaced is kept (not reclaimed) until the
+ * write ends: a pager killed meanwhile falls back to it. The calls that would free a
+ * version return it instead, and the caller (page_write.c, page_read.c) retires it.
+ * Taking a device over from the segment is ../engine/engine_restore.c.
  */
-#include <errno.h>
+
 #include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#include <openssl/crypto.h>
 
 #include "crash_point.h"
 #include "engine_core.h"
 #include "engine_state.h"
 #include "log.h"
-#include "page_mover.h"
 #include "page_op.h"
-#include "page_write.h"
 #include "pager_state.h"
-#include "secret.h"
-#include "server_health.h"
-#include "server_set.h"
-#include "server_transport.h"
 
 
 _Static_assert(ENGINE_PAGE_OPS <= PAGER_STATE_WRITES, "every page op has a write record");
@@ -49,94 +32,6 @@ _Static_assert(RP_TOKEN_LEN == PAGER_STATE_TOKEN_LEN, "session tokens fit");
 _Static_assert(ENGINE_PARITY_BUFFERS == PAGER_STATE_PARITY_BUFFERS, "parity buffers fit");
 
 void (*rampart_crash_point_hook)(const char *point);
-
-/* ---- open ---------------------------------------------------------------------------- */
-
-/* The key material the device key is wrapped under: enckey= if given, else key=. */
-static int load_wrapping_material(const struct rampart_engine *e, struct rp_key *master,
-                                  char *err, size_t errlen)
-{
-  const struct rampart_config *c = &e->config;
-  master->len = 0;
-  const char *path = c->enckey_path[0] ? c->enckey_path : c->key_path;
-  if (!path[0])
-    return 0;
-  char why[512];
-  if (rp_key_load(path, master, why, sizeof why) < 0) {
-    snprintf(err, errlen, "%s=%s: %s", c->enckey_path[0] ? "enckey" : "key", path, why);
-    return -1;
-  }
-  return 0;
-}
-
-int engine_state_open(struct rampart_engine *e, char *err, size_t errlen)
-{
-  const struct rampart_config *c = &e->config;
-  e->state = calloc(1, sizeof *e->state);
-  if (!e->state) {
-    snprintf(err, errlen, "out of memory");
-    return -1;
-  }
-  struct pager_state_fingerprint fp = {
-    .pages = e->pages, .redundancy = (uint32_t)e->policy, .group = e->group_size,
-    .encrypt = !c->encrypt_off,
-  };
-  struct rp_key *master = rp_secret_alloc(sizeof *master);
-  if (!master) {
-    snprintf(err, errlen, "cannot map a page for the key: %s", strerror(errno));
-    return -1;
-  }
-  uint8_t device_key[PAGE_SEAL_KEY_LEN];
-  char note[512];
-  int r = load_wrapping_material(e, master, err, errlen);
-  if (r == 0)
-    r = pager_state_open(e->state, c->state_path, &fp, master->len ? master->bytes : NULL,
-                         master->len, device_key, note, sizeof note, err, errlen);
-  rp_secret_free(master, sizeof *master);
-  if (r < 0) {
-    free(e->state);
-    e->state = NULL;
-    return -1;
-  }
-  if (note[0])
-    rp_log(RP_LOG_WARN, "%s", note);
-  struct pager_state *st = e->state;
-  e->state_recovered = st->recovered;
-  /* The spill file must outlive a crash too: without spill= it gets a name beside the
-   * anchor instead of being an unlinked temporary file. */
-  if (!e->config.spill_path[0]) {
-    int n = snprintf(e->config.spill_path, sizeof e->config.spill_path, "%s.spill",
-                     c->state_path);
-    if (n < 0 || (size_t)n >= sizeof e->config.spill_path) {
-      snprintf(err, errlen, "state=%s: too long a path for the spill file beside it "
-               "(PATH.spill): give spill= or a shorter state=", c->state_path);
-      return -1;
-    }
-    e->spill_named_by_state = true;
-  }
-  r = page_sealer_init_at(&e->sealer, e->pages, !c->encrypt_off, device_key, st->seals,
-                          st->next_version, err, errlen);
-  OPENSSL_cleanse(device_key, sizeof device_key);
-  if (r < 0)
-    return -1;
-  page_map_init_at(&e->map, e->pages, st->map);
-  struct group_chunk_source source = pager_state_group_chunks(st);
-  if (st->recovered)
-    r = group_table_adopt(&e->groups, (struct group **)st->chunks, st->nchunks, &source,
-                          &e->map);
-  else
-    r = group_table_init_from(&e->groups, (uint32_t)(e->pages / e->group_size / 4 + 64),
-                              &source);
-  if (r < 0) {
-    snprintf(err, errlen, "cannot set up the parity groups in the state: %s (raise "
-             "LimitMEMLOCK= or kernel.shmall)", strerror(errno));
-    return -1;
-  }
-  if (st->recovered)
-    rp_log(RP_LOG_INFO, "state %s: taking over the device as the pager left it (attach %llu)",
-           c->state_path, (unsigned long long)st->generation);
-  return 0;
-}
 
 /* ---- while running ---------------------------------------------------------------------- */
 
@@ -164,16 +59,6 @@ void engine_state_save_server(struct rampart_engine *e, const struct server *s)
     *st->nservers = s->index + 1;
 }
 
-void engine_state_save_servers(struct rampart_engine *e)
-{
-  struct pager_state *st = e->state;
-  if (!st)
-    return;
-  for (unsigned i = 0; i < e->set.nservers; i++)
-    engine_state_save_server(e, e->set.servers[i]);
-  page_mover_rebuild_record(e, st->rebuild);
-}
-
 static struct pager_state_write *write_record(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
@@ -183,7 +68,7 @@ static struct pager_state_write *write_record(struct page_op *op)
 /* A recovered write's record in the state goes once nothing of it would be needed by a
  * pager killed again: no version kept, no replay in flight. Its op then rejoins the pool
  * (until now a new write in that op would have overwritten the record). */
-static void recovered_write_settle(struct rampart_engine *e, struct recovered_write *w)
+void engine_state_settle_recovered(struct rampart_engine *e, struct recovered_write *w)
 {
   if (!w->recorded || w->kept || w->replays)
     return;
@@ -194,7 +79,7 @@ static void recovered_write_settle(struct rampart_engine *e, struct recovered_wr
   page_op_release_withheld(e, &e->ops[i]);
 }
 
-static void drop_recovered_write(struct rampart_engine *e, struct recovered_write *w)
+void engine_state_drop_recovered(struct rampart_engine *e, struct recovered_write *w)
 {
   w->kept = false;
   e->nrecovered_writes--;
@@ -205,10 +90,10 @@ static void drop_recovered_write(struct rampart_engine *e, struct recovered_writ
     e->state->writes[w - e->recovered_writes].old_entry = PAGE_ENTRY_LOST;
     atomic_signal_fence(memory_order_release);
   }
-  recovered_write_settle(e, w);
+  engine_state_settle_recovered(e, w);
 }
 
-void engine_state_page_rewritten(struct rampart_engine *e, uint64_t page)
+struct recovered_write *engine_state_drop_kept(struct rampart_engine *e, uint64_t page)
 {
   /* The versions a dead process's writes replaced were kept for a fallback that a new
    * version makes pointless. Kept versions are not live (the map does not name them):
@@ -217,18 +102,16 @@ void engine_state_page_rewritten(struct rampart_engine *e, uint64_t page)
     struct recovered_write *w = &e->recovered_writes[i];
     if (!w->kept || w->page != page)
       continue;
-    drop_recovered_write(e, w);
-    if (w->installed)
-      page_write_release_version(e, w->old_entry, true);
+    engine_state_drop_recovered(e, w);
+    return w;
   }
+  return NULL;
 }
 
 bool engine_state_keep_replaced(struct page_op *op, page_entry entry)
 {
   struct rampart_engine *e = op->engine;
   struct pager_state_write *w = write_record(op);
-  if (e->nrecovered_writes)
-    engine_state_page_rewritten(e, op->page);
   if (w->active) {
     /* Placed again (its first placement failed): what it replaces now is its own
      * earlier placement, which never completed. The first replaced version stays kept,
@@ -260,22 +143,21 @@ void engine_state_installed(struct page_op *op, page_entry entry)
     w->new_entry = entry;
 }
 
-void engine_state_op_ended(struct page_op *op)
+bool engine_state_op_ended(struct page_op *op, page_entry *retire)
 {
-  struct rampart_engine *e = op->engine;
   struct pager_state_write *w = write_record(op);
   if (!w->active)
-    return;
-  page_entry old = w->old_entry;
+    return false;
+  *retire = w->old_entry;
   /* Cleared before the old version is retired: a crash in between leaves the old slots
    * uncounted (a restart counts only what the map names), never a record naming slots
    * already reused. */
   w->active = 0;
   atomic_signal_fence(memory_order_release);
-  page_write_retire(e, old);
+  return true;
 }
 
-bool engine_state_fall_back(struct page_op *op)
+bool engine_state_fall_back(struct page_op *op, page_entry *retire)
 {
   struct rampart_engine *e = op->engine;
   page_entry now = page_map_get(&e->map, op->page);
@@ -289,7 +171,7 @@ bool engine_state_fall_back(struct page_op *op)
     page_entry old = w->old_entry;
     page_seal_set(&e->sealer, op->page, &w->old_seal);
     page_entry newer = page_map_set(&e->map, op->page, old);
-    drop_recovered_write(e, w);
+    engine_state_drop_recovered(e, w);
     if (page_entry_kind(old) == PAGE_REMOTE) {
       /* Named by the map again: live, no longer only pinned. */
       struct group *g = group_get(&e->groups, (uint32_t)page_entry_group(old));
@@ -297,7 +179,7 @@ bool engine_state_fall_back(struct page_op *op)
       e->groups.live_pages++;
       g->pins--;
     }
-    page_write_retire(e, newer);
+    *retire = newer;
     e->counters.writes_rolled_back++;
     return true;
   }
@@ -333,427 +215,4 @@ void engine_state_parity_published(struct rampart_engine *e, uint16_t buffer, un
   atomic_signal_fence(memory_order_release);
   e->state->parity[buffer].published = PAGER_STATE_PARITY_PUBLISHED(page, covered);
   atomic_signal_fence(memory_order_release);
-}
-
-/* ---- restart -------------------------------------------------------------------------------- */
-
-/* Which page of the parity buffer of a group the dead process left open or sealing
- * holds the XOR of exactly its members, or -1 when neither does (the buffer went to
- * another group). The published page covers them unless the process died after it
- * published a member's XOR and before the member joined the group: then the page
- * before it still covers exactly the members there are. */
-static int parity_page_trusted(const struct rampart_engine *e, uint32_t id,
-                               const struct group *g)
-{
-  if (!g->has_parity || g->buffer >= ENGINE_PARITY_BUFFERS)
-    return -1;
-  const struct pager_state_parity *p = &e->state->parity[g->buffer];
-  if (p->group != id)
-    return -1;
-  unsigned page = PAGER_STATE_PARITY_PAGE(p->published);
-  unsigned covered = PAGER_STATE_PARITY_COVERED(p->published);
-  if (covered == g->members)
-    return (int)page;
-  if (covered == g->members + 1u)
-    return (int)(page ^ 1u);
-  return -1;
-}
-
-/* A group the dead process had not finished. Its parity buffer survived in the state:
- * the open group is sealed short with it, and it and every sealing group send their
- * parity (again) once the sessions resume (engine_state_recover). One whose buffer
- * cannot be trusted is sealed as it is, without parity, unprotected, so the mover
- * rewrites its live pages into whole groups. in_use marks the parity buffers held. */
-static void take_over_unfinished_group(struct rampart_engine *e, uint32_t id, bool *in_use)
-{
-  struct group *g = group_get(&e->groups, id);
-  if (g->state != GROUP_OPEN && g->state != GROUP_SEALING)
-    return;
-  struct pager_state *st = e->state;
-  int page = parity_page_trusted(e, id, g);
-  bool trusted = page >= 0 && !in_use[g->buffer];
-  if (trusted) {
-    parity_buffer_use_page(e, &e->parity[g->buffer], (unsigned)page);
-    engine_state_parity_published(e, g->buffer, (unsigned)page, g->members);
-  }
-  if (g->state == GROUP_OPEN && g->members == 0) {
-    group_release(&e->groups, id);
-    e->groups.reclaimed--; /* never held anything */
-    return;
-  }
-  if (g->state == GROUP_OPEN && g->has_parity && trusted && id == *st->open_group &&
-      *st->open_parity_server < e->set.nservers) {
-    /* Sealed short at once, its parity to the slot reserved when it opened: every
-     * server is only reconnecting now, and a group left open would be closed without
-     * parity by the first write that finds no server to place on. */
-    g->capacity = g->members;
-    group_begin_seal(&e->groups, id, (server_index)*st->open_parity_server, *st->open_parity_slot);
-    in_use[g->buffer] = true;
-    return;
-  }
-  if (g->state == GROUP_SEALING && trusted) {
-    in_use[g->buffer] = true;
-    return;
-  }
-  if (g->has_parity) {
-    group_drop_parity(&e->groups, id);
-    g->server[g->capacity] = SERVER_INDEX_NONE; /* its slot is not counted as used below */
-  }
-  g->buffer = GROUP_NO_BUFFER;
-  /* Sealed short, as a group closed early is: the parity entry sits at capacity. */
-  g->server[g->members] = SERVER_INDEX_NONE;
-  g->capacity = g->members;
-  g->state = GROUP_SEALED;
-}
-
-static void mark_used(uint64_t **used, const struct rampart_engine *e, unsigned server,
-                      uint32_t slot)
-{
-  if (server < e->set.nservers && used[server] && slot < e->set.servers[server]->slots.capacity)
-    used[server][slot / 64] |= UINT64_C(1) << (slot % 64);
-}
-
-/* Which slots of each server and of the spill store are in use: every slot a group
- * holds, and every spill slot the map or a kept version names. */
-static int rebuild_allocators(struct rampart_engine *e)
-{
-  uint64_t **used = calloc(e->set.nservers + 1u, sizeof *used);
-  if (!used)
-    return -1;
-  int r = 0;
-  for (unsigned i = 0; i < e->set.nservers && r == 0; i++) {
-    used[i] = calloc(e->set.servers[i]->slots.capacity / 64 + 1, sizeof(uint64_t));
-    if (!used[i])
-      r = -1;
-  }
-  for (uint32_t id = 0; id < e->groups.count && r == 0; id++) {
-    const struct group *g = group_get(&e->groups, id);
-    if (g->state == GROUP_FREE)
-      continue;
-    for (unsigned m = 0; m < g->members; m++)
-      if (g->server[m] != SERVER_INDEX_NONE)
-        mark_used(used, e, g->server[m], g->slot[m]);
-    if (g->has_parity && g->server[g->capacity] != SERVER_INDEX_NONE)
-      mark_used(used, e, g->server[g->capacity], g->slot[g->capacity]);
-  }
-  for (unsigned i = 0; i < e->set.nservers && r == 0; i++)
-    slot_allocator_rebuild(&e->set.servers[i]->slots, used[i]);
-  for (unsigned i = 0; i < e->set.nservers; i++)
-    free(used[i]);
-  free(used);
-  if (r < 0 || !e->spill || e->redundancy->disk_copy)
-    return r; /* write-through claimed every page's disk slot at open */
-  for (uint64_t p = 0; p < e->pages; p++) {
-    page_entry entry = page_map_get(&e->map, p);
-    if (page_entry_kind(entry) == PAGE_SPILL && entry != PAGE_ENTRY_LOST)
-      spill_store_claim_slot(e->spill, page_entry_slot_of(entry));
-  }
-  for (uint32_t i = 0; i < PAGER_STATE_WRITES; i++) {
-    page_entry old = e->recovered_writes[i].old_entry;
-    if (e->recovered_writes[i].kept && page_entry_kind(old) == PAGE_SPILL && old != PAGE_ENTRY_LOST)
-      spill_store_claim_slot(e->spill, page_entry_slot_of(old));
-  }
-  return 0;
-}
-
-/* Whether a write record's new version is a member of its group: it joined, and its
- * group's parity covers its bytes, whether or not they reached the server. */
-static bool joined_its_group(const struct rampart_engine *e, page_entry entry)
-{
-  if (page_entry_kind(entry) != PAGE_REMOTE)
-    return false;
-  const struct group *g = group_get(&e->groups, (uint32_t)page_entry_group(entry));
-  return g->state != GROUP_FREE && page_entry_member(entry) < g->members;
-}
-
-/* The writes in flight at the crash: each kept version's group stays pinned until the
- * page is read (and falls back or not), moved or written again, or the replay below
- * stores the new version. Their bytes are copied out of the ops' pages in the state.
- * A record is made before its member joins the group and the map changes only after:
- * a write the crash stopped in between never became the page's version (the old one
- * stands, live, with its seal: the new seal is set just before the map), but when its
- * member had joined, its bytes go to the server all the same, since the group's parity
- * covers them. So do a retry's: a placement made after the first one failed joins its
- * group before the map (and then the record) name it.
- * The records stay in the state until they are settled (recovered_write_settle), and
- * their ops out of use, so a pager killed again before its replays land finds them
- * again: a record whose page is none of its versions any more (or that says so,
- * old_entry LOST) is only its replays. At most half the ops are withheld, so new
- * requests always have ops: a record past that is taken over all the same, but cleared
- * from the state, as every record was before. */
-static int take_over_writes(struct rampart_engine *e)
-{
-  struct pager_state *st = e->state;
-  e->recovered_writes = calloc(PAGER_STATE_WRITES, sizeof *e->recovered_writes);
-  e->recovered_bytes = malloc((size_t)PAGER_STATE_WRITES * RAMPART_PAGE_SIZE);
-  if (!e->recovered_writes || !e->recovered_bytes)
-    return -1;
-  unsigned withheld = 0;
-  for (unsigned i = 0; i < PAGER_STATE_WRITES; i++) {
-    struct pager_state_write *w = &st->writes[i];
-    struct recovered_write *rw = &e->recovered_writes[i];
-    rw->engine = e;
-    rw->bytes = e->recovered_bytes + (size_t)i * RAMPART_PAGE_SIZE;
-    if (!w->active)
-      continue;
-    if (w->page >= e->pages || w->new_entry == w->old_entry) {
-      w->active = 0;
-      continue;
-    }
-    page_entry now = page_map_get(&e->map, w->page);
-    if (w->old_entry == PAGE_ENTRY_LOST ||
-        (now != w->old_entry && now != w->new_entry && now != w->joining)) {
-      rw->new_entry = joined_its_group(e, w->new_entry) ? w->new_entry : 0;
-      rw->joining = w->joining != w->new_entry && joined_its_group(e, w->joining)
-                      ? w->joining : 0;
-      if (!rw->new_entry && !rw->joining) {
-        w->active = 0;
-        continue;
-      }
-      w->old_entry = PAGE_ENTRY_LOST;
-    } else {
-      bool installed = now != w->old_entry;
-      if (!installed)
-        page_seal_set(&e->sealer, w->page, &w->old_seal);
-      page_entry newer = installed && now == w->joining ? w->joining : w->new_entry;
-      if (!installed && !joined_its_group(e, newer)) {
-        w->active = 0;
-        continue;
-      }
-      rw->joining = installed && w->joining != newer && joined_its_group(e, w->joining)
-                      ? w->joining : 0;
-      rw->new_entry = newer;
-      rw->old_entry = w->old_entry;
-      rw->old_seal = w->old_seal;
-      rw->kept = true;
-      rw->installed = installed;
-      e->nrecovered_writes++;
-      if (installed && page_entry_kind(w->old_entry) == PAGE_REMOTE)
-        group_get(&e->groups, (uint32_t)page_entry_group(w->old_entry))->pins++;
-    }
-    memcpy(rw->bytes, st->op_pages + (size_t)i * RAMPART_PAGE_SIZE, RAMPART_PAGE_SIZE);
-    rw->page = w->page;
-    if (withheld >= ENGINE_PAGE_OPS / 2) {
-      w->active = 0; /* past the cap: taken over all the same, but off the record */
-      continue;
-    }
-    /* The record names only what this takeover holds: a placement it does not send
-     * (never joined, or a failed first placement the map no longer names) may be
-     * reclaimed and its group id reused while the record stands. new_entry first: the
-     * record stays consistent after either store. */
-    w->new_entry = rw->new_entry;
-    atomic_signal_fence(memory_order_release);
-    w->joining = rw->joining;
-    atomic_signal_fence(memory_order_release);
-    rw->recorded = true;
-    page_op_withhold(e, &e->ops[i]);
-    withheld++;
-  }
-  return 0;
-}
-
-/* The answer to a replayed member write `entry`: unpins its group and says whether the
- * write is settled (stored, or refused by a server still there, which leaves the group
- * unprotected: its parity covers bytes the server lacks), or waits, pinned, to be sent
- * again once the session resumes (if it never does, reads fall back). */
-static bool replay_settled(struct rampart_engine *e, struct rp_request *req, page_entry entry)
-{
-  uint32_t id = (uint32_t)page_entry_group(entry);
-  struct group *g = group_get(&e->groups, id);
-  g->pins--;
-  if (req->status == RP_OK)
-    return true;
-  unsigned server = g->server[page_entry_member(entry)];
-  if (server_request_failed(e, server, req, true)) {
-    g->pins++;
-    return false;
-  }
-  if (server < e->set.nservers && e->set.servers[server]->state != RAMPART_SERVER_LOST)
-    page_write_member_lost(e, id);
-  return true;
-}
-
-static void on_replayed(struct rp_request *req)
-{
-  struct recovered_write *w = req->user;
-  struct rampart_engine *e = w->engine;
-  uint32_t id = (uint32_t)page_entry_group(w->new_entry);
-  if (!replay_settled(e, req, w->new_entry))
-    return;
-  w->replays--;
-  bool stored = req->status == RP_OK;
-  if (w->kept && !w->installed) {
-    /* The page stays the version the map names. Stored: its group's parity holds again;
-     * not: the group is unprotected or its server lost, and rebuilt or moved. Either way
-     * nothing of the record is needed, and its group may go once unpinned. */
-    drop_recovered_write(e, w);
-  } else if (stored && w->kept && page_map_get(&e->map, w->page) == w->new_entry) {
-    /* The new version is where the map says: the old one is not needed any more. */
-    drop_recovered_write(e, w);
-    page_write_release_version(e, w->old_entry, true);
-    e->counters.writes_replayed++;
-  }
-  recovered_write_settle(e, w); /* only replays were left of it */
-  if (group_is_reclaimable(group_get(&e->groups, id)))
-    page_write_reclaim(e, id);
-}
-
-/* A retry's placement that joined its group but was never the page's version: its
- * group's parity covers it, so it is stored all the same, and then let go. */
-static void on_joining_replayed(struct rp_request *req)
-{
-  struct recovered_write *w = req->user;
-  struct rampart_engine *e = w->engine;
-  uint32_t id = (uint32_t)page_entry_group(w->joining);
-  if (!replay_settled(e, req, w->joining))
-    return;
-  w->replays--;
-  /* Out of the record before its group may go: its slot may be reused. */
-  if (w->recorded) {
-    e->state->writes[w - e->recovered_writes].joining = 0;
-    atomic_signal_fence(memory_order_release);
-  }
-  w->joining = 0;
-  recovered_write_settle(e, w);
-  if (group_is_reclaimable(group_get(&e->groups, id)))
-    page_write_reclaim(e, id);
-}
-
-/* Sends a recovered write's bytes to member `entry`'s slot, if it joined its group and
- * its server is still named there; the group stays pinned until `done`. */
-static bool replay_member_write(struct rampart_engine *e, struct recovered_write *w,
-                                page_entry entry, struct rp_request *req,
-                                void (*done)(struct rp_request *))
-{
-  if (!joined_its_group(e, entry))
-    return false;
-  struct group *g = group_get(&e->groups, (uint32_t)page_entry_group(entry));
-  unsigned m = page_entry_member(entry);
-  if (g->server[m] == SERVER_INDEX_NONE)
-    return false;
-  g->pins++;
-  w->replays++;
-  memset(req, 0, sizeof *req);
-  req->op = RP_OP_WRITE;
-  req->slot = g->slot[m];
-  req->page = w->bytes;
-  req->done = done;
-  req->user = w;
-  server_transport_send(e, g->server[m], req);
-  return true;
-}
-
-/* Each member write in flight at the crash is sent again from the bytes the state kept,
- * to the slot it was placed in: the group's parity already covers those bytes, so the
- * group is whole again once they are stored, and a degraded read of its other members
- * does not need the one the crash cut off. Queued for the sessions being resumed. */
-static unsigned replay_member_writes(struct rampart_engine *e)
-{
-  unsigned n = 0;
-  for (uint32_t i = 0; i < PAGER_STATE_WRITES; i++) {
-    struct recovered_write *w = &e->recovered_writes[i];
-    if (!w->new_entry && !w->joining)
-      continue; /* nothing taken over */
-    if (w->joining && !replay_member_write(e, w, w->joining, &w->joining_req,
-                                           on_joining_replayed))
-      w->joining = 0;
-    if (w->new_entry && replay_member_write(e, w, w->new_entry, &w->req, on_replayed))
-      n++;
-    if (w->kept && !w->installed && !w->replays)
-      drop_recovered_write(e, w); /* the page is the old version, and nothing to send */
-    recovered_write_settle(e, w);   /* only replays were left, and none could be sent */
-  }
-  return n;
-}
-
-int engine_state_recover(struct rampart_engine *e, char *err, size_t errlen)
-{
-  struct pager_state *st = e->state;
-  unsigned n = *st->nservers;
-  if (server_set_pool_new(e, n, err, errlen) < 0)
-    return -1;
-  for (unsigned i = 0; i < n; i++) {
-    /* A copy: server_new saves the new entry over the one it is made from. */
-    struct pager_state_server saved = st->servers[i];
-    const struct pager_state_server *ps = &saved;
-    struct server *s = server_new(e, ps->address, NULL);
-    if (!s || slot_allocator_init(&s->slots, (uint32_t)ps->reserved_pages) < 0) {
-      snprintf(err, errlen, "out of memory taking over server %s", ps->address);
-      return -1;
-    }
-    memcpy(s->token, ps->token, RP_TOKEN_LEN);
-    if (ps->addr_len > 0 && ps->addr_len <= sizeof s->addr) {
-      s->addr = ps->addr;
-      s->addr_len = ps->addr_len;
-    }
-    s->reserved_pages = ps->reserved_pages;
-    s->suspect = ps->flags & PAGER_STATE_SERVER_SUSPECT;
-    s->leaving = ps->flags & PAGER_STATE_SERVER_LEAVING;
-    s->remove_when_drained = ps->flags & PAGER_STATE_SERVER_REMOVE_WHEN_DRAINED;
-    s->drained = ps->flags & PAGER_STATE_SERVER_DRAINED;
-    s->health.replaced = ps->flags & PAGER_STATE_SERVER_REPLACED;
-    s->rebuild_needed = ps->flags & PAGER_STATE_SERVER_REBUILD_NEEDED;
-    s->state = (enum rampart_server_state)ps->state;
-    engine_state_save_server(e, s);
-  }
-  bool buffer_in_use[ENGINE_PARITY_BUFFERS] = { false };
-  for (uint32_t id = 0; id < e->groups.count; id++)
-    take_over_unfinished_group(e, id, buffer_in_use);
-  group_table_count_sealed(&e->groups);
-  e->free_parity = NULL;
-  for (unsigned b = ENGINE_PARITY_BUFFERS; b-- > 0;)
-    if (!buffer_in_use[b]) {
-      e->parity[b].next = e->free_parity;
-      e->free_parity = &e->parity[b];
-    }
-  if (take_over_writes(e) < 0 || rebuild_allocators(e) < 0) {
-    snprintf(err, errlen, "out of memory taking over the device");
-    return -1;
-  }
-  /* The rebuild record goes on (a rebuild still running is begun again below). */
-  page_mover_rebuild_restore(e, st->rebuild);
-  unsigned resuming = 0;
-  for (unsigned i = 0; i < n; i++) {
-    struct server *s = e->set.servers[i];
-    if (s->state == RAMPART_SERVER_LOST && s->rebuild_needed)
-      page_mover_rebuild_begin(e);
-    resuming += server_health_after_restart(e, s);
-  }
-  unsigned replayed = replay_member_writes(e);
-  /* Parity writes the dead process had in flight go again, queued for the sessions
-   * being resumed. */
-  unsigned resealed = 0;
-  for (uint32_t id = 0; id < e->groups.count; id++)
-    if (group_get(&e->groups, id)->state == GROUP_SEALING) {
-      page_write_reseal(e, id);
-      resealed++;
-    }
-  rp_log(RP_LOG_INFO, "took the device over: %llu pages remote, %llu spilled, %u groups "
-         "(%u sealing, %u unprotected), %u writes that were in flight (%u sent again), %u "
-         "sessions to resume", (unsigned long long)e->map.count[PAGE_REMOTE],
-         (unsigned long long)e->map.count[PAGE_SPILL], e->groups.in_use,
-         resealed,
-         e->groups.unprotected, e->nrecovered_writes, replayed, resuming);
-  return 0;
-}
-
-/* ---- close ------------------------------------------------------------------------------------ */
-
-void engine_state_close(struct rampart_engine *e, bool clean)
-{
-  struct pager_state *st = e->state;
-  if (!st)
-    return;
-  /* The groups' chunks are the state's: the table lets go of them before it goes. */
-  if (clean) {
-    pager_state_remove(st); /* the servers were told GOODBYE: nothing is left to take over */
-    if (e->spill_named_by_state)
-      unlink(e->config.spill_path);
-  } else {
-    pager_state_detach(st);
-  }
-  free(e->recovered_writes);
-  free(e->recovered_bytes);
-  free(st);
-  e->state = NULL;
 }

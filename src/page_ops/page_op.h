@@ -137,7 +137,7 @@ struct page_op {
 
 /* What page_op.c calls of the files that carry an op and record it, which sit above it:
  * one const table the engine fills (engine.c: page_read_start, page_write_start,
- * engine_state_op_ended), so this file names none of them. None is on a page op's
+ * page_write_op_recycled), so this file names none of them. None is on a page op's
  * common path: an op starts over only after a wait, and is recorded only with state=. */
 struct page_op_steps {
   void (*read)(struct page_op *op);     /* start (over) its read, from the page map */
