@@ -1051,6 +1051,7 @@ static const struct engine_core_events core_events = {
   .server_lost = page_mover_rebuild_begin,
   .pages_at_risk = page_mover_at_risk,
   .writes_wait_for_cleaning = page_mover_should_throttle,
+  .request_waits_for_server = server_health_queue,
 };
 
 /* cluster=etcd://: the servers are chosen from etcd first, and followed once open. */

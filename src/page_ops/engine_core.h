@@ -40,6 +40,7 @@ _Static_assert(RAMPART_PAGE_SIZE == RP_PAGE_SIZE, "the device's page is the wire
 
 struct page_op;
 struct page_op_steps;
+struct server;
 struct page_rmw;
 struct stats_file;
 struct rampart_engine;
@@ -62,9 +63,10 @@ struct engine_upcalls {
 
 /* Inside the page-op core, what a file tells or asks the files above it, which it does
  * not include: the servers' health tells writes and the mover that a server failed or
- * was lost, and a write asks the mover whether cleaning is behind. One const table
- * engine.c fills (page_write_close_open_group, page_mover_rebuild_begin,
- * page_mover_at_risk, page_mover_should_throttle); none is on a page's common path. */
+ * was lost, and a write asks the mover whether cleaning is behind; the transport hands
+ * health a request for a server that is away. One const table engine.c fills
+ * (page_write_close_open_group, page_mover_rebuild_begin, page_mover_at_risk,
+ * page_mover_should_throttle, server_health_queue); none is on a page's common path. */
 struct engine_core_events {
   /* A server failed: the open group closes (server_health.c). */
   void (*server_failed)(struct rampart_engine *e);
@@ -76,6 +78,10 @@ struct engine_core_events {
   /* Cleaning is far behind: a frontend write opening a group waits for moves to
    * finish (page_write.c). */
   bool (*writes_wait_for_cleaning)(struct rampart_engine *e);
+  /* A write or free for server s, which is not connected, waits for its session to
+   * resume and is sent again then: true when it was queued (server_transport.c). */
+  bool (*request_waits_for_server)(struct rampart_engine *e, struct server *s,
+                                   struct rp_request *req);
 };
 
 /* The engine's clock: monotonic nanoseconds. */

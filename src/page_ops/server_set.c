@@ -4,8 +4,8 @@
  * What happens when a server's connection fails (it goes RECONNECTING, requests that
  * must reach it wait to be resent, it comes back with its session or is declared LOST)
  * is server_health.c's. This file only tells it: a failed request or a dropped
- * connection goes to server_health_failed, and a request for a server that is
- * reconnecting is handed to server_health_queue instead of the connection.
+ * connection goes to server_health_failed, and a failed write or free the server never
+ * answered is handed to server_health_queue, to be sent again on the resumed session.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -23,12 +23,6 @@
 
 /* Connections in the engine's pool beyond one per server (server_set_pool_new). */
 #define POOL_SPARES 8u
-
-bool server_usable_for_reads(const struct server *s)
-{
-  return (s->state == RAMPART_SERVER_UP || s->state == RAMPART_SERVER_ADVISED) && s->conn &&
-         rp_conn_is_connected(s->conn);
-}
 
 bool server_usable_for_placement(const struct server *s)
 {
@@ -100,18 +94,6 @@ static void on_disconnect(struct rp_conn *conn, const struct rp_error *why, void
 {
   struct server *s = user;
   server_health_failed(engine_of(s), s, why->message, false);
-}
-
-void server_unreachable(struct rampart_engine *e, struct server *s, struct rp_request *req)
-{
-  /* Writes and frees must reach this server's own session: they wait for it while it
-   * reconnects. Reads restart from the page map instead (page_read.c). */
-  if ((req->op == RP_OP_WRITE || req->op == RP_OP_FREE) && server_health_queue(e, s, req))
-    return;
-  req->status = RP_ERR_DISCONNECTED;
-  snprintf(req->error_message, sizeof req->error_message, "server %s is %s", s->address,
-           s->state == RAMPART_SERVER_LOST ? "lost" : "not connected");
-  req->done(req);
 }
 
 bool server_request_failed(struct rampart_engine *e, unsigned index, struct rp_request *req,
