@@ -1051,7 +1051,16 @@ static const struct engine_core_events core_events = {
   .server_lost = page_mover_rebuild_begin,
   .pages_at_risk = page_mover_at_risk,
   .writes_wait_for_cleaning = page_mover_should_throttle,
-  .request_waits_for_server = server_health_queue,
+};
+
+/* What the servers' table tells their health (engine_core.h). */
+static const struct server_set_events server_events = {
+  .server_made = server_health_init_server,
+  .server_forgotten = server_health_free_server,
+  .closing = server_health_close,
+  .closed = server_health_free,
+  .failed = server_health_failed,
+  .request_waits = server_health_queue,
 };
 
 /* cluster=etcd://: the servers are chosen from etcd first, and followed once open. */
@@ -1089,6 +1098,7 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
   e->up = &upcalls;
   e->op_steps = &op_steps;
   e->events = &core_events;
+  e->set.events = &server_events;
   e->config = *config;
   e->reap.event_fd = -1;
   rampart_config_effective(config, &e->policy, &e->group_size);

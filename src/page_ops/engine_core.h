@@ -63,10 +63,10 @@ struct engine_upcalls {
 
 /* Inside the page-op core, what a file tells or asks the files above it, which it does
  * not include: the servers' health tells writes and the mover that a server failed or
- * was lost, and a write asks the mover whether cleaning is behind; the transport hands
- * health a request for a server that is away. One const table engine.c fills
- * (page_write_close_open_group, page_mover_rebuild_begin, page_mover_at_risk,
- * page_mover_should_throttle, server_health_queue); none is on a page's common path. */
+ * was lost, and a write asks the mover whether cleaning is behind. One const table
+ * engine.c fills (page_write_close_open_group, page_mover_rebuild_begin,
+ * page_mover_at_risk, page_mover_should_throttle); none is on a page's common path.
+ * What the servers' table tells their health is struct server_set_events. */
 struct engine_core_events {
   /* A server failed: the open group closes (server_health.c). */
   void (*server_failed)(struct rampart_engine *e);
@@ -78,10 +78,6 @@ struct engine_core_events {
   /* Cleaning is far behind: a frontend write opening a group waits for moves to
    * finish (page_write.c). */
   bool (*writes_wait_for_cleaning)(struct rampart_engine *e);
-  /* A write or free for server s, which is not connected, waits for its session to
-   * resume and is sent again then: true when it was queued (server_transport.c). */
-  bool (*request_waits_for_server)(struct rampart_engine *e, struct server *s,
-                                   struct rp_request *req);
 };
 
 /* The engine's clock: monotonic nanoseconds. */
@@ -238,9 +234,30 @@ struct pager_state;
 struct page_mover;
 struct server_health_shared;
 
+/* What the servers' table (server_set.c) and the transport below it tell the servers'
+ * health, which sits above them (it makes a new incarnation and adopts a resumed
+ * session through the table, and replays through the transport). One const table
+ * engine.c fills with server_health.c's functions of the same part: each server's
+ * health made and freed with its entry, all of it closed with the table, a server
+ * whose connection failed, and a write or free that waits for a server that is away.
+ * None is on a page's common path: a server is made, fails or is away. */
+struct server_set_events {
+  int (*server_made)(struct rampart_engine *e, struct server *s);    /* 0 or -1 (memory) */
+  void (*server_forgotten)(struct server *s);      /* the entry server_new just made */
+  void (*closing)(struct rampart_engine *e);       /* first in server_set_close */
+  void (*closed)(struct rampart_engine *e);        /* before the entries are freed */
+  /* A request to s failed or its connection dropped: s goes RECONNECTING. silent: it
+   * stopped answering (a timeout), rather than refusing. */
+  void (*failed)(struct rampart_engine *e, struct server *s, const char *why, bool silent);
+  /* A write or free for s, which is not connected, waits for its session to resume and
+   * is sent again then: true when it was queued. */
+  bool (*request_waits)(struct rampart_engine *e, struct server *s, struct rp_request *req);
+};
+
 /* The servers (server_set.c; their health: server_health.c; membership:
  * server_membership.c). Every part reads it; those files change it. */
 struct server_set {
+  const struct server_set_events *events; /* engine.c's, set at open */
   /* incarnations: a server that returns empty gets a new entry. Each entry is
    * allocated when it is made and never moves (libev holds its timer, a reconnect
    * attempt its address); servers[0..nservers-1] are all allocated. */

@@ -13,13 +13,13 @@ bool server_usable_for_reads(const struct server *s)
 
 /* A request for a server that cannot take it now. Writes and frees must reach this
  * server's own session: they wait for it while it reconnects (the servers' health
- * queues them, through e->events). Reads restart from the page map instead
+ * queues them, through e->set.events). Reads restart from the page map instead
  * (page_read.c); anything else completes at once with RP_ERR_DISCONNECTED. */
 static void server_unreachable(struct rampart_engine *e, struct server *s,
                                struct rp_request *req)
 {
   if ((req->op == RP_OP_WRITE || req->op == RP_OP_FREE) &&
-      e->events->request_waits_for_server(e, s, req))
+      e->set.events->request_waits(e, s, req))
     return;
   req->status = RP_ERR_DISCONNECTED;
   snprintf(req->error_message, sizeof req->error_message, "server %s is %s", s->address,

@@ -7,7 +7,7 @@
  * server is server_request_failed's (server_set.c), whatever the transport said. A
  * request for a server that is not connected does not reach the connection: a write or
  * free waits for the server's session (the servers' health queues it, through
- * e->events: health sits above the transport, which it replays through).
+ * e->set.events: health sits above the transport, which it replays through).
  *
  * A filter can be layered on top, as nbdkit's filters are on its plugins: it sees each
  * request first and either passes it on (server_transport_pass) or completes it itself,
