@@ -30,6 +30,7 @@
 #include "cluster_follow.h"
 #include "control_socket.h"
 #include "engine_internal.h"
+#include "engine_restore.h"
 #include "engine_state.h"
 #include "event_arena.h"
 #include "fifo.h"
@@ -298,7 +299,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
       publish_reports(e);
   }
   server_health_tick(e);
-  engine_state_save_servers(e); /* states and flags; tokens are saved as they change */
+  engine_restore_save_servers(e); /* states and flags; tokens are saved as they change */
   page_mover_tick(e);
   /* Ops waiting on cleaning are normally woken by a finished move; re-check them each
    * tick too, so that a move that never finishes slows writes down instead of hanging
@@ -1037,6 +1038,31 @@ static const struct engine_upcalls upcalls = {
   .mover_pass_done = server_membership_pass_done,
 };
 
+/* What page_op.c calls above it (page_op.h). */
+static const struct page_op_steps op_steps = {
+  .read = page_read_start,
+  .write = page_write_start,
+  .recycled = page_write_op_recycled,
+};
+
+/* What the page-op core's lower files tell its higher ones (engine_core.h). */
+static const struct engine_core_events core_events = {
+  .server_failed = page_write_close_open_group,
+  .server_lost = page_mover_rebuild_begin,
+  .pages_at_risk = page_mover_at_risk,
+  .writes_wait_for_cleaning = page_mover_should_throttle,
+};
+
+/* What the servers' table tells their health (engine_core.h). */
+static const struct server_set_events server_events = {
+  .server_made = server_health_init_server,
+  .server_forgotten = server_health_free_server,
+  .closing = server_health_close,
+  .closed = server_health_free,
+  .failed = server_health_failed,
+  .request_waits = server_health_queue,
+};
+
 /* cluster=etcd://: the servers are chosen from etcd first, and followed once open. */
 struct rampart_engine *rampart_open(const struct rampart_config *config, char *err,
                                     size_t errlen)
@@ -1070,6 +1096,9 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
     return NULL;
   }
   e->up = &upcalls;
+  e->op_steps = &op_steps;
+  e->events = &core_events;
+  e->set.events = &server_events;
   e->config = *config;
   e->reap.event_fd = -1;
   rampart_config_effective(config, &e->policy, &e->group_size);
@@ -1103,7 +1132,7 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
     goto fail;
   if (config->state_path[0]) {
     /* The map, seals and groups live in the state segment (engine_state.c). */
-    if (engine_state_open(e, err, errlen) < 0)
+    if (engine_restore_open(e, err, errlen) < 0)
       goto fail;
   } else if (engine_open_sealer(e, err, errlen) < 0 || page_map_init(&e->map, e->pages) < 0 ||
              group_table_init(&e->groups, (uint32_t)(e->pages / e->group_size / 4 + 64)) < 0) {
@@ -1151,7 +1180,7 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
       !(e->metrics_file = stats_file_start(e->config.metrics_path, "metrics-file", false, err,
                                            errlen)))
     goto fail;
-  if (e->state_recovered ? engine_state_recover(e, err, errlen) < 0
+  if (e->state_recovered ? engine_restore_recover(e, err, errlen) < 0
                          : server_set_open(e, err, errlen) < 0)
     goto fail;
   int rc = rp_thread_start(&e->thread, "rampart-io", 0, io_thread_main, e);
@@ -1211,7 +1240,7 @@ void rampart_close(struct rampart_engine *e)
   page_sealer_destroy(&e->sealer);
   /* A device that was served is detached cleanly here (its servers were told GOODBYE):
    * its state goes. One that failed to open keeps a state it was taking over. */
-  engine_state_close(e, e->opened || !e->state_recovered);
+  engine_restore_close(e, e->opened || !e->state_recovered);
   free(e->write_pending);
   pthread_mutex_destroy(&e->stats_lock);
   pthread_mutex_destroy(&e->lock);

@@ -38,9 +38,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "engine_core.h"
 #include "page_op.h"
 #include "page_rmw.h"
+#include "rampart.h"
 #include "server_set.h"
 #include "stats_file.h"
 

@@ -5,12 +5,9 @@
 #include <string.h>
 
 #include "engine_core.h"
-#include "engine_state.h"
 #include "fifo.h"
 #include "log.h"
 #include "page_op.h"
-#include "page_read.h"
-#include "page_write.h"
 
 #define TO(s) (1u << (s))
 
@@ -99,7 +96,7 @@ static void page_op_put(struct rampart_engine *e, struct page_op *op)
 {
   page_op_enter(op, PAGE_OP_FREE);
   if (e->state)
-    engine_state_op_ended(op);
+    e->op_steps->recycled(op);
   op->next = e->free_ops;
   e->free_ops = op;
 }
@@ -143,9 +140,9 @@ void page_op_resume(struct page_op *op)
   op->waits = PAGE_OP_NOT_WAITING;
   if (op->state == PAGE_OP_WRITING) {
     op->pending--;
-    page_write_start(op);
+    op->engine->op_steps->write(op);
   } else {
-    page_read_start(op);
+    op->engine->op_steps->read(op);
   }
 }
 

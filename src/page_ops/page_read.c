@@ -64,8 +64,10 @@ static bool read_waits_for_servers(struct page_op *op, const struct group *g)
 static bool fell_back_to_version_before(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
-  if (!e->nrecovered_writes || !engine_state_fall_back(op))
+  page_entry failed;
+  if (!e->nrecovered_writes || !engine_state_fall_back(op, &failed))
     return false;
+  page_write_retire(e, failed);
   if (op->kind == PAGE_OP_MOVE)
     op->owner->read_ended(op, 0); /* the mover finds the map moved on */
   else

@@ -14,7 +14,6 @@
 #include "engine_core.h"
 #include "engine_state.h"
 #include "log.h"
-#include "page_mover.h"
 #include "page_write.h"
 #include "page_op.h"
 #include "page_write_pending.h"
@@ -39,14 +38,34 @@ static void write_finish(struct page_op *op, int result)
   page_op_finished(op, result);
 }
 
+/* A new version of the page (or a trim) makes the versions a dead process's writes
+ * replaced, kept for a fallback, pointless: they go (engine_state.c). */
+static void release_kept_versions(struct rampart_engine *e, uint64_t page)
+{
+  struct recovered_write *w;
+  while ((w = engine_state_drop_kept(e, page)))
+    if (w->installed)
+      page_write_release_version(e, w->old_entry, true);
+}
+
+void page_write_op_recycled(struct page_op *op)
+{
+  page_entry old;
+  if (engine_state_op_ended(op, &old))
+    page_write_retire(op->engine, old);
+}
+
 /* With state=, the version a write replaces stays until the op ends: if the pager dies
  * first, a restart may need it (engine_state.c). Recorded before anything names the
  * new version. True when the version the map names now is to be kept. */
 static bool record_replaced_version(struct page_op *op, page_entry entry)
 {
   struct rampart_engine *e = op->engine;
-  return e->state && page_map_get(&e->map, op->page) != entry &&
-         engine_state_keep_replaced(op, entry);
+  if (!e->state || page_map_get(&e->map, op->page) == entry)
+    return false;
+  if (e->nrecovered_writes)
+    release_kept_versions(e, op->page);
+  return engine_state_keep_replaced(op, entry);
 }
 
 /* This write's version becomes the page's current one. The map entry and the seal
@@ -139,7 +158,7 @@ void page_write_release_version(struct rampart_engine *e, page_entry old, bool p
 void page_write_supersede(struct rampart_engine *e, uint64_t page, page_entry entry)
 {
   if (e->nrecovered_writes)
-    engine_state_page_rewritten(e, page);
+    release_kept_versions(e, page);
   page_write_retire(e, page_map_set(&e->map, page, entry));
 }
 
@@ -470,7 +489,7 @@ static void write_to_spill(struct page_op *op);
  * write for as long as one server's partition lasts, when the others are full.
  * When every server is away it waits io-timeout=, the operator's bound for an outage;
  * and so it does with no room on disk, where failing it with ENOSPC would be worse.
- * Moves too: cleaning that waits holds back every write (page_mover_should_throttle), and
+ * Moves too: cleaning that waits holds back every write (writes_wait_for_cleaning), and
  * a cleaned page spilled frees its old group's slots. True when it waits.
  * A waiting write holds a pending count, as every wait here does: a mirror write whose
  * first copy was refused waits with its second copy still in flight, and that copy's
@@ -495,7 +514,7 @@ static bool place_remote(struct page_op *op)
   struct rampart_engine *e = op->engine;
   for (int attempt = 0; attempt < 2; attempt++) {
     if (e->placement.open_group == GROUP_NONE && op->kind == PAGE_OP_WRITE &&
-        page_mover_should_throttle(e)) {
+        e->events->writes_wait_for_cleaning(e)) {
       /* Cleaning is far behind the overwrite rate: hold new writes until moves free
        * slots, as a log-structured store blocks writers when clean segments run out. */
       e->counters.writes_waited_for_cleaning += !op->waited_for_cleaning;

@@ -24,9 +24,12 @@ void page_write_retire(struct rampart_engine *e, page_entry old);
 void page_write_release_version(struct rampart_engine *e, page_entry old, bool pinned);
 /* The page becomes `entry` other than by a write's own install (a trim, a move to the
  * spill store, a page declared lost): the old version retires, and so does what a dead
- * pager's write of the page kept for a fallback (engine_state_page_rewritten). */
+ * pager's write of the page kept for a fallback (engine_state_drop_kept). */
 void page_write_supersede(struct rampart_engine *e, uint64_t page, page_entry entry);
 void page_write_trim(struct rampart_engine *e, uint64_t page);
+/* With state=, op is going back to the pool: the version it kept, so that a restart
+ * could fall back to it, is retired now (page_op_steps.recycled). */
+void page_write_op_recycled(struct page_op *op);
 void page_write_reclaim(struct rampart_engine *e, uint32_t group);
 /* A member of `group` never reached its server (and the server is not lost): the
  * group's parity covers bytes no server holds, so it goes unprotected. */

@@ -11,7 +11,6 @@
 #include "page_write_pending.h"
 
 #include "page_op.h"
-#include "server_health.h"
 
 void page_write_pending_set(struct rampart_engine *e, uint64_t page)
 {
@@ -64,7 +63,7 @@ bool page_read_waits_for_write(struct page_op *op)
   uint64_t now = engine_now_ns();
   if (!op->write_wait_since_ns)
     op->write_wait_since_ns = now;
-  if (now - op->write_wait_since_ns >= server_health_io_timeout_ns(e))
+  if (now - op->write_wait_since_ns >= engine_io_timeout_ns(e))
     return false;
   page_op_begin_wait(op, PAGE_OP_WAITS_FOR_WRITE);
   op->next = e->reads_awaiting_write;
@@ -74,7 +73,7 @@ bool page_read_waits_for_write(struct page_op *op)
 
 void page_read_expire_write_waits(struct rampart_engine *e, uint64_t now_ns)
 {
-  uint64_t limit = server_health_io_timeout_ns(e);
+  uint64_t limit = engine_io_timeout_ns(e);
   if (now_ns > limit)
     resume_reads_awaiting_write(e, UINT64_MAX, now_ns - limit + 1);
 }

@@ -18,7 +18,7 @@
 
 #include <stdbool.h>
 
-#include "rampart.h"
+#include "rampart_types.h"
 
 /* Where a read goes when its page's server cannot serve it (lost, reconnecting, or its
  * copy failed verification). */

@@ -40,9 +40,7 @@
 #include "engine_core.h"
 #include "fifo.h"
 #include "log.h"
-#include "page_mover.h"
 #include "page_op.h"
-#include "page_write.h"
 #include "server_health.h"
 #include "server_set.h"
 #include "server_transport.h"
@@ -332,11 +330,6 @@ static void park_append(struct rampart_engine *e, struct page_op *op)
   e->health->waiting++;
 }
 
-uint64_t server_health_io_timeout_ns(const struct rampart_engine *e)
-{
-  return e->health->io_timeout_ns;
-}
-
 bool server_health_any_reconnecting(const struct rampart_engine *e)
 {
   for (unsigned i = 0; i < e->set.nservers; i++)
@@ -502,9 +495,9 @@ static void declare_lost(struct rampart_engine *e, struct server *s, const char 
 {
   s->state = RAMPART_SERVER_LOST;
   s->rebuild_needed = true;
-  page_mover_rebuild_begin(e);
+  e->events->server_lost(e);
   rp_log(RP_LOG_ERROR, "server %s is lost (%s): rebuilding its %llu live pages elsewhere",
-         s->address, why, (unsigned long long)page_mover_at_risk(e, s->index));
+         s->address, why, (unsigned long long)e->events->pages_at_risk(e, s->index));
   char msg[160];
   snprintf(msg, sizeof msg, "server %s is lost", s->address);
   give_up_queue(e, s, RP_ERR_DISCONNECTED, msg);
@@ -544,7 +537,7 @@ void server_health_failed(struct rampart_engine *e, struct server *s, const char
     rp_conn_set_callbacks(conn, NULL, NULL, NULL);
     rp_conn_close(conn);
   }
-  page_write_close_open_group(e);
+  e->events->server_failed(e);
   start_attempt(e, s, NULL);
 }
 
@@ -789,9 +782,7 @@ void server_health_tick(struct rampart_engine *e)
 
 void server_health_init(struct rampart_engine *e)
 {
-  e->health->io_timeout_ns = e->config.io_timeout_given
-                       ? (uint64_t)e->config.io_timeout_ms * 1000000u
-                       : (uint64_t)e->config.lease_seconds * 1000000000u;
+  e->health->io_timeout_ns = engine_io_timeout_ns(e);
   ev_set_userdata(e->loop, e);
   ev_async_init(&e->health->attempt_wake, on_attempt_done);
   e->health->attempt_wake.data = e;

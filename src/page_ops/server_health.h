@@ -28,8 +28,6 @@ int server_health_alloc(struct rampart_engine *e);
 void server_health_release(struct rampart_engine *e);
 /* Once the loop exists. */
 void server_health_init(struct rampart_engine *e);
-/* io-timeout=: the longest a request waits, for a server or for anything else. */
-uint64_t server_health_io_timeout_ns(const struct rampart_engine *e);
 int server_health_init_server(struct rampart_engine *e, struct server *s); /* 0 or -1 (memory) */
 /* Frees what init_server made, once no attempt runs (after server_health_close). */
 void server_health_free(struct rampart_engine *e);

@@ -7,11 +7,10 @@ engine.c's, client.h client_conn.c's). An edge A -> B means a file of A includes
 header of B. A cycle is a strongly connected component of more than one module: the files a
 reader cannot understand one layer at a time (src/README.md draws the layers).
 
-Today src/ has cycles (issue 40), so this cannot yet fail on every cycle. It fails on a
-NEW one: an edge between two modules of one cycle that test/scripts/include_cycles.allow
-does not list. That file lists the edges inside today's cycles; the allow-list only
-shrinks: when a change breaks an edge out of a cycle, this prints that its line can go,
-and the integrator deletes it. When the file is empty, no cycle is left.
+It fails on an edge between two modules of one cycle that
+test/scripts/include_cycles.allow does not list. That file listed the edges inside the
+cycles src/ had; since issue 40 it is empty, so any cycle fails. It only shrinks: when a
+change breaks an edge out of a cycle, this prints that its line can go.
 
 The same for layers: each of src/README.md's layers is a folder of src/ (LAYERS below),
 and a module's layer is its folder. An include of a header of a layer above fails unless

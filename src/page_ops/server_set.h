@@ -22,12 +22,8 @@ int server_set_open(struct rampart_engine *e, char *err, size_t errlen);
 /* The connections' memory for n servers (and reconnects), made once at open. */
 int server_set_pool_new(struct rampart_engine *e, unsigned n, char *err, size_t errlen);
 void server_set_close(struct rampart_engine *e);
-bool server_usable_for_reads(const struct server *s);
 bool server_usable_for_placement(const struct server *s);
 unsigned server_set_placeable(const struct rampart_engine *e);
-/* A request for a server that cannot take it now: a write or free waits for its session
- * while it reconnects; anything else completes at once with RP_ERR_DISCONNECTED. */
-void server_unreachable(struct rampart_engine *e, struct server *s, struct rp_request *req);
 void server_release_slot(struct rampart_engine *e, unsigned server, uint32_t slot);
 /* A request to this server failed. The server's connection is given up (it goes
  * RECONNECTING). With may_wait, a write or free the server never answered is queued to

@@ -1,4 +1,8 @@
-/* The engine's side of surviving its own crash (state=; docs/recovery.md).
+/* Taking a device over from the pager's state segment (state=; docs/recovery.md): the
+ * segment opened at attach, the device taken over when a dead process left it, the
+ * segment closed at detach. The record the engine keeps as it runs is
+ * ../page_ops/engine_state.c. Here, in the engine API, because taking over drives the
+ * whole core: the servers' table, their health, the mover, the writes.
  *
  * With state= the page map, the seals, the nonce counter, the parity groups, the server
  * table (addresses, session tokens) and a record of every write in flight live in the
@@ -28,8 +32,8 @@
 
 #include <openssl/crypto.h>
 
-#include "crash_point.h"
 #include "engine_core.h"
+#include "engine_restore.h"
 #include "engine_state.h"
 #include "log.h"
 #include "page_mover.h"
@@ -40,15 +44,6 @@
 #include "server_health.h"
 #include "server_set.h"
 #include "server_transport.h"
-
-
-_Static_assert(ENGINE_PAGE_OPS <= PAGER_STATE_WRITES, "every page op has a write record");
-_Static_assert(ENGINE_MAX_INCARNATIONS <= PAGER_STATE_SERVERS, "every server has an entry");
-_Static_assert(RAMPART_ADDRESS_LEN <= PAGER_STATE_ADDRESS_LEN, "addresses fit");
-_Static_assert(RP_TOKEN_LEN == PAGER_STATE_TOKEN_LEN, "session tokens fit");
-_Static_assert(ENGINE_PARITY_BUFFERS == PAGER_STATE_PARITY_BUFFERS, "parity buffers fit");
-
-void (*rampart_crash_point_hook)(const char *point);
 
 /* ---- open ---------------------------------------------------------------------------- */
 
@@ -69,7 +64,7 @@ static int load_wrapping_material(const struct rampart_engine *e, struct rp_key 
   return 0;
 }
 
-int engine_state_open(struct rampart_engine *e, char *err, size_t errlen)
+int engine_restore_open(struct rampart_engine *e, char *err, size_t errlen)
 {
   const struct rampart_config *c = &e->config;
   e->state = calloc(1, sizeof *e->state);
@@ -138,33 +133,9 @@ int engine_state_open(struct rampart_engine *e, char *err, size_t errlen)
   return 0;
 }
 
-/* ---- while running ---------------------------------------------------------------------- */
+/* ---- the servers' table, whole ---------------------------------------------------- */
 
-void engine_state_save_server(struct rampart_engine *e, const struct server *s)
-{
-  struct pager_state *st = e->state;
-  if (!st)
-    return;
-  struct pager_state_server *ps = &st->servers[s->index];
-  snprintf(ps->address, sizeof ps->address, "%s", s->address);
-  ps->addr = s->addr;
-  ps->addr_len = s->addr_len;
-  memcpy(ps->token, s->token, sizeof ps->token);
-  ps->reserved_pages = s->reserved_pages;
-  ps->state = (uint8_t)s->state;
-  ps->flags = (uint8_t)((s->suspect ? PAGER_STATE_SERVER_SUSPECT : 0) |
-                        (s->leaving ? PAGER_STATE_SERVER_LEAVING : 0) |
-                        (s->remove_when_drained ? PAGER_STATE_SERVER_REMOVE_WHEN_DRAINED : 0) |
-                        (s->drained ? PAGER_STATE_SERVER_DRAINED : 0) |
-                        (s->health.replaced ? PAGER_STATE_SERVER_REPLACED : 0) |
-                        (s->rebuild_needed ? PAGER_STATE_SERVER_REBUILD_NEEDED : 0));
-  /* Counted once the entry is whole: a restart never reads a half-written one. */
-  atomic_signal_fence(memory_order_release);
-  if (*st->nservers < s->index + 1)
-    *st->nservers = s->index + 1;
-}
-
-void engine_state_save_servers(struct rampart_engine *e)
+void engine_restore_save_servers(struct rampart_engine *e)
 {
   struct pager_state *st = e->state;
   if (!st)
@@ -172,167 +143,6 @@ void engine_state_save_servers(struct rampart_engine *e)
   for (unsigned i = 0; i < e->set.nservers; i++)
     engine_state_save_server(e, e->set.servers[i]);
   page_mover_rebuild_record(e, st->rebuild);
-}
-
-static struct pager_state_write *write_record(struct page_op *op)
-{
-  struct rampart_engine *e = op->engine;
-  return &e->state->writes[op - e->ops];
-}
-
-/* A recovered write's record in the state goes once nothing of it would be needed by a
- * pager killed again: no version kept, no replay in flight. Its op then rejoins the pool
- * (until now a new write in that op would have overwritten the record). */
-static void recovered_write_settle(struct rampart_engine *e, struct recovered_write *w)
-{
-  if (!w->recorded || w->kept || w->replays)
-    return;
-  size_t i = (size_t)(w - e->recovered_writes);
-  e->state->writes[i].active = 0;
-  atomic_signal_fence(memory_order_release);
-  w->recorded = false;
-  page_op_release_withheld(e, &e->ops[i]);
-}
-
-static void drop_recovered_write(struct rampart_engine *e, struct recovered_write *w)
-{
-  w->kept = false;
-  e->nrecovered_writes--;
-  if (w->recorded && w->replays) {
-    /* Its replays still matter after another crash (their groups' parity covers their
-     * bytes); the version it replaced no longer does, and may be reused: the record
-     * says so before the caller lets that version go (take_over_writes: replay only). */
-    e->state->writes[w - e->recovered_writes].old_entry = PAGE_ENTRY_LOST;
-    atomic_signal_fence(memory_order_release);
-  }
-  recovered_write_settle(e, w);
-}
-
-void engine_state_page_rewritten(struct rampart_engine *e, uint64_t page)
-{
-  /* The versions a dead process's writes replaced were kept for a fallback that a new
-   * version makes pointless. Kept versions are not live (the map does not name them):
-   * their groups are pinned instead, neither reclaimed nor counted at risk meanwhile. */
-  for (uint32_t i = 0; i < PAGER_STATE_WRITES && e->nrecovered_writes; i++) {
-    struct recovered_write *w = &e->recovered_writes[i];
-    if (!w->kept || w->page != page)
-      continue;
-    drop_recovered_write(e, w);
-    if (w->installed)
-      page_write_release_version(e, w->old_entry, true);
-  }
-}
-
-bool engine_state_keep_replaced(struct page_op *op, page_entry entry)
-{
-  struct rampart_engine *e = op->engine;
-  struct pager_state_write *w = write_record(op);
-  if (e->nrecovered_writes)
-    engine_state_page_rewritten(e, op->page);
-  if (w->active) {
-    /* Placed again (its first placement failed): what it replaces now is its own
-     * earlier placement, which never completed. The first replaced version stays kept,
-     * and the record names the earlier placement until the map names this one. */
-    w->joining = entry;
-    return false;
-  }
-  w->page = op->page;
-  w->old_entry = page_map_get(&e->map, op->page);
-  w->old_seal = *page_seal_get(&e->sealer, op->page);
-  w->new_entry = entry;
-  w->joining = entry;
-  /* The record is whole before it counts, and counts before the map changes: a process
-   * killed anywhere in between leaves either no record and the old map, or both. */
-  atomic_signal_fence(memory_order_release);
-  w->active = 1;
-  atomic_signal_fence(memory_order_release);
-  return true;
-}
-
-void engine_state_installed(struct page_op *op, page_entry entry)
-{
-  struct rampart_engine *e = op->engine;
-  if (!e->state)
-    return;
-  struct pager_state_write *w = write_record(op);
-  /* After the map: a crash in between finds the map naming `joining` (take_over_writes). */
-  if (w->active)
-    w->new_entry = entry;
-}
-
-void engine_state_op_ended(struct page_op *op)
-{
-  struct rampart_engine *e = op->engine;
-  struct pager_state_write *w = write_record(op);
-  if (!w->active)
-    return;
-  page_entry old = w->old_entry;
-  /* Cleared before the old version is retired: a crash in between leaves the old slots
-   * uncounted (a restart counts only what the map names), never a record naming slots
-   * already reused. */
-  w->active = 0;
-  atomic_signal_fence(memory_order_release);
-  page_write_retire(e, old);
-}
-
-bool engine_state_fall_back(struct page_op *op)
-{
-  struct rampart_engine *e = op->engine;
-  page_entry now = page_map_get(&e->map, op->page);
-  for (uint32_t i = 0; i < PAGER_STATE_WRITES; i++) {
-    struct recovered_write *w = &e->recovered_writes[i];
-    if (!w->kept || w->page != op->page || w->new_entry != now)
-      continue;
-    rp_log(RP_LOG_INFO, "page %llu: the write in flight when the pager stopped never "
-           "reached its store; the version before it stands",
-           (unsigned long long)op->page);
-    page_entry old = w->old_entry;
-    page_seal_set(&e->sealer, op->page, &w->old_seal);
-    page_entry newer = page_map_set(&e->map, op->page, old);
-    drop_recovered_write(e, w);
-    if (page_entry_kind(old) == PAGE_REMOTE) {
-      /* Named by the map again: live, no longer only pinned. */
-      struct group *g = group_get(&e->groups, (uint32_t)page_entry_group(old));
-      g->live++;
-      e->groups.live_pages++;
-      g->pins--;
-    }
-    page_write_retire(e, newer);
-    e->counters.writes_rolled_back++;
-    return true;
-  }
-  return false;
-}
-
-void engine_state_group_opened(struct rampart_engine *e, uint32_t id)
-{
-  struct pager_state *st = e->state;
-  if (!st)
-    return;
-  struct group *g = group_get(&e->groups, id);
-  if (g->buffer != GROUP_NO_BUFFER) {
-    /* Covering nothing before it names the group: a crash in between leaves it naming
-     * a group that is gone, or this one, empty (which a restart releases). */
-    struct pager_state_parity *p = &st->parity[g->buffer];
-    p->published = PAGER_STATE_PARITY_PUBLISHED(e->parity[g->buffer].current, 0);
-    atomic_signal_fence(memory_order_release);
-    p->group = id;
-  }
-  *st->open_parity_server = e->placement.open_parity_server;
-  *st->open_parity_slot = e->placement.open_parity_slot;
-  atomic_signal_fence(memory_order_release);
-  *st->open_group = id;
-}
-
-void engine_state_parity_published(struct rampart_engine *e, uint16_t buffer, unsigned page,
-                                   unsigned covered)
-{
-  if (!e->state)
-    return;
-  /* The new page's bytes are all stored before the store that makes it current. */
-  atomic_signal_fence(memory_order_release);
-  e->state->parity[buffer].published = PAGER_STATE_PARITY_PUBLISHED(page, covered);
-  atomic_signal_fence(memory_order_release);
 }
 
 /* ---- restart -------------------------------------------------------------------------------- */
@@ -361,7 +171,7 @@ static int parity_page_trusted(const struct rampart_engine *e, uint32_t id,
 
 /* A group the dead process had not finished. Its parity buffer survived in the state:
  * the open group is sealed short with it, and it and every sealing group send their
- * parity (again) once the sessions resume (engine_state_recover). One whose buffer
+ * parity (again) once the sessions resume (engine_restore_recover). One whose buffer
  * cannot be trusted is sealed as it is, without parity, unprotected, so the mover
  * rewrites its live pages into whole groups. in_use marks the parity buffers held. */
 static void take_over_unfinished_group(struct rampart_engine *e, uint32_t id, bool *in_use)
@@ -586,14 +396,14 @@ static void on_replayed(struct rp_request *req)
     /* The page stays the version the map names. Stored: its group's parity holds again;
      * not: the group is unprotected or its server lost, and rebuilt or moved. Either way
      * nothing of the record is needed, and its group may go once unpinned. */
-    drop_recovered_write(e, w);
+    engine_state_drop_recovered(e, w);
   } else if (stored && w->kept && page_map_get(&e->map, w->page) == w->new_entry) {
     /* The new version is where the map says: the old one is not needed any more. */
-    drop_recovered_write(e, w);
+    engine_state_drop_recovered(e, w);
     page_write_release_version(e, w->old_entry, true);
     e->counters.writes_replayed++;
   }
-  recovered_write_settle(e, w); /* only replays were left of it */
+  engine_state_settle_recovered(e, w); /* only replays were left of it */
   if (group_is_reclaimable(group_get(&e->groups, id)))
     page_write_reclaim(e, id);
 }
@@ -614,7 +424,7 @@ static void on_joining_replayed(struct rp_request *req)
     atomic_signal_fence(memory_order_release);
   }
   w->joining = 0;
-  recovered_write_settle(e, w);
+  engine_state_settle_recovered(e, w);
   if (group_is_reclaimable(group_get(&e->groups, id)))
     page_write_reclaim(e, id);
 }
@@ -660,13 +470,13 @@ static unsigned replay_member_writes(struct rampart_engine *e)
     if (w->new_entry && replay_member_write(e, w, w->new_entry, &w->req, on_replayed))
       n++;
     if (w->kept && !w->installed && !w->replays)
-      drop_recovered_write(e, w); /* the page is the old version, and nothing to send */
-    recovered_write_settle(e, w);   /* only replays were left, and none could be sent */
+      engine_state_drop_recovered(e, w); /* the page is the old version, and nothing to send */
+    engine_state_settle_recovered(e, w);   /* only replays were left, and none could be sent */
   }
   return n;
 }
 
-int engine_state_recover(struct rampart_engine *e, char *err, size_t errlen)
+int engine_restore_recover(struct rampart_engine *e, char *err, size_t errlen)
 {
   struct pager_state *st = e->state;
   unsigned n = *st->nservers;
@@ -739,7 +549,7 @@ int engine_state_recover(struct rampart_engine *e, char *err, size_t errlen)
 
 /* ---- close ------------------------------------------------------------------------------------ */
 
-void engine_state_close(struct rampart_engine *e, bool clean)
+void engine_restore_close(struct rampart_engine *e, bool clean)
 {
   struct pager_state *st = e->state;
   if (!st)

@@ -4,7 +4,10 @@
  * a read, a degraded read, a move, a replay after a reconnect) goes through
  * server_transport_send, and every burst ends with server_transport_flush. Below them
  * is the server's TCP connection (rp_conn); what a request's failure means for its
- * server is server_request_failed's (server_set.c), whatever the transport said.
+ * server is server_request_failed's (server_set.c), whatever the transport said. A
+ * request for a server that is not connected does not reach the connection: a write or
+ * free waits for the server's session (the servers' health queues it, through
+ * e->set.events: health sits above the transport, which it replays through).
  *
  * A filter can be layered on top, as nbdkit's filters are on its plugins: it sees each
  * request first and either passes it on (server_transport_pass) or completes it itself,
@@ -28,6 +31,10 @@
 struct ev_loop;
 struct rampart_engine;
 struct rp_request;
+struct server;
+
+/* Up (or advised) and connected: a request sent to it now goes on its connection. */
+bool server_usable_for_reads(const struct server *s);
 
 struct server_transport_filter {
   const char *name;

@@ -3,9 +3,12 @@
  *
  * What happens when a server's connection fails (it goes RECONNECTING, requests that
  * must reach it wait to be resent, it comes back with its session or is declared LOST)
- * is server_health.c's. This file only tells it: a failed request or a dropped
- * connection goes to server_health_failed, and a request for a server that is
- * reconnecting is handed to server_health_queue instead of the connection.
+ * is server_health.c's, which sits above this file (it makes new incarnations and
+ * adopts resumed sessions through it). This file only tells it, through
+ * e->set.events (engine_core.h): each server's health is made and freed with its
+ * entry and closed with the table, a failed request or a dropped connection is
+ * `failed`, and a failed write or free the server never answered is handed to
+ * `request_waits`, to be sent again on the resumed session.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -17,18 +20,11 @@
 #include "engine_state.h"
 #include "log.h"
 #include "parse.h"
-#include "server_health.h"
 #include "server_set.h"
 #include "server_transport.h"
 
 /* Connections in the engine's pool beyond one per server (server_set_pool_new). */
 #define POOL_SPARES 8u
-
-bool server_usable_for_reads(const struct server *s)
-{
-  return (s->state == RAMPART_SERVER_UP || s->state == RAMPART_SERVER_ADVISED) && s->conn &&
-         rp_conn_is_connected(s->conn);
-}
 
 bool server_usable_for_placement(const struct server *s)
 {
@@ -99,19 +95,8 @@ static struct rampart_engine *engine_of(struct server *s)
 static void on_disconnect(struct rp_conn *conn, const struct rp_error *why, void *user)
 {
   struct server *s = user;
-  server_health_failed(engine_of(s), s, why->message, false);
-}
-
-void server_unreachable(struct rampart_engine *e, struct server *s, struct rp_request *req)
-{
-  /* Writes and frees must reach this server's own session: they wait for it while it
-   * reconnects. Reads restart from the page map instead (page_read.c). */
-  if ((req->op == RP_OP_WRITE || req->op == RP_OP_FREE) && server_health_queue(e, s, req))
-    return;
-  req->status = RP_ERR_DISCONNECTED;
-  snprintf(req->error_message, sizeof req->error_message, "server %s is %s", s->address,
-           s->state == RAMPART_SERVER_LOST ? "lost" : "not connected");
-  req->done(req);
+  struct rampart_engine *e = engine_of(s);
+  e->set.events->failed(e, s, why->message, false);
 }
 
 bool server_request_failed(struct rampart_engine *e, unsigned index, struct rp_request *req,
@@ -128,12 +113,12 @@ bool server_request_failed(struct rampart_engine *e, unsigned index, struct rp_r
   char why[200];
   snprintf(why, sizeof why, "%s%s%s", rp_status_name(req->status),
            req->error_message[0] ? ": " : "", req->error_message);
-  server_health_failed(e, s, why, req->status == RP_ERR_TIMEOUT);
+  e->set.events->failed(e, s, why, req->status == RP_ERR_TIMEOUT);
   /* Only a request the server may never have seen is resent: one it answered with an
    * error would get the same answer again. */
   bool unanswered = req->status == RP_ERR_DISCONNECTED || req->status == RP_ERR_TIMEOUT;
   return may_wait && unanswered && (req->op == RP_OP_WRITE || req->op == RP_OP_FREE) &&
-         server_health_queue(e, s, req);
+         e->set.events->request_waits(e, s, req);
 }
 
 static void on_free_done(struct rp_request *req)
@@ -254,7 +239,7 @@ struct server *server_new(struct rampart_engine *e, const char *address,
     s->addr_len = like->addr_len;
     s->pool = like->pool;
   }
-  if (server_health_init_server(e, s) < 0) {
+  if (e->set.events->server_made(e, s) < 0) {
     free(s);
     return NULL;
   }
@@ -266,7 +251,7 @@ struct server *server_new(struct rampart_engine *e, const char *address,
 void server_forget_newest(struct rampart_engine *e)
 {
   struct server *s = e->set.servers[--e->set.nservers];
-  server_health_free_server(s);
+  e->set.events->server_forgotten(s);
   free(s);
   e->set.servers[e->set.nservers] = NULL;
 }
@@ -329,7 +314,7 @@ int server_set_open(struct rampart_engine *e, char *err, size_t errlen)
 void server_set_close(struct rampart_engine *e)
 {
   e->set.closing = true;
-  server_health_close(e);
+  e->set.events->closing(e);
   /* Closing: a connection failing now must not call back into the engine. */
   for (unsigned i = 0; i < e->set.nservers; i++)
     if (e->set.servers[i]->conn)
@@ -347,7 +332,7 @@ void server_set_close(struct rampart_engine *e)
   /* Only now: completions run inside later goodbyes may still release slots. */
   for (unsigned i = 0; i < e->set.nservers; i++)
     slot_allocator_destroy(&e->set.servers[i]->slots);
-  server_health_free(e);
+  e->set.events->closed(e);
   /* Pools of servers added while running, each once (its incarnations share it). */
   for (unsigned i = 0; i < e->set.nservers; i++) {
     struct rp_conn_pool *pool = e->set.servers[i]->pool;

@@ -1,8 +1,31 @@
 /* Where a page op meets the wire: the TCP connection, and a filter over it (see
  * server_transport.h). */
+#include <stdio.h>
+
 #include "engine_core.h"
 #include "server_transport.h"
-#include "server_set.h"
+
+bool server_usable_for_reads(const struct server *s)
+{
+  return (s->state == RAMPART_SERVER_UP || s->state == RAMPART_SERVER_ADVISED) && s->conn &&
+         rp_conn_is_connected(s->conn);
+}
+
+/* A request for a server that cannot take it now. Writes and frees must reach this
+ * server's own session: they wait for it while it reconnects (the servers' health
+ * queues them, through e->set.events). Reads restart from the page map instead
+ * (page_read.c); anything else completes at once with RP_ERR_DISCONNECTED. */
+static void server_unreachable(struct rampart_engine *e, struct server *s,
+                               struct rp_request *req)
+{
+  if ((req->op == RP_OP_WRITE || req->op == RP_OP_FREE) &&
+      e->set.events->request_waits(e, s, req))
+    return;
+  req->status = RP_ERR_DISCONNECTED;
+  snprintf(req->error_message, sizeof req->error_message, "server %s is %s", s->address,
+           s->state == RAMPART_SERVER_LOST ? "lost" : "not connected");
+  req->done(req);
+}
 
 void server_transport_pass(struct rampart_engine *e, unsigned index, struct rp_request *req)
 {
