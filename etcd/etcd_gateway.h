@@ -56,6 +56,7 @@ int rp_etcd_lease_revoke(struct rp_etcd *e, int64_t lease, char *err, size_t err
 /* lease 0: no lease. */
 int rp_etcd_put(struct rp_etcd *e, const char *key, const char *value, int64_t lease,
                 char *err, size_t errlen);
+/* Test API: the tests remove a member's key to see the device notice it. */
 int rp_etcd_delete(struct rp_etcd *e, const char *key, char *err, size_t errlen);
 
 /* Every key under prefix, in key order: fn is called with each key and value (NUL

@@ -1,9 +1,9 @@
 /* Log lines written by a thread of their own, so that the thread that must reconnect
  * a swap device never waits on its own stderr: a file on tmpfs, or journald's socket,
  * needs memory to take a line, and while the device waits for a daemon the machine may
- * have none to give (seen in the starved guest: rampart-nbd-attach blocked writing
- * "reconnecting" to a tmpfs file, and the device's requests failed two minutes later).
- * Lines go into a fixed ring; when it is full, lines are counted and dropped. */
+ * have none to give: a thread blocked writing "reconnecting" to a tmpfs file leaves
+ * the device's requests to time out. Lines go into a fixed ring; when it is full,
+ * lines are counted and dropped. */
 #ifndef RAMPART_NBD_DEFERRED_LOG_H
 #define RAMPART_NBD_DEFERRED_LOG_H
 

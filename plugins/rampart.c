@@ -37,10 +37,10 @@ static const char *takeover_files[4];
 static unsigned ntakeover_files;
 
 /* What a standby holds to give back at takeover, a head start only: the memory the
- * takeover uses is what the dead nbdkit's exit freed (50 MiB in the starved guest) before
- * the state's lock woke this one. Held the whole time beside a serving nbdkit, it is
- * memory the machine does not have: with 16 MiB (and 8 of warm heap) the 192 MiB guest
- * OOM-killed its workload in one run of two, with 8 (and 4) in one of four. */
+ * takeover uses is what the dead nbdkit's exit freed before the state's lock woke this
+ * one. Held the whole time beside a serving nbdkit, it is memory the machine does not
+ * have, so it is kept small: larger reserves got a small guest's workload OOM-killed
+ * (docs/performance.md, "Figures from the code"). */
 #define STANDBY_RESERVE (2u << 20)
 
 static void plugin_load(void)
@@ -139,9 +139,9 @@ static int wait_as_standby(void)
     return -1;
   }
   /* Pinned only now: the pager writes the state's anchor when it opens the state (a new
-   * file renamed into place), and an anchor pinned before that is another file. Seen
-   * in the starved guest: the standby woke and sat in read() of the anchor, swapped
-   * out to the very device it was to take over. */
+   * file renamed into place), and an anchor pinned before that is another file, whose
+   * pages could be evicted: a standby would then wake and wait in read() of the anchor
+   * for a page on the very device it is to take over. */
   for (unsigned i = 0; i < ntakeover_files; i++)
     rampart_standby_pin_file(takeover_files[i]);
   fprintf(stderr, "nbdkit: rampart: standing by for the pager serving %s (pid %d), "

@@ -41,8 +41,8 @@ void rp_session_keys_wipe(struct rp_session_keys *keys)
 /* One direction's GMAC state, behind rp_frame_auth.ctx: GCM's block cipher (AES-256 in
  * ECB mode, which GCM needs for H and for each frame's E(J0)) and libcrypto's GCM
  * context. The modes-level API (openssl/modes.h) is used rather than EVP's AES-GCM: the
- * same GHASH code, without EVP's per-call parameter handling, which measured 263 -> 67
- * ns per header-only tag and 996 -> 637 ns per tag over a 4 KiB page. */
+ * same GHASH code, without EVP's per-call parameter handling, which costs more than the
+ * GHASH of a header-only tag itself (docs/performance.md, "Figures from the code"). */
 struct frame_gmac {
   EVP_CIPHER_CTX *aes;
   GCM128_CONTEXT *gcm;

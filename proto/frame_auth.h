@@ -67,6 +67,7 @@ int rp_frame_auth_prepare(struct rp_frame_auth *fa);
 void rp_frame_auth_forget(struct rp_frame_auth *fa);
 /* Frees the context (safe on a zeroed or already freed one). */
 void rp_frame_auth_free(struct rp_frame_auth *fa);
+/* Test API: whether fa holds a key. */
 static inline bool rp_frame_auth_active(const struct rp_frame_auth *fa)
 {
   return fa->keyed;

@@ -1,8 +1,8 @@
 /* HMAC-SHA256 (RFC 2104) that never touches the heap.
  *
- * OpenSSL 3's HMAC() and EVP_MAC allocate a context on every call (5-13 allocations
- * measured per MAC), and the handshake computes four of them per connection. A pager
- * reconnecting to a server inside a memory shortage must not allocate (issue 22), so
+ * OpenSSL 3's HMAC() and EVP_MAC allocate contexts on every call, and the handshake
+ * computes four MACs per connection. A pager reconnecting to a server inside a memory
+ * shortage must not allocate (docs/recovery.md), so
  * the construction is written out here on libcrypto's SHA-256 block function, whose
  * context is a plain struct on the stack. Checked against RFC 4231's test vectors and
  * against HMAC() itself in test/unit/test_auth.c.

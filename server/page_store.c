@@ -14,11 +14,11 @@
  * A page a client frees goes back to the host (MADV_DONTNEED) unless the small warm pool
  * has room for it. Parity logging frees pages all over the pool as old versions are
  * cleaned, so chunks rarely empty: without giving pages back, a server that had churned
- * through overwrites kept 4.6 KiB mapped per stored page (seen in bench/device), RAM it
- * was lent to give back. But under that churn a client frees a page for nearly every
- * page it writes, and giving each one back cost a system call, a TLB flush and, when
- * the slot was written again, a page fault and a zeroed page: a quarter of rampartd's
- * CPU per write in a profile of 4 KiB random overwrites. The warm pool keeps up to
+ * through overwrites would keep several KiB mapped per stored page, RAM it was lent to
+ * give back. But under that churn a client frees a page for nearly every page it
+ * writes, and giving each one back costs a system call, a TLB flush and, when the slot
+ * is written again, a page fault and a zeroed page (docs/performance.md, "Figures from
+ * the code"). The warm pool keeps up to
  * RPS_WARM_PAGES freed pages resident (a sixteenth of the store's capacity, if less)
  * and hands them out first, so a write after a free reuses a page that is already
  * mapped. Resident memory is the stored pages, at most the warm pool, and metadata,

@@ -62,6 +62,7 @@ bool rps_pressure_active(const struct rps_pressure *p);
 void rps_pressure_drain(struct rps_pressure *p);
 bool rps_pressure_draining(const struct rps_pressure *p);
 const struct rps_pressure_sample *rps_pressure_last(const struct rps_pressure *p);
+/* Test API: the sentence that says why the last sample was pressure. */
 const char *rps_pressure_reason(const struct rps_pressure *p);
 
 #endif

@@ -3,8 +3,8 @@
  * When the daemon serving a swap device dies, the kernel holds the device's I/O. In a
  * machine short of memory that stops everything that allocates: every task in reclaim
  * waits for a swap-out the dead daemon will never answer, the shell that would start a
- * new daemon cannot even fork, and the replacement never runs (seen in the starved
- * guest: kswapd, the workload and `date` all in mempool_alloc for a swap bio). So the
+ * new daemon cannot even fork, and the replacement never runs (kswapd, the workload
+ * and any new command all wait in mempool_alloc for a swap bio). So the
  * replacement must exist before the crash: started next to the serving daemon, locked
  * in memory, realtime and an I/O flusher (process_hygiene.c), holding a reserve of
  * memory it gives back the moment it takes over, and asleep on the serving daemon's

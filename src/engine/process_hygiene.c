@@ -29,9 +29,9 @@
 
 /* Locks the process's memory without faulting in what it never uses. MCL_CURRENT alone
  * makes every page of every mapping resident, zero-filled (bss) segments the host program
- * never touches included (nbdkit 1.32's own binary has one of 192 MiB): a daemon must
- * lock no more than it uses, or a small machine (the starved guest's 192 MiB) cannot
- * lock it at all (docs/performance.md, "Figures from the code"). So:
+ * never touches included (nbdkit's own binary has a large one): a daemon must lock no
+ * more than it uses, or a small machine cannot lock it at all (docs/performance.md,
+ * "Figures from the code"). So:
  *  - what is mapped now is locked as it is touched (MCL_ONFAULT): what is resident now
  *    at once, untouched bss and heap never;
  *  - the code and read-only data of the program and its libraries (file mappings) are
@@ -42,8 +42,8 @@
  *    engine allocates nothing while it serves a swap-out;
  *  - so threads created from now on get a 1 MiB stack, not RLIMIT_STACK's 8 MiB: each
  *    stack is populated whole, and nbdkit starts 16 workers per connection (128 MiB
- *    locked; the starved guest's OOM killer took nbdkit at 76 MB of anonymous memory
- *    before its swap was on), and every reconnect attempt is a thread that would map
+ *    locked, enough to get nbdkit OOM-killed on a small machine before its swap is
+ *    on), and every reconnect attempt is a thread that would map
  *    8 MiB during an outage, under the very shortage being relieved. Nothing on the swap
  *    path keeps more than a few pages on its stack.
  * Returns 0, or -1 with errno from the first mlockall that failed. */

@@ -60,6 +60,7 @@ struct rampart_engine;
  *   timeout=MS            a server that does not answer in this long is failing (default 2000)
  *   lease=SECONDS         how long a reconnecting server's session is expected to live:
  *                         past it the server is declared lost and its pages rebuilt
+ *                         (default 10)
  *   io-timeout=MS         longest a request waits for a reconnecting server (a read that
  *                         cannot be rebuilt without it, a write with nowhere else to go)
  *                         before it fails as its policy says: rebuilt, spilled, or EIO
