@@ -1,5 +1,8 @@
 /* The monotonic clock in milliseconds, for deadlines, back-off and intervals: unlike
- * the wall clock it never jumps when the time of day is set. */
+ * the wall clock it never jumps when the time of day is set.
+ *
+ * Errors: none: nothing here fails.
+ */
 #ifndef RAMPART_COMMON_CLOCK_H
 #define RAMPART_COMMON_CLOCK_H
 

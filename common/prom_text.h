@@ -1,6 +1,10 @@
 /* Writing the Prometheus text exposition format (version 0.0.4) into a caller's fixed
  * buffer: rampartd's /metrics and the pager's metrics-file= share it. Nothing here
- * allocates; a text that does not fit is measured, not cut silently (prom_out.len). */
+ * allocates; a text that does not fit is measured, not cut silently (prom_out.len).
+ *
+ * Errors: none: nothing here fails; a text that does not fit shows as prom_out.len >
+ * cap.
+ */
 #ifndef RAMPART_COMMON_PROM_TEXT_H
 #define RAMPART_COMMON_PROM_TEXT_H
 

@@ -1,6 +1,9 @@
 /* xorshift64*: a fast, well-mixed stream of 64-bit numbers from a nonzero state, for
  * choosing pages and filling buffers in benchmarks. Predictable: never for secrets or
- * nonces (secret.h, rp_random_bytes). */
+ * nonces (secret.h, rp_random_bytes).
+ *
+ * Errors: none: nothing here fails.
+ */
 #ifndef RAMPART_COMMON_XORSHIFT_H
 #define RAMPART_COMMON_XORSHIFT_H
 

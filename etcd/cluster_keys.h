@@ -6,6 +6,12 @@
  *
  * ID is the server's advertised HOST:PORT unless its operator names it. Values are
  * written with snprintf (no allocation in the announcing daemon) and read with json-c.
+ *
+ * Errors: rp_cluster_registry_read is convention 1 (-1 with a sentence in err,
+ * docs/CONTRIBUTING.md); the key and value writers return 0 or -1 when out does not
+ * hold the text, rp_cluster_registry_init returns -1 with no sentence,
+ * rp_cluster_registry_take returns -1 for a key it does not take, and
+ * rp_cluster_name_ok returns false.
  */
 #ifndef RAMPART_ETCD_CLUSTER_KEYS_H
 #define RAMPART_ETCD_CLUSTER_KEYS_H

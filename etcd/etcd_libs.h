@@ -6,6 +6,8 @@
  * Files of this directory include this header after <curl/curl.h> and <json-c/json.h>
  * would be: the library calls are renamed to the loaded functions, so the code reads as
  * ordinary libcurl and json-c.
+ *
+ * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1).
  */
 #ifndef RAMPART_ETCD_LIBS_H
 #define RAMPART_ETCD_LIBS_H

@@ -3,7 +3,11 @@
  * needs memory to take a line, and while the device waits for a daemon the machine may
  * have none to give: a thread blocked writing "reconnecting" to a tmpfs file leaves
  * the device's requests to time out. Lines go into a fixed ring; when it is full,
- * lines are counted and dropped. */
+ * lines are counted and dropped.
+ *
+ * Errors: deferred_log_start returns -1 when its thread cannot start, and nothing else
+ * fails: a line that does not fit the ring is counted and dropped.
+ */
 #ifndef RAMPART_NBD_DEFERRED_LOG_H
 #define RAMPART_NBD_DEFERRED_LOG_H
 

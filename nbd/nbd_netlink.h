@@ -6,6 +6,11 @@
  * with EIO) and NBD_CMD_RECONFIGURE (a new socket for a device that stays), which is
  * what lets a swap device outlive the daemon serving it. Plain generic netlink over a
  * socket, no library: a few fixed messages, built in buffers on the stack.
+ *
+ * Errors: nbd_netlink_open and nbd_netlink_connect are convention 1 (-1 with a sentence
+ * in err, docs/CONTRIBUTING.md); nbd_netlink_reconfigure and nbd_netlink_disconnect
+ * return 0 or the driver's negative errno (convention 2); nbd_netlink_read_event
+ * returns a device index or an NBD_NETLINK_* value.
  */
 #ifndef RAMPART_NBD_NETLINK_H
 #define RAMPART_NBD_NETLINK_H

@@ -7,6 +7,10 @@
  * (in its Challenge), so a client sends its resume token only to a server that holds
  * the key. Every frame after the handshake is then authenticated (frame_auth.h). A server started without a key (loopback only) uses the empty key: the same
  * code path, no secret.
+ *
+ * Errors: rp_key_load and rp_key_generate are convention 1 (-1 with a sentence in err,
+ * docs/CONTRIBUTING.md); rp_random_bytes returns 0 or -1; rp_mac_matches returns false
+ * for a MAC that does not match.
  */
 #ifndef RAMPART_PROTO_AUTH_H
 #define RAMPART_PROTO_AUTH_H

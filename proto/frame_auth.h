@@ -21,6 +21,9 @@
  *
  * One GCM context per direction per connection, keyed once; each frame sets only the
  * IV, so a tag costs one AES block and one GHASH pass over the frame (PCLMULQDQ).
+ *
+ * Errors: 0, or -1 with no sentence when libcrypto fails; rp_frame_verify returns false
+ * for a frame whose tag does not match.
  */
 #ifndef RAMPART_PROTO_FRAME_AUTH_H
 #define RAMPART_PROTO_FRAME_AUTH_H

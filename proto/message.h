@@ -1,5 +1,8 @@
 /* Building whole frames around protobuf-c control messages, so neither side packs
- * headers and payloads by hand in two places. */
+ * headers and payloads by hand in two places.
+ *
+ * Errors: a frame builder returns the frame's size, or 0 when the frame does not fit.
+ */
 #ifndef RAMPART_PROTO_MESSAGE_H
 #define RAMPART_PROTO_MESSAGE_H
 

@@ -23,6 +23,9 @@
  * A reply with status != RP_OK carries a protobuf `Error` with a message for a person.
  * Many requests may be in flight on one connection; replies may come in any order and
  * are matched by id. docs/protocol.md walks through the handshake and every op.
+ *
+ * Errors: rp_header_decode returns an rp_status (RP_OK, or the status to send back) and
+ * points why at a sentence; nothing else here fails.
  */
 #ifndef RAMPART_PROTO_WIRE_H
 #define RAMPART_PROTO_WIRE_H

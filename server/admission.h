@@ -11,6 +11,10 @@
  *
  * This file only counts connections per address; connection.c and server.c apply
  * the budgets. No sockets, no loop: tested directly (test/unit/test_admission.c).
+ *
+ * Errors: rps_addr_counts_create returns NULL and rps_addr_count_add -1 only when out
+ * of memory, with no sentence (docs/CONTRIBUTING.md, convention 1's out-of-memory
+ * case); nothing else here fails.
  */
 #ifndef RAMPART_SERVER_ADMISSION_H
 #define RAMPART_SERVER_ADMISSION_H

@@ -5,6 +5,8 @@
  * pages, pressure, draining) into a mutex-guarded slot once a second, so no page
  * request ever waits on etcd, and etcd being down changes nothing here but a log line.
  * The thread's memory is fixed at start: its stack, one curl handle, one reply buffer.
+ *
+ * Errors: NULL with a sentence in err (docs/CONTRIBUTING.md, convention 1).
  */
 #ifndef RAMPART_SERVER_ETCD_ANNOUNCE_H
 #define RAMPART_SERVER_ETCD_ANNOUNCE_H

@@ -14,6 +14,9 @@
  * account: accounts are opaque outside page_store.c and their lifetime is managed in
  * session.c, so this file cannot learn when one goes away. Tests of replay should use
  * one session per server. Like every rampartd module it runs on the one loop thread.
+ *
+ * Errors: rps_fault_parse returns -1 for a name it does not know, with no sentence (the
+ * option parser writes it); nothing else here fails.
  */
 #ifndef RAMPART_SERVER_FAULT_INJECTION_H
 #define RAMPART_SERVER_FAULT_INJECTION_H

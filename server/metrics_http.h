@@ -5,7 +5,11 @@
  * when --metrics is given), a fixed number of client slots with fixed buffers allocated
  * once at start, requests of at most 2 KiB, one response per connection, and idle
  * sockets closed after a few seconds. A scrape renders the counters once; the page I/O
- * path neither allocates nor does any work for it. */
+ * path neither allocates nor does any work for it.
+ *
+ * Errors: rps_metrics_http_start returns NULL only when out of memory, with no sentence
+ * (docs/CONTRIBUTING.md, convention 1's out-of-memory case).
+ */
 #ifndef RAMPART_SERVER_METRICS_HTTP_H
 #define RAMPART_SERVER_METRICS_HTTP_H
 

@@ -1,6 +1,10 @@
 /* rampartd's counters in the Prometheus text format: what GET /metrics returns
  * (metrics_http.c). The same numbers as 'rampartctl stat', read from the same
- * rps_server_fill_stat, so the two can never disagree. */
+ * rps_server_fill_stat, so the two can never disagree.
+ *
+ * Errors: none: nothing here fails; a text that does not fit shows as a returned length
+ * of buflen or more.
+ */
 #ifndef RAMPART_SERVER_METRICS_RENDER_H
 #define RAMPART_SERVER_METRICS_RENDER_H
 

@@ -11,6 +11,10 @@
  * directly. Functions that refuse fill msg with a sentence for the client's Error reply.
  * Symbols are prefixed rps_ (rampart server) so they never clash with the client
  * library, which the tests link into the same binaries.
+ *
+ * Errors: an rp_status with a sentence in msg for the client's Error reply (the
+ * protocol's status, not a local convention); the constructors return NULL only when
+ * out of memory.
  */
 #ifndef RAMPART_SERVER_PAGE_STORE_H
 #define RAMPART_SERVER_PAGE_STORE_H

@@ -8,6 +8,9 @@
  *
  * The parsers and the decision are pure functions of text and numbers, so the tests
  * feed them lines directly; the monitor around them is the only part with I/O.
+ *
+ * Errors: the parsers return 0 or -1 for text that does not parse, with no sentence;
+ * rps_pressure_create returns NULL only when out of memory; nothing else here fails.
  */
 #ifndef RAMPART_SERVER_PRESSURE_H
 #define RAMPART_SERVER_PRESSURE_H

@@ -1,6 +1,8 @@
 /* The rampartd process as a whole: the page store, the sessions, the pressure monitor,
  * the listening socket and its connections, the counters behind STAT, and the signals
  * that stop it. One libev loop, one thread: nothing here is locked.
+ *
+ * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1).
  */
 #ifndef RAMPART_SERVER_SERVER_H
 #define RAMPART_SERVER_SERVER_H

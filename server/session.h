@@ -7,6 +7,10 @@
  *
  * Connections are opaque here (void *): this file knows nothing of sockets, so the
  * connection code decides what to do with a connection a resume displaces.
+ *
+ * Errors: the constructors return NULL only when out of memory (or, for a session,
+ * randomness), with no sentence; rps_session_find and rps_session_attach return NULL
+ * for none, which is not a failure.
  */
 #ifndef RAMPART_SERVER_SESSION_H
 #define RAMPART_SERVER_SESSION_H

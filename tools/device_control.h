@@ -1,4 +1,7 @@
-/* rampartctl device SOCKET ...: a running device's control socket (device_control.c). */
+/* rampartctl device SOCKET ...: a running device's control socket (device_control.c).
+ *
+ * Errors: rampartctl's exit status (0, 1 or 2), its sentence already written to stderr.
+ */
 #ifndef RAMPART_TOOLS_DEVICE_CONTROL_H
 #define RAMPART_TOOLS_DEVICE_CONTROL_H
 

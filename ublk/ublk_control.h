@@ -2,7 +2,10 @@
  * size and limits, start it once every queue has asked for requests, stop and delete
  * it. Each command is an io_uring URING_CMD whose payload sits in the second half of a
  * 128-byte SQE, which the kernel requires of this device (IORING_SETUP_SQE128).
- * Errors come back as negative errno, with a sentence in err that says what to do.
+ *
+ * Errors: the kernel's answer as a negative errno (docs/CONTRIBUTING.md, convention 2)
+ * and, where a call takes err, also a sentence there that says what to do (convention
+ * 1's sentence).
  */
 #ifndef RAMPART_UBLK_CONTROL_H
 #define RAMPART_UBLK_CONTROL_H

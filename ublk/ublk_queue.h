@@ -9,6 +9,10 @@
  * an eventfd read in the same ring: one wake-up for however many are waiting.
  * Everything is allocated at start (request buffers locked with the rest of the daemon):
  * nothing on the I/O path allocates.
+ *
+ * Errors: ublk_queue_start returns 0 or a negative errno with a sentence in err
+ * (docs/CONTRIBUTING.md, conventions 2 and 1 together, as ublk_control.h); a request's
+ * own result goes back to the driver as bytes done or -errno (convention 2).
  */
 #ifndef RAMPART_UBLK_QUEUE_H
 #define RAMPART_UBLK_QUEUE_H

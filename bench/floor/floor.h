@@ -1,6 +1,12 @@
 /* bench/floor: the least CPU any design spends to keep a sealed 4 KiB page in another
  * process's RAM over loopback TCP (README.md). Shared by the client (the measuring
- * process) and the server it forks. */
+ * process) and the server it forks.
+ *
+ * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1) where a call
+ * takes err; the socket calls, floor_sealer_init and floor_client_goodbye return -1
+ * with nothing more, floor_open returns false, floor_serve puts its sentence in
+ * shared->error, and floor_client_new returns NULL when out of memory.
+ */
 #ifndef RAMPART_BENCH_FLOOR_H
 #define RAMPART_BENCH_FLOOR_H
 

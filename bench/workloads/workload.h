@@ -1,6 +1,11 @@
 /* The application workloads of bench/workloads (see README.md): each one allocates its
  * memory, fills all of it from a seed, computes, and checks its own answer, so that a
- * page lost or corrupted on the way through swap shows up as a failed verification. */
+ * page lost or corrupted on the way through swap shows up as a failed verification.
+ *
+ * Errors: -1 or NULL with a sentence in result->detail (docs/CONTRIBUTING.md,
+ * convention 1, the buffer being the result's); a failed verification is not an error
+ * but result->verified.
+ */
 #ifndef RAMPART_BENCH_WORKLOAD_H
 #define RAMPART_BENCH_WORKLOAD_H
 

@@ -1,6 +1,9 @@
 /* What a connection to a rampartd is opened with, and what the server's Welcome said:
  * the types both the handshake (client_handshake.c) and the connection API (client.h)
  * speak, in a header of their own so that neither includes the other.
+ *
+ * Errors: none: only types live here; the calls that use them state theirs (client.h,
+ * convention 3).
  */
 #ifndef RAMPART_CLIENT_SESSION_H
 #define RAMPART_CLIENT_SESSION_H
