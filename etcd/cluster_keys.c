@@ -50,16 +50,21 @@ int rp_cluster_free_value(char *out, size_t len, uint64_t free_pages, bool press
 }
 
 int rp_cluster_registry_init(struct rp_cluster_registry *r, const char *cluster,
-                             unsigned cap)
+                             unsigned cap, char *err, size_t errlen)
 {
   memset(r, 0, sizeof *r);
-  char err[300];
-  if (rp_etcd_libs_load(err, sizeof err) < 0 || !rp_cluster_name_ok(cluster) || rp_cluster_prefix(r->prefix, sizeof r->prefix,
-                                                         cluster) < 0)
+  if (rp_etcd_libs_load(err, errlen) < 0)
     return -1;
+  if (!rp_cluster_name_ok(cluster) || rp_cluster_prefix(r->prefix, sizeof r->prefix, cluster) < 0) {
+    snprintf(err, errlen, "cluster name '%s': use letters, digits, '-', '_' and '.' only",
+             cluster);
+    return -1;
+  }
   r->servers = calloc(cap, sizeof *r->servers);
-  if (!r->servers)
+  if (!r->servers) {
+    snprintf(err, errlen, "out of memory for a registry of %u servers", cap);
     return -1;
+  }
   r->cap = cap;
   return 0;
 }

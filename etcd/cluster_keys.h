@@ -7,9 +7,9 @@
  * ID is the server's advertised HOST:PORT unless its operator names it. Values are
  * written with snprintf (no allocation in the announcing daemon) and read with json-c.
  *
- * Errors: rp_cluster_registry_read is convention 1 (-1 with a sentence in err,
- * docs/CONTRIBUTING.md); the key and value writers return 0 or -1 when out does not
- * hold the text, rp_cluster_registry_init returns -1 with no sentence,
+ * Errors: rp_cluster_registry_init and rp_cluster_registry_read are convention 1 (-1
+ * with a sentence in err, docs/CONTRIBUTING.md); the key and value writers return 0 or
+ * -1 when out does not hold the text,
  * rp_cluster_registry_take returns -1 for a key it does not take, and
  * rp_cluster_name_ok returns false.
  */
@@ -59,8 +59,10 @@ struct rp_cluster_registry {
   unsigned n, cap;
 };
 
+/* -1 with a sentence in err when libcurl or json-c cannot be loaded, the cluster's name
+ * is not one rampart takes, or memory runs out. */
 int rp_cluster_registry_init(struct rp_cluster_registry *r, const char *cluster,
-                             unsigned cap);
+                             unsigned cap, char *err, size_t errlen);
 void rp_cluster_registry_free(struct rp_cluster_registry *r);
 /* Applies one key (from a range read or a watch event). The index of the server it
  * concerns, or -1 when the key is not one of ours, does not parse or the table is full. */

@@ -69,12 +69,11 @@ int cluster_list_main(int argc, char **argv)
     return 2;
   }
   struct rp_cluster_registry reg;
-  if (rp_cluster_registry_init(&reg, name, MAX_LISTED) < 0) {
-    fprintf(stderr, "rampartctl: cluster name '%s': use letters, digits, '-', '_', '.'\n",
-            name);
+  char err[600];
+  if (rp_cluster_registry_init(&reg, name, MAX_LISTED, err, sizeof err) < 0) {
+    fprintf(stderr, "rampartctl: %s\n", err);
     return 2;
   }
-  char err[600];
   struct rp_etcd_options o = { .endpoints = endpoints, .cacert = cacert, .cert = cert,
                                .key = key, .timeout_ms = 5000, .reply_max = REPLY_MAX };
   struct rp_etcd *e = rp_etcd_new(&o, err, sizeof err);

@@ -177,10 +177,8 @@ struct rampart_config *cluster_follow_pick(const struct rampart_config *c, char 
   *out = *c;
   out->nservers = 0;
   cache_path(c, path, sizeof path);
-  if (rp_cluster_registry_init(&reg, c->etcd_cluster, REGISTRY_MAX) < 0) {
-    char why_libs[300] = "out of memory";
-    rp_etcd_available(why_libs, sizeof why_libs);
-    snprintf(err, errlen, "cluster=etcd://: %s", why_libs);
+  if (rp_cluster_registry_init(&reg, c->etcd_cluster, REGISTRY_MAX, why, sizeof why) < 0) {
+    snprintf(err, errlen, "cluster=etcd://: %s", why);
     goto fail;
   }
   etcd = etcd_client(c, why, sizeof why);
@@ -494,8 +492,16 @@ int cluster_follow_start(struct rampart_engine *e, const struct rampart_config *
                          char *err, size_t errlen)
 {
   struct cluster_follow *f = calloc(1, sizeof *f);
-  if (!f || rp_cluster_registry_init(&f->reg, c->etcd_cluster, REGISTRY_MAX) < 0 ||
-      !(f->refused_until_ms = calloc(REGISTRY_MAX, sizeof *f->refused_until_ms)) ||
+  if (!f) {
+    snprintf(err, errlen, "out of memory for the etcd follower");
+    return -1;
+  }
+  char why[300];
+  if (rp_cluster_registry_init(&f->reg, c->etcd_cluster, REGISTRY_MAX, why, sizeof why) < 0) {
+    snprintf(err, errlen, "cluster=etcd://: %s", why);
+    goto fail;
+  }
+  if (!(f->refused_until_ms = calloc(REGISTRY_MAX, sizeof *f->refused_until_ms)) ||
       !(f->unlisted = calloc(REGISTRY_MAX, sizeof *f->unlisted)) ||
       !(f->drain_refusal_logged = calloc(REGISTRY_MAX, sizeof *f->drain_refusal_logged)) ||
       !(f->stats = malloc(sizeof *f->stats))) {

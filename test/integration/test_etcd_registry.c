@@ -50,7 +50,7 @@ static int rig_setup(void **state)
   struct rp_etcd_options o = { .endpoints = r->etcd.endpoints, .timeout_ms = 2000,
                                .reply_max = 1 << 20 };
   r->client = rp_etcd_new(&o, r->err, sizeof r->err);
-  if (!r->client || rp_cluster_registry_init(&r->reg, CLUSTER, 256) < 0)
+  if (!r->client || rp_cluster_registry_init(&r->reg, CLUSTER, 256, NULL, 0) < 0)
     return -1;
   *state = r;
   return 0;
@@ -299,6 +299,12 @@ static void test_options_refused(void **state)
   st = rp_test_run_rampartd(no_cluster, out, sizeof out, 5000);
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
   assert_non_null(strstr(out, "--cluster NAME"));
+  /* rampartctl cluster names what is wrong with a cluster name, not something else. */
+  const char *bad_name[] = { getenv("RAMPARTCTL"), "cluster", "http://127.0.0.1:1", "a/b",
+                             NULL };
+  st = rp_test_run_program(bad_name, out, sizeof out, 5000);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+  assert_non_null(strstr(out, "cluster name 'a/b': use letters, digits"));
 }
 
 int main(void)

@@ -72,7 +72,7 @@ static unsigned registered(struct rp_etcd *client)
   static struct rp_cluster_registry reg;
   char err[600];
   if (!reg.servers)
-    assert_int_equal(rp_cluster_registry_init(&reg, CLUSTER, 256), 0);
+    assert_int_equal(rp_cluster_registry_init(&reg, CLUSTER, 256, NULL, 0), 0);
   if (rp_cluster_registry_read(&reg, client, NULL, err, sizeof err) < 0)
     return 0;
   unsigned n = 0;

@@ -85,7 +85,7 @@ static void test_choice_spreads_over_domains(void **state)
     skip();
   }
   struct rp_cluster_registry r;
-  assert_int_equal(rp_cluster_registry_init(&r, "t", 16), 0);
+  assert_int_equal(rp_cluster_registry_init(&r, "t", 16, NULL, 0), 0);
   put(&r, "a1:1", "rack-a", 9000, false, false);  /* 0 */
   put(&r, "a2:1", "rack-a", 8000, false, false);  /* 1 */
   put(&r, "b1:1", "rack-b", 1000, false, false);  /* 2 */
