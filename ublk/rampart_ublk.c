@@ -265,6 +265,13 @@ int main(int argc, char **argv)
     if (ublk_control_add(&control, (int)o.dev_id, (uint16_t)queues, (uint16_t)depth,
                          (uint32_t)max_io, o.recoverable, err, sizeof err) < 0)
       goto out_control;
+    /* The driver gives a device no more queues than the machine has CPUs, and only the
+     * queues it made can be mapped: serve those. */
+    if (control.info.nr_hw_queues < queues) {
+      fprintf(stderr, "rampart-ublk: the driver made %u queue(s), not %lu: one per CPU at "
+              "most\n", control.info.nr_hw_queues, queues);
+      queues = control.info.nr_hw_queues;
+    }
     if (ublk_control_set_params(&control, rampart_size(engine), err, sizeof err) < 0)
       goto out_delete;
   }

@@ -67,8 +67,15 @@ wait_for() {
 # a standby started beside it (--standby, the same settings) takes the device over the
 # moment it dies (kill_pager): in a starved machine nothing can be started after the
 # crash, since every task that allocates waits on the device (ublk/ublk_standby.h).
-ublk_args="--id 0 --depth 32 --max-io 131072"
-launch_ublk() {
+# A run that names its queue count (bench/guest --queues) gets them as rampart-swap sizes
+# them: about 64 requests in flight over the queues, at least 16 per queue. The standby
+# takes the same ublk_args.
+launch_ublk() { # [queues]
+  ublk_args="--id 0 --depth 32 --max-io 131072"
+  if [ -n "${1:-}" ]; then
+    depth=$((64 / $1)); [ $depth -ge 16 ] || depth=16
+    ublk_args="--id 0 --queues $1 --depth $depth --max-io 131072"
+  fi
   rampart-ublk $ublk_args size=$DEVICE_SIZE $settings state=/run/rampart-ublk.state \
     </dev/null >/tmp/ublk.out &
   daemon_pid=$!
@@ -137,13 +144,14 @@ kill_pager() {
   return 0
 }
 
-# start_daemon nbd|nbd-persist|ublk: the rampart device through that frontend, made swap (mkswap):
-# sets daemon_pid and swapdev. A boot may run both, one after the other, to compare them
-# in the same guest (bench/guest).
+# start_daemon nbd|nbd-persist|ublk [QUEUES]: the rampart device through that frontend, made
+# swap (mkswap): sets daemon_pid, daemon_queues and swapdev. A boot may run both, one after the
+# other, to compare them in the same guest (bench/guest).
 start_daemon() {
   frontend=$1
+  daemon_queues=${2:-}
   if [ $frontend = ublk ]; then
-    launch_ublk
+    launch_ublk $daemon_queues
     swapdev=/dev/ublkb0
   elif [ $frontend = nbd-persist ]; then
     launch_nbd_persist
@@ -165,7 +173,7 @@ start_daemon() {
     swapdev=/dev/nbd0
   fi
   mkswap $swapdev >/dev/null || finish "mkswap $swapdev failed"
-  say "daemon ($frontend) pid $daemon_pid, threads $(ls /proc/$daemon_pid/task | wc -l), $(daemon_memory)"
+  say "daemon ($frontend${daemon_queues:+, $daemon_queues queues}) pid $daemon_pid, threads $(ls /proc/$daemon_pid/task | wc -l), $(daemon_memory)"
 }
 
 # stop_daemon: its last memory and stats onto the console, then the device detached and
@@ -293,22 +301,24 @@ run_frontend() { # device fault
   case "$1:$2" in nbd:*pager*) echo nbd-persist ;; *) echo $1 ;; esac
 }
 first=${FRONTEND:-nbd}
+first_queues=
 for r in $RUNS; do
-  IFS=: read name dev wl fault <<EOF2
+  IFS=: read name dev wl fault queues <<EOF2
 $r
 EOF2
-  case $dev in nbd|ublk) first=$(run_frontend $dev "$fault"); break ;; esac
+  case $dev in nbd|ublk) first=$(run_frontend $dev "$fault"); first_queues=$queues; break ;; esac
 done
-start_daemon $first
+start_daemon $first $first_queues
 for r in $RUNS; do
-  # name:device:workload[:fault]
-  IFS=: read name dev wl fault <<EOF2
+  # name:device:workload[:fault[:queues]] (queues: rampart-ublk's, for a ublk run)
+  IFS=: read name dev wl fault queues <<EOF2
 $r
 EOF2
   case $dev in
     nbd|ublk)
       want=$(run_frontend $dev "$fault")
-      [ "$frontend" = $want ] || { stop_daemon; start_daemon $want; }
+      [ "$frontend" = $want ] && [ "$daemon_queues" = "$queues" ] \
+        || { stop_daemon; start_daemon $want $queues; }
       dev=$swapdev ;;
     disk) dev=/dev/vda ;;
   esac
