@@ -69,19 +69,15 @@ static void request_page_ended(struct page_op *op, int result)
     frontend_done(e, io, io->result);
     return;
   }
-  io->next = NULL; /* free once its last page started (engine_start_ios) */
-  if (e->done_tail)
-    e->done_tail->next = io;
-  else
-    e->done_head = io;
-  e->done_tail = io;
+  /* next is free once its last page started (engine_start_ios) */
+  FIFO_APPEND(e->done_head, e->done_tail, io, next);
 }
 
 /* The requests the last pass of the loop completed, in the order they completed. */
 void engine_deliver_completions(struct rampart_engine *e)
 {
-  struct rampart_io *io = e->done_head;
-  e->done_head = e->done_tail = NULL;
+  struct rampart_io *io;
+  FIFO_TAKE_ALL(e->done_head, e->done_tail, io);
   while (io) {
     struct rampart_io *next = io->next; /* io belongs to its caller once done runs */
     frontend_done(e, io, io->result);
@@ -167,8 +163,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
 static void flush_cover(struct spill_group_sync *g)
 {
   struct rampart_engine *e = g->user;
-  e->flush_running = e->flush_waiting;
-  e->flush_waiting = NULL;
+  FIFO_TAKE_ALL(e->flush_waiting, e->flush_waiting_tail, e->flush_running);
 }
 
 static void flush_synced(struct spill_group_sync *g, int result)
@@ -185,8 +180,7 @@ static void flush_synced(struct spill_group_sync *g, int result)
 
 static void flush_begin(struct rampart_engine *e, struct rampart_io *io)
 {
-  io->next = e->flush_waiting;
-  e->flush_waiting = io;
+  FIFO_APPEND(e->flush_waiting, e->flush_waiting_tail, io, next);
   spill_store_group_sync(e->spill, &e->flush_sync);
 }
 

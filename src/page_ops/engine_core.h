@@ -410,9 +410,10 @@ struct rampart_engine {
   struct stats_file *stats_file, *metrics_file;
   char *report;
   bool metrics_too_big_logged;
-  /* write-through flushes: those the fdatasync in flight covers, and those after it;
-   * the spill store's group commit decides which (engine.c, flush_begin) */
-  struct rampart_io *flush_running, *flush_waiting;
+  /* write-through flushes: those the fdatasync in flight covers, and those after it
+   * (oldest first, so that flushes complete in the order they came); the spill store's
+   * group commit decides which (engine.c, flush_begin) */
+  struct rampart_io *flush_running, *flush_waiting, *flush_waiting_tail;
   struct spill_group_sync flush_sync;
   /* The frontend's request latency (engine_run_sync, any frontend thread: hence
    * atomic, relaxed). */

@@ -208,11 +208,8 @@ static void *helper_main(void *arg)
       pthread_cond_wait(&sh->helpers_wake, &sh->helpers_lock);
     if (sh->helpers_quit)
       break;
-    struct reconnect_attempt *a = sh->queue_head;
-    sh->queue_head = a->next_queued;
-    if (!sh->queue_head)
-      sh->queue_tail = NULL;
-    a->next_queued = NULL;
+    struct reconnect_attempt *a;
+    FIFO_POP(sh->queue_head, sh->queue_tail, a, next_queued);
     pthread_mutex_unlock(&sh->helpers_lock);
     attempt_run(a);
     pthread_mutex_lock(&sh->helpers_lock);
@@ -284,12 +281,7 @@ static void start_attempt(struct rampart_engine *e, struct server *s, struct rp_
   a->done = &e->health->attempts_done;
   struct server_health_shared *sh = e->health;
   pthread_mutex_lock(&sh->helpers_lock);
-  a->next_queued = NULL;
-  if (sh->queue_tail)
-    sh->queue_tail->next_queued = a;
-  else
-    sh->queue_head = a;
-  sh->queue_tail = a;
+  FIFO_APPEND(sh->queue_head, sh->queue_tail, a, next_queued);
   pthread_cond_signal(&sh->helpers_wake);
   pthread_mutex_unlock(&sh->helpers_lock);
   h->attempting = true;
@@ -321,12 +313,7 @@ static void schedule_retry(struct rampart_engine *e, struct server *s)
 
 static void park_append(struct rampart_engine *e, struct page_op *op)
 {
-  op->next = NULL;
-  if (e->health->wait_tail)
-    e->health->wait_tail->next = op;
-  else
-    e->health->wait_head = op;
-  e->health->wait_tail = op;
+  FIFO_APPEND(e->health->wait_head, e->health->wait_tail, op, next);
   e->health->waiting++;
 }
 
@@ -379,8 +366,8 @@ static void wake_parked(struct rampart_engine *e)
   e->health->waking = true;
   do {
     e->health->wake_again = false;
-    struct page_op *list = e->health->wait_head;
-    e->health->wait_head = e->health->wait_tail = NULL;
+    struct page_op *list;
+    FIFO_TAKE_ALL(e->health->wait_head, e->health->wait_tail, list);
     e->health->waiting = 0;
     while (list) {
       struct page_op *op = list;
@@ -395,8 +382,8 @@ static void wake_parked(struct rampart_engine *e)
 /* Ops that have waited io-timeout= start over once more, and now go on without. */
 static void wake_expired(struct rampart_engine *e, uint64_t now)
 {
-  struct page_op *list = e->health->wait_head, *expired = NULL, **tail = &expired;
-  e->health->wait_head = e->health->wait_tail = NULL;
+  struct page_op *list, *expired = NULL, **tail = &expired;
+  FIFO_TAKE_ALL(e->health->wait_head, e->health->wait_tail, list);
   e->health->waiting = 0;
   bool draining = e->draining;
   while (list) {
