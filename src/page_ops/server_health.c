@@ -54,7 +54,6 @@
 
 /* What every server's health shares; the engine holds it, only this file sees into it. */
 struct server_health_shared {
-  uint64_t io_timeout_ns;       /* io-timeout=: longest a request waits for a server */
   _Atomic(struct reconnect_attempt *) attempts_done; /* pushed by helper threads */
   ev_async attempt_wake;
   /* page ops waiting for a reconnecting server, started over when any server's state
@@ -332,7 +331,7 @@ bool server_health_park(struct rampart_engine *e, struct page_op *op)
     return false;
   if (!op->wait_since_ns)
     op->wait_since_ns = now;
-  if (now - op->wait_since_ns >= e->health->io_timeout_ns)
+  if (now - op->wait_since_ns >= engine_io_timeout_ns(e))
     return false;
   page_op_begin_wait(op, PAGE_OP_WAITS_FOR_SERVER);
   park_append(e, op);
@@ -390,7 +389,7 @@ static void wake_expired(struct rampart_engine *e, uint64_t now)
     struct page_op *op = list;
     list = op->next;
     op->next = NULL;
-    if (draining || now - op->wait_since_ns >= e->health->io_timeout_ns) {
+    if (draining || now - op->wait_since_ns >= engine_io_timeout_ns(e)) {
       *tail = op;
       tail = &op->next;
     } else {
@@ -504,7 +503,7 @@ void server_health_failed(struct rampart_engine *e, struct server *s, const char
   s->state = RAMPART_SERVER_RECONNECTING;
   h->since_ns = now;
   h->lost_at_ns = now + (uint64_t)e->config.lease_seconds * 1000000000u;
-  h->replay_until_ns = now + e->health->io_timeout_ns;
+  h->replay_until_ns = now + engine_io_timeout_ns(e);
   h->attempts = 0;
   h->backoff_ms = 0;
   h->silent = silent;
@@ -515,7 +514,7 @@ void server_health_failed(struct rampart_engine *e, struct server *s, const char
   rp_log(RP_LOG_WARN, "server %s failed (%s): reconnecting for up to %u s (lease=%u); meanwhile "
          "%s (io-timeout=%llu ms), and writes go to the other servers", s->address, why,
          e->config.lease_seconds, e->config.lease_seconds, meanwhile,
-         (unsigned long long)(e->health->io_timeout_ns / 1000000u));
+         (unsigned long long)(engine_io_timeout_ns(e) / 1000000u));
   /* Give the connection up now: every request still on it fails back to its owner,
    * which queues it here (state is RECONNECTING already) or starts over elsewhere. */
   if (s->conn) {
@@ -725,7 +724,7 @@ static void log_waiting(struct rampart_engine *e, uint64_t now)
   rp_log(RP_LOG_WARN, "%u requests are waiting for %u reconnecting servers, the oldest for "
          "%llu ms; they give up after io-timeout=%llu ms", requests_waiting(e), reconnecting,
          (unsigned long long)((now - oldest) / 1000000u),
-         (unsigned long long)(e->health->io_timeout_ns / 1000000u));
+         (unsigned long long)(engine_io_timeout_ns(e) / 1000000u));
 }
 
 void server_health_tick(struct rampart_engine *e)
@@ -751,7 +750,7 @@ void server_health_tick(struct rampart_engine *e)
     } else if (s->health.replay_head && now >= s->health.replay_until_ns) {
       char why[160];
       snprintf(why, sizeof why, "server %s did not come back within io-timeout=%llu ms",
-               s->address, (unsigned long long)(e->health->io_timeout_ns / 1000000u));
+               s->address, (unsigned long long)(engine_io_timeout_ns(e) / 1000000u));
       rp_log(RP_LOG_WARN, "%s: %u requests to it go elsewhere", why, s->health.replay_count);
       give_up_queue(e, s, RP_ERR_TIMEOUT, why);
     } else if (s->health.replay_head && !s->health.writes_given_up && s->health.past_blip &&
@@ -769,7 +768,6 @@ void server_health_tick(struct rampart_engine *e)
 
 void server_health_init(struct rampart_engine *e)
 {
-  e->health->io_timeout_ns = engine_io_timeout_ns(e);
   ev_set_userdata(e->loop, e);
   ev_async_init(&e->health->attempt_wake, on_attempt_done);
   e->health->attempt_wake.data = e;
