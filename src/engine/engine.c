@@ -519,18 +519,18 @@ static unsigned latency_bucket(uint64_t ns)
 }
 
 /* Counted in place by the waiting frontend thread: two relaxed atomic adds, no lock. */
-static void count_latency(struct rampart_engine *e, int op, uint64_t ns)
+static void count_latency(struct rampart_engine *e, enum rampart_op op, uint64_t ns)
 {
   atomic_fetch_add_explicit(&e->latency_count[op][latency_bucket(ns)], 1,
                             memory_order_relaxed);
   atomic_fetch_add_explicit(&e->latency_sum_ns[op], ns, memory_order_relaxed);
 }
 
-int engine_run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length,
+int engine_run_sync(struct rampart_engine *e, enum rampart_op op, void *buf, uint32_t length,
                     uint64_t offset, uint32_t flags)
 {
   struct sync_wait w = { .state = SYNC_PENDING };
-  struct rampart_io io = { .op = (enum rampart_op)op, .flags = flags, .offset = offset,
+  struct rampart_io io = { .op = op, .flags = flags, .offset = offset,
                            .length = length, .buf = buf, .done = sync_done, .user = &w };
   uint64_t start = engine_now_ns();
   atomic_fetch_add_explicit(&e->frontend_waiting, 1, memory_order_relaxed);
@@ -543,8 +543,8 @@ int engine_run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length
 
 /* page_rmw's whole-page request: a sub-page read or write runs as the blocking
  * entry points do. */
-static int rmw_run(void *owner, int op, void *buf, uint32_t length, uint64_t offset,
-                   uint32_t flags)
+static int rmw_run(void *owner, enum rampart_op op, void *buf, uint32_t length,
+                   uint64_t offset, uint32_t flags)
 {
   return engine_run_sync(owner, op, buf, length, offset, flags);
 }
