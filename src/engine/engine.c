@@ -31,7 +31,6 @@
 #include "control_socket.h"
 #include "engine_internal.h"
 #include "engine_restore.h"
-#include "engine_state.h"
 #include "event_arena.h"
 #include "fifo.h"
 #include "log.h"
@@ -44,6 +43,7 @@
 #include "secret.h"
 #include "server_health.h"
 #include "server_transport.h"
+#include "state_record.h"
 #include "stats_file.h"
 #include "thread_start.h"
 
@@ -885,7 +885,7 @@ static int engine_alloc_pools(struct rampart_engine *e)
 {
   e->ops = calloc(ENGINE_PAGE_OPS, sizeof *e->ops);
   /* With state= each op's bytes live in the state: a write in flight at a crash is sent
-   * again from there (engine_state.c). */
+   * again from there (state_record.c). */
   e->op_scratch = e->state ? e->state->op_pages
                            : alloc_pages((size_t)ENGINE_PAGE_OPS * RAMPART_PAGE_SIZE);
   e->degraded = calloc(ENGINE_DEGRADED_READS, sizeof *e->degraded);
@@ -1125,7 +1125,7 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
   if (config->key_path[0] && rp_key_load(config->key_path, e->key, err, errlen) < 0)
     goto fail;
   if (config->state_path[0]) {
-    /* The map, seals and groups live in the state segment (engine_state.c). */
+    /* The map, seals and groups live in the state segment (state_record.c). */
     if (engine_restore_open(e, err, errlen) < 0)
       goto fail;
   } else if (engine_open_sealer(e, err, errlen) < 0 || page_map_init(&e->map, e->pages) < 0 ||

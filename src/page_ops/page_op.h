@@ -173,7 +173,7 @@ void page_op_run_waiting(struct rampart_engine *e);
  * requests waiting for one start. */
 void page_op_finished(struct page_op *op, int result);
 
-/* After a restart, an op whose write record the state still needs (engine_state.c) is
+/* After a restart, an op whose write record the state still needs (state_record.c) is
  * kept out of the pool, so no new write overwrites the record, until the record goes. */
 void page_op_withhold(struct rampart_engine *e, struct page_op *op);
 void page_op_release_withheld(struct rampart_engine *e, struct page_op *op);
