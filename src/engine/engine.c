@@ -885,7 +885,7 @@ static int engine_alloc_pools(struct rampart_engine *e)
 {
   e->ops = calloc(ENGINE_PAGE_OPS, sizeof *e->ops);
   /* With state= each op's bytes live in the state: a write in flight at a crash is sent
-   * again from there (state_record.c). */
+   * again from there (engine_restore.c). */
   e->op_scratch = e->state ? e->state->op_pages
                            : alloc_pages((size_t)ENGINE_PAGE_OPS * RAMPART_PAGE_SIZE);
   e->degraded = calloc(ENGINE_DEGRADED_READS, sizeof *e->degraded);
@@ -1125,7 +1125,8 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
   if (config->key_path[0] && rp_key_load(config->key_path, e->key, err, errlen) < 0)
     goto fail;
   if (config->state_path[0]) {
-    /* The map, seals and groups live in the state segment (state_record.c). */
+    /* The map, seals and groups live in the state segment (pager_state.c); opening it
+     * takes the device over when a pager died (engine_restore.c). */
     if (engine_restore_open(e, err, errlen) < 0)
       goto fail;
   } else if (engine_open_sealer(e, err, errlen) < 0 || page_map_init(&e->map, e->pages) < 0 ||

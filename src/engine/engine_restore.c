@@ -285,8 +285,8 @@ static bool joined_its_group(const struct rampart_engine *e, page_entry entry)
  * member had joined, its bytes go to the server all the same, since the group's parity
  * covers them. So do a retry's: a placement made after the first one failed joins its
  * group before the map (and then the record) name it.
- * The records stay in the state until they are settled (recovered_write_settle), and
- * their ops out of use, so a pager killed again before its replays land finds them
+ * The records stay in the state until they are settled (state_record_settle_recovered),
+ * and their ops out of use, so a pager killed again before its replays land finds them
  * again: a record whose page is none of its versions any more (or that says so,
  * old_entry LOST) is only its replays. At most half the ops are withheld, so new
  * requests always have ops: a record past that is taken over all the same, but cleared

@@ -541,7 +541,7 @@ static bool place_remote(struct page_op *op)
     int64_t slot = slot_allocator_alloc(&e->set.servers[server]->slots);
     uint32_t id = e->placement.open_group;
     /* In this order, so a pager killed between any two steps leaves a state a restart
-     * takes over whole (state_record.c): the write is recorded (its bytes are in the
+     * takes over whole (engine_restore.c): the write is recorded (its bytes are in the
      * state), its XOR is published, the member joins, and only then does the map name
      * it. A member whose parity covers it always has its bytes kept to send again. */
     bool keep = record_replaced_version(op, page_entry_remote(id, g->members));

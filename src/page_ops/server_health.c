@@ -9,17 +9,17 @@
  *                                          LOST --- joins again, fresh ---> a new
  *                                                                       incarnation, UP
  *
- * (ADVISED is UP under memory pressure; rampart.h holds the one state enum.) Every
- * server has its own state, backoff and deadlines, all kept and driven on the engine's
- * loop. An attempt (connect, handshake, RESERVE for a fresh session) blocks, so it
- * runs in one of the engine's few reconnect helper threads, shared by every server and
- * asleep until needed: the loop queues an attempt holding a copy of everything it
- * needs, a free helper takes the oldest, reads nothing else of the engine and hands
- * its result back on a lock-free stack with ev_async. With RECONNECT_HELPERS of them, a
- * server slow to come back delays another's attempt only when that many are slow at
- * once, and then by one attempt (at most timeout=). At most one attempt per server is
- * queued or runs at a time, and none allocates (connections come from the engine's
- * pool).
+ * (ADVISED is UP under memory pressure; rampart_types.h holds the one enum of a server's
+ * health, rampart_server_state.) Every server has its own health, backoff and deadlines,
+ * all kept and driven on the engine's loop. An attempt (connect, handshake, RESERVE for
+ * a fresh session) blocks, so it runs in one of the engine's few reconnect helper
+ * threads, shared by every server and asleep until needed: the loop queues an attempt
+ * holding a copy of everything it needs, a free helper takes the oldest, reads nothing
+ * else of the engine and hands its result back on a lock-free stack with ev_async. With
+ * RECONNECT_HELPERS of them, a server slow to come back delays another's attempt only
+ * when that many are slow at once, and then by one attempt (at most timeout=). At most
+ * one attempt per server is queued or runs at a time, and none allocates (connections
+ * come from the engine's pool).
  *
  * While a server reconnects, requests that must reach its session (member and parity
  * writes, frees) wait in its replay queue: those in flight when the connection dropped
