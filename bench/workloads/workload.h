@@ -9,6 +9,7 @@
 #ifndef RAMPART_BENCH_WORKLOAD_H
 #define RAMPART_BENCH_WORKLOAD_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,7 +37,8 @@ uint64_t workload_hash(uint64_t seed, uint64_t stream, uint64_t index);
 double workload_unit(uint64_t seed, uint64_t stream, uint64_t index);
 
 /* The largest error a numeric check found, and where. NaN counts as larger than any
- * number, so that a NaN in the answer fails the check. */
+ * number, so that a NaN in the answer fails the check: once worst is NaN it stays, since
+ * every comparison with NaN is false and the next number would otherwise replace it. */
 struct workload_error {
   double worst;
   size_t at;
@@ -44,6 +46,8 @@ struct workload_error {
 
 static inline void workload_error_note(struct workload_error *w, double e, size_t at)
 {
+  if (isnan(w->worst))
+    return;
   if (!(e <= w->worst)) {
     w->worst = e;
     w->at = at;

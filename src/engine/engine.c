@@ -31,7 +31,6 @@
 #include "control_socket.h"
 #include "engine_internal.h"
 #include "engine_restore.h"
-#include "engine_state.h"
 #include "event_arena.h"
 #include "fifo.h"
 #include "log.h"
@@ -44,6 +43,7 @@
 #include "secret.h"
 #include "server_health.h"
 #include "server_transport.h"
+#include "state_record.h"
 #include "stats_file.h"
 #include "thread_start.h"
 
@@ -69,19 +69,15 @@ static void request_page_ended(struct page_op *op, int result)
     frontend_done(e, io, io->result);
     return;
   }
-  io->next = NULL; /* free once its last page started (engine_start_ios) */
-  if (e->done_tail)
-    e->done_tail->next = io;
-  else
-    e->done_head = io;
-  e->done_tail = io;
+  /* next is free once its last page started (engine_start_ios) */
+  FIFO_APPEND(e->done_head, e->done_tail, io, next);
 }
 
 /* The requests the last pass of the loop completed, in the order they completed. */
 void engine_deliver_completions(struct rampart_engine *e)
 {
-  struct rampart_io *io = e->done_head;
-  e->done_head = e->done_tail = NULL;
+  struct rampart_io *io;
+  FIFO_TAKE_ALL(e->done_head, e->done_tail, io);
   while (io) {
     struct rampart_io *next = io->next; /* io belongs to its caller once done runs */
     frontend_done(e, io, io->result);
@@ -167,8 +163,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
 static void flush_cover(struct spill_group_sync *g)
 {
   struct rampart_engine *e = g->user;
-  e->flush_running = e->flush_waiting;
-  e->flush_waiting = NULL;
+  FIFO_TAKE_ALL(e->flush_waiting, e->flush_waiting_tail, e->flush_running);
 }
 
 static void flush_synced(struct spill_group_sync *g, int result)
@@ -185,8 +180,7 @@ static void flush_synced(struct spill_group_sync *g, int result)
 
 static void flush_begin(struct rampart_engine *e, struct rampart_io *io)
 {
-  io->next = e->flush_waiting;
-  e->flush_waiting = io;
+  FIFO_APPEND(e->flush_waiting, e->flush_waiting_tail, io, next);
   spill_store_group_sync(e->spill, &e->flush_sync);
 }
 
@@ -525,18 +519,18 @@ static unsigned latency_bucket(uint64_t ns)
 }
 
 /* Counted in place by the waiting frontend thread: two relaxed atomic adds, no lock. */
-static void count_latency(struct rampart_engine *e, int op, uint64_t ns)
+static void count_latency(struct rampart_engine *e, enum rampart_op op, uint64_t ns)
 {
   atomic_fetch_add_explicit(&e->latency_count[op][latency_bucket(ns)], 1,
                             memory_order_relaxed);
   atomic_fetch_add_explicit(&e->latency_sum_ns[op], ns, memory_order_relaxed);
 }
 
-int engine_run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length,
+int engine_run_sync(struct rampart_engine *e, enum rampart_op op, void *buf, uint32_t length,
                     uint64_t offset, uint32_t flags)
 {
   struct sync_wait w = { .state = SYNC_PENDING };
-  struct rampart_io io = { .op = (enum rampart_op)op, .flags = flags, .offset = offset,
+  struct rampart_io io = { .op = op, .flags = flags, .offset = offset,
                            .length = length, .buf = buf, .done = sync_done, .user = &w };
   uint64_t start = engine_now_ns();
   atomic_fetch_add_explicit(&e->frontend_waiting, 1, memory_order_relaxed);
@@ -549,8 +543,8 @@ int engine_run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length
 
 /* page_rmw's whole-page request: a sub-page read or write runs as the blocking
  * entry points do. */
-static int rmw_run(void *owner, int op, void *buf, uint32_t length, uint64_t offset,
-                   uint32_t flags)
+static int rmw_run(void *owner, enum rampart_op op, void *buf, uint32_t length,
+                   uint64_t offset, uint32_t flags)
 {
   return engine_run_sync(owner, op, buf, length, offset, flags);
 }
@@ -891,7 +885,7 @@ static int engine_alloc_pools(struct rampart_engine *e)
 {
   e->ops = calloc(ENGINE_PAGE_OPS, sizeof *e->ops);
   /* With state= each op's bytes live in the state: a write in flight at a crash is sent
-   * again from there (engine_state.c). */
+   * again from there (engine_restore.c). */
   e->op_scratch = e->state ? e->state->op_pages
                            : alloc_pages((size_t)ENGINE_PAGE_OPS * RAMPART_PAGE_SIZE);
   e->degraded = calloc(ENGINE_DEGRADED_READS, sizeof *e->degraded);
@@ -1131,7 +1125,8 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
   if (config->key_path[0] && rp_key_load(config->key_path, e->key, err, errlen) < 0)
     goto fail;
   if (config->state_path[0]) {
-    /* The map, seals and groups live in the state segment (engine_state.c). */
+    /* The map, seals and groups live in the state segment (pager_state.c); opening it
+     * takes the device over when a pager died (engine_restore.c). */
     if (engine_restore_open(e, err, errlen) < 0)
       goto fail;
   } else if (engine_open_sealer(e, err, errlen) < 0 || page_map_init(&e->map, e->pages) < 0 ||

@@ -48,7 +48,7 @@
 
 /* engine.c */
 /* Submits one request and sleeps until it completes (frontend threads only). */
-int engine_run_sync(struct rampart_engine *e, int op, void *buf, uint32_t length,
+int engine_run_sync(struct rampart_engine *e, enum rampart_op op, void *buf, uint32_t length,
                     uint64_t offset, uint32_t flags);
 /* Starts the frontend requests waiting for a page op, as many as the pool has ops for. */
 void engine_start_ios(struct rampart_engine *e);

@@ -1,7 +1,7 @@
 /* Taking a device over from the pager's state segment (state=; docs/recovery.md): the
  * segment opened at attach, the device taken over when a dead process left it, the
  * segment closed at detach. The record the engine keeps as it runs is
- * ../page_ops/engine_state.c. Here, in the engine API, because taking over drives the
+ * ../page_ops/state_record.c. Here, in the engine API, because taking over drives the
  * whole core: the servers' table, their health, the mover, the writes.
  *
  * With state= the page map, the seals, the nonce counter, the parity groups, the server
@@ -34,7 +34,6 @@
 
 #include "engine_core.h"
 #include "engine_restore.h"
-#include "engine_state.h"
 #include "log.h"
 #include "page_mover.h"
 #include "page_op.h"
@@ -44,6 +43,7 @@
 #include "server_health.h"
 #include "server_set.h"
 #include "server_transport.h"
+#include "state_record.h"
 
 /* ---- open ---------------------------------------------------------------------------- */
 
@@ -141,7 +141,7 @@ void engine_restore_save_servers(struct rampart_engine *e)
   if (!st)
     return;
   for (unsigned i = 0; i < e->set.nservers; i++)
-    engine_state_save_server(e, e->set.servers[i]);
+    state_record_save_server(e, e->set.servers[i]);
   page_mover_rebuild_record(e, st->rebuild);
 }
 
@@ -184,7 +184,7 @@ static void take_over_unfinished_group(struct rampart_engine *e, uint32_t id, bo
   bool trusted = page >= 0 && !in_use[g->buffer];
   if (trusted) {
     parity_buffer_use_page(e, &e->parity[g->buffer], (unsigned)page);
-    engine_state_parity_published(e, g->buffer, (unsigned)page, g->members);
+    state_record_parity_published(e, g->buffer, (unsigned)page, g->members);
   }
   if (g->state == GROUP_OPEN && g->members == 0) {
     group_release(&e->groups, id);
@@ -285,8 +285,8 @@ static bool joined_its_group(const struct rampart_engine *e, page_entry entry)
  * member had joined, its bytes go to the server all the same, since the group's parity
  * covers them. So do a retry's: a placement made after the first one failed joins its
  * group before the map (and then the record) name it.
- * The records stay in the state until they are settled (recovered_write_settle), and
- * their ops out of use, so a pager killed again before its replays land finds them
+ * The records stay in the state until they are settled (state_record_settle_recovered),
+ * and their ops out of use, so a pager killed again before its replays land finds them
  * again: a record whose page is none of its versions any more (or that says so,
  * old_entry LOST) is only its replays. At most half the ops are withheld, so new
  * requests always have ops: a record past that is taken over all the same, but cleared
@@ -396,14 +396,14 @@ static void on_replayed(struct rp_request *req)
     /* The page stays the version the map names. Stored: its group's parity holds again;
      * not: the group is unprotected or its server lost, and rebuilt or moved. Either way
      * nothing of the record is needed, and its group may go once unpinned. */
-    engine_state_drop_recovered(e, w);
+    state_record_drop_recovered(e, w);
   } else if (stored && w->kept && page_map_get(&e->map, w->page) == w->new_entry) {
     /* The new version is where the map says: the old one is not needed any more. */
-    engine_state_drop_recovered(e, w);
+    state_record_drop_recovered(e, w);
     page_write_release_version(e, w->old_entry, true);
     e->counters.writes_replayed++;
   }
-  engine_state_settle_recovered(e, w); /* only replays were left of it */
+  state_record_settle_recovered(e, w); /* only replays were left of it */
   if (group_is_reclaimable(group_get(&e->groups, id)))
     page_write_reclaim(e, id);
 }
@@ -424,7 +424,7 @@ static void on_joining_replayed(struct rp_request *req)
     atomic_signal_fence(memory_order_release);
   }
   w->joining = 0;
-  engine_state_settle_recovered(e, w);
+  state_record_settle_recovered(e, w);
   if (group_is_reclaimable(group_get(&e->groups, id)))
     page_write_reclaim(e, id);
 }
@@ -470,8 +470,8 @@ static unsigned replay_member_writes(struct rampart_engine *e)
     if (w->new_entry && replay_member_write(e, w, w->new_entry, &w->req, on_replayed))
       n++;
     if (w->kept && !w->installed && !w->replays)
-      engine_state_drop_recovered(e, w); /* the page is the old version, and nothing to send */
-    engine_state_settle_recovered(e, w);   /* only replays were left, and none could be sent */
+      state_record_drop_recovered(e, w); /* the page is the old version, and nothing to send */
+    state_record_settle_recovered(e, w);   /* only replays were left, and none could be sent */
   }
   return n;
 }
@@ -504,7 +504,7 @@ int engine_restore_recover(struct rampart_engine *e, char *err, size_t errlen)
     s->health.replaced = ps->flags & PAGER_STATE_SERVER_REPLACED;
     s->rebuild_needed = ps->flags & PAGER_STATE_SERVER_REBUILD_NEEDED;
     s->state = (enum rampart_server_state)ps->state;
-    engine_state_save_server(e, s);
+    state_record_save_server(e, s);
   }
   bool buffer_in_use[ENGINE_PARITY_BUFFERS] = { false };
   for (uint32_t id = 0; id < e->groups.count; id++)

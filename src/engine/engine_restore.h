@@ -1,5 +1,5 @@
 /* state= (engine_restore.c, docs/recovery.md): the pager's state segment opened,
- * taken over and closed. The record kept while the engine runs is engine_state.h.
+ * taken over and closed. The record kept while the engine runs is state_record.h.
  *
  * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1).
  */

@@ -10,11 +10,13 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "rampart_types.h"
+
 #define PAGE_RMW_LOCKS 256u          /* stripes of pages for sub-page writes */
 
 /* Runs one whole-page request for the owner and waits for it (the engine's
  * engine_run_sync): 0 or negative errno. */
-typedef int (*page_rmw_run_fn)(void *owner, int op, void *buf, uint32_t length,
+typedef int (*page_rmw_run_fn)(void *owner, enum rampart_op op, void *buf, uint32_t length,
                                uint64_t offset, uint32_t flags);
 
 /* Taken by frontend threads, never by the I/O thread: a sub-page write holds its page's

@@ -65,7 +65,9 @@ struct engine_upcalls {
  * not include: the servers' health tells writes and the mover that a server failed or
  * was lost, and a write asks the mover whether cleaning is behind. One const table
  * engine.c fills (page_write_close_open_group, page_mover_rebuild_begin,
- * page_mover_at_risk, page_mover_should_throttle); none is on a page's common path.
+ * page_mover_at_risk, page_mover_should_throttle). None runs per page: the first three
+ * run when a server fails or is lost, writes_wait_for_cleaning for each frontend write
+ * that opens a group (one write in a group's worth of pages).
  * What the servers' table tells their health is struct server_set_events. */
 struct engine_core_events {
   /* A server failed: the open group closes (server_health.c). */
@@ -205,7 +207,7 @@ struct free_request {
   struct rp_request req;
 };
 
-/* A write the dead process had in flight when it stopped (engine_state.c): its bytes,
+/* A write the dead process had in flight when it stopped (engine_restore.c): its bytes,
  * sent again to the member slot it was placed in, and the version it replaced, to fall
  * back to if the new one is never stored. Entries never move (a replay is in flight
  * from one); `kept` says whether the entry still holds its old version. */
@@ -274,7 +276,8 @@ struct server_set {
   bool closing;                 /* server_set_close runs: no reconnects, no replays */
 };
 
-/* Where new pages go (page_write.c; engine_state.c saves and restores the open group). */
+/* Where new pages go (page_write.c; state_record.c saves the open group, engine_restore.c
+ * restores it). */
 struct write_placement {
   struct placement_order member_order; /* servers for members: each once per sweep */
   unsigned parity_cursor;       /* rotation of the parity server */
@@ -290,7 +293,7 @@ struct engine_counters {
   uint64_t pages_written, wire_bytes_written;
   uint64_t degraded_reads, read_errors, pages_lost;
   uint64_t integrity_failures;  /* stored pages that failed verification */
-  uint64_t writes_replayed;     /* after a restart (engine_state.c) */
+  uint64_t writes_replayed;     /* after a restart (engine_restore.c) */
   uint64_t writes_rolled_back;
   /* Cleaning's cost, for "rewrites per overwrite": frontend writes of a page that held a
    * version already, and pages cleaning put on the wire again (page_write.c). */
@@ -410,9 +413,10 @@ struct rampart_engine {
   struct stats_file *stats_file, *metrics_file;
   char *report;
   bool metrics_too_big_logged;
-  /* write-through flushes: those the fdatasync in flight covers, and those after it;
-   * the spill store's group commit decides which (engine.c, flush_begin) */
-  struct rampart_io *flush_running, *flush_waiting;
+  /* write-through flushes: those the fdatasync in flight covers, and those after it
+   * (oldest first, so that flushes complete in the order they came); the spill store's
+   * group commit decides which (engine.c, flush_begin) */
+  struct rampart_io *flush_running, *flush_waiting, *flush_waiting_tail;
   struct spill_group_sync flush_sync;
   /* The frontend's request latency (engine_run_sync, any frontend thread: hence
    * atomic, relaxed). */
@@ -423,8 +427,9 @@ struct rampart_engine {
   _Atomic uint32_t frontend_waiting;
 
   struct engine_counters counters;
-  /* state= (engine_state.c): the pager's state segment, or NULL; after a restart, the
-   * writes the dead process had in flight, and how many fell back to the older version */
+  /* state= (pager_state.c): the pager's state segment, or NULL; after a restart
+   * (engine_restore.c), the writes the dead process had in flight, and how many fell back
+   * to the older version */
   struct pager_state *state;
   bool state_recovered;         /* the state was left by a process that died */
   bool opened;                  /* rampart_open finished: a close is a clean detach */

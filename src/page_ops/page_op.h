@@ -137,8 +137,9 @@ struct page_op {
 
 /* What page_op.c calls of the files that carry an op and record it, which sit above it:
  * one const table the engine fills (engine.c: page_read_start, page_write_start,
- * page_write_op_recycled), so this file names none of them. None is on a page op's
- * common path: an op starts over only after a wait, and is recorded only with state=. */
+ * page_write_op_recycled), so this file names none of them. An op starts over only
+ * after a wait; recycled runs for every op that goes back to the pool, but only with
+ * state=. */
 struct page_op_steps {
   void (*read)(struct page_op *op);     /* start (over) its read, from the page map */
   void (*write)(struct page_op *op);    /* start (over) its write, from the page map */
@@ -173,7 +174,7 @@ void page_op_run_waiting(struct rampart_engine *e);
  * requests waiting for one start. */
 void page_op_finished(struct page_op *op, int result);
 
-/* After a restart, an op whose write record the state still needs (engine_state.c) is
+/* After a restart, an op whose write record the state still needs (engine_restore.c) is
  * kept out of the pool, so no new write overwrites the record, until the record goes. */
 void page_op_withhold(struct rampart_engine *e, struct page_op *op);
 void page_op_release_withheld(struct rampart_engine *e, struct page_op *op);

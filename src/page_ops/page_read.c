@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "engine_core.h"
-#include "engine_state.h"
 #include "log.h"
 #include "page_read.h"
 #include "page_op.h"
@@ -21,6 +20,7 @@
 #include "server_health.h"
 #include "server_set.h"
 #include "server_transport.h"
+#include "state_record.h"
 
 #define VERIFY_RESTARTS 8u     /* re-reads after a page changed under a failed check */
 
@@ -58,14 +58,14 @@ static bool read_waits_for_servers(struct page_op *op, const struct group *g)
   return worth_it && server_health_park(e, op);
 }
 
-/* A version a dead pager's write never stored (engine_state.c) is no server's fault and
+/* A version a dead pager's write never stored (state_record.c) is no server's fault and
  * no lost page: the version before it stands, and the read starts again on that (a move
  * finds the map moved on). True when it fell back. */
 static bool fell_back_to_version_before(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
   page_entry failed;
-  if (!e->nrecovered_writes || !engine_state_fall_back(op, &failed))
+  if (!e->nrecovered_writes || !state_record_fall_back(op, &failed))
     return false;
   page_write_retire(e, failed);
   if (op->kind == PAGE_OP_MOVE)

@@ -12,7 +12,6 @@
 
 #include "crash_point.h"
 #include "engine_core.h"
-#include "engine_state.h"
 #include "log.h"
 #include "page_write.h"
 #include "page_op.h"
@@ -20,6 +19,7 @@
 #include "server_health.h"
 #include "server_set.h"
 #include "server_transport.h"
+#include "state_record.h"
 
 static void write_finish(struct page_op *op, int result)
 {
@@ -39,11 +39,11 @@ static void write_finish(struct page_op *op, int result)
 }
 
 /* A new version of the page (or a trim) makes the versions a dead process's writes
- * replaced, kept for a fallback, pointless: they go (engine_state.c). */
+ * replaced, kept for a fallback, pointless: they go (state_record.c). */
 static void release_kept_versions(struct rampart_engine *e, uint64_t page)
 {
   struct recovered_write *w;
-  while ((w = engine_state_drop_kept(e, page)))
+  while ((w = state_record_drop_kept(e, page)))
     if (w->installed)
       page_write_release_version(e, w->old_entry, true);
 }
@@ -51,12 +51,12 @@ static void release_kept_versions(struct rampart_engine *e, uint64_t page)
 void page_write_op_recycled(struct page_op *op)
 {
   page_entry old;
-  if (engine_state_op_ended(op, &old))
+  if (state_record_op_ended(op, &old))
     page_write_retire(op->engine, old);
 }
 
 /* With state=, the version a write replaces stays until the op ends: if the pager dies
- * first, a restart may need it (engine_state.c). Recorded before anything names the
+ * first, a restart may need it (state_record.c). Recorded before anything names the
  * new version. True when the version the map names now is to be kept. */
 static bool record_replaced_version(struct page_op *op, page_entry entry)
 {
@@ -65,7 +65,7 @@ static bool record_replaced_version(struct page_op *op, page_entry entry)
     return false;
   if (e->nrecovered_writes)
     release_kept_versions(e, op->page);
-  return engine_state_keep_replaced(op, entry);
+  return state_record_keep_replaced(op, entry);
 }
 
 /* This write's version becomes the page's current one. The map entry and the seal
@@ -78,7 +78,7 @@ static void install_recorded_version(struct page_op *op, page_entry entry, bool 
   if (op->kind == PAGE_OP_WRITE)
     page_seal_set(&e->sealer, op->page, &op->seal);
   page_entry old = page_map_set(&e->map, op->page, entry);
-  engine_state_installed(op, entry);
+  state_record_installed(op, entry);
   if (old != entry && !keep)
     page_write_retire(e, old);
 }
@@ -206,7 +206,7 @@ static void parity_buffer_add(struct rampart_engine *e, struct parity_buffer *pb
   parity_xor_pages(pb->spare, pb->page, member);
   member_write_crash_point(retry, STEP_PARITY_COMPUTED);
   parity_buffer_use_page(e, pb, pb->current ^ 1u);
-  engine_state_parity_published(e, (uint16_t)(pb - e->parity), pb->current, covered);
+  state_record_parity_published(e, (uint16_t)(pb - e->parity), pb->current, covered);
   member_write_crash_point(retry, STEP_PARITY_PUBLISHED);
 }
 
@@ -435,7 +435,7 @@ static enum open_result open_new_group(struct rampart_engine *e)
     return NO_SERVERS;
   }
   e->placement.open_group = id;
-  engine_state_group_opened(e, id);
+  state_record_group_opened(e, id);
   return OPENED;
 }
 
@@ -541,7 +541,7 @@ static bool place_remote(struct page_op *op)
     int64_t slot = slot_allocator_alloc(&e->set.servers[server]->slots);
     uint32_t id = e->placement.open_group;
     /* In this order, so a pager killed between any two steps leaves a state a restart
-     * takes over whole (engine_state.c): the write is recorded (its bytes are in the
+     * takes over whole (engine_restore.c): the write is recorded (its bytes are in the
      * state), its XOR is published, the member joins, and only then does the map name
      * it. A member whose parity covers it always has its bytes kept to send again. */
     bool keep = record_replaced_version(op, page_entry_remote(id, g->members));

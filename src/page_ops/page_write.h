@@ -19,12 +19,12 @@ struct parity_buffer;
 void page_write_start(struct page_op *op);
 /* The page's previous version `old` is no longer current. */
 void page_write_retire(struct rampart_engine *e, page_entry old);
-/* The same for a version that was held pinned rather than live (engine_state.c keeps
+/* The same for a version that was held pinned rather than live (state_record.c keeps
  * the version a dead pager's write replaced that way). */
 void page_write_release_version(struct rampart_engine *e, page_entry old, bool pinned);
 /* The page becomes `entry` other than by a write's own install (a trim, a move to the
  * spill store, a page declared lost): the old version retires, and so does what a dead
- * pager's write of the page kept for a fallback (engine_state_drop_kept). */
+ * pager's write of the page kept for a fallback (state_record_drop_kept). */
 void page_write_supersede(struct rampart_engine *e, uint64_t page, page_entry entry);
 void page_write_trim(struct rampart_engine *e, uint64_t page);
 /* With state=, op is going back to the pool: the version it kept, so that a restart

@@ -83,7 +83,7 @@ struct pager_state_rebuild {
  * current by one store of `published` (bit 0: which page; the rest: how many members
  * it covers). A kill anywhere leaves a published page that is whole; the page before
  * it is whole too until the next member, which a restart needs when the member whose
- * XOR was published never joined its group (engine_state.c). */
+ * XOR was published never joined its group (engine_restore.c). */
 struct pager_state_parity {
   uint32_t group;
   uint32_t published;

@@ -148,7 +148,7 @@ static inline bool group_is_reclaimable(const struct group *g)
 }
 
 /* Counts sealed_by_live again from the groups: after groups were taken over, or sealed
- * by a restart without the functions above (engine_state.c). */
+ * by a restart without the functions above (engine_restore.c). */
 void group_table_count_sealed(struct group_table *t);
 
 /* Puts a reclaimed group back on the free list. */

@@ -3,7 +3,8 @@
  * moved, the stats. Here, below the engine API, because the page-op core speaks them
  * too: it carries the requests, keeps the servers' states and fills the stats.
  *
- * Errors: none: types and constants.
+ * Errors: none: types and constants, and rampart_move_reason_name, which cannot fail (a
+ * reason out of range is named "?").
  */
 #ifndef RAMPART_TYPES_H
 #define RAMPART_TYPES_H

@@ -9,17 +9,17 @@
  *                                          LOST --- joins again, fresh ---> a new
  *                                                                       incarnation, UP
  *
- * (ADVISED is UP under memory pressure; rampart.h holds the one state enum.) Every
- * server has its own state, backoff and deadlines, all kept and driven on the engine's
- * loop. An attempt (connect, handshake, RESERVE for a fresh session) blocks, so it
- * runs in one of the engine's few reconnect helper threads, shared by every server and
- * asleep until needed: the loop queues an attempt holding a copy of everything it
- * needs, a free helper takes the oldest, reads nothing else of the engine and hands
- * its result back on a lock-free stack with ev_async. With RECONNECT_HELPERS of them, a
- * server slow to come back delays another's attempt only when that many are slow at
- * once, and then by one attempt (at most timeout=). At most one attempt per server is
- * queued or runs at a time, and none allocates (connections come from the engine's
- * pool).
+ * (ADVISED is UP under memory pressure; rampart_types.h holds the one enum of a server's
+ * health, rampart_server_state.) Every server has its own health, backoff and deadlines,
+ * all kept and driven on the engine's loop. An attempt (connect, handshake, RESERVE for
+ * a fresh session) blocks, so it runs in one of the engine's few reconnect helper
+ * threads, shared by every server and asleep until needed: the loop queues an attempt
+ * holding a copy of everything it needs, a free helper takes the oldest, reads nothing
+ * else of the engine and hands its result back on a lock-free stack with ev_async. With
+ * RECONNECT_HELPERS of them, a server slow to come back delays another's attempt only
+ * when that many are slow at once, and then by one attempt (at most timeout=). At most
+ * one attempt per server is queued or runs at a time, and none allocates (connections
+ * come from the engine's pool).
  *
  * While a server reconnects, requests that must reach its session (member and parity
  * writes, frees) wait in its replay queue: those in flight when the connection dropped
@@ -54,7 +54,6 @@
 
 /* What every server's health shares; the engine holds it, only this file sees into it. */
 struct server_health_shared {
-  uint64_t io_timeout_ns;       /* io-timeout=: longest a request waits for a server */
   _Atomic(struct reconnect_attempt *) attempts_done; /* pushed by helper threads */
   ev_async attempt_wake;
   /* page ops waiting for a reconnecting server, started over when any server's state
@@ -208,11 +207,8 @@ static void *helper_main(void *arg)
       pthread_cond_wait(&sh->helpers_wake, &sh->helpers_lock);
     if (sh->helpers_quit)
       break;
-    struct reconnect_attempt *a = sh->queue_head;
-    sh->queue_head = a->next_queued;
-    if (!sh->queue_head)
-      sh->queue_tail = NULL;
-    a->next_queued = NULL;
+    struct reconnect_attempt *a;
+    FIFO_POP(sh->queue_head, sh->queue_tail, a, next_queued);
     pthread_mutex_unlock(&sh->helpers_lock);
     attempt_run(a);
     pthread_mutex_lock(&sh->helpers_lock);
@@ -284,12 +280,7 @@ static void start_attempt(struct rampart_engine *e, struct server *s, struct rp_
   a->done = &e->health->attempts_done;
   struct server_health_shared *sh = e->health;
   pthread_mutex_lock(&sh->helpers_lock);
-  a->next_queued = NULL;
-  if (sh->queue_tail)
-    sh->queue_tail->next_queued = a;
-  else
-    sh->queue_head = a;
-  sh->queue_tail = a;
+  FIFO_APPEND(sh->queue_head, sh->queue_tail, a, next_queued);
   pthread_cond_signal(&sh->helpers_wake);
   pthread_mutex_unlock(&sh->helpers_lock);
   h->attempting = true;
@@ -321,12 +312,7 @@ static void schedule_retry(struct rampart_engine *e, struct server *s)
 
 static void park_append(struct rampart_engine *e, struct page_op *op)
 {
-  op->next = NULL;
-  if (e->health->wait_tail)
-    e->health->wait_tail->next = op;
-  else
-    e->health->wait_head = op;
-  e->health->wait_tail = op;
+  FIFO_APPEND(e->health->wait_head, e->health->wait_tail, op, next);
   e->health->waiting++;
 }
 
@@ -345,7 +331,7 @@ bool server_health_park(struct rampart_engine *e, struct page_op *op)
     return false;
   if (!op->wait_since_ns)
     op->wait_since_ns = now;
-  if (now - op->wait_since_ns >= e->health->io_timeout_ns)
+  if (now - op->wait_since_ns >= engine_io_timeout_ns(e))
     return false;
   page_op_begin_wait(op, PAGE_OP_WAITS_FOR_SERVER);
   park_append(e, op);
@@ -379,8 +365,8 @@ static void wake_parked(struct rampart_engine *e)
   e->health->waking = true;
   do {
     e->health->wake_again = false;
-    struct page_op *list = e->health->wait_head;
-    e->health->wait_head = e->health->wait_tail = NULL;
+    struct page_op *list;
+    FIFO_TAKE_ALL(e->health->wait_head, e->health->wait_tail, list);
     e->health->waiting = 0;
     while (list) {
       struct page_op *op = list;
@@ -395,15 +381,15 @@ static void wake_parked(struct rampart_engine *e)
 /* Ops that have waited io-timeout= start over once more, and now go on without. */
 static void wake_expired(struct rampart_engine *e, uint64_t now)
 {
-  struct page_op *list = e->health->wait_head, *expired = NULL, **tail = &expired;
-  e->health->wait_head = e->health->wait_tail = NULL;
+  struct page_op *list, *expired = NULL, **tail = &expired;
+  FIFO_TAKE_ALL(e->health->wait_head, e->health->wait_tail, list);
   e->health->waiting = 0;
   bool draining = e->draining;
   while (list) {
     struct page_op *op = list;
     list = op->next;
     op->next = NULL;
-    if (draining || now - op->wait_since_ns >= e->health->io_timeout_ns) {
+    if (draining || now - op->wait_since_ns >= engine_io_timeout_ns(e)) {
       *tail = op;
       tail = &op->next;
     } else {
@@ -517,7 +503,7 @@ void server_health_failed(struct rampart_engine *e, struct server *s, const char
   s->state = RAMPART_SERVER_RECONNECTING;
   h->since_ns = now;
   h->lost_at_ns = now + (uint64_t)e->config.lease_seconds * 1000000000u;
-  h->replay_until_ns = now + e->health->io_timeout_ns;
+  h->replay_until_ns = now + engine_io_timeout_ns(e);
   h->attempts = 0;
   h->backoff_ms = 0;
   h->silent = silent;
@@ -528,7 +514,7 @@ void server_health_failed(struct rampart_engine *e, struct server *s, const char
   rp_log(RP_LOG_WARN, "server %s failed (%s): reconnecting for up to %u s (lease=%u); meanwhile "
          "%s (io-timeout=%llu ms), and writes go to the other servers", s->address, why,
          e->config.lease_seconds, e->config.lease_seconds, meanwhile,
-         (unsigned long long)(e->health->io_timeout_ns / 1000000u));
+         (unsigned long long)(engine_io_timeout_ns(e) / 1000000u));
   /* Give the connection up now: every request still on it fails back to its owner,
    * which queues it here (state is RECONNECTING already) or starts over elsewhere. */
   if (s->conn) {
@@ -738,7 +724,7 @@ static void log_waiting(struct rampart_engine *e, uint64_t now)
   rp_log(RP_LOG_WARN, "%u requests are waiting for %u reconnecting servers, the oldest for "
          "%llu ms; they give up after io-timeout=%llu ms", requests_waiting(e), reconnecting,
          (unsigned long long)((now - oldest) / 1000000u),
-         (unsigned long long)(e->health->io_timeout_ns / 1000000u));
+         (unsigned long long)(engine_io_timeout_ns(e) / 1000000u));
 }
 
 void server_health_tick(struct rampart_engine *e)
@@ -764,7 +750,7 @@ void server_health_tick(struct rampart_engine *e)
     } else if (s->health.replay_head && now >= s->health.replay_until_ns) {
       char why[160];
       snprintf(why, sizeof why, "server %s did not come back within io-timeout=%llu ms",
-               s->address, (unsigned long long)(e->health->io_timeout_ns / 1000000u));
+               s->address, (unsigned long long)(engine_io_timeout_ns(e) / 1000000u));
       rp_log(RP_LOG_WARN, "%s: %u requests to it go elsewhere", why, s->health.replay_count);
       give_up_queue(e, s, RP_ERR_TIMEOUT, why);
     } else if (s->health.replay_head && !s->health.writes_given_up && s->health.past_blip &&
@@ -782,7 +768,6 @@ void server_health_tick(struct rampart_engine *e)
 
 void server_health_init(struct rampart_engine *e)
 {
-  e->health->io_timeout_ns = engine_io_timeout_ns(e);
   ev_set_userdata(e->loop, e);
   ev_async_init(&e->health->attempt_wake, on_attempt_done);
   e->health->attempt_wake.data = e;

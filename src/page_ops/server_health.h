@@ -58,7 +58,7 @@ bool server_health_any_reconnecting(const struct rampart_engine *e);
 /* Stops every reconnect (waits for attempts in flight) before the servers are closed. */
 void server_health_close(struct rampart_engine *e);
 void server_health_stats(struct rampart_engine *e, struct rampart_stats *st);
-/* After a restart (engine_state.c): a server the dead pager had resumes its session (it
+/* After a restart (engine_restore.c): a server the dead pager had resumes its session (it
  * goes RECONNECTING, with the token the state kept) or, lost, tries to join again. 1
  * when it is resuming. */
 unsigned server_health_after_restart(struct rampart_engine *e, struct server *s);

@@ -17,11 +17,11 @@
 #include <time.h>
 
 #include "engine_core.h"
-#include "engine_state.h"
 #include "log.h"
 #include "parse.h"
 #include "server_set.h"
 #include "server_transport.h"
+#include "state_record.h"
 
 /* Connections in the engine's pool beyond one per server (server_set_pool_new). */
 #define POOL_SPARES 8u
@@ -198,7 +198,7 @@ void server_adopt(struct rampart_engine *e, struct server *s, struct rp_conn *co
   s->state = info->pressure ? RAMPART_SERVER_ADVISED : RAMPART_SERVER_UP;
   rp_conn_attach(conn, e->loop);
   rp_conn_set_callbacks(conn, on_advise, on_disconnect, s);
-  engine_state_save_server(e, s); /* its session token, before any page goes there */
+  state_record_save_server(e, s); /* its session token, before any page goes there */
 }
 
 static int per_entry_grow(struct server_set *set)
@@ -244,7 +244,7 @@ struct server *server_new(struct rampart_engine *e, const char *address,
     return NULL;
   }
   e->set.servers[e->set.nservers++] = s;
-  engine_state_save_server(e, s);
+  state_record_save_server(e, s);
   return s;
 }
 

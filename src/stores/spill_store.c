@@ -753,12 +753,13 @@ void spill_store_close(struct spill_store *s)
     return;
   /* Requests still waiting for a buffer never reach the disk; their owners hear so. */
   s->closing = true;
-  while (s->queue_head) {
-    struct spill_io *io = s->queue_head;
-    s->queue_head = io->next_queued;
+  struct spill_io *queued;
+  FIFO_TAKE_ALL(s->queue_head, s->queue_tail, queued);
+  while (queued) {
+    struct spill_io *io = queued;
+    queued = io->next_queued; /* before fail_later links io into the failed queue */
     fail_later(s, io, -ECANCELED);
   }
-  s->queue_tail = NULL;
   /* The kernel is still writing into (or reading from) the bounce buffers and the
    * caller's requests must get their callbacks: wait for every one before freeing. */
   spill_store_flush_submissions(s);

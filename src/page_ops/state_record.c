@@ -19,10 +19,10 @@
 
 #include "crash_point.h"
 #include "engine_core.h"
-#include "engine_state.h"
 #include "log.h"
 #include "page_op.h"
 #include "pager_state.h"
+#include "state_record.h"
 
 
 _Static_assert(ENGINE_PAGE_OPS <= PAGER_STATE_WRITES, "every page op has a write record");
@@ -35,7 +35,7 @@ void (*rampart_crash_point_hook)(const char *point);
 
 /* ---- while running ---------------------------------------------------------------------- */
 
-void engine_state_save_server(struct rampart_engine *e, const struct server *s)
+void state_record_save_server(struct rampart_engine *e, const struct server *s)
 {
   struct pager_state *st = e->state;
   if (!st)
@@ -68,7 +68,7 @@ static struct pager_state_write *write_record(struct page_op *op)
 /* A recovered write's record in the state goes once nothing of it would be needed by a
  * pager killed again: no version kept, no replay in flight. Its op then rejoins the pool
  * (until now a new write in that op would have overwritten the record). */
-void engine_state_settle_recovered(struct rampart_engine *e, struct recovered_write *w)
+void state_record_settle_recovered(struct rampart_engine *e, struct recovered_write *w)
 {
   if (!w->recorded || w->kept || w->replays)
     return;
@@ -79,7 +79,7 @@ void engine_state_settle_recovered(struct rampart_engine *e, struct recovered_wr
   page_op_release_withheld(e, &e->ops[i]);
 }
 
-void engine_state_drop_recovered(struct rampart_engine *e, struct recovered_write *w)
+void state_record_drop_recovered(struct rampart_engine *e, struct recovered_write *w)
 {
   w->kept = false;
   e->nrecovered_writes--;
@@ -90,10 +90,10 @@ void engine_state_drop_recovered(struct rampart_engine *e, struct recovered_writ
     e->state->writes[w - e->recovered_writes].old_entry = PAGE_ENTRY_LOST;
     atomic_signal_fence(memory_order_release);
   }
-  engine_state_settle_recovered(e, w);
+  state_record_settle_recovered(e, w);
 }
 
-struct recovered_write *engine_state_drop_kept(struct rampart_engine *e, uint64_t page)
+struct recovered_write *state_record_drop_kept(struct rampart_engine *e, uint64_t page)
 {
   /* The versions a dead process's writes replaced were kept for a fallback that a new
    * version makes pointless. Kept versions are not live (the map does not name them):
@@ -102,13 +102,13 @@ struct recovered_write *engine_state_drop_kept(struct rampart_engine *e, uint64_
     struct recovered_write *w = &e->recovered_writes[i];
     if (!w->kept || w->page != page)
       continue;
-    engine_state_drop_recovered(e, w);
+    state_record_drop_recovered(e, w);
     return w;
   }
   return NULL;
 }
 
-bool engine_state_keep_replaced(struct page_op *op, page_entry entry)
+bool state_record_keep_replaced(struct page_op *op, page_entry entry)
 {
   struct rampart_engine *e = op->engine;
   struct pager_state_write *w = write_record(op);
@@ -132,7 +132,7 @@ bool engine_state_keep_replaced(struct page_op *op, page_entry entry)
   return true;
 }
 
-void engine_state_installed(struct page_op *op, page_entry entry)
+void state_record_installed(struct page_op *op, page_entry entry)
 {
   struct rampart_engine *e = op->engine;
   if (!e->state)
@@ -143,7 +143,7 @@ void engine_state_installed(struct page_op *op, page_entry entry)
     w->new_entry = entry;
 }
 
-bool engine_state_op_ended(struct page_op *op, page_entry *retire)
+bool state_record_op_ended(struct page_op *op, page_entry *retire)
 {
   struct pager_state_write *w = write_record(op);
   if (!w->active)
@@ -157,7 +157,7 @@ bool engine_state_op_ended(struct page_op *op, page_entry *retire)
   return true;
 }
 
-bool engine_state_fall_back(struct page_op *op, page_entry *retire)
+bool state_record_fall_back(struct page_op *op, page_entry *retire)
 {
   struct rampart_engine *e = op->engine;
   page_entry now = page_map_get(&e->map, op->page);
@@ -171,7 +171,7 @@ bool engine_state_fall_back(struct page_op *op, page_entry *retire)
     page_entry old = w->old_entry;
     page_seal_set(&e->sealer, op->page, &w->old_seal);
     page_entry newer = page_map_set(&e->map, op->page, old);
-    engine_state_drop_recovered(e, w);
+    state_record_drop_recovered(e, w);
     if (page_entry_kind(old) == PAGE_REMOTE) {
       /* Named by the map again: live, no longer only pinned. */
       struct group *g = group_get(&e->groups, (uint32_t)page_entry_group(old));
@@ -186,7 +186,7 @@ bool engine_state_fall_back(struct page_op *op, page_entry *retire)
   return false;
 }
 
-void engine_state_group_opened(struct rampart_engine *e, uint32_t id)
+void state_record_group_opened(struct rampart_engine *e, uint32_t id)
 {
   struct pager_state *st = e->state;
   if (!st)
@@ -206,7 +206,7 @@ void engine_state_group_opened(struct rampart_engine *e, uint32_t id)
   *st->open_group = id;
 }
 
-void engine_state_parity_published(struct rampart_engine *e, uint16_t buffer, unsigned page,
+void state_record_parity_published(struct rampart_engine *e, uint16_t buffer, unsigned page,
                                    unsigned covered)
 {
   if (!e->state)
