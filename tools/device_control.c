@@ -9,6 +9,7 @@
  * --no-wait returns once a drain or remove has started. Ctrl-C stops the watching, not the
  * drain: running the same command again watches it again.
  */
+#include "clock.h"
 #include "device_control.h"
 
 #include <errno.h>
@@ -103,12 +104,6 @@ static struct server_row find_row(const char *table, const char *address)
   return row;
 }
 
-static double now_seconds(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* Watches a drain until it ends: a progress line every few seconds with an ETA. */
 static int watch_drain(const char *socket_path, const char *address, bool remove)
@@ -118,7 +113,7 @@ static int watch_drain(const char *socket_path, const char *address, bool remove
     return 1;
   printf("(Ctrl-C stops watching, not the %s; run the same command again to watch it)\n",
          remove ? "removal" : "drain");
-  double start = now_seconds(), last_print = 0;
+  double start = rp_now_seconds(), last_print = 0;
   uint64_t first = UINT64_MAX;
   int rc = 1;
   for (;;) {
@@ -134,7 +129,7 @@ static int watch_drain(const char *socket_path, const char *address, bool remove
     }
     bool running = strcmp(row.note, "draining") == 0 || strcmp(row.note, "removing") == 0;
     if (!running) {
-      double took = now_seconds() - start;
+      double took = rp_now_seconds() - start;
       if (strcmp(row.state, "removed") == 0)
         printf("removed %s after %.1f s: nothing of this device is left there\n", address, took);
       else if (strcmp(row.state, "lost") == 0)
@@ -148,7 +143,7 @@ static int watch_drain(const char *socket_path, const char *address, bool remove
     }
     if (first == UINT64_MAX)
       first = row.dependent;
-    double t = now_seconds();
+    double t = rp_now_seconds();
     if (t - last_print >= 2.0) {
       double rate = t - start > 0.5 ? (double)(first - (row.dependent < first ? row.dependent
                                                                               : first)) / (t - start)

@@ -24,6 +24,7 @@
 
 #include "auth.h"
 #include "client.h"
+#include "clock.h"
 #include "cluster_list.h"
 #include "device_control.h"
 #include "parse.h"
@@ -424,12 +425,6 @@ static void bench_issue(struct bench *b, struct rp_request *r)
   rp_conn_submit(b->conn, r);
 }
 
-static double now_s(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* Runs one pass (all WRITEs or all READs) with depth requests in flight; seconds. */
 static double bench_pass(struct bench *b, struct ev_loop *loop, uint8_t op, uint64_t depth)
@@ -437,7 +432,7 @@ static double bench_pass(struct bench *b, struct ev_loop *loop, uint8_t op, uint
   b->op = op;
   b->next_slot = 0;
   b->completed = 0;
-  double t0 = now_s();
+  double t0 = rp_now_seconds();
   uint64_t started = depth < b->pages ? depth : b->pages;
   for (uint64_t i = 0; i < started; i++) {
     b->reqs[i].page = b->bufs + i * RP_PAGE_SIZE;
@@ -448,7 +443,7 @@ static double bench_pass(struct bench *b, struct ev_loop *loop, uint8_t op, uint
   /* Runs until every issued request completed; a lost connection completes them all. */
   while (b->completed < b->next_slot)
     ev_run(loop, EVRUN_ONCE);
-  return now_s() - t0;
+  return rp_now_seconds() - t0;
 }
 
 static void report_pass(const char *name, uint64_t pages, double secs, uint64_t depth)

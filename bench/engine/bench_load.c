@@ -5,6 +5,7 @@
  * so its completions run on it; with RAMPART_BENCH_EVENTFD=1 it sleeps on an eventfd
  * instead, as the ublk queue thread does today, and the completions run on the
  * engine's I/O thread, which writes the eventfd when the list was empty. */
+#include "clock.h"
 #include "engine_bench.h"
 
 #include <errno.h>
@@ -45,12 +46,6 @@ struct bench_load {
   bool wait_on_eventfd;             /* RAMPART_BENCH_EVENTFD: not rampart_reap */
 };
 
-static uint64_t now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* Runs on the engine's I/O thread, as ublk's on_engine_done does. */
 static void on_done(struct rampart_io *io, int result)
@@ -126,7 +121,7 @@ static struct rampart_io *prepare(struct bench_load *l, unsigned i, enum rampart
   r->io.buf = l->buffers + (size_t)i * (length > RAMPART_PAGE_SIZE ? PREFILL_BYTES : RAMPART_PAGE_SIZE);
   r->io.done = on_done;
   r->io.user = r;
-  r->started_ns = now_ns();
+  r->started_ns = rp_now_ns();
   return &r->io;
 }
 
@@ -202,13 +197,13 @@ int bench_load_run(struct bench_load *l, bool write, unsigned qd, double seconds
   double sum_us = 0;
   memset(l->latency, 0, LATENCY_BUCKETS * sizeof *l->latency);
   l->first_error = 0;
-  uint64_t t0 = now_ns(), end = t0 + (uint64_t)(seconds * 1e9);
+  uint64_t t0 = rp_now_ns(), end = t0 + (uint64_t)(seconds * 1e9);
   for (unsigned i = 0; i < qd; i++, inflight++)
     submit(l, i, op, (rp_xorshift64s(&l->rng) % l->span_pages) * RAMPART_PAGE_SIZE, RAMPART_PAGE_SIZE);
   bool stopping = false;
   while (inflight) {
     unsigned n = reap(l, done);
-    uint64_t t = now_ns();
+    uint64_t t = rp_now_ns();
     inflight -= n;
     stopping = stopping || t >= end;
     struct rampart_io *batch = NULL, **tail = &batch;
@@ -235,7 +230,7 @@ int bench_load_run(struct bench_load *l, bool write, unsigned qd, double seconds
     }
   }
   out->requests = requests;
-  out->seconds = (double)(now_ns() - t0) / 1e9;
+  out->seconds = (double)(rp_now_ns() - t0) / 1e9;
   out->mean_us = requests ? sum_us / (double)requests : 0;
   out->p50_us = percentile(l->latency, requests, 0.50);
   out->p99_us = percentile(l->latency, requests, 0.99);

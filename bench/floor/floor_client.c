@@ -2,6 +2,7 @@
  * buffer and sends each batch in one call; one blocking recv takes every reply that has
  * arrived, and each is checked (and, for a READ, its page opened into the caller's
  * buffer) before the slots it freed are refilled. Nothing is allocated per frame. */
+#include "clock.h"
 #include "floor.h"
 
 #include <errno.h>
@@ -37,12 +38,6 @@ struct floor_client {
   bool mark_answered, goodbye_answered;
 };
 
-static double now_s(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 struct floor_client *floor_client_new(int fd, const struct rp_session_keys *keys,
                                       uint64_t store_pages)
@@ -251,8 +246,8 @@ int floor_client_run(struct floor_client *c, enum floor_form form, unsigned qd, 
   getrusage(RUSAGE_SELF, &out->client[0].usage);
   out->client[0].syscalls = c->link.syscalls;
   uint64_t done0 = c->done;
-  double t0 = now_s(), end = t0 + seconds;
-  while (now_s() < end) {
+  double t0 = rp_now_seconds(), end = t0 + seconds;
+  while (rp_now_seconds() < end) {
     if (c->inflight < qd && send_batch(c, op, qd - c->inflight, NULL, err, errlen) < 0)
       return -1;
     if (receive(c, err, errlen) < 0)
@@ -261,7 +256,7 @@ int floor_client_run(struct floor_client *c, enum floor_form form, unsigned qd, 
   while (c->inflight)
     if (receive(c, err, errlen) < 0)
       return -1;
-  out->seconds = now_s() - t0;
+  out->seconds = rp_now_seconds() - t0;
   getrusage(RUSAGE_SELF, &out->client[1].usage);
   out->client[1].syscalls = c->link.syscalls;
   out->pages = c->done - done0;

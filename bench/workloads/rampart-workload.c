@@ -3,6 +3,7 @@
  * it prints one line and exits 0:
  *   workload quicksort size=402653184 seconds=12.345 verified=yes
  * A failed check prints "verified=no" and why, and exits 1; bad usage exits 2. */
+#include "clock.h"
 #include "parse.h"
 #include "workload.h"
 
@@ -37,12 +38,6 @@ static void usage(FILE *to)
     fprintf(to, "  %-10s %s\n", workloads[i].name, workloads[i].what);
 }
 
-static double now_seconds(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* Takes "--opt VALUE" or "--opt=VALUE"; returns the value or NULL if argv[*i] is not opt. */
 static const char *option_value(int argc, char **argv, int *i, const char *opt)
@@ -105,12 +100,12 @@ int main(int argc, char **argv)
   }
 
   struct workload_result result = { 0 };
-  double start = now_seconds();
+  double start = rp_now_seconds();
   if (workloads[which].run(size, seed, &result) < 0) {
     fprintf(stderr, "rampart-workload: %s: %s\n", workloads[which].name, result.detail);
     return 2;
   }
-  double seconds = now_seconds() - start;
+  double seconds = rp_now_seconds() - start;
   printf("workload %s size=%llu seconds=%.3f verified=%s\n", workloads[which].name,
          (unsigned long long)result.used_bytes, seconds, result.verified ? "yes" : "no");
   fflush(stdout);

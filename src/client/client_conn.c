@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "client_handshake.h"
+#include "clock.h"
 #include "fifo.h"
 #include "log.h"
 #include "message.h"
@@ -938,7 +939,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
     ev_timer_stop(loop, w);
   } else {
     struct rp_request *r = table_find(c, c->oldest_id);
-    if (r && r->deadline_ns <= client_now_ns()) {
+    if (r && r->deadline_ns <= rp_now_ns()) {
       table_remove(c, r);
       conn_fail(c, RP_ERR_TIMEOUT, r, "%s request got no reply within %u ms",
                 rp_op_name(r->op), c->request_timeout_ms);
@@ -981,7 +982,7 @@ static void submit_any(struct rp_conn *c, struct rp_request *r)
     return;
   }
   r->id = c->next_id++;
-  r->deadline_ns = client_now_ns() + (uint64_t)c->request_timeout_ms * 1000000u;
+  r->deadline_ns = rp_now_ns() + (uint64_t)c->request_timeout_ms * 1000000u;
   table_insert(c, r);
   FIFO_APPEND(c->q_head, c->q_tail, r, next_queued);
   if (!ev_is_active(&c->wio))

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "message.h"
 #include "rampart.pb-c.h"
 
@@ -57,7 +58,7 @@ static void arena_free(void *data, void *p)
 
 static int remaining_ms(uint64_t deadline_ns)
 {
-  uint64_t now = client_now_ns();
+  uint64_t now = rp_now_ns();
   if (now >= deadline_ns)
     return 0;
   uint64_t ms = (deadline_ns - now + 999999u) / 1000000u;
@@ -419,7 +420,7 @@ int client_connect(const struct rp_conn_options *o, const char *peer, uint32_t t
     rp_error_set(err, RP_ERR_INTERNAL, "handshake buffer too small");
     return -1;
   }
-  struct handshake hs = {.fd = -1, .deadline_ns = client_now_ns() + (uint64_t)timeout_ms * 1000000u,
+  struct handshake hs = {.fd = -1, .deadline_ns = rp_now_ns() + (uint64_t)timeout_ms * 1000000u,
                          .peer = peer, .buf = buf};
   hs.arena = (ProtobufCAllocator){.alloc = arena_alloc, .free = arena_free,
                                   .allocator_data = &hs};

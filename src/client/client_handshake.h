@@ -31,11 +31,4 @@ int client_connect(const struct rp_conn_options *o, const char *peer, uint32_t t
                    struct rp_frame_auth *rx, int *fd, struct rp_session_info *info,
                    struct rp_error *err);
 
-static inline uint64_t client_now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 #endif

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "client.h"
+#include "clock.h"
 #include "engine_settings.h"
 #include "local_store.h"
 #include "page_map.h"
@@ -85,9 +86,7 @@ struct engine_core_events {
 /* The engine's clock: monotonic nanoseconds. */
 static inline uint64_t engine_now_ns(void)
 {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+  return rp_now_ns();
 }
 
 #define ENGINE_PAGE_OPS 512u        /* per-page operations in flight at once */
