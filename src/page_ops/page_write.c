@@ -43,7 +43,8 @@ static void write_finish(struct page_op *op, int result)
 static void release_kept_versions(struct rampart_engine *e, uint64_t page)
 {
   struct recovered_write *w;
-  while ((w = state_record_drop_kept(e, page)))
+  uint32_t from = 0;
+  while ((w = state_record_drop_kept(e, page, &from)))
     if (w->installed)
       page_write_release_version(e, w->old_entry, true);
 }

@@ -93,13 +93,14 @@ void state_record_drop_recovered(struct rampart_engine *e, struct recovered_writ
   state_record_settle_recovered(e, w);
 }
 
-struct recovered_write *state_record_drop_kept(struct rampart_engine *e, uint64_t page)
+struct recovered_write *state_record_drop_kept(struct rampart_engine *e, uint64_t page,
+                                               uint32_t *from)
 {
   /* The versions a dead process's writes replaced were kept for a fallback that a new
    * version makes pointless. Kept versions are not live (the map does not name them):
    * their groups are pinned instead, neither reclaimed nor counted at risk meanwhile. */
-  for (uint32_t i = 0; i < PAGER_STATE_WRITES && e->nrecovered_writes; i++) {
-    struct recovered_write *w = &e->recovered_writes[i];
+  while (*from < PAGER_STATE_WRITES && e->nrecovered_writes) {
+    struct recovered_write *w = &e->recovered_writes[(*from)++];
     if (!w->kept || w->page != page)
       continue;
     state_record_drop_recovered(e, w);

@@ -34,8 +34,10 @@ bool state_record_op_ended(struct page_op *op, page_entry *retire);
 bool state_record_fall_back(struct page_op *op, page_entry *retire);
 /* The page gets a new version (or is trimmed): a version kept for a fallback goes. The
  * recovered write that kept it, or NULL when none is left; the caller releases its
- * old_entry when it was installed. Called until NULL. */
-struct recovered_write *state_record_drop_kept(struct rampart_engine *e, uint64_t page);
+ * old_entry when it was installed. Called until NULL, with *from 0 at first: the scan
+ * goes on from where the last call stopped. */
+struct recovered_write *state_record_drop_kept(struct rampart_engine *e, uint64_t page,
+                                               uint32_t *from);
 /* A recovered write (engine_restore.c) keeps nothing any more; and its record goes,
  * its op back to the pool, once nothing of it is needed (no replay in flight). */
 void state_record_drop_recovered(struct rampart_engine *e, struct recovered_write *w);
