@@ -207,7 +207,7 @@ stage hog-deployed
 # test_guest_systemd's to check.
 rampartctl swap status | sed -n 's/^\(failures\|wire\|spill\|pages\) /rampart-guest: stats| &/p'
 left=$(swap_used $dev)
-rampartctl swap off >/tmp/off.out 2>&1 || { cat /tmp/off.out; finish "rampartctl swap off failed with ${left:-?} KiB on $dev and $(awk '/MemAvailable/ {print int($2 / 1024)}' /proc/meminfo) MiB available"; }
+rampartctl swap off >/tmp/off.out 2>&1 || finish "rampartctl swap off failed with ${left:-?} KiB on $dev and $(awk '/MemAvailable/ {print int($2 / 1024)}' /proc/meminfo) MiB available: $(tail -n 4 /tmp/off.out | tr '\n' '|')"
 sed 's/^/rampart-guest: off| /' /tmp/off.out
 grep -q "$dev" /proc/swaps && finish "$dev is still swap after 'swap off'"
 [ -e $rs/state ] && finish "'swap off' left $rs/state behind"
