@@ -2,6 +2,8 @@
  * caller bounds them with SO_RCVTIMEO/SO_SNDTIMEO, and nothing here allocates, since a
  * reconnect runs while the machine may have no memory to give. */
 #include "nbd_handshake.h"
+#include "nbd_exact_io.h"
+#include "nbd_protocol.h"
 
 #include <endian.h>
 #include <errno.h>
@@ -10,58 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define NBD_INIT_MAGIC 0x4e42444d41474943ull    /* "NBDMAGIC" */
-#define NBD_OPTION_MAGIC 0x49484156454f5054ull  /* "IHAVEOPT" */
-#define NBD_REPLY_MAGIC 0x0003e889045565a9ull
-#define NBD_HANDSHAKE_FIXED_NEWSTYLE 0x1u
-#define NBD_HANDSHAKE_NO_ZEROES 0x2u
-#define NBD_OPT_GO 7u
-#define NBD_REP_ACK 1u
-#define NBD_REP_INFO 3u
-#define NBD_REP_FLAG_ERROR 0x80000000u
-#define NBD_INFO_EXPORT 0u
-#define NBD_MAX_EXPORT_NAME 4096u
-
-/* All n bytes read (or written), or -1 with errno (ECONNRESET for an end of stream). */
-static int transfer_exact(int fd, void *buf, size_t n, bool writing)
-{
-  uint8_t *p = buf;
-  while (n > 0) {
-    ssize_t r = writing ? write(fd, p, n) : read(fd, p, n);
-    if (r == 0) {
-      errno = ECONNRESET;
-      return -1;
-    }
-    if (r < 0) {
-      if (errno == EINTR)
-        continue;
-      return -1;
-    }
-    p += r;
-    n -= (size_t)r;
-  }
-  return 0;
-}
-
-static int read_exact(int fd, void *buf, size_t n) { return transfer_exact(fd, buf, n, false); }
-
-static int write_exact(int fd, const void *buf, size_t n)
-{
-  return transfer_exact(fd, (void *)buf, n, true);
-}
-
-/* Reads and drops n bytes of a reply this client has no use for. */
-static int skip(int fd, uint32_t n)
-{
-  uint8_t sink[256];
-  while (n > 0) {
-    uint32_t k = n < sizeof sink ? n : (uint32_t)sizeof sink;
-    if (read_exact(fd, sink, k) < 0)
-      return -1;
-    n -= k;
-  }
-  return 0;
-}
 
 static const char *io_error(void)
 {
@@ -83,7 +33,7 @@ static int send_go(int fd, const char *export_name)
   memcpy(msg + n, &be_name_len, 4), n += 4;
   memcpy(msg + n, export_name, name_len), n += name_len;
   memcpy(msg + n, &no_info_requests, 2), n += 2;
-  return write_exact(fd, msg, n);
+  return nbd_write_exact(fd, msg, n);
 }
 
 int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char *err,
@@ -97,7 +47,7 @@ int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char 
     uint64_t init_magic, option_magic;
     uint16_t flags;
   } greeting;
-  if (read_exact(fd, &greeting, sizeof greeting) < 0) {
+  if (nbd_read_exact(fd, &greeting, sizeof greeting) < 0) {
     snprintf(err, errlen, "no NBD greeting from the server: %s", io_error());
     return -1;
   }
@@ -115,7 +65,7 @@ int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char 
   uint32_t client_flags = NBD_HANDSHAKE_FIXED_NEWSTYLE |
                           (server_flags & NBD_HANDSHAKE_NO_ZEROES);
   client_flags = htobe32(client_flags);
-  if (write_exact(fd, &client_flags, 4) < 0 || send_go(fd, export_name) < 0) {
+  if (nbd_write_exact(fd, &client_flags, 4) < 0 || send_go(fd, export_name) < 0) {
     snprintf(err, errlen, "cannot send the NBD options: %s", io_error());
     return -1;
   }
@@ -125,7 +75,7 @@ int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char 
       uint64_t magic;
       uint32_t option, type, length;
     } reply;
-    if (read_exact(fd, &reply, sizeof reply) < 0) {
+    if (nbd_read_exact(fd, &reply, sizeof reply) < 0) {
       snprintf(err, errlen, "the server ended the NBD handshake: %s", io_error());
       return -1;
     }
@@ -137,7 +87,7 @@ int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char 
     if (type & NBD_REP_FLAG_ERROR) {
       char message[256] = "";
       uint32_t keep = length < sizeof message - 1 ? length : (uint32_t)sizeof message - 1;
-      if (read_exact(fd, message, keep) < 0 || skip(fd, length - keep) < 0)
+      if (nbd_read_exact(fd, message, keep) < 0 || nbd_skip(fd, length - keep) < 0)
         message[0] = '\0';
       snprintf(err, errlen, "the server refused export '%s' (NBD error %u)%s%s",
                export_name, type & ~NBD_REP_FLAG_ERROR, message[0] ? ": " : "", message);
@@ -153,7 +103,7 @@ int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char 
     }
     if (type == NBD_REP_INFO && length >= 2) {
       uint16_t info;
-      if (read_exact(fd, &info, 2) < 0) {
+      if (nbd_read_exact(fd, &info, 2) < 0) {
         snprintf(err, errlen, "the server ended the NBD handshake: %s", io_error());
         return -1;
       }
@@ -163,7 +113,7 @@ int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char 
           uint64_t size;
           uint16_t flags;
         } export;
-        if (read_exact(fd, &export, sizeof export) < 0) {
+        if (nbd_read_exact(fd, &export, sizeof export) < 0) {
           snprintf(err, errlen, "the server ended the NBD handshake: %s", io_error());
           return -1;
         }
@@ -173,7 +123,7 @@ int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char 
         continue;
       }
     }
-    if (skip(fd, length) < 0) {
+    if (nbd_skip(fd, length) < 0) {
       snprintf(err, errlen, "the server ended the NBD handshake: %s", io_error());
       return -1;
     }

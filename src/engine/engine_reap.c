@@ -132,7 +132,7 @@ void rampart_reap(struct rampart_engine *e)
   rampart_reap_or_fd(e, -1);
 }
 
-void rampart_reap_or_fd(struct rampart_engine *e, int own_fd)
+bool rampart_reap_or_fd(struct rampart_engine *e, int own_fd)
 {
   struct pollfd pfd[REAP_SOCKETS + 2];
   struct lent_socket lent[REAP_SOCKETS];
@@ -150,11 +150,12 @@ void rampart_reap_or_fd(struct rampart_engine *e, int own_fd)
       ssize_t ignored = read(e->reap.event_fd, &count, sizeof count);
       (void)ignored;
     }
-    return;
+    return own_fd >= 0 && wake[1].revents;
   }
   e->reap.inside = true;
   uint64_t entered = e->frontend_completions;
   unsigned n = lend_sockets(e, pfd, lent, own_fd);
+  bool own_ready = false;
   for (;;) {
     e->reap.seen = e->frontend_completions;
     e->reap.sleeping = true;
@@ -182,10 +183,12 @@ void rampart_reap_or_fd(struct rampart_engine *e, int own_fd)
      * know of yet, a server to reconnect or a failure. */
     if (failed || engine_loop_changes(e) != changes || server_health_any_waiting(e))
       ev_async_send(e->loop, &e->wake);
-    if (e->frontend_completions != entered || ready == 0 || pfd[n + 1].revents)
+    own_ready = ready > 0 && pfd[n + 1].revents;
+    if (e->frontend_completions != entered || ready == 0 || own_ready)
       break;
     n = lend_sockets(e, pfd, lent, own_fd);
   }
   e->reap.inside = false;
   pthread_mutex_unlock(&e->lock);
+  return own_ready;
 }

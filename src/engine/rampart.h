@@ -159,8 +159,10 @@ void rampart_submit_list(struct rampart_engine *engine, struct rampart_io *first
 void rampart_reap(struct rampart_engine *engine);
 /* rampart_reap that also returns once own_fd is readable: for a frontend thread that
  * waits on something of its own besides the engine (a ublk queue's io_uring, whose fd
- * is readable when completions are ready). The caller reads own_fd; -1 for none. */
-void rampart_reap_or_fd(struct rampart_engine *engine, int own_fd);
+ * is readable when completions are ready; an NBD connection's socket). The caller reads
+ * own_fd; -1 for none. True when it returned with own_fd seen readable, so a caller
+ * that reads it without blocking need not try when it was not. */
+bool rampart_reap_or_fd(struct rampart_engine *engine, int own_fd);
 
 /* Blocking forms, for frontends with their own worker threads. 0 or -errno. Unlike
  * rampart_submit these accept any byte offset and length: partial pages are read,

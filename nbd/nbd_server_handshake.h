@@ -1,0 +1,28 @@
+/* The server half of the NBD handshake (fixed newstyle): NBD_OPT_GO, NBD_OPT_INFO,
+ * NBD_OPT_EXPORT_NAME, NBD_OPT_LIST and NBD_OPT_ABORT, one export under any name.
+ * Blocking; the caller bounds it with SO_RCVTIMEO/SO_SNDTIMEO. nbd_protocol.h has the
+ * wire format.
+ *
+ * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1).
+ */
+#ifndef RAMPART_NBD_SERVER_HANDSHAKE_H
+#define RAMPART_NBD_SERVER_HANDSHAKE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct nbd_server_export {
+  uint64_t size;
+  uint16_t transmission_flags; /* NBD_FLAG_* */
+  /* NBD_INFO_BLOCK_SIZE, for a client that asks: requests not aligned to min_block are
+   * refused with EINVAL, and none may be longer than max_block. */
+  uint32_t min_block, preferred_block, max_block;
+};
+
+/* 0: the client chose the export and the socket is in the transmission phase. 1: the
+ * client ended the handshake (NBD_OPT_ABORT). -1 with err, also once cancel_fd is
+ * readable while it waits for the client (the server is stopping). */
+int nbd_server_handshake(int fd, int cancel_fd, const struct nbd_server_export *export,
+                         char *err, size_t errlen);
+
+#endif

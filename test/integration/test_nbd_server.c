@@ -1,0 +1,544 @@
+/* rampart-nbd-server, the engine's own NBD server: real rampartd processes, the real
+ * server binary, and libnbd as the client, with QD32 asynchronous requests as fio and
+ * the kernel send them. Every byte read back is checked against a shadow copy: through
+ * a rampartd killed with SIGKILL mid-stream, with two connections at once (whose
+ * threads complete each other's requests), after refused requests and a client that
+ * breaks the protocol, and a SIGTERM with requests in flight must end cleanly. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libnbd.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <endian.h>
+
+#include <cmocka.h>
+
+#include "engine_cluster.h"
+#include "nbd_handshake.h"
+#include "nbd_protocol.h"
+#include "xorshift.h"
+
+#define PAGE 4096u
+#define QD 32u
+#define MAX_LEN (16u * PAGE)
+
+struct setup {
+  struct rp_test_cluster cluster;
+  char sock[700], log[700];
+  pid_t server;
+  uint64_t size;
+  uint8_t *shadow;
+  uint64_t rng;
+};
+
+static const char *server_path(void)
+{
+  const char *p = getenv("RAMPART_NBD_SERVER");
+  if (!p)
+    fail_msg("RAMPART_NBD_SERVER is not set: run the tests through ctest");
+  return p;
+}
+
+static void print_log(const char *path)
+{
+  FILE *f = fopen(path, "r");
+  char line[512];
+  while (f && fgets(line, sizeof line, f))
+    print_message("rampart-nbd-server: %s", line);
+  if (f)
+    fclose(f);
+}
+
+static bool log_has(const char *path, const char *what)
+{
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  bool found = false;
+  while (f && !found && fgets(line, sizeof line, f))
+    found = strstr(line, what) != NULL;
+  if (f)
+    fclose(f);
+  return found;
+}
+
+/* Starts rampart-nbd-server over the cluster with extra settings, and waits for the
+ * line it prints once it listens. */
+static void start_server(struct setup *s, const char *const *extra)
+{
+  struct rp_test_cluster *c = &s->cluster;
+  snprintf(s->sock, sizeof s->sock, "%s/nbd.sock", c->dir);
+  snprintf(s->log, sizeof s->log, "%s/nbd-server.log", c->dir);
+  char servers[1024] = "servers=", key[700], tmp[700];
+  for (unsigned i = 0; i < c->n; i++) {
+    strcat(servers, c->servers[i].addr);
+    strcat(servers, i + 1 < c->n ? "," : "");
+  }
+  snprintf(key, sizeof key, "key=%s", c->key_path);
+  snprintf(tmp, sizeof tmp, "tmpdir=%s", c->dir);
+  const char *argv[32] = { server_path(), "--unix", s->sock, "--no-mlock", servers, key, tmp };
+  unsigned a = 7;
+  for (unsigned i = 0; extra && extra[i] && a < 31; i++)
+    argv[a++] = extra[i];
+  int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  assert_true(fd >= 0);
+  s->server = fork();
+  assert_true(s->server >= 0);
+  if (s->server == 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  close(fd);
+  for (unsigned waited = 0; !log_has(s->log, "rampart-nbd-server: serving"); waited += 20) {
+    int status;
+    if (waitpid(s->server, &status, WNOHANG) == s->server) {
+      print_log(s->log);
+      fail_msg("rampart-nbd-server exited at start (its log is above)");
+    }
+    if (waited > 15000)
+      fail_msg("rampart-nbd-server did not listen within 15 s");
+    usleep(20000);
+  }
+}
+
+static struct nbd_handle *connect_client(struct setup *s)
+{
+  struct nbd_handle *nbd = nbd_create();
+  assert_non_null(nbd);
+  if (nbd_connect_unix(nbd, s->sock) < 0) {
+    print_log(s->log);
+    fail_msg("libnbd cannot connect: %s", nbd_get_error());
+  }
+  int64_t size = nbd_get_size(nbd);
+  assert_true(size > 0);
+  if (!s->shadow) {
+    s->size = (uint64_t)size;
+    s->shadow = calloc(1, s->size);
+    assert_non_null(s->shadow);
+  }
+  assert_int_equal((uint64_t)size, s->size);
+  return nbd;
+}
+
+static void setup_all(struct setup *s, unsigned servers, const char *const *extra)
+{
+  s->rng = 0x9e3779b97f4a7c15ull;
+  assert_int_equal(rp_test_cluster_start(&s->cluster, servers, "96M", NULL), 0);
+  start_server(s, extra);
+}
+
+/* SIGTERM, and it must exit 0 within 20 s, then the cluster stops (and checks its
+ * servers lived and exited cleanly). */
+static void stop_all(struct setup *s)
+{
+  if (s->server > 0) {
+    kill(s->server, SIGTERM);
+    int status = -1;
+    unsigned waited = 0;
+    while (waitpid(s->server, &status, WNOHANG) != s->server) {
+      if (waited > 20000) {
+        kill(s->server, SIGKILL);
+        waitpid(s->server, &status, 0);
+        print_log(s->log);
+        fail_msg("rampart-nbd-server did not stop within 20 s of SIGTERM");
+      }
+      usleep(20000);
+      waited += 20;
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      char how[96];
+      print_log(s->log);
+      fail_msg("rampart-nbd-server ended with %s on SIGTERM",
+               rp_test_describe_status(status, how, sizeof how));
+    }
+  }
+  free(s->shadow);
+  rp_test_cluster_stop(&s->cluster);
+}
+
+/* ---- asynchronous requests, QD at a time ------------------------------------------- */
+
+struct in_flight {
+  struct setup *s;
+  uint8_t buf[MAX_LEN];
+  uint64_t off;
+  uint32_t len;
+  bool is_read, busy;
+  int error;
+};
+
+static int on_complete(void *user, int *error)
+{
+  struct in_flight *f = user;
+  f->busy = false;
+  f->error = *error;
+  if (*error == 0 && f->is_read && memcmp(f->buf, f->s->shadow + f->off, f->len) != 0) {
+    size_t at = 0;
+    while (f->buf[at] == f->s->shadow[f->off + at])
+      at++;
+    f->error = -1; /* told apart from an errno by check_slot */
+    fprintf(stderr, "read of %u bytes at %llu: byte %zu is wrong\n", f->len,
+            (unsigned long long)f->off, at);
+  }
+  return 1;
+}
+
+static void check_slot(struct in_flight *f, struct nbd_handle *nbd)
+{
+  if (f->error == -1)
+    fail_msg("a read returned wrong bytes (above)");
+  if (f->error)
+    fail_msg("a %s of %u bytes at %llu failed: %s (%s)", f->is_read ? "read" : "write",
+             f->len, (unsigned long long)f->off, strerror(f->error), nbd_get_error());
+}
+
+static void wait_free_slot(struct nbd_handle *nbd, struct in_flight *slots, unsigned n,
+                           unsigned *which)
+{
+  for (;;) {
+    for (unsigned i = 0; i < n; i++)
+      if (!slots[i].busy) {
+        check_slot(&slots[i], nbd);
+        *which = i;
+        return;
+      }
+    if (nbd_poll(nbd, 10000) <= 0)
+      fail_msg("no reply within 10 s: %s", nbd_get_error());
+  }
+}
+
+static void drain(struct nbd_handle *nbd, struct in_flight *slots, unsigned n)
+{
+  for (unsigned i = 0; i < n; i++) {
+    while (slots[i].busy)
+      if (nbd_poll(nbd, 10000) <= 0)
+        fail_msg("no reply within 10 s: %s", nbd_get_error());
+    check_slot(&slots[i], nbd);
+  }
+}
+
+/* A write of random bytes in [lo, hi) pages, or a read checked on completion. A page
+ * that has a write in flight is neither read nor written again until it completes:
+ * the order of two requests in flight at once is the client's to avoid. */
+static bool overlaps(const struct in_flight *slots, unsigned n, uint64_t off, uint32_t len)
+{
+  for (unsigned i = 0; i < n; i++)
+    if (slots[i].busy && off < slots[i].off + slots[i].len && slots[i].off < off + len)
+      return true;
+  return false;
+}
+
+static void issue(struct setup *s, struct nbd_handle *nbd, struct in_flight *slots,
+                  unsigned n, uint64_t lo, uint64_t hi, bool read)
+{
+  unsigned i;
+  wait_free_slot(nbd, slots, n, &i);
+  struct in_flight *f = &slots[i];
+  uint64_t off;
+  uint32_t len;
+  do {
+    len = PAGE * (1 + (uint32_t)(rp_xorshift64s(&s->rng) % (MAX_LEN / PAGE)));
+    off = PAGE * (lo + rp_xorshift64s(&s->rng) % (hi - lo - len / PAGE + 1));
+  } while (overlaps(slots, n, off, len));
+  *f = (struct in_flight){ .s = s, .off = off, .len = len, .is_read = read, .busy = true };
+  nbd_completion_callback cb = { .callback = on_complete, .user_data = f };
+  int64_t r;
+  if (read) {
+    r = nbd_aio_pread(nbd, f->buf, len, off, cb, 0);
+  } else {
+    for (uint32_t k = 0; k < len; k += 8) {
+      uint64_t v = rp_xorshift64s(&s->rng);
+      memcpy(f->buf + k, &v, 8);
+    }
+    memcpy(s->shadow + off, f->buf, len);
+    r = nbd_aio_pwrite(nbd, f->buf, len, off, cb, 0);
+  }
+  if (r < 0)
+    fail_msg("cannot queue a request: %s", nbd_get_error());
+}
+
+/* Every page of [lo, hi) read back at QD and compared. */
+static void verify_range(struct setup *s, struct nbd_handle *nbd, uint64_t lo, uint64_t hi)
+{
+  static struct in_flight slots[QD];
+  memset(slots, 0, sizeof slots);
+  for (uint64_t page = lo; page < hi; page += MAX_LEN / PAGE) {
+    unsigned i;
+    wait_free_slot(nbd, slots, QD, &i);
+    struct in_flight *f = &slots[i];
+    uint64_t pages = hi - page < MAX_LEN / PAGE ? hi - page : MAX_LEN / PAGE;
+    *f = (struct in_flight){ .s = s, .off = page * PAGE, .len = (uint32_t)(pages * PAGE),
+                             .is_read = true, .busy = true };
+    nbd_completion_callback cb = { .callback = on_complete, .user_data = f };
+    if (nbd_aio_pread(nbd, f->buf, f->len, f->off, cb, 0) < 0)
+      fail_msg("cannot queue a read: %s", nbd_get_error());
+  }
+  drain(nbd, slots, QD);
+}
+
+/* ---- tests ------------------------------------------------------------------------- */
+
+static void test_every_byte_through_a_server_killed_mid_stream(void **state)
+{
+  (void)state;
+  struct setup s = { 0 };
+  const char *extra[] = { "size=48M", "redundancy=parity-log", "group=4", "lease=1",
+                          "timeout=1000", NULL };
+  setup_all(&s, 5, extra);
+  struct nbd_handle *nbd = connect_client(&s);
+  /* what the server says of its block sizes, as the handshake gave them */
+  assert_int_equal(nbd_get_block_size(nbd, LIBNBD_SIZE_MINIMUM), PAGE);
+  assert_int_equal(nbd_can_flush(nbd), 1);
+  assert_int_equal(nbd_can_trim(nbd), 1);
+  assert_int_equal(nbd_can_zero(nbd), 1);
+  assert_int_equal(nbd_can_fua(nbd), 1);
+  assert_int_equal(nbd_can_multi_conn(nbd), 1);
+  static struct in_flight slots[QD];
+  uint64_t pages = s.size / PAGE;
+  for (unsigned k = 0; k < 3000; k++) {
+    if (k == 1500)
+      assert_true(rp_test_server_kill(&s.cluster.servers[2]) >= 0);
+    issue(&s, nbd, slots, QD, 0, pages, k % 4 == 3);
+    if (k % 500 == 499) { /* trims and zeroes between the streams, in order */
+      drain(nbd, slots, QD);
+      uint64_t off = PAGE * (rp_xorshift64s(&s.rng) % (pages - 64));
+      if (nbd_trim(nbd, 32 * PAGE, off, 0) < 0 || nbd_zero(nbd, 16 * PAGE, off + 48 * PAGE, 0) < 0 ||
+          nbd_flush(nbd, 0) < 0)
+        fail_msg("trim, zero or flush failed: %s", nbd_get_error());
+      memset(s.shadow + off, 0, 32 * PAGE);
+      memset(s.shadow + off + 48 * PAGE, 0, 16 * PAGE);
+    }
+  }
+  drain(nbd, slots, QD);
+  verify_range(&s, nbd, 0, pages);
+  nbd_shutdown(nbd, 0);
+  nbd_close(nbd);
+  stop_all(&s);
+}
+
+static void test_two_connections_at_once(void **state)
+{
+  (void)state;
+  struct setup s = { 0 };
+  const char *extra[] = { "size=32M", "redundancy=parity-log", "group=2", NULL };
+  setup_all(&s, 3, extra);
+  struct nbd_handle *a = connect_client(&s), *b = connect_client(&s);
+  static struct in_flight slots_a[QD], slots_b[QD];
+  uint64_t half = s.size / PAGE / 2;
+  for (unsigned k = 0; k < 2000; k++) {
+    issue(&s, a, slots_a, QD, 0, half, k % 3 == 2);
+    issue(&s, b, slots_b, QD, half, 2 * half, k % 3 == 1);
+  }
+  drain(a, slots_a, QD);
+  drain(b, slots_b, QD);
+  if (nbd_flush(a, 0) < 0)
+    fail_msg("flush: %s", nbd_get_error());
+  /* each reads the half the other wrote */
+  verify_range(&s, a, half, 2 * half);
+  verify_range(&s, b, 0, half);
+  nbd_shutdown(a, 0);
+  nbd_close(a);
+  nbd_shutdown(b, 0);
+  nbd_close(b);
+  stop_all(&s);
+}
+
+/* A raw client past the handshake: our own client half (nbd_handshake.c). */
+static int raw_client(struct setup *s)
+{
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un a = { .sun_family = AF_UNIX };
+  assert_true(strlen(s->sock) < sizeof a.sun_path);
+  memcpy(a.sun_path, s->sock, strlen(s->sock) + 1);
+  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  struct timeval t = { .tv_sec = 10 };
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t);
+  struct nbd_export ex;
+  char err[256];
+  if (nbd_handshake(fd, "anything", &ex, err, sizeof err) < 0)
+    fail_msg("handshake: %s", err);
+  assert_int_equal(ex.size, s->size);
+  return fd;
+}
+
+static void send_request(int fd, uint32_t magic, uint16_t type, uint64_t off, uint32_t len)
+{
+  struct __attribute__((packed)) {
+    uint32_t magic;
+    uint16_t flags, type;
+    uint64_t handle, offset;
+    uint32_t length;
+  } h = { htobe32(magic), 0, htobe16(type), 7, htobe64(off), htobe32(len) };
+  assert_int_equal(write(fd, &h, sizeof h), (ssize_t)sizeof h);
+}
+
+/* The server closes the connection: the read sees its end, not a timeout. */
+static void assert_closed(int fd)
+{
+  uint8_t b[64];
+  ssize_t n;
+  while ((n = read(fd, b, sizeof b)) > 0)
+    ;
+  if (n < 0)
+    fail_msg("the server did not close the connection: %s", strerror(errno));
+}
+
+static void test_bad_requests_get_errors_and_lose_nothing(void **state)
+{
+  (void)state;
+  struct setup s = { 0 };
+  const char *extra[] = { "size=8M", NULL };
+  setup_all(&s, 2, extra);
+  struct nbd_handle *nbd = connect_client(&s);
+  uint8_t page[PAGE];
+  memset(page, 0x5a, sizeof page);
+  assert_int_equal(nbd_pwrite(nbd, page, PAGE, 3 * PAGE, 0), 0);
+  memcpy(s.shadow + 3 * PAGE, page, PAGE);
+  /* Requests libnbd would refuse itself in strict mode reach the server: they fail with
+   * the errors the protocol names, and the connection goes on. */
+  assert_int_equal(nbd_set_strict_mode(nbd, 0), 0);
+  assert_true(nbd_pread(nbd, page, 512, 100, 0) < 0);
+  assert_int_equal(nbd_get_errno(), EINVAL);
+  assert_true(nbd_pwrite(nbd, page, PAGE, s.size, 0) < 0); /* past the end */
+  assert_true(nbd_get_errno() == EINVAL || nbd_get_errno() == ENOSPC);
+  assert_true(nbd_pread(nbd, page, PAGE, s.size - PAGE / 2, 0) < 0);
+  assert_int_equal(nbd_pread(nbd, page, PAGE, 3 * PAGE, 0), 0);
+  assert_memory_equal(page, s.shadow + 3 * PAGE, PAGE);
+
+  /* A client out of step (no request magic), and one whose write is over the 32 MiB the
+   * server takes: each is closed, with the reason in the log, and nothing else ends. */
+  int fd = raw_client(&s);
+  send_request(fd, 0xdeadbeef, NBD_CMD_READ, 0, PAGE);
+  assert_closed(fd);
+  close(fd);
+  fd = raw_client(&s);
+  send_request(fd, NBD_REQUEST_MAGIC, NBD_CMD_WRITE, 0, 64u << 20);
+  assert_closed(fd);
+  close(fd);
+  /* an unknown command gets EINVAL, and the connection goes on */
+  fd = raw_client(&s);
+  send_request(fd, NBD_REQUEST_MAGIC, 99, 0, 0);
+  struct __attribute__((packed)) {
+    uint32_t magic, error;
+    uint64_t handle;
+  } reply;
+  assert_int_equal(read(fd, &reply, sizeof reply), (ssize_t)sizeof reply);
+  assert_int_equal(be32toh(reply.magic), NBD_SIMPLE_REPLY_MAGIC);
+  assert_int_equal(be32toh(reply.error), NBD_EINVAL);
+  assert_int_equal(reply.handle, 7);
+  send_request(fd, NBD_REQUEST_MAGIC, NBD_CMD_DISC, 0, 0);
+  assert_closed(fd);
+  close(fd);
+  assert_true(log_has(s.log, "without NBD's request magic"));
+  assert_true(log_has(s.log, "over the 33554432 this server takes"));
+  /* the first connection still serves, and the bytes are there */
+  assert_int_equal(nbd_pread(nbd, page, PAGE, 3 * PAGE, 0), 0);
+  assert_memory_equal(page, s.shadow + 3 * PAGE, PAGE);
+  nbd_shutdown(nbd, 0);
+  nbd_close(nbd);
+  stop_all(&s);
+}
+
+static void test_sigterm_answers_what_is_in_flight(void **state)
+{
+  (void)state;
+  struct setup s = { 0 };
+  const char *extra[] = { "size=16M", NULL };
+  setup_all(&s, 2, extra);
+  s.size = 16u << 20;
+  int fd = raw_client(&s);
+  /* QD writes in one send, so all are in the server's socket when SIGTERM comes */
+  enum { ONE = NBD_REQUEST_SIZE + PAGE };
+  static uint8_t burst[QD * ONE];
+  for (unsigned i = 0; i < QD; i++) {
+    struct __attribute__((packed)) {
+      uint32_t magic;
+      uint16_t flags, type;
+      uint64_t handle, offset;
+      uint32_t length;
+    } h = { htobe32(NBD_REQUEST_MAGIC), 0, htobe16(NBD_CMD_WRITE), i,
+            htobe64((uint64_t)i * 7 * PAGE), htobe32(PAGE) };
+    memcpy(burst + i * ONE, &h, sizeof h);
+    memset(burst + i * ONE + sizeof h, (int)i, PAGE);
+  }
+  assert_int_equal(write(fd, burst, sizeof burst), (ssize_t)sizeof burst);
+  kill(s.server, SIGTERM);
+  /* Every one is answered, without error, before the connection ends. */
+  bool answered[QD] = { false };
+  for (unsigned i = 0; i < QD; i++) {
+    struct __attribute__((packed)) {
+      uint32_t magic, error;
+      uint64_t handle;
+    } reply;
+    ssize_t n = read(fd, &reply, sizeof reply);
+    if (n != (ssize_t)sizeof reply) {
+      waitpid(s.server, NULL, 0);
+      print_log(s.log);
+    }
+    if (n != (ssize_t)sizeof reply)
+      fail_msg("the connection ended after %u of the %u writes sent before SIGTERM were "
+               "answered", i, QD);
+    assert_int_equal(be32toh(reply.magic), NBD_SIMPLE_REPLY_MAGIC);
+    assert_int_equal(be32toh(reply.error), 0);
+    assert_true(reply.handle < QD && !answered[reply.handle]);
+    answered[reply.handle] = true;
+  }
+  assert_closed(fd);
+  close(fd);
+  int status;
+  assert_int_equal(waitpid(s.server, &status, 0), s.server);
+  s.server = 0;
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  assert_true(log_has(s.log, "stopping once"));
+  stop_all(&s);
+}
+
+static void test_arguments_refused_with_a_reason(void **state)
+{
+  (void)state;
+  static char out[4096];
+  struct {
+    const char *argv[6];
+    const char *says;
+  } cases[] = {
+    { { "--unix", "/tmp/x.sock", "--depth", "lots", "size=1M", NULL }, "--depth 'lots': give a number" },
+    { { "size=1M", NULL }, "give one of --unix PATH or --tcp HOST:PORT" },
+    { { "--unix", "/tmp/x.sock", "size=lots", NULL }, "size" },
+    { { "--unix", "/tmp/x.sock", "colour=red", "size=1M", NULL }, "colour" },
+    { { "--unix", "/tmp/x.sock", "--frobnicate", NULL }, "unexpected argument '--frobnicate'" },
+  };
+  for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *argv[8] = { server_path() };
+    for (unsigned k = 0; cases[i].argv[k]; k++)
+      argv[k + 1] = cases[i].argv[k];
+    int status = rp_test_run_program(argv, out, sizeof out, 10000);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 2 || !strstr(out, cases[i].says))
+      fail_msg("case %u: status %d, expected exit 2 saying '%s'; it said: %s", i, status,
+               cases[i].says, out);
+  }
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_every_byte_through_a_server_killed_mid_stream),
+    cmocka_unit_test(test_two_connections_at_once),
+    cmocka_unit_test(test_bad_requests_get_errors_and_lose_nothing),
+    cmocka_unit_test(test_sigterm_answers_what_is_in_flight),
+    cmocka_unit_test(test_arguments_refused_with_a_reason),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
