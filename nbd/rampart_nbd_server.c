@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <unistd.h>
@@ -33,24 +34,51 @@
 #define MAX_CONNECTIONS 64
 #define MAX_DEPTH 512 /* two iovecs a reply: one sendmsg (IOV_MAX 1024) takes them all */
 
+/* What a standby holds to give back at takeover, as nbdkit rampart's standby does. */
+#define STANDBY_RESERVE (2u << 20)
+
 static const char usage[] =
-  "usage: rampart-nbd-server (--unix PATH | --tcp HOST:PORT) [--depth N] [--no-mlock]\n"
-  "                          KEY=VALUE...\n"
+  "usage: rampart-nbd-server (--unix PATH | --tcp HOST:PORT) [--depth N] KEY=VALUE...\n"
+  "       rampart-nbd-server --state-layout\n"
   "  --unix PATH     listen on a unix socket (created mode 0600; an old one is replaced)\n"
   "  --tcp H:P       listen on TCP, e.g. 127.0.0.1:10809 (NBD carries no authentication:\n"
   "                  keep it on loopback or a trusted network)\n"
   "  --depth N       requests in flight per connection (default 256; at most 512)\n"
-  "  --no-mlock      do not lock the daemon's memory (a swap device must: tests only)\n"
+  "  --state-layout  print the layout of the state this build takes over, and exit\n"
   "  Requests must be aligned to 4096 bytes (NBD_INFO_BLOCK_SIZE says so) and at most\n"
   "  32 MiB long. Any export name reaches the one device.\n"
-  "  KEY=VALUE       the engine's settings, as nbdkit rampart takes them:\n";
+  "  KEY=VALUE       nbdkit rampart's keys, so one command line serves either:\n"
+  "  mlock=BOOL      lock the daemon's memory (default true; a swap device must)\n"
+  "  standby=BOOL    with state=: listen, then wait beside the daemon serving that state\n"
+  "                  and take it over the moment it dies (docs/recovery.md)\n"
+  "  and the engine's settings:\n";
 
 struct options {
   const char *unix_path;
   const char *tcp;
   unsigned long depth;
   bool lock_memory;
+  bool standby;
+  const char *state_path;
+  /* files the takeover reads (key=, enckey=, state=, cluster=), pinned by a standby */
+  const char *files[4];
+  unsigned nfiles;
 };
+
+static int parse_bool(const char *key, const char *value, bool *out)
+{
+  if (strcmp(value, "true") == 0 || strcmp(value, "on") == 0 || strcmp(value, "1") == 0 ||
+      strcmp(value, "yes") == 0) {
+    *out = true;
+  } else if (strcmp(value, "false") == 0 || strcmp(value, "off") == 0 ||
+             strcmp(value, "0") == 0 || strcmp(value, "no") == 0) {
+    *out = false;
+  } else {
+    fprintf(stderr, "rampart-nbd-server: %s=%s: give true or false\n", key, value);
+    return -1;
+  }
+  return 0;
+}
 
 static int parse_arguments(int argc, char **argv, struct options *o,
                            struct rampart_config *config)
@@ -61,6 +89,9 @@ static int parse_arguments(int argc, char **argv, struct options *o,
     const char *value = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       printf("%s%s", usage, rampart_config_help);
+      return 1;
+    } else if (strcmp(a, "--state-layout") == 0) {
+      printf("%s\n", rampart_state_layout());
       return 1;
     } else if (strcmp(a, "--unix") == 0 || strcmp(a, "--tcp") == 0) {
       if (!value) {
@@ -78,8 +109,6 @@ static int parse_arguments(int argc, char **argv, struct options *o,
       }
       o->depth = (unsigned long)v;
       i++;
-    } else if (strcmp(a, "--no-mlock") == 0) {
-      o->lock_memory = false;
     } else if (strchr(a, '=') && a[0] != '-') {
       char key[64];
       size_t klen = (size_t)(strchr(a, '=') - a);
@@ -90,7 +119,18 @@ static int parse_arguments(int argc, char **argv, struct options *o,
       }
       memcpy(key, a, klen);
       key[klen] = '\0';
-      if (rampart_config_set(config, key, a + klen + 1, err, sizeof err) < 0) {
+      const char *v = a + klen + 1;
+      if (strcmp(key, "mlock") == 0 || strcmp(key, "standby") == 0) {
+        if (parse_bool(key, v, key[0] == 'm' ? &o->lock_memory : &o->standby) < 0)
+          return -1;
+        continue;
+      }
+      if (strcmp(key, "state") == 0)
+        o->state_path = v;
+      if ((strcmp(key, "state") == 0 || strcmp(key, "key") == 0 ||
+           strcmp(key, "enckey") == 0 || strcmp(key, "cluster") == 0) && o->nfiles < 4)
+        o->files[o->nfiles++] = v;
+      if (rampart_config_set(config, key, v, err, sizeof err) < 0) {
         fprintf(stderr, "rampart-nbd-server: %s\n", err);
         return -1;
       }
@@ -107,7 +147,54 @@ static int parse_arguments(int argc, char **argv, struct options *o,
     fprintf(stderr, "rampart-nbd-server: %s\n", err);
     return -1;
   }
+  if (o->standby && !o->state_path) {
+    fprintf(stderr, "rampart-nbd-server: standby=true needs state=PATH, the same as the "
+            "serving daemon's: a standby takes over the state it leaves when it dies\n");
+    return -1;
+  }
   return 0;
+}
+
+static long long ms_since(const struct timespec *t0)
+{
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (long long)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/* The engine: opened at once, or, for a standby, once the daemon it stands by for has
+ * died, over the state that daemon left. NULL after saying why. */
+static struct rampart_engine *open_engine(const struct options *o,
+                                          const struct rampart_config *config)
+{
+  char err[512];
+  struct timespec died;
+  if (o->standby) {
+    if (rampart_standby_for_state("rampart-nbd-server", o->state_path, o->files, o->nfiles,
+                                  STANDBY_RESERVE, err, sizeof err) < 0) {
+      fprintf(stderr, "rampart-nbd-server: standby: %s\n", err);
+      return NULL;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &died);
+  }
+  struct rampart_engine *engine = rampart_open(config, err, sizeof err);
+  if (!engine) {
+    fprintf(stderr, "rampart-nbd-server: %s\n", err);
+    return NULL;
+  }
+  if (o->standby && !rampart_took_over(engine)) {
+    /* Its segment was gone (removed by hand): an empty device in place of the one that
+     * died would hand the kernel zeros for every page it swapped out. */
+    fprintf(stderr, "rampart-nbd-server: standby: there was no state left at %s to take "
+            "over: refusing to serve an empty device in place of the one that died\n",
+            o->state_path);
+    rampart_close(engine);
+    return NULL;
+  }
+  if (o->standby)
+    fprintf(stderr, "rampart-nbd-server: took %s over %lld ms after its pager died\n",
+            o->state_path, ms_since(&died));
+  return engine;
 }
 
 static int listen_unix(const char *path, char *err, size_t errlen)
@@ -231,10 +318,11 @@ int main(int argc, char **argv)
     rampart_config_free(config);
     return 1;
   }
+  /* Listening before a standby's wait: the socket is there for rampart-nbd-attach to
+   * reconnect to, and its connection waits in the backlog until the takeover. */
   rampart_process_harden(o.lock_memory);
-  struct rampart_engine *engine = rampart_open(config, err, sizeof err);
+  struct rampart_engine *engine = open_engine(&o, config);
   if (!engine) {
-    fprintf(stderr, "rampart-nbd-server: %s\n", err);
     if (o.unix_path)
       unlink(o.unix_path);
     rampart_config_free(config);

@@ -127,41 +127,6 @@ static int64_t elapsed_ms(const struct timespec *since)
          (now.tv_nsec - since->tv_nsec) / 1000000;
 }
 
-/* Returns once the serving pager has died (0), or fails (-1) when there is none, when
- * it stopped cleanly (its state went with it), or when this standby is being stopped. */
-static int wait_as_standby(void)
-{
-  char err[512];
-  pid_t serving;
-  rampart_warm_up();
-  if (rampart_standby_find_pager(state_path, 10000, &serving, err, sizeof err) < 0) {
-    nbdkit_error("standby: %s", err);
-    return -1;
-  }
-  /* Pinned only now: the pager writes the state's anchor when it opens the state (a new
-   * file renamed into place), and an anchor pinned before that is another file, whose
-   * pages could be evicted: a standby would then wake and wait in read() of the anchor
-   * for a page on the very device it is to take over. */
-  for (unsigned i = 0; i < ntakeover_files; i++)
-    rampart_standby_pin_file(takeover_files[i]);
-  fprintf(stderr, "nbdkit: rampart: standing by for the pager serving %s (pid %d), "
-          "%u MiB held in reserve\n", state_path, (int)serving, STANDBY_RESERVE >> 20);
-  switch (rampart_standby_wait_for_state(state_path, STANDBY_RESERVE, err, sizeof err)) {
-  case 0:
-    return 0;
-  case 1:
-    nbdkit_error("standby: stopped while a pager still serves %s", state_path);
-    return -1;
-  case 2:
-    nbdkit_error("standby: the pager serving %s stopped cleanly and took its state "
-                 "with it: nothing to take over", state_path);
-    return -1;
-  default:
-    nbdkit_error("standby: %s", err);
-    return -1;
-  }
-}
-
 static int plugin_after_fork(void)
 {
   char err[512];
@@ -169,8 +134,11 @@ static int plugin_after_fork(void)
   rampart_set_log_sink(log_line);
   rampart_process_harden(lock_memory);
   if (standby) {
-    if (wait_as_standby() < 0)
+    if (rampart_standby_for_state("nbdkit: rampart", state_path, takeover_files,
+                                  ntakeover_files, STANDBY_RESERVE, err, sizeof err) < 0) {
+      nbdkit_error("standby: %s", err);
       return -1;
+    }
     clock_gettime(CLOCK_MONOTONIC, &died);
   }
   engine = rampart_open(config, err, sizeof err);

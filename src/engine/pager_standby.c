@@ -1,10 +1,10 @@
 /* A standby pager's wait (rampart.h, "A standby pager"): what it holds before the
  * serving pager dies, and how it learns that it did.
  *
- * Shared by rampart-ublk --standby and nbdkit rampart standby=true. Everything here is
- * done while memory is plentiful, so that the takeover, which happens while every task
- * that allocates is waiting on the device, finds its memory, its files and its code
- * already resident.
+ * Shared by rampart-ublk --standby, nbdkit rampart standby=true and rampart-nbd-server
+ * --standby. Everything here is done while memory is plentiful, so that the takeover,
+ * which happens while every task that allocates is waiting on the device, finds its
+ * memory, its files and its code already resident.
  */
 #include "rampart.h"
 
@@ -146,4 +146,35 @@ int rampart_standby_wait_for_state(const char *state_path, size_t reserve_bytes,
   if (r != 0)
     return r;
   return access(state_path, F_OK) == 0 ? 0 : 2;
+}
+
+int rampart_standby_for_state(const char *who, const char *state_path,
+                              const char *const *takeover_files, unsigned nfiles,
+                              size_t reserve_bytes, char *err, size_t errlen)
+{
+  pid_t serving;
+  rampart_warm_up();
+  if (rampart_standby_find_pager(state_path, 10000, &serving, err, errlen) < 0)
+    return -1;
+  /* Pinned only now: the pager writes the state's anchor when it opens the state (a new
+   * file renamed into place), and an anchor pinned before that is another file, whose
+   * pages could be evicted: a standby would then wake and wait in read() of the anchor
+   * for a page on the very device it is to take over. */
+  for (unsigned i = 0; i < nfiles; i++)
+    rampart_standby_pin_file(takeover_files[i]);
+  fprintf(stderr, "%s: standing by for the pager serving %s (pid %d), %zu MiB held in "
+          "reserve\n", who, state_path, (int)serving, reserve_bytes >> 20);
+  switch (rampart_standby_wait_for_state(state_path, reserve_bytes, err, errlen)) {
+  case 0:
+    return 0;
+  case 1:
+    snprintf(err, errlen, "stopped while a pager still serves %s", state_path);
+    return -1;
+  case 2:
+    snprintf(err, errlen, "the pager serving %s stopped cleanly and took its state with "
+             "it: nothing to take over", state_path);
+    return -1;
+  default:
+    return -1;
+  }
 }

@@ -137,6 +137,15 @@ int rampart_standby_find_pager(const char *state_path, unsigned wait_ms, pid_t *
  * state with it. -1 with err. */
 int rampart_standby_wait_for_state(const char *state_path, size_t reserve_bytes, char *err,
                                    size_t errlen);
+/* The whole of a standby's wait for state_path (nbdkit rampart standby=true,
+ * rampart-nbd-server --standby): warms up, finds the serving pager, pins
+ * takeover_files (the key, enckey, state and cluster files its takeover reads), says
+ * "WHO: standing by ..." on stderr, and sleeps until that pager dies. 0: it died, and
+ * rampart_open takes the state over. -1 with err: no pager serves it, it stopped
+ * cleanly (its state went with it), or a stop signal came first. */
+int rampart_standby_for_state(const char *who, const char *state_path,
+                              const char *const *takeover_files, unsigned nfiles,
+                              size_t reserve_bytes, char *err, size_t errlen);
 /* rampart-ublk --standby: the same, sleeping on the pidfd of the process `serving` (the
  * ublk device names its daemon). 0: it ended. 1: a stop signal came first (one this
  * thread blocks is taken). -1 with err: it cannot be watched. */

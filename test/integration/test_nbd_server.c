@@ -75,11 +75,25 @@ static bool log_has(const char *path, const char *what)
 
 /* Starts rampart-nbd-server over the cluster with extra settings, and waits for the
  * line it prints once it listens. */
+static pid_t spawn_server(struct setup *s, const char *sock, const char *log,
+                          const char *const *extra);
+
+static void wait_for_log(pid_t pid, const char *log, const char *what);
+
 static void start_server(struct setup *s, const char *const *extra)
 {
   struct rp_test_cluster *c = &s->cluster;
   snprintf(s->sock, sizeof s->sock, "%s/nbd.sock", c->dir);
   snprintf(s->log, sizeof s->log, "%s/nbd-server.log", c->dir);
+  s->server = spawn_server(s, s->sock, s->log, extra);
+  wait_for_log(s->server, s->log, "rampart-nbd-server: serving");
+}
+
+/* rampart-nbd-server on sock over the cluster, with extra settings; its output in log. */
+static pid_t spawn_server(struct setup *s, const char *sock, const char *log,
+                          const char *const *extra)
+{
+  struct rp_test_cluster *c = &s->cluster;
   char servers[1024] = "servers=", key[700], tmp[700];
   for (unsigned i = 0; i < c->n; i++) {
     strcat(servers, c->servers[i].addr);
@@ -87,29 +101,36 @@ static void start_server(struct setup *s, const char *const *extra)
   }
   snprintf(key, sizeof key, "key=%s", c->key_path);
   snprintf(tmp, sizeof tmp, "tmpdir=%s", c->dir);
-  const char *argv[32] = { server_path(), "--unix", s->sock, "--no-mlock", servers, key, tmp };
+  const char *argv[32] = { server_path(), "--unix", sock, "mlock=false", servers, key, tmp };
   unsigned a = 7;
   for (unsigned i = 0; extra && extra[i] && a < 31; i++)
     argv[a++] = extra[i];
-  int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   assert_true(fd >= 0);
-  s->server = fork();
-  assert_true(s->server >= 0);
-  if (s->server == 0) {
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
     dup2(fd, 1);
     dup2(fd, 2);
     execv(argv[0], (char *const *)argv);
     _exit(127);
   }
   close(fd);
-  for (unsigned waited = 0; !log_has(s->log, "rampart-nbd-server: serving"); waited += 20) {
+  return pid;
+}
+
+static void wait_for_log(pid_t pid, const char *log, const char *what)
+{
+  for (unsigned waited = 0; !log_has(log, what); waited += 20) {
     int status;
-    if (waitpid(s->server, &status, WNOHANG) == s->server) {
-      print_log(s->log);
-      fail_msg("rampart-nbd-server exited at start (its log is above)");
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      print_log(log);
+      fail_msg("rampart-nbd-server exited before saying '%s' (its log is above)", what);
     }
-    if (waited > 15000)
-      fail_msg("rampart-nbd-server did not listen within 15 s");
+    if (waited > 20000) {
+      print_log(log);
+      fail_msg("rampart-nbd-server did not say '%s' within 20 s", what);
+    }
     usleep(20000);
   }
 }
@@ -506,6 +527,47 @@ static void test_sigterm_answers_what_is_in_flight(void **state)
   stop_all(&s);
 }
 
+/* The daemon's crash, as rampart-swap deploys it: a standby with the same settings and
+ * standby=true waits on its own socket; the serving one is killed with SIGKILL; the
+ * standby takes the state over, and a client reconnecting to the standby's socket (as
+ * rampart-nbd-attach moves /dev/nbdN) reads every byte written before the kill. */
+static void test_a_standby_takes_over_a_killed_server(void **state)
+{
+  (void)state;
+  struct setup s = { 0 };
+  char statep[700];
+  assert_int_equal(rp_test_cluster_start(&s.cluster, 3, "96M", NULL), 0);
+  s.rng = 0x5eed;
+  snprintf(statep, sizeof statep, "state=%s/state", s.cluster.dir);
+  const char *extra[] = { "size=16M", statep, "lease=30", NULL };
+  start_server(&s, extra);
+  char sock_b[700], log_b[700];
+  snprintf(sock_b, sizeof sock_b, "%s/standby.sock", s.cluster.dir);
+  snprintf(log_b, sizeof log_b, "%s/standby.log", s.cluster.dir);
+  const char *standby_extra[] = { "size=16M", statep, "lease=30", "standby=true", NULL };
+  pid_t standby = spawn_server(&s, sock_b, log_b, standby_extra);
+  wait_for_log(standby, log_b, "standing by for the pager serving");
+
+  struct nbd_handle *nbd = connect_client(&s);
+  static struct in_flight slots[QD];
+  for (unsigned k = 0; k < 1000; k++)
+    issue(&s, nbd, slots, QD, 0, s.size / PAGE, k % 4 == 3);
+  drain(nbd, slots, QD);
+  assert_int_equal(nbd_flush(nbd, 0), 0);
+  nbd_close(nbd);
+  kill(s.server, SIGKILL);
+  waitpid(s.server, NULL, 0);
+  s.server = standby;
+  strcpy(s.sock, sock_b);
+  strcpy(s.log, log_b);
+  wait_for_log(standby, log_b, "after its pager died");
+  nbd = connect_client(&s);
+  verify_range(&s, nbd, 0, s.size / PAGE);
+  nbd_shutdown(nbd, 0);
+  nbd_close(nbd);
+  stop_all(&s);
+}
+
 static void test_arguments_refused_with_a_reason(void **state)
 {
   (void)state;
@@ -519,6 +581,8 @@ static void test_arguments_refused_with_a_reason(void **state)
     { { "--unix", "/tmp/x.sock", "size=lots", NULL }, "size" },
     { { "--unix", "/tmp/x.sock", "colour=red", "size=1M", NULL }, "colour" },
     { { "--unix", "/tmp/x.sock", "--frobnicate", NULL }, "unexpected argument '--frobnicate'" },
+    { { "--unix", "/tmp/x.sock", "mlock=maybe", "size=1M", NULL }, "mlock=maybe: give true or false" },
+    { { "--unix", "/tmp/x.sock", "standby=true", "size=1M", NULL }, "standby=true needs state=PATH" },
   };
   for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const char *argv[8] = { server_path() };
@@ -538,6 +602,7 @@ int main(void)
     cmocka_unit_test(test_two_connections_at_once),
     cmocka_unit_test(test_bad_requests_get_errors_and_lose_nothing),
     cmocka_unit_test(test_sigterm_answers_what_is_in_flight),
+    cmocka_unit_test(test_a_standby_takes_over_a_killed_server),
     cmocka_unit_test(test_arguments_refused_with_a_reason),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
