@@ -4,10 +4,10 @@
 #   1. Debian's nbd-client (-swap -b 4096) attaches the host's rampart export; a program
 #      of 1.5 times the guest's RAM checks every page.
 #   2. The NBD frontend as deployed: 'rampartctl swap on --frontend nbd' in the guest
-#      (nbdkit rampart with state=, a standby nbdkit, rampart-nbd-attach, the keeper) on
-#      servers on this host. A hog in a memory cgroup, 32 MiB larger than the cgroup,
-#      verifies its pages while the serving nbdkit is killed with SIGKILL twice and then
-#      upgraded to a new plugin file ('rampartctl swap upgrade'): each time the standby
+#      (rampart-nbd-server with state=, a standby beside it, rampart-nbd-attach, the
+#      keeper) on servers on this host. A hog in a memory cgroup, 32 MiB larger than the
+#      cgroup, verifies its pages while the serving daemon is killed with SIGKILL twice
+#      and then upgraded to a new binary ('rampartctl swap upgrade'): each time the standby
 #      takes over, a new standby (a new pid) appears, swap moves again, and no I/O error
 #      is logged. Once the hog has ended, 'rampartctl swap off' turns it all off.
 #   3. The same hog on a swap disk of the guest (/dev/vda, a sparse file here): the ratio.
@@ -33,6 +33,7 @@ for t in mkswap swapon swapoff; do
   [[ -x /usr/sbin/$t || -x /sbin/$t ]] || skip "util-linux's $t is missing (package util-linux)"
 done
 [[ -x ${RAMPART_NBD_ATTACH:-} ]] || fail "RAMPART_NBD_ATTACH must name the built rampart-nbd-attach (ctest sets it)"
+[[ -x ${RAMPART_NBD_SERVER:-} ]] || fail "RAMPART_NBD_SERVER must name the built rampart-nbd-server (ctest sets it)"
 # A sanitizer build's plugin needs the ASan runtime preloaded and cannot lock its memory:
 # not the daemon this small guest can hold. The release build runs this test.
 [[ -z ${RAMPART_ASAN_RUNTIME:-} ]] || skip "a sanitizer build's daemon cannot run in the guest"
@@ -62,7 +63,7 @@ copy_libs() { # file: its shared libraries, where ldd says they live
 # util-linux's mkswap and swapon (rampart-swap uses --discard=pages and --priority,
 # which busybox's lack), coreutils' rm (--one-file-system) and date (%N); busybox installs
 # no link where a program already is.
-for prog in "$nbd_client" "$RAMPART_WORKLOAD" "$RAMPARTCTL" "$RAMPART_NBD_ATTACH" \
+for prog in "$nbd_client" "$RAMPART_WORKLOAD" "$RAMPARTCTL" "$RAMPART_NBD_ATTACH" "$RAMPART_NBD_SERVER" \
             "$(command -v nbdkit)" "$(command -v nbdinfo)" "$(command -v bash)" \
             "$(command -v mkswap)" "$(command -v swapon)" "$(command -v swapoff)" \
             /usr/bin/rm /usr/bin/date; do

@@ -8,12 +8,12 @@
 # In order:
 #   nbd-client  Debian's nbd-client -swap on the host's nbdkit (10.0.2.100:10809), a
 #               program of twice the guest's RAM that checks every page
-#   deployed    'rampartctl swap on --frontend nbd' in here (nbdkit rampart with state=,
-#               a standby nbdkit, rampart-nbd-attach, the keeper), the servers on the
-#               host; the hog swaps through it while the serving nbdkit is killed with
-#               SIGKILL twice, then upgraded ('rampartctl swap upgrade' onto a plugin
-#               file replaced as a package would replace it); once the hog has ended,
-#               'rampartctl swap off'
+#   deployed    'rampartctl swap on --frontend nbd' in here (rampart-nbd-server with
+#               state=, a standby rampart-nbd-server, rampart-nbd-attach, the keeper),
+#               the servers on the host; the hog swaps through it while the serving
+#               daemon is killed with SIGKILL twice, then upgraded ('rampartctl swap
+#               upgrade' onto a binary replaced as a package would replace it); once
+#               the hog has ended, 'rampartctl swap off'
 #   disk        the same hog on a swap disk of this guest (/dev/vda), for the ratio
 /bin/busybox --install -s /bin
 export PATH=/bin
@@ -100,6 +100,8 @@ rs=/run/rampart/rampart
 rampartctl swap on --config /etc/rampart/swap.conf --frontend nbd >/tmp/on.out 2>&1 \
   || { cat /tmp/on.out; finish "rampartctl swap on --frontend nbd failed"; }
 sed 's/^/rampart-guest: on| /' /tmp/on.out
+grep -q "starting rampart-nbd-server" /tmp/on.out \
+  || finish "swap on did not deploy rampart-nbd-server, though it is installed: $(grep starting /tmp/on.out | tr '\n' '|')"
 # The daemons' logs (the standby's takeover, rampart-nbd-attach's reconnects, the keeper's
 # new standbys) on the console as they are written: a guest that dies takes /run with it.
 tail -F $rs/nbd-attach.log $rs/keeper.log $rs/nbdkit-0.log $rs/nbdkit-1.log $rs/nbdkit-2.log \
@@ -122,7 +124,7 @@ hog_mb=$((limit + HOG_OVER_MB))
 echo ${limit}M >/sys/fs/cgroup/hog/memory.max
 say "hog: ${hog_mb} MiB in a ${limit} MiB memory cgroup (the guest has $(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo) MiB, $avail MiB available)"
 
-# takeover N WHAT: the serving nbdkit killed with SIGKILL (kill) or handed over to a new
+# takeover N WHAT: the serving daemon killed with SIGKILL (kill) or handed over to a new
 # binary (upgrade) under the hog: its standby must take the device over, the keeper must
 # start a new standby (a new pid), and swap must move again, with no I/O error on the device.
 takeover() {
@@ -132,7 +134,7 @@ takeover() {
   [ -n "$serving" ] && [ -n "$standby" ] || finish "$what $n: no serving ($serving) or standby ($standby) pid"
   errors0=$(io_errors)
   moved0=$(($(vm pswpin) + $(vm pswpout)))
-  say "$what $n: the serving nbdkit (pid $serving), $(swap_used $dev) KiB in swap, standby pid $standby"
+  say "$what $n: the serving daemon (pid $serving), $(swap_used $dev) KiB in swap, standby pid $standby"
   t0=$(now)
   if [ $what = kill ]; then
     kill -9 $serving
@@ -174,11 +176,11 @@ wait_out $dev $((HOG_OVER_MB * 256)) || finish "the hog ended before $((HOG_OVER
 takeover 1 kill
 wait_out $dev $((HOG_OVER_MB * 512)) || finish "the hog ended before $((HOG_OVER_MB / 2)) MiB were swapped out: $(cat /tmp/hog.out)"
 takeover 2 kill
-# The upgrade: a new plugin file where the old one was (a new inode, as dpkg installs it),
-# one that differs from the running one by a trailing mark.
-cp /lib/nbdkit/rampart.so /lib/nbdkit/.rampart.so.new
-echo "rampart-guest upgrade" >>/lib/nbdkit/.rampart.so.new
-mv /lib/nbdkit/.rampart.so.new /lib/nbdkit/rampart.so
+# The upgrade: a new daemon binary where the old one was (a new inode, as dpkg installs
+# it), one that differs from the running one by a trailing mark.
+cp /bin/rampart-nbd-server /bin/.rampart-nbd-server.new
+echo "rampart-guest upgrade" >>/bin/.rampart-nbd-server.new
+mv /bin/.rampart-nbd-server.new /bin/rampart-nbd-server
 # An installed binary whose state layout differs is refused before anything is stopped:
 # the running pager's recorded layout is made to differ for one try.
 layout=$(sed -n 's/^state_layout=//p' $rs/state | tail -n1)
@@ -193,9 +195,9 @@ grep -q "refusing to upgrade 'rampart': the state layout changed" /tmp/refused.o
 sed 's/^/rampart-guest: refusal| /' /tmp/refused.out
 takeover 3 upgrade
 new_pager=$(status_pid serving)
-grep -q '/lib/nbdkit/rampart.so$' /proc/$new_pager/maps \
-  || finish "the pager after the upgrade (pid $new_pager) does not run the installed plugin: $(grep rampart.so /proc/$new_pager/maps | head -n1)"
-say "upgrade: pid $new_pager maps the installed plugin: $(grep -m1 'rampart.so' /proc/$new_pager/maps | awk '{print $5, $6}') (inode $(stat -c %i /lib/nbdkit/rampart.so))"
+[ "$(readlink /proc/$new_pager/exe)" = /bin/rampart-nbd-server ] \
+  || finish "the pager after the upgrade (pid $new_pager) does not run the installed binary: $(readlink /proc/$new_pager/exe)"
+say "upgrade: pid $new_pager runs the installed rampart-nbd-server (inode $(stat -L -c %i /proc/$new_pager/exe), on disk $(stat -c %i /bin/rampart-nbd-server))"
 wait $wpid; rc=$?
 cat /tmp/hog.out
 say "result deployed rc=$rc wall=$(since $t_hog) out=$(($(vm pswpout) - out0)) in=$(($(vm pswpin) - in0)) io_errors=$(io_errors) $(grep '^workload' /tmp/hog.out)"
