@@ -42,6 +42,7 @@ expect_file -rwxr-xr-x /usr/bin/rampartctl
 expect_file -rwxr-xr-x /usr/sbin/rampart-swap
 expect_file -rwxr-xr-x /usr/sbin/rampart-ublk
 expect_file -rwxr-xr-x /usr/sbin/rampart-nbd-attach
+expect_file -rwxr-xr-x /usr/sbin/rampart-nbd-server
 expect_file -rw-r--r-- "$plugindir/nbdkit-rampart-plugin.so"
 expect_file -rw-r--r-- /lib/systemd/system/rampartd.service
 expect_file -rw-r--r-- /lib/systemd/system/rampart-swap.service
@@ -76,7 +77,7 @@ grep -qx 'User=rampart' "$unit" || fail "rampartd.service does not name User=ram
 grep -q '^ExecStart=/usr/sbin/rampart-swap on' "$work/root/lib/systemd/system/rampart-swap.service" ||
   fail "rampart-swap.service does not run /usr/sbin/rampart-swap"
 ! grep -rq '@[A-Z]*DIR@' "$work/root/lib/systemd/system" || fail "a unit still holds an @...DIR@"
-for b in usr/bin/rampartd usr/bin/rampartctl usr/sbin/rampart-ublk usr/sbin/rampart-nbd-attach "${plugindir#/}/nbdkit-rampart-plugin.so"; do
+for b in usr/bin/rampartd usr/bin/rampartctl usr/sbin/rampart-ublk usr/sbin/rampart-nbd-attach usr/sbin/rampart-nbd-server "${plugindir#/}/nbdkit-rampart-plugin.so"; do
   ! readelf -S "$work/root/$b" | grep -q '\.symtab' || fail "$b is not stripped"
 done
 "$work/root/usr/bin/rampartd" --version >"$work/version" 2>&1 || fail "rampartd --version: $(cat "$work/version")"
@@ -84,5 +85,7 @@ done
 nbdkit "$work/root$plugindir/nbdkit-rampart-plugin.so" --dump-plugin >"$work/dump" 2>&1 ||
   fail "nbdkit cannot load the packaged plugin: $(cat "$work/dump")"
 grep -q '^name=rampart$' "$work/dump" || fail "the packaged plugin is not named rampart"
-log "rampartd $(head -1 "$work/version"); nbdkit loads the plugin"
+[[ $("$work/root/usr/sbin/rampart-nbd-server" --state-layout 2>&1) == "$(nbdkit "$work/root$plugindir/nbdkit-rampart-plugin.so" --dump-plugin | sed -n 's/^rampart_state_layout=//p')" ]] ||
+  fail "rampart-nbd-server and the plugin read different state layouts"
+log "rampartd $(head -1 "$work/version"); nbdkit loads the plugin; rampart-nbd-server reads its state layout"
 log "PASS: $(basename "$deb")"
