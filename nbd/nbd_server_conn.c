@@ -263,7 +263,8 @@ static void take_requests(struct nbd_server_conn *c, struct rampart_io ***tail)
     if (c->filling) {
       uint32_t want = c->filling->io.length - c->filled;
       uint32_t k = held < want ? (uint32_t)held : want;
-      memcpy(c->filling->buf + c->filled, c->in + c->in_start, k);
+      if (k > 0) /* (a write of 0 bytes has no buffer) */
+        memcpy(c->filling->buf + c->filled, c->in + c->in_start, k);
       c->in_start += k;
       c->filled += k;
       if (c->filled < c->filling->io.length)
