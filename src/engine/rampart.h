@@ -1,11 +1,11 @@
 /* librampart: the pager engine's public API, the only header a frontend includes.
  *
- * The nbdkit plugin, the ublk target and the tests all drive the same engine through
- * this API: configure with key=value strings (as nbdkit passes them), open, then submit
- * page-aligned I/O. The engine owns one I/O thread running a libev loop with every
- * server connection and the spill store on it. A submission from any thread is started
- * on that thread when the I/O thread is idle (submit=inline, the default), or handed
- * over through a lock-free queue and an ev_async wake-up.
+ * rampart-nbd-server, the nbdkit plugin, the ublk target and the tests all drive the
+ * same engine through this API: configure with key=value strings (as nbdkit passes
+ * them), open, then submit page-aligned I/O. The engine owns one I/O thread running a
+ * libev loop with every server connection and the spill store on it. A submission from
+ * any thread is started on that thread when the I/O thread is idle (submit=inline, the
+ * default), or handed over through a lock-free queue and an ev_async wake-up.
  *
  * Two ways to do I/O, same semantics:
  *   - asynchronous: rampart_submit() with a caller-owned struct rampart_io; its
