@@ -30,8 +30,12 @@
  * (fio's QD32, the kernel's swap-out bursts); a larger write's payload goes straight
  * into its own buffer. */
 #define RECEIVE_BUFFER (256u << 10)
-/* A request buffer larger than this is freed after its reply, so a few big requests do
- * not leave every slot holding megabytes. */
+/* Every request starts with a page of its own, taken with the connection: a swap device's
+ * requests are mostly single pages, and those then never allocate, even while the
+ * machine has no memory to give. A larger request gets a buffer of its own, kept for
+ * the next one up to KEPT_BUFFER and freed after its reply past that, so a few big
+ * requests do not leave every slot holding megabytes. */
+#define FIRST_BUFFER 4096u
 #define KEPT_BUFFER (1u << 20)
 #define HANDSHAKE_TIMEOUT_S 30
 
@@ -41,6 +45,7 @@ struct request {
   struct request *next; /* the free list */
   uint8_t *buf;
   uint32_t cap;
+  bool own_buffer; /* buf was allocated for it; else it is its page of `pages` */
   bool reply_data; /* a read that succeeded: its bytes follow the reply */
   struct __attribute__((packed)) {
     uint32_t magic, error;
@@ -55,6 +60,7 @@ struct nbd_server_conn {
   bool watching_client; /* fd is in epoll_fd's set */
   unsigned depth;
   struct request *requests, *free_requests;
+  uint8_t *pages; /* FIRST_BUFFER bytes per request */
   unsigned outstanding; /* taken from the free list, reply not sent yet */
   /* Replies ready, in the order they completed: those completed on this thread (no
    * lock), and those another thread completed (under done_lock, announced on
@@ -147,24 +153,34 @@ static void answer_now(struct nbd_server_conn *c, struct request *r, uint32_t nb
   c->ready[c->nready++] = r;
 }
 
-static bool fit_buffer(struct request *r, uint32_t length)
+static void own_page(struct nbd_server_conn *c, struct request *r)
+{
+  if (r->own_buffer)
+    free(r->buf);
+  r->buf = c->pages + (size_t)(r - c->requests) * FIRST_BUFFER;
+  r->cap = FIRST_BUFFER;
+  r->own_buffer = false;
+}
+
+static bool fit_buffer(struct nbd_server_conn *c, struct request *r, uint32_t length)
 {
   if (r->cap >= length)
     return true;
-  free(r->buf);
   uint32_t cap = (length + 4095u) & ~4095u;
-  r->buf = aligned_alloc(4096, cap);
-  r->cap = r->buf ? cap : 0;
-  return r->buf != NULL;
+  uint8_t *buf = aligned_alloc(4096, cap);
+  if (!buf)
+    return false;
+  own_page(c, r); /* (frees an own buffer that was too small) */
+  r->buf = buf;
+  r->cap = cap;
+  r->own_buffer = true;
+  return true;
 }
 
 static void release(struct nbd_server_conn *c, struct request *r)
 {
-  if (r->cap > KEPT_BUFFER) {
-    free(r->buf);
-    r->buf = NULL;
-    r->cap = 0;
-  }
+  if (r->cap > KEPT_BUFFER)
+    own_page(c, r);
   r->next = c->free_requests;
   c->free_requests = r;
   c->outstanding--;
@@ -218,7 +234,7 @@ static struct request *take_request(struct nbd_server_conn *c, const uint8_t *p)
     answer_now(c, r, NBD_EOVERFLOW);
     return NULL;
   }
-  if (data && !fit_buffer(r, length)) {
+  if (data && !fit_buffer(c, r, length)) {
     if (type == NBD_CMD_WRITE) {
       say(c, "out of memory for a write's payload; closing");
       release(c, r);
@@ -460,8 +476,10 @@ static void conn_free(struct nbd_server_conn *c)
 {
   if (c->requests)
     for (unsigned i = 0; i < c->depth; i++)
-      free(c->requests[i].buf);
+      if (c->requests[i].own_buffer)
+        free(c->requests[i].buf);
   free(c->requests);
+  free(c->pages);
   free(c->ready);
   free(c->done);
   free(c->in);
@@ -490,6 +508,7 @@ struct nbd_server_conn *nbd_server_conn_start(struct rampart_engine *engine, int
   c->fd = fd;
   c->depth = depth;
   c->requests = calloc(depth, sizeof *c->requests);
+  c->pages = aligned_alloc(4096, (size_t)depth * FIRST_BUFFER);
   c->ready = calloc(depth, sizeof *c->ready);
   c->done = calloc(depth, sizeof *c->done);
   c->in = malloc(RECEIVE_BUFFER);
@@ -497,14 +516,19 @@ struct nbd_server_conn *nbd_server_conn_start(struct rampart_engine *engine, int
   c->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   c->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   struct epoll_event ev = { .events = EPOLLIN, .data.fd = c->event_fd };
-  if (!c->requests || !c->ready || !c->done || !c->in || !c->iov || c->event_fd < 0 ||
+  if (!c->requests || !c->pages || !c->ready || !c->done || !c->in || !c->iov || c->event_fd < 0 ||
       c->epoll_fd < 0 || epoll_ctl(c->epoll_fd, EPOLL_CTL_ADD, c->event_fd, &ev) < 0) {
     snprintf(err, errlen, "cannot set up a connection: %s", strerror(errno ? errno : ENOMEM));
     conn_free(c);
     return NULL;
   }
+  /* touched now: under mlockall's MCL_ONFAULT an untouched page would be faulted in at
+   * its first request, which may come while the machine is out of memory */
+  memset(c->pages, 0, (size_t)depth * FIRST_BUFFER);
+  memset(c->in, 0, RECEIVE_BUFFER);
   for (unsigned i = 0; i < depth; i++) {
     c->requests[i].conn = c;
+    own_page(c, &c->requests[i]);
     c->requests[i].next = i + 1 < depth ? &c->requests[i + 1] : NULL;
   }
   c->free_requests = &c->requests[0];

@@ -59,10 +59,6 @@ struct options {
   unsigned long depth;
   bool lock_memory;
   bool standby;
-  const char *state_path;
-  /* files the takeover reads (key=, enckey=, state=, cluster=), pinned by a standby */
-  const char *files[4];
-  unsigned nfiles;
 };
 
 static int parse_bool(const char *key, const char *value, bool *out)
@@ -125,11 +121,6 @@ static int parse_arguments(int argc, char **argv, struct options *o,
           return -1;
         continue;
       }
-      if (strcmp(key, "state") == 0)
-        o->state_path = v;
-      if ((strcmp(key, "state") == 0 || strcmp(key, "key") == 0 ||
-           strcmp(key, "enckey") == 0 || strcmp(key, "cluster") == 0) && o->nfiles < 4)
-        o->files[o->nfiles++] = v;
       if (rampart_config_set(config, key, v, err, sizeof err) < 0) {
         fprintf(stderr, "rampart-nbd-server: %s\n", err);
         return -1;
@@ -147,7 +138,7 @@ static int parse_arguments(int argc, char **argv, struct options *o,
     fprintf(stderr, "rampart-nbd-server: %s\n", err);
     return -1;
   }
-  if (o->standby && !o->state_path) {
+  if (o->standby && !rampart_config_state_path(config)) {
     fprintf(stderr, "rampart-nbd-server: standby=true needs state=PATH, the same as the "
             "serving daemon's: a standby takes over the state it leaves when it dies\n");
     return -1;
@@ -170,8 +161,8 @@ static struct rampart_engine *open_engine(const struct options *o,
   char err[512];
   struct timespec died;
   if (o->standby) {
-    if (rampart_standby_for_state("rampart-nbd-server", o->state_path, o->files, o->nfiles,
-                                  STANDBY_RESERVE, err, sizeof err) < 0) {
+    if (rampart_standby_for_state("rampart-nbd-server", config, STANDBY_RESERVE, err,
+                                  sizeof err) < 0) {
       fprintf(stderr, "rampart-nbd-server: standby: %s\n", err);
       return NULL;
     }
@@ -187,13 +178,13 @@ static struct rampart_engine *open_engine(const struct options *o,
      * died would hand the kernel zeros for every page it swapped out. */
     fprintf(stderr, "rampart-nbd-server: standby: there was no state left at %s to take "
             "over: refusing to serve an empty device in place of the one that died\n",
-            o->state_path);
+            rampart_config_state_path(config));
     rampart_close(engine);
     return NULL;
   }
   if (o->standby)
     fprintf(stderr, "rampart-nbd-server: took %s over %lld ms after its pager died\n",
-            o->state_path, ms_since(&died));
+            rampart_config_state_path(config), ms_since(&died));
   return engine;
 }
 

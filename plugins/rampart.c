@@ -32,9 +32,6 @@ static struct rampart_engine *engine;
 static bool lock_memory = true;
 static bool standby;
 /* What a standby's takeover reads (state=, key=, enckey=, cluster=), pinned beforehand. */
-static const char *state_path;
-static const char *takeover_files[4];
-static unsigned ntakeover_files;
 
 /* What a standby holds to give back at takeover, a head start only: the memory the
  * takeover uses is what the dead nbdkit's exit freed before the state's lock woke this
@@ -94,13 +91,6 @@ static int plugin_config(const char *key, const char *value)
     nbdkit_error("%s", err);
     return -1;
   }
-  /* nbdkit keeps the strings it passes for the life of the process. */
-  if (strcmp(key, "state") == 0)
-    state_path = value;
-  if ((strcmp(key, "state") == 0 || strcmp(key, "key") == 0 ||
-       strcmp(key, "enckey") == 0 || strcmp(key, "cluster") == 0) &&
-      ntakeover_files < sizeof takeover_files / sizeof takeover_files[0])
-    takeover_files[ntakeover_files++] = value;
   return 0;
 }
 
@@ -111,7 +101,7 @@ static int plugin_config_complete(void)
     nbdkit_error("%s", err);
     return -1;
   }
-  if (standby && !state_path) {
+  if (standby && !rampart_config_state_path(config)) {
     nbdkit_error("standby=true needs state=PATH, the same as the serving nbdkit's: a "
                  "standby takes over the state the serving pager leaves when it dies");
     return -1;
@@ -134,8 +124,8 @@ static int plugin_after_fork(void)
   rampart_set_log_sink(log_line);
   rampart_process_harden(lock_memory);
   if (standby) {
-    if (rampart_standby_for_state("nbdkit: rampart", state_path, takeover_files,
-                                  ntakeover_files, STANDBY_RESERVE, err, sizeof err) < 0) {
+    if (rampart_standby_for_state("nbdkit: rampart", config, STANDBY_RESERVE, err,
+                                  sizeof err) < 0) {
       nbdkit_error("standby: %s", err);
       return -1;
     }
@@ -150,14 +140,14 @@ static int plugin_after_fork(void)
     /* Its segment was gone (removed by hand): an empty device in place of the one that
      * died would hand the kernel zeros for every page it swapped out. */
     nbdkit_error("standby: there was no state left at %s to take over: refusing to serve "
-                 "an empty device in place of the one that died", state_path);
+                 "an empty device in place of the one that died", rampart_config_state_path(config));
     rampart_close(engine);
     engine = NULL;
     return -1;
   }
   if (standby)
     fprintf(stderr, "nbdkit: rampart: took %s over %lld ms after its pager died\n",
-            state_path, (long long)elapsed_ms(&died));
+            rampart_config_state_path(config), (long long)elapsed_ms(&died));
   return 0;
 }
 

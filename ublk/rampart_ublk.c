@@ -106,9 +106,6 @@ struct options {
   bool lock_memory;
   bool recoverable;    /* state= given: the device outlives this daemon */
   bool standby;        /* --standby: wait for the serving daemon to die, then take over */
-  /* files the takeover reads (key=, enckey=, state=, cluster=), pinned by a standby */
-  const char *files[4];
-  unsigned nfiles;
 };
 
 /* Options into o, KEY=VALUE settings into config, checked. Returns 0 to go on, 1 when
@@ -159,9 +156,6 @@ static int parse_arguments(int argc, char **argv, struct options *o,
       key[klen] = '\0';
       if (strcmp(key, "state") == 0)
         o->recoverable = true;
-      if ((strcmp(key, "state") == 0 || strcmp(key, "key") == 0 ||
-           strcmp(key, "enckey") == 0 || strcmp(key, "cluster") == 0) && o->nfiles < 4)
-        o->files[o->nfiles++] = a + klen + 1;
       if (rampart_config_set(config, key, a + klen + 1, err, sizeof err) < 0) {
         fprintf(stderr, "rampart-ublk: %s\n", err);
         return -1;
@@ -223,7 +217,9 @@ int main(int argc, char **argv)
   err[0] = '\0';
   if (o.standby) {
     rampart_warm_up();
-    int w = ublk_standby_wait(&control, (int)o.dev_id, o.files, o.nfiles, STANDBY_RESERVE,
+    const char *files[4];
+    unsigned nfiles = rampart_config_takeover_files(config, files);
+    int w = ublk_standby_wait(&control, (int)o.dev_id, files, nfiles, STANDBY_RESERVE,
                               err, sizeof err);
     if (w <= 0) {
       if (w < 0 || err[0])

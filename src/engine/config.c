@@ -436,6 +436,21 @@ const char *rampart_redundancy_name(enum rampart_redundancy r)
   return p ? p->name : "auto";
 }
 
+const char *rampart_config_state_path(const struct rampart_config *c)
+{
+  return c->state_path[0] ? c->state_path : NULL;
+}
+
+unsigned rampart_config_takeover_files(const struct rampart_config *c, const char *files[4])
+{
+  const char *paths[4] = { c->state_path, c->key_path, c->enckey_path, c->cluster_path };
+  unsigned n = 0;
+  for (unsigned i = 0; i < 4; i++)
+    if (paths[i][0])
+      files[n++] = paths[i];
+  return n;
+}
+
 int rampart_config_check(const struct rampart_config *c, char *err, size_t errlen)
 {
   if (!c->size_given || c->size == 0) {

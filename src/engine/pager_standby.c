@@ -148,11 +148,18 @@ int rampart_standby_wait_for_state(const char *state_path, size_t reserve_bytes,
   return access(state_path, F_OK) == 0 ? 0 : 2;
 }
 
-int rampart_standby_for_state(const char *who, const char *state_path,
-                              const char *const *takeover_files, unsigned nfiles,
+int rampart_standby_for_state(const char *who, const struct rampart_config *config,
                               size_t reserve_bytes, char *err, size_t errlen)
 {
   pid_t serving;
+  const char *state_path = rampart_config_state_path(config);
+  if (!state_path) {
+    snprintf(err, errlen, "standby=true needs state=PATH, the same as the serving "
+             "daemon's: a standby takes over the state it leaves when it dies");
+    return -1;
+  }
+  const char *takeover_files[4];
+  unsigned nfiles = rampart_config_takeover_files(config, takeover_files);
   rampart_warm_up();
   if (rampart_standby_find_pager(state_path, 10000, &serving, err, errlen) < 0)
     return -1;

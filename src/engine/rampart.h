@@ -89,6 +89,12 @@ int rampart_config_set(struct rampart_config *config, const char *key, const cha
                        char *err, size_t errlen);
 /* Checks the whole configuration (size given, servers reachable is NOT checked here). */
 int rampart_config_check(const struct rampart_config *config, char *err, size_t errlen);
+/* state=, or NULL when none was given. */
+const char *rampart_config_state_path(const struct rampart_config *config);
+/* The files a takeover of the state reads (state=, key=, enckey=, cluster=, those that
+ * were given), which a standby pins beforehand; pointers into config. Returns how many. */
+unsigned rampart_config_takeover_files(const struct rampart_config *config,
+                                       const char *files[4]);
 /* One line per key (more for some), as --help prints them: config_settings.h's help. */
 extern const char rampart_config_help[];
 
@@ -137,14 +143,13 @@ int rampart_standby_find_pager(const char *state_path, unsigned wait_ms, pid_t *
  * state with it. -1 with err. */
 int rampart_standby_wait_for_state(const char *state_path, size_t reserve_bytes, char *err,
                                    size_t errlen);
-/* The whole of a standby's wait for state_path (nbdkit rampart standby=true,
- * rampart-nbd-server --standby): warms up, finds the serving pager, pins
- * takeover_files (the key, enckey, state and cluster files its takeover reads), says
- * "WHO: standing by ..." on stderr, and sleeps until that pager dies. 0: it died, and
- * rampart_open takes the state over. -1 with err: no pager serves it, it stopped
- * cleanly (its state went with it), or a stop signal came first. */
-int rampart_standby_for_state(const char *who, const char *state_path,
-                              const char *const *takeover_files, unsigned nfiles,
+/* The whole of a standby's wait for config's state= (nbdkit rampart standby=true,
+ * rampart-nbd-server standby=true): warms up, finds the serving pager, pins the files
+ * its takeover reads (rampart_config_takeover_files), says "WHO: standing by ..." on
+ * stderr, and sleeps until that pager dies. 0: it died, and rampart_open takes the
+ * state over. -1 with err: no state= was given, no pager serves it, it stopped cleanly
+ * (its state went with it), or a stop signal came first. */
+int rampart_standby_for_state(const char *who, const struct rampart_config *config,
                               size_t reserve_bytes, char *err, size_t errlen);
 /* rampart-ublk --standby: the same, sleeping on the pidfd of the process `serving` (the
  * ublk device names its daemon). 0: it ended. 1: a stop signal came first (one this

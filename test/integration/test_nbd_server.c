@@ -61,18 +61,6 @@ static void print_log(const char *path)
     fclose(f);
 }
 
-static bool log_has(const char *path, const char *what)
-{
-  FILE *f = fopen(path, "r");
-  char line[1024];
-  bool found = false;
-  while (f && !found && fgets(line, sizeof line, f))
-    found = strstr(line, what) != NULL;
-  if (f)
-    fclose(f);
-  return found;
-}
-
 /* Starts rampart-nbd-server over the cluster with extra settings, and waits for the
  * line it prints once it listens. */
 static pid_t spawn_server(struct setup *s, const char *sock, const char *log,
@@ -121,7 +109,7 @@ static pid_t spawn_server(struct setup *s, const char *sock, const char *log,
 
 static void wait_for_log(pid_t pid, const char *log, const char *what)
 {
-  for (unsigned waited = 0; !log_has(log, what); waited += 20) {
+  for (unsigned waited = 0; !rp_test_file_has(log, what); waited += 20) {
     int status;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       print_log(log);
@@ -463,8 +451,8 @@ static void test_bad_requests_get_errors_and_lose_nothing(void **state)
   send_request(fd, NBD_REQUEST_MAGIC, NBD_CMD_DISC, 0, 0);
   assert_closed(fd);
   close(fd);
-  assert_true(log_has(s.log, "without NBD's request magic"));
-  assert_true(log_has(s.log, "over the 33554432 this server takes"));
+  assert_true(rp_test_file_has(s.log, "without NBD's request magic"));
+  assert_true(rp_test_file_has(s.log, "over the 33554432 this server takes"));
   /* the first connection still serves, and the bytes are there */
   assert_int_equal(nbd_pread(nbd, page, PAGE, 3 * PAGE, 0), 0);
   assert_memory_equal(page, s.shadow + 3 * PAGE, PAGE);
@@ -523,7 +511,7 @@ static void test_sigterm_answers_what_is_in_flight(void **state)
   assert_int_equal(waitpid(s.server, &status, 0), s.server);
   s.server = 0;
   assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  assert_true(log_has(s.log, "stopping once"));
+  assert_true(rp_test_file_has(s.log, "stopping once"));
   stop_all(&s);
 }
 

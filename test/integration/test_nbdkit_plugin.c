@@ -467,22 +467,10 @@ static void test_concurrent_sub_page_writes_over_several_connections(void **stat
   assert_int_equal(lost, 0);
 }
 
-/* True once the file holds text (a log line the test waits for). */
-static bool file_has(const char *path, const char *text)
-{
-  FILE *f = fopen(path, "r");
-  char line[1024];
-  bool found = false;
-  while (f && !found && fgets(line, sizeof line, f))
-    found = strstr(line, text) != NULL;
-  if (f)
-    fclose(f);
-  return found;
-}
 
 static void wait_for_line(const char *log, const char *text, unsigned timeout_ms)
 {
-  for (unsigned waited = 0; !file_has(log, text); waited += 50) {
+  for (unsigned waited = 0; !rp_test_file_has(log, text); waited += 50) {
     if (waited >= timeout_ms) {
       print_log(log);
       fail_msg("no '%s' in %s within %u ms", text, log, timeout_ms);
@@ -547,7 +535,7 @@ static void test_standby_nbdkits_take_over_killed_ones_in_turn(void **state)
     int taker = -1;
     for (unsigned waited = 0; taker < 0 && waited < 20000; waited += 50) {
       for (unsigned i = 0; i < 2; i++)
-        if (standby[i] && file_has(log[i], "after its pager died"))
+        if (standby[i] && rp_test_file_has(log[i], "after its pager died"))
           taker = (int)i;
       usleep(50000);
     }
@@ -559,7 +547,7 @@ static void test_standby_nbdkits_take_over_killed_ones_in_turn(void **state)
     unsigned other = 1u - (unsigned)taker;
     if (round == 0) {
       usleep(500000); /* the other must still be standing by, not serving too */
-      assert_false(file_has(log[other], "after its pager died"));
+      assert_false(rp_test_file_has(log[other], "after its pager died"));
       assert_int_equal(waitpid(standby[other], NULL, WNOHANG), 0);
     }
     serve_from(&s, standby[taker], sock[taker], log[taker]);
@@ -587,11 +575,11 @@ static void test_a_standby_without_a_serving_pager_is_refused(void **state)
   snprintf(statep, sizeof statep, "state=%s/state", s.dir);
   const char *no_state[] = { "size=1M", "standby=true", NULL };
   assert_int_equal(start_nbdkit(&s, no_state), -1);
-  assert_true(file_has(s.log, "standby=true needs state=PATH"));
+  assert_true(rp_test_file_has(s.log, "standby=true needs state=PATH"));
   const char *no_pager[] = { "size=1M", "servers=127.0.0.1:1", statep, "standby=true", NULL };
   assert_int_equal(start_nbdkit(&s, no_pager), -1);
-  assert_true(file_has(s.log, "there is no pager state at"));
-  assert_true(file_has(s.log, "start the serving pager with state="));
+  assert_true(rp_test_file_has(s.log, "there is no pager state at"));
+  assert_true(rp_test_file_has(s.log, "start the serving pager with state="));
   rp_test_tmpdir_remove(s.dir);
 }
 

@@ -505,3 +505,15 @@ void rp_test_fill_page(uint8_t *page, uint64_t seed, uint64_t slot)
     memcpy(page + i, &z, 8);
   }
 }
+
+bool rp_test_file_has(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  bool found = false;
+  while (f && !found && fgets(line, sizeof line, f))
+    found = strstr(line, text) != NULL;
+  if (f)
+    fclose(f);
+  return found;
+}

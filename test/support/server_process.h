@@ -45,6 +45,10 @@ void rp_test_tmpdir_remove(const char *dir);
 int rp_test_write_key(const char *dir, const char *name, char *path, size_t pathlen,
                       struct rp_key *key);
 
+/* True when a line of the file at path holds text (a log line a test waits for); false
+ * also when the file cannot be read. */
+bool rp_test_file_has(const char *path, const char *text);
+
 /* Writes text to path (replacing it atomically via rename). 0 or -1. */
 int rp_test_write_file(const char *path, const char *text);
 
