@@ -105,23 +105,14 @@ static int parse_arguments(int argc, char **argv, struct options *o,
       }
       o->depth = (unsigned long)v;
       i++;
-    } else if (strchr(a, '=') && a[0] != '-') {
-      char key[64];
-      size_t klen = (size_t)(strchr(a, '=') - a);
-      if (klen >= sizeof key) {
-        fprintf(stderr, "rampart-nbd-server: unknown setting '%.*s' (rampart-nbd-server "
-                "--help lists them)\n", (int)klen, a);
+    } else if (strncmp(a, "mlock=", 6) == 0 || strncmp(a, "standby=", 8) == 0) {
+      /* the plugin's own switches, taken here too; every other key is the engine's */
+      bool mlock = a[0] == 'm';
+      if (parse_bool(mlock ? "mlock" : "standby", strchr(a, '=') + 1,
+                     mlock ? &o->lock_memory : &o->standby) < 0)
         return -1;
-      }
-      memcpy(key, a, klen);
-      key[klen] = '\0';
-      const char *v = a + klen + 1;
-      if (strcmp(key, "mlock") == 0 || strcmp(key, "standby") == 0) {
-        if (parse_bool(key, v, key[0] == 'm' ? &o->lock_memory : &o->standby) < 0)
-          return -1;
-        continue;
-      }
-      if (rampart_config_set(config, key, v, err, sizeof err) < 0) {
+    } else if (strchr(a, '=') && a[0] != '-') {
+      if (rampart_config_set_argument(config, a, err, sizeof err) < 0) {
         fprintf(stderr, "rampart-nbd-server: %s\n", err);
         return -1;
       }

@@ -145,18 +145,7 @@ static int parse_arguments(int argc, char **argv, struct options *o,
     } else if (strcmp(a, "--no-mlock") == 0) {
       o->lock_memory = false;
     } else if (strchr(a, '=') && a[0] != '-') {
-      char key[64];
-      size_t klen = (size_t)(strchr(a, '=') - a);
-      if (klen >= sizeof key) {
-        fprintf(stderr, "rampart-ublk: unknown setting '%.*s' (rampart-ublk --help lists them)\n",
-                (int)klen, a);
-        return -1;
-      }
-      memcpy(key, a, klen);
-      key[klen] = '\0';
-      if (strcmp(key, "state") == 0)
-        o->recoverable = true;
-      if (rampart_config_set(config, key, a + klen + 1, err, sizeof err) < 0) {
+      if (rampart_config_set_argument(config, a, err, sizeof err) < 0) {
         fprintf(stderr, "rampart-ublk: %s\n", err);
         return -1;
       }
@@ -171,6 +160,7 @@ static int parse_arguments(int argc, char **argv, struct options *o,
     fprintf(stderr, "rampart-ublk: %s\n", err);
     return -1;
   }
+  o->recoverable = rampart_config_state_path(config) != NULL;
   if (o->standby && (!o->recoverable || o->dev_id == (unsigned long)-1)) {
     fprintf(stderr, "rampart-ublk: --standby needs --id N and state=PATH, as the serving "
             "daemon has them\n");

@@ -396,8 +396,25 @@ int rampart_config_set(struct rampart_config *c, const char *key, const char *v,
   for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++)
     if (strcmp(key, settings[i].key) == 0)
       return settings[i].set(c, key, v, err, errlen);
-  snprintf(err, errlen, "unknown parameter '%s': 'nbdkit rampart --help' (or 'rampart-ublk --help') lists them", key);
+  snprintf(err, errlen, "unknown parameter '%s': 'rampart-nbd-server --help' (or 'nbdkit "
+           "rampart --help', 'rampart-ublk --help') lists them", key);
   return -1;
+}
+
+int rampart_config_set_argument(struct rampart_config *c, const char *key_value, char *err,
+                                size_t errlen)
+{
+  const char *eq = strchr(key_value, '=');
+  char key[64];
+  size_t klen = eq ? (size_t)(eq - key_value) : 0;
+  if (!eq || klen == 0 || klen >= sizeof key) {
+    snprintf(err, errlen, "'%.80s' is not a setting: give KEY=VALUE with a key from --help",
+             key_value);
+    return -1;
+  }
+  memcpy(key, key_value, klen);
+  key[klen] = '\0';
+  return rampart_config_set(c, key, eq + 1, err, errlen);
 }
 
 void rampart_config_effective(const struct rampart_config *c, enum rampart_redundancy *policy,

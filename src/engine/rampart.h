@@ -87,6 +87,10 @@ void rampart_config_free(struct rampart_config *config);
 /* Sets one key; -1 with a sentence in err (unknown key, size that is not a number...). */
 int rampart_config_set(struct rampart_config *config, const char *key, const char *value,
                        char *err, size_t errlen);
+/* Sets one KEY=VALUE command-line argument (rampart-ublk's, rampart-nbd-server's); -1
+ * with a sentence in err, as rampart_config_set, also when it is not KEY=VALUE. */
+int rampart_config_set_argument(struct rampart_config *config, const char *key_value,
+                                char *err, size_t errlen);
 /* Checks the whole configuration (size given, servers reachable is NOT checked here). */
 int rampart_config_check(const struct rampart_config *config, char *err, size_t errlen);
 /* state=, or NULL when none was given. */

@@ -53,12 +53,7 @@ static const char *server_path(void)
 
 static void print_log(const char *path)
 {
-  FILE *f = fopen(path, "r");
-  char line[512];
-  while (f && fgets(line, sizeof line, f))
-    print_message("rampart-nbd-server: %s", line);
-  if (f)
-    fclose(f);
+  rp_test_print_file(path, "rampart-nbd-server: ");
 }
 
 /* Starts rampart-nbd-server over the cluster with extra settings, and waits for the
@@ -383,15 +378,24 @@ static int raw_client(struct setup *s)
   return fd;
 }
 
-static void send_request(int fd, uint32_t magic, uint16_t type, uint64_t off, uint32_t len)
+/* One request header, as a client sends it. */
+static void put_request(uint8_t *to, uint32_t magic, uint16_t type, uint64_t handle,
+                        uint64_t off, uint32_t len)
 {
   struct __attribute__((packed)) {
     uint32_t magic;
     uint16_t flags, type;
     uint64_t handle, offset;
     uint32_t length;
-  } h = { htobe32(magic), 0, htobe16(type), 7, htobe64(off), htobe32(len) };
-  assert_int_equal(write(fd, &h, sizeof h), (ssize_t)sizeof h);
+  } h = { htobe32(magic), 0, htobe16(type), handle, htobe64(off), htobe32(len) };
+  memcpy(to, &h, sizeof h);
+}
+
+static void send_request(int fd, uint32_t magic, uint16_t type, uint64_t off, uint32_t len)
+{
+  uint8_t h[NBD_REQUEST_SIZE];
+  put_request(h, magic, type, 7, off, len);
+  assert_int_equal(write(fd, h, sizeof h), (ssize_t)sizeof h);
 }
 
 /* The server closes the connection: the read sees its end, not a timeout. */
@@ -473,15 +477,9 @@ static void test_sigterm_answers_what_is_in_flight(void **state)
   enum { ONE = NBD_REQUEST_SIZE + PAGE };
   static uint8_t burst[QD * ONE];
   for (unsigned i = 0; i < QD; i++) {
-    struct __attribute__((packed)) {
-      uint32_t magic;
-      uint16_t flags, type;
-      uint64_t handle, offset;
-      uint32_t length;
-    } h = { htobe32(NBD_REQUEST_MAGIC), 0, htobe16(NBD_CMD_WRITE), i,
-            htobe64((uint64_t)i * 7 * PAGE), htobe32(PAGE) };
-    memcpy(burst + i * ONE, &h, sizeof h);
-    memset(burst + i * ONE + sizeof h, (int)i, PAGE);
+    put_request(burst + i * ONE, NBD_REQUEST_MAGIC, NBD_CMD_WRITE, i, (uint64_t)i * 7 * PAGE,
+                PAGE);
+    memset(burst + i * ONE + NBD_REQUEST_SIZE, (int)i, PAGE);
   }
   assert_int_equal(write(fd, burst, sizeof burst), (ssize_t)sizeof burst);
   kill(s.server, SIGTERM);

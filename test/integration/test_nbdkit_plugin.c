@@ -215,12 +215,7 @@ static int start_nbdkit(struct setup *s, const char *const *params)
 
 static void print_log(const char *path)
 {
-  FILE *f = fopen(path, "r");
-  char line[512];
-  while (f && fgets(line, sizeof line, f))
-    print_message("nbdkit: %s", line);
-  if (f)
-    fclose(f);
+  rp_test_print_file(path, "nbdkit: ");
 }
 
 static void stop_all(struct setup *s)

@@ -517,3 +517,14 @@ bool rp_test_file_has(const char *path, const char *text)
     fclose(f);
   return found;
 }
+
+void rp_test_print_file(const char *path, const char *prefix)
+{
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  while (f && fgets(line, sizeof line, f))
+    printf("%s%s", prefix, line);
+  if (f)
+    fclose(f);
+  fflush(stdout);
+}

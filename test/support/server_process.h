@@ -49,6 +49,10 @@ int rp_test_write_key(const char *dir, const char *name, char *path, size_t path
  * also when the file cannot be read. */
 bool rp_test_file_has(const char *path, const char *text);
 
+/* Prints the file at path on stdout, each line after prefix (a daemon's log when a test
+ * fails); nothing when it cannot be read. */
+void rp_test_print_file(const char *path, const char *prefix);
+
 /* Writes text to path (replacing it atomically via rename). 0 or -1. */
 int rp_test_write_file(const char *path, const char *text);
 
