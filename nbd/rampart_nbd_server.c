@@ -284,11 +284,7 @@ int main(int argc, char **argv)
   /* Signals come through a signalfd in the accept loop's poll: blocked before any thread
    * exists, so every one inherits the mask. */
   sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+  rampart_block_stop_signals(&stop_signals);
   signal(SIGPIPE, SIG_IGN);
   int signal_fd = signalfd(-1, &stop_signals, SFD_CLOEXEC);
   int listen_fd = o.unix_path ? listen_unix(o.unix_path, err, sizeof err)

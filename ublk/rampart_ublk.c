@@ -189,11 +189,7 @@ int main(int argc, char **argv)
   /* Signals are taken by sigwait in this thread only: block them before any thread
    * (the engine's, the queues') exists, so every one inherits the mask. */
   sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+  rampart_block_stop_signals(&stop_signals);
 
   /* The driver first: without it there is nothing to serve, and no reason to connect. */
   struct ublk_control control;

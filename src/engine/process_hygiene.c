@@ -129,3 +129,12 @@ int rampart_process_harden(bool lock_memory)
     close(fd);
   return failures ? -1 : 0;
 }
+
+void rampart_block_stop_signals(sigset_t *stop_signals)
+{
+  sigemptyset(stop_signals);
+  sigaddset(stop_signals, SIGTERM);
+  sigaddset(stop_signals, SIGINT);
+  sigaddset(stop_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, stop_signals, NULL);
+}

@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <signal.h>
 #include <sys/types.h>
 
 #include "rampart_types.h"
@@ -198,6 +199,11 @@ void rampart_get_stats(struct rampart_engine *engine, struct rampart_stats *stat
 /* Prepares the calling process to serve swap: mlockall (if lock_memory), PR_SET_IO_FLUSHER,
  * a low OOM score. Call after any fork. Best effort: -1 if any step failed (logged). */
 int rampart_process_harden(bool lock_memory);
+
+/* Blocks SIGTERM, SIGINT and SIGHUP in the calling thread and fills stop_signals with
+ * them, for sigwait or a signalfd. Call before any thread starts (the engine's too), so
+ * every thread inherits the mask and the stop reaches the one that waits for it. */
+void rampart_block_stop_signals(sigset_t *stop_signals);
 
 /* Routes the engine's log lines to a frontend's logger (nbdkit_error/nbdkit_debug).
  * level: 0 error, 1 warning, 2 info, 3 debug. */
