@@ -403,17 +403,24 @@ static void watch_client(struct nbd_server_conn *c, bool want)
     c->watching_client = want;
 }
 
+/* Whether more requests can be read: not closing, and a request free for them (or a
+ * write's payload still to come). */
+static bool can_take_requests(const struct nbd_server_conn *c)
+{
+  return !c->closing && (c->free_requests || c->filling);
+}
+
 static void serve(struct nbd_server_conn *c)
 {
   bool readable = true;
   for (;;) {
     struct rampart_io *batch = NULL, **tail = &batch;
-    bool can_take = !c->closing && (c->free_requests || c->filling);
+    bool can_take = can_take_requests(c);
     if (atomic_load(&c->stop_asked) && !c->closing) {
       /* Stopping: every request the client has sent is taken and answered, then the
        * connection ends. */
       bool more = true;
-      while (more && !c->closing && (c->free_requests || c->filling)) {
+      while (more && can_take_requests(c)) {
         more = receive(c);
         take_requests(c, &tail);
       }
@@ -433,11 +440,11 @@ static void serve(struct nbd_server_conn *c)
     }
     if (c->closing && c->outstanding == 0)
       return;
-    can_take = !c->closing && (c->free_requests || c->filling);
+    can_take = can_take_requests(c);
     watch_client(c, can_take);
     if (can_take && readable)
       continue;
-    if (c->outstanding > c->nready) {
+    if (c->outstanding > 0) { /* (send_replies emptied the ready list) */
       readable = rampart_reap_or_fd(c->engine, c->epoll_fd) && can_take;
     } else {
       struct pollfd p = { .fd = c->epoll_fd, .events = POLLIN };
