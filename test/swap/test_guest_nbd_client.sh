@@ -60,13 +60,13 @@ copy_libs() { # file: its shared libraries, where ldd says they live
     cp -L "$lib" "$root$lib"
   done
 }
-# util-linux's mkswap and swapon (rampart-swap uses --discard=pages and --priority,
+# util-linux's mkswap, swapon and flock (rampart-swap uses --discard=pages and --priority,
 # which busybox's lack), coreutils' rm (--one-file-system) and date (%N); busybox installs
 # no link where a program already is.
 for prog in "$nbd_client" "$RAMPART_WORKLOAD" "$RAMPARTCTL" "$RAMPART_NBD_ATTACH" "$RAMPART_NBD_SERVER" \
             "$(command -v nbdkit)" "$(command -v nbdinfo)" "$(command -v bash)" \
             "$(command -v mkswap)" "$(command -v swapon)" "$(command -v swapoff)" \
-            /usr/bin/rm /usr/bin/date; do
+            /usr/bin/rm /usr/bin/date /usr/bin/flock; do
   cp "$prog" "$root/bin/"
   copy_libs "$prog"
 done

@@ -18,7 +18,7 @@
 # The checks run inside the guest (test/swap/guest/rampart-guest-check, started at boot by
 # a unit of its own) and report on the serial console. First boot: the units came up in
 # order; swapon --show lists the device; the metrics answer. A hog larger than the guest's
-# RAM (110%) runs in a memory cgroup that keeps the rest of the guest out of the shortage
+# RAM (105%) runs in a memory cgroup that keeps the rest of the guest out of the shortage
 # (this test checks the units; the daemon starved with its guest is test_guest_starved.sh's).
 # While it runs the serving pager is killed with SIGKILL, twice: each time the standby
 # takes the device over, the service's keeper starts a new standby, and the hog goes on
@@ -39,7 +39,7 @@
 # Environment: RAMPART_DEB_PATH (the package; default: built with scripts/build-deb),
 # RAMPART_GUEST_UBLK_KERNEL_DIR, RAMPART_GUEST_ROOT_DIR (default /var/cache/rampart/guest-root),
 # RAMPART_GUEST_MEM_MB (the guest's RAM, default 512), RAMPART_GUEST_HOG_PERCENT (the hog's
-# size as a share of the guest's RAM, default 110), RAMPART_GUEST_KEEP (a directory to
+# size as a share of the guest's RAM, default 105), RAMPART_GUEST_KEEP (a directory to
 # copy the guest's console log into).
 . "$(dirname "$0")/lib.sh"
 

@@ -112,6 +112,17 @@ status_pid() { rampartctl swap status 2>/dev/null | sed -n "s/^  $1: pid \([0-9]
 [ -n "$(status_pid standby)" ] || finish "swap on --frontend nbd left no standby"
 stage swap-on
 
+# A standby that dies while its pager lives: the keeper starts another.
+standby=$(status_pid standby); t0=$(now)
+kill -9 $standby
+i=0
+until new=$(status_pid standby) && [ -n "$new" ] && [ "$new" != $standby ] && kill -0 $new 2>/dev/null; do
+  i=$((i + 1)); [ $i -le 120 ] || finish "the keeper started no standby within 60 s of pid $standby's death: $(tail -n 3 $rs/keeper.log | tr '\n' '|')"
+  sleep 0.5
+done
+say "standby: pid $standby killed, the keeper started pid $new $(since $t0) s after: $(rampartctl swap status | grep '^  standby:')"
+stage standby-restart
+
 # The hog's cgroup: at most 48 MiB, and never more than leaves the rest of the guest (the
 # pager and its standby, locked, and what the standby needs at its takeover) 40 MiB. The
 # hog is HOG_OVER_MB larger than its cgroup: that much of it goes out through the device
