@@ -37,7 +37,8 @@
 #include "frame_auth.h"
 #include "log.h"
 #include "message.h"
-#include "server.h"
+#include "server_process.h"
+#include "server_stat.h"
 
 #define IN_BUF_SIZE        (256u * 1024u)
 #define HS_BUF_SIZE        4096u           /* both buffers, before the key is proven */
@@ -619,14 +620,14 @@ static void handle_write(struct rps_conn *c, const struct rp_header *h, const ui
 {
   char msg[400];
   c->srv->stats.ops_write++;
-  if (rps_fault_refuses_write(c->srv, msg, sizeof msg)) {
+  if (rps_fault_refuses_write(c->srv->opt->test_fault, msg, sizeof msg)) {
     refused(c, h, RP_ERR_INTERNAL, msg);
     return;
   }
   enum rp_status st = rps_store_write(c->srv->store, c->session->acct, h->slot, payload, msg,
                                       sizeof msg);
   if (st == RP_OK) {
-    rps_fault_on_write(c->srv, h->slot, payload);
+    rps_fault_on_write(c->srv->opt->test_fault, c->srv->store, h->slot, payload);
     send_msg(c, h, NULL);
   } else {
     refused(c, h, st, msg);
@@ -653,7 +654,8 @@ static void handle_read(struct rps_conn *c, const struct rp_header *h)
   memcpy(p + RP_HEADER_SIZE, page, RP_PAGE_SIZE);
   /* A corrupting server (fault injection) corrupts the page it stores, not the wire:
    * the tag covers what the server meant to send. */
-  rps_fault_read_reply(c->srv, c->session->acct, h->slot, p + RP_HEADER_SIZE);
+  rps_fault_read_reply(c->srv->opt->test_fault, c->srv->store, c->session->acct, h->slot,
+                       p + RP_HEADER_SIZE);
   out_commit(c, p, RP_HEADER_SIZE + RP_PAGE_SIZE);
 }
 

@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 
 #include "log.h"
-#include "server.h"
+#include "page_store.h"
 
 #ifdef RAMPART_TEST_FAULTS
 
@@ -74,12 +74,12 @@ static void *map_zeroed(size_t bytes)
   return p == MAP_FAILED ? NULL : p;
 }
 
-static bool map_replay(const struct rps_server *srv)
+static bool map_replay(struct rps_store *store)
 {
   if (replay.copies || replay.map_failed)
     return replay.copies != NULL;
   struct rps_store_stats ss;
-  rps_store_get_stats(srv->store, &ss);
+  rps_store_get_stats(store, &ss);
   replay.capacity = ss.capacity_pages;
   replay.copies = map_zeroed(replay.capacity * RP_PAGE_SIZE);
   replay.has_copy = map_zeroed((replay.capacity + 7) / 8);
@@ -93,9 +93,9 @@ static bool map_replay(const struct rps_server *srv)
   return replay.copies != NULL;
 }
 
-bool rps_fault_refuses_write(const struct rps_server *srv, char *msg, size_t msglen)
+bool rps_fault_refuses_write(enum rps_fault_mode mode, char *msg, size_t msglen)
 {
-  if (srv->opt->test_fault != RPS_FAULT_REFUSE_WRITES)
+  if (mode != RPS_FAULT_REFUSE_WRITES)
     return false;
   if (++writes_seen % RPS_FAULT_REFUSE_EVERY != 0)
     return false;
@@ -104,9 +104,10 @@ bool rps_fault_refuses_write(const struct rps_server *srv, char *msg, size_t msg
   return true;
 }
 
-void rps_fault_on_write(const struct rps_server *srv, uint64_t slot, const uint8_t *page)
+void rps_fault_on_write(enum rps_fault_mode mode, struct rps_store *store, uint64_t slot,
+                        const uint8_t *page)
 {
-  if (srv->opt->test_fault != RPS_FAULT_REPLAY || !map_replay(srv) || slot >= replay.capacity)
+  if (mode != RPS_FAULT_REPLAY || !map_replay(store) || slot >= replay.capacity)
     return;
   uint8_t bit = (uint8_t)(1u << (slot % 8));
   if (replay.have_last_write) {
@@ -119,10 +120,10 @@ void rps_fault_on_write(const struct rps_server *srv, uint64_t slot, const uint8
   replay.have_last_write = true;
 }
 
-void rps_fault_read_reply(const struct rps_server *srv, const struct rps_account *acct,
-                          uint64_t slot, uint8_t *payload)
+void rps_fault_read_reply(enum rps_fault_mode mode, struct rps_store *store,
+                          const struct rps_account *acct, uint64_t slot, uint8_t *payload)
 {
-  switch (srv->opt->test_fault) {
+  switch (mode) {
   case RPS_FAULT_NONE:
   case RPS_FAULT_REFUSE_WRITES:
     return;
@@ -132,7 +133,7 @@ void rps_fault_read_reply(const struct rps_server *srv, const struct rps_account
   case RPS_FAULT_SWAP: {
     const uint8_t *neighbour;
     char msg[200];
-    if (rps_store_read(srv->store, acct, slot ^ 1, &neighbour, msg, sizeof msg) == RP_OK)
+    if (rps_store_read(store, acct, slot ^ 1, &neighbour, msg, sizeof msg) == RP_OK)
       memcpy(payload, neighbour, RP_PAGE_SIZE);
     return;
   }
@@ -175,17 +176,18 @@ void rps_fault_announce(enum rps_fault_mode mode)
 {
 }
 
-bool rps_fault_refuses_write(const struct rps_server *srv, char *msg, size_t msglen)
+bool rps_fault_refuses_write(enum rps_fault_mode mode, char *msg, size_t msglen)
 {
   return false;
 }
 
-void rps_fault_on_write(const struct rps_server *srv, uint64_t slot, const uint8_t *page)
+void rps_fault_on_write(enum rps_fault_mode mode, struct rps_store *store, uint64_t slot,
+                        const uint8_t *page)
 {
 }
 
-void rps_fault_read_reply(const struct rps_server *srv, const struct rps_account *acct,
-                          uint64_t slot, uint8_t *payload)
+void rps_fault_read_reply(enum rps_fault_mode mode, struct rps_store *store,
+                          const struct rps_account *acct, uint64_t slot, uint8_t *payload)
 {
 }
 

@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct rps_server;
+struct rps_store;
 struct rps_account;
 
 enum rps_fault_mode {
@@ -54,16 +54,17 @@ void rps_fault_announce(enum rps_fault_mode mode);
 
 /* Before a WRITE is stored: true when refuse-writes turns this one away (msg then says
  * why, for the error reply); the store is left as it was. */
-bool rps_fault_refuses_write(const struct rps_server *srv, char *msg, size_t msglen);
+bool rps_fault_refuses_write(enum rps_fault_mode mode, char *msg, size_t msglen);
 
 /* A WRITE of `page` to `slot` was stored (call only on success: then slot is inside
  * the reservation, hence below the capacity). Only replay mode records anything. */
-void rps_fault_on_write(const struct rps_server *srv, uint64_t slot, const uint8_t *page);
+void rps_fault_on_write(enum rps_fault_mode mode, struct rps_store *store, uint64_t slot,
+                        const uint8_t *page);
 
 /* `payload` is the READ reply being built, already holding slot's real page: rewrites
  * it as the server's --test-fault says. Does nothing for RPS_FAULT_NONE. */
-void rps_fault_read_reply(const struct rps_server *srv, const struct rps_account *acct,
-                          uint64_t slot, uint8_t *payload);
+void rps_fault_read_reply(enum rps_fault_mode mode, struct rps_store *store,
+                          const struct rps_account *acct, uint64_t slot, uint8_t *payload);
 
 /* Unmaps replay state (server shutdown, so sanitizer runs end clean). */
 void rps_fault_release(void);

@@ -4,7 +4,8 @@
 #include "metrics_render.h"
 
 #include "prom_text.h"
-#include "server.h"
+#include "server_process.h"
+#include "server_stat.h"
 
 static void store_metrics(struct prom_out *o, const Rampart__Stat *st)
 {
