@@ -113,11 +113,6 @@ static int parse_endpoints(struct rp_etcd *e, const char *list, char *err, size_
   return 0;
 }
 
-int rp_etcd_available(char *err, size_t errlen)
-{
-  return rp_etcd_libs_load(err, errlen);
-}
-
 struct rp_etcd *rp_etcd_new(const struct rp_etcd_options *o, char *err, size_t errlen)
 {
   if (rp_etcd_libs_load(err, errlen) < 0)

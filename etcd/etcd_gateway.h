@@ -37,10 +37,6 @@ struct rp_etcd_options {
 
 struct rp_etcd;
 
-/* 0 when libcurl and json-c can be loaded (etcd_libs.c), else -1 with err naming the
- * package to install. */
-int rp_etcd_available(char *err, size_t errlen);
-
 /* NULL with err filled when the endpoints do not parse or memory is short. */
 struct rp_etcd *rp_etcd_new(const struct rp_etcd_options *o, char *err, size_t errlen);
 void rp_etcd_free(struct rp_etcd *e);

@@ -2,8 +2,8 @@
  * request: it reads every request the socket holds, submits them to the engine as one
  * list, waits for replies by reading the servers' sockets itself (rampart_reap_or_fd,
  * with the client's socket in the same poll), and answers each pass's completions in one
- * writev. So a batch of requests costs one wake, where nbdkit's worker threads cost
- * about three switches per request (docs/performance.md, 2026-11-29).
+ * writev. So a batch of requests costs one wake, not a thread switch or more per request
+ * as a worker thread per request would.
  *
  * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1); the requests'
  * own errors go to the client as NBD errors.

@@ -15,6 +15,7 @@
 #include "cluster_keys.h"
 #include "config.h"
 #include "etcd_gateway.h"
+#include "etcd_libs.h"
 
 static int set(struct rampart_config *c, const char *k, const char *v, char *err)
 {
@@ -80,7 +81,7 @@ static void put(struct rp_cluster_registry *r, const char *addr, const char *dom
 static void test_choice_spreads_over_domains(void **state)
 {
   char err[300];
-  if (rp_etcd_available(err, sizeof err) < 0) {
+  if (rp_etcd_libs_load(err, sizeof err) < 0) {
     print_message("skipped: %s\n", err);
     skip();
   }
