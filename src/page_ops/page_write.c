@@ -15,6 +15,7 @@
 #include "log.h"
 #include "page_write.h"
 #include "page_op.h"
+#include "page_store_ops.h"
 #include "page_write_pending.h"
 #include "server_health.h"
 #include "server_set.h"
@@ -107,14 +108,14 @@ void page_write_retire(struct rampart_engine *e, page_entry old)
   page_write_release_version(e, old, false);
 }
 
-/* ---- where the page lived: one entry per store (page_map.h's kinds) --------------- */
+/* ---- where the page lived: each store's release (page_store_ops.h) ----------------- */
 
-static void release_zero(struct rampart_engine *e, page_entry old, bool pinned)
+void page_store_zero_release(struct rampart_engine *e, page_entry old, bool pinned)
 {
   (void)e, (void)old, (void)pinned;
 }
 
-static void release_remote(struct rampart_engine *e, page_entry old, bool pinned)
+void page_store_remote_release(struct rampart_engine *e, page_entry old, bool pinned)
 {
   uint32_t id = (uint32_t)page_entry_group(old);
   unsigned m = page_entry_member(old);
@@ -127,7 +128,7 @@ static void release_remote(struct rampart_engine *e, page_entry old, bool pinned
     page_write_reclaim(e, id);
 }
 
-static void release_spill(struct rampart_engine *e, page_entry old, bool pinned)
+void page_store_spill_release(struct rampart_engine *e, page_entry old, bool pinned)
 {
   (void)pinned;
   /* Write-through keeps page N at slot N for good; the lost marker has no slot. */
@@ -135,25 +136,15 @@ static void release_spill(struct rampart_engine *e, page_entry old, bool pinned)
     spill_quarantine_free(&e->quarantine, (uint32_t)page_entry_slot_of(old));
 }
 
-static void release_local(struct rampart_engine *e, page_entry old, bool pinned)
+void page_store_local_release(struct rampart_engine *e, page_entry old, bool pinned)
 {
   (void)pinned;
   slot_allocator_release(&e->local.slots, (uint32_t)page_entry_slot_of(old));
 }
 
-/* How a version no longer named is given back to its store, by the kind of its entry
- * (pinned: a recovered write's old version, whose group counted it as a pin). */
-static void (*const release_stores[])(struct rampart_engine *e, page_entry old,
-                                      bool pinned) = {
-  [PAGE_ZERO] = release_zero,
-  [PAGE_REMOTE] = release_remote,
-  [PAGE_SPILL] = release_spill,
-  [PAGE_LOCAL] = release_local,
-};
-
 void page_write_release_version(struct rampart_engine *e, page_entry old, bool pinned)
 {
-  release_stores[page_entry_kind(old)](e, old, pinned);
+  page_store_of(old)->release(e, old, pinned);
 }
 
 void page_write_supersede(struct rampart_engine *e, uint64_t page, page_entry entry)
