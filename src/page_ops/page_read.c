@@ -15,6 +15,7 @@
 #include "log.h"
 #include "page_read.h"
 #include "page_op.h"
+#include "page_store_ops.h"
 #include "page_write.h"
 #include "page_write_pending.h"
 #include "server_health.h"
@@ -27,7 +28,6 @@
 static void degraded_start(struct page_op *op, uint32_t id, unsigned lost);
 static void read_finish(struct page_op *op, int result);
 static void read_from_spill(struct page_op *op, uint64_t slot);
-static const char *read_store_name(unsigned kind);
 
 /* The page's server cannot be read now. A read that its group can rebuild at once
  * does so; one that cannot, because a server it needs is only reconnecting, waits for
@@ -189,7 +189,7 @@ static void copy_failed_verification(struct page_op *op)
     return;
   }
   snprintf(why, sizeof why, "the copy in the %s failed verification (altered or stale)",
-           read_store_name(op->read_source));
+           page_stores_by_kind[op->read_source]->name);
   read_failed(op, why);
 }
 
@@ -389,23 +389,23 @@ static void on_remote_read(struct rp_request *req)
   page_read_start(op);
 }
 
-/* ---- where the page lives: one entry per store (page_map.h's kinds) ---------------- */
+/* ---- where the page lives: each store's read (page_store_ops.h) ---------------------- */
 
-static void read_zero(struct page_op *op, page_entry entry)
+void page_store_zero_read(struct page_op *op, page_entry entry)
 {
   (void)entry;
   memset(op->buf, 0, RAMPART_PAGE_SIZE);
   read_finish(op, 0);
 }
 
-static void read_local(struct page_op *op, page_entry entry)
+void page_store_local_read(struct page_op *op, page_entry entry)
 {
   memcpy(op->buf, local_store_page(&op->engine->local, page_entry_slot_of(entry)),
          RAMPART_PAGE_SIZE);
   read_finish(op, 0);
 }
 
-static void read_spill(struct page_op *op, page_entry entry)
+void page_store_spill_read(struct page_op *op, page_entry entry)
 {
   if (entry == PAGE_ENTRY_LOST) {
     read_failed(op, "it was lost: two copies of its parity group were gone or failed "
@@ -415,7 +415,7 @@ static void read_spill(struct page_op *op, page_entry entry)
   read_from_spill(op, page_entry_slot_of(entry));
 }
 
-static void read_remote(struct page_op *op, page_entry entry)
+void page_store_remote_read(struct page_op *op, page_entry entry)
 {
   struct rampart_engine *e = op->engine;
   op->group = (uint32_t)page_entry_group(entry);
@@ -439,22 +439,6 @@ static void read_remote(struct page_op *op, page_entry entry)
   server_transport_send(e, s->index, &op->req);
 }
 
-/* How a copy is read from each store, by the kind of its page's entry. */
-static const struct page_read_store {
-  const char *name;                 /* in messages: "the copy in the <name>" */
-  void (*read)(struct page_op *op, page_entry entry);
-} read_stores[] = {
-  [PAGE_ZERO] = { "zero page", read_zero },
-  [PAGE_REMOTE] = { "server", read_remote },
-  [PAGE_SPILL] = { "spill store", read_spill },
-  [PAGE_LOCAL] = { "local RAM store", read_local },
-};
-
-static const char *read_store_name(unsigned kind)
-{
-  return read_stores[kind].name;
-}
-
 void page_read_start(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
@@ -473,5 +457,5 @@ void page_read_start(struct page_op *op)
   op->read_while_written = page_write_is_pending(e, op->page);
   op->read_source = (uint8_t)page_entry_kind(entry);
   op->seal = *page_seal_get(&e->sealer, op->page);
-  read_stores[page_entry_kind(entry)].read(op, entry);
+  page_store_of(entry)->read(op, entry);
 }

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "page_write.h"
 #include "page_op.h"
+#include "page_store_ops.h"
 #include "page_write_pending.h"
 #include "server_health.h"
 #include "server_set.h"
@@ -107,14 +108,14 @@ void page_write_retire(struct rampart_engine *e, page_entry old)
   page_write_release_version(e, old, false);
 }
 
-/* ---- where the page lived: one entry per store (page_map.h's kinds) --------------- */
+/* ---- where the page lived: each store's release (page_store_ops.h) ----------------- */
 
-static void release_zero(struct rampart_engine *e, page_entry old, bool pinned)
+void page_store_zero_release(struct rampart_engine *e, page_entry old, bool pinned)
 {
   (void)e, (void)old, (void)pinned;
 }
 
-static void release_remote(struct rampart_engine *e, page_entry old, bool pinned)
+void page_store_remote_release(struct rampart_engine *e, page_entry old, bool pinned)
 {
   uint32_t id = (uint32_t)page_entry_group(old);
   unsigned m = page_entry_member(old);
@@ -127,7 +128,7 @@ static void release_remote(struct rampart_engine *e, page_entry old, bool pinned
     page_write_reclaim(e, id);
 }
 
-static void release_spill(struct rampart_engine *e, page_entry old, bool pinned)
+void page_store_spill_release(struct rampart_engine *e, page_entry old, bool pinned)
 {
   (void)pinned;
   /* Write-through keeps page N at slot N for good; the lost marker has no slot. */
@@ -135,25 +136,15 @@ static void release_spill(struct rampart_engine *e, page_entry old, bool pinned)
     spill_quarantine_free(&e->quarantine, (uint32_t)page_entry_slot_of(old));
 }
 
-static void release_local(struct rampart_engine *e, page_entry old, bool pinned)
+void page_store_local_release(struct rampart_engine *e, page_entry old, bool pinned)
 {
   (void)pinned;
   slot_allocator_release(&e->local.slots, (uint32_t)page_entry_slot_of(old));
 }
 
-/* How a version no longer named is given back to its store, by the kind of its entry
- * (pinned: a recovered write's old version, whose group counted it as a pin). */
-static void (*const release_stores[])(struct rampart_engine *e, page_entry old,
-                                      bool pinned) = {
-  [PAGE_ZERO] = release_zero,
-  [PAGE_REMOTE] = release_remote,
-  [PAGE_SPILL] = release_spill,
-  [PAGE_LOCAL] = release_local,
-};
-
 void page_write_release_version(struct rampart_engine *e, page_entry old, bool pinned)
 {
-  release_stores[page_entry_kind(old)](e, old, pinned);
+  page_store_of(old)->release(e, old, pinned);
 }
 
 void page_write_supersede(struct rampart_engine *e, uint64_t page, page_entry entry)
@@ -479,7 +470,6 @@ static int choose_member_server(struct rampart_engine *e, const struct group *g)
 }
 
 static void on_member_written(struct rp_request *req);
-static void write_to_spill(struct page_op *op);
 
 /* No server can take the page now. The spill store is for lost and full servers, not for
  * a blip: while some server is only reconnecting, the write waits for the servers
@@ -508,9 +498,10 @@ static bool write_waits_for_servers(struct page_op *op)
   return server_health_park(e, op);
 }
 
-/* Places the op's page as a member of the open group and sends it. Returns false when
- * no server can take it (the caller spills), true when sent or queued to wait. */
-static bool place_remote(struct page_op *op)
+/* The servers' write (page_store_ops.h): places the op's page as a member of the open
+ * group and sends it. Returns false when no server can take it, true when sent or
+ * queued to wait. */
+bool page_store_remote_write(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
   for (int attempt = 0; attempt < 2; attempt++) {
@@ -586,7 +577,7 @@ static bool place_remote(struct page_op *op)
 static void place_again(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
-  if (place_remote(op))
+  if (page_store_remote.write(op))
     return;
   if (e->redundancy->disk_copy) {
     /* The disk copy written alongside is now the page. */
@@ -595,7 +586,7 @@ static void place_again(struct page_op *op)
     op->pending++;
     sub_done(op, 0);
   } else if (!write_waits_for_servers(op)) {
-    write_to_spill(op);
+    page_store_spill.write(op);
   }
 }
 
@@ -736,12 +727,14 @@ static void on_move_spilled(struct spill_io *sio)
   sub_done(op, sio->result);
 }
 
-static void write_to_spill(struct page_op *op)
+/* The spill store's write (page_store_ops.h). It is the last store a write can go to,
+ * so it always takes the op: one it has no room for ends with ENOSPC. */
+bool page_store_spill_write(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
   if (!e->spill) {
     write_finish(op, -ENOSPC);
-    return;
+    return true;
   }
   uint64_t slot;
   if (e->redundancy->disk_copy) {
@@ -754,23 +747,32 @@ static void write_to_spill(struct page_op *op)
       rp_log(RP_LOG_ERROR, "no server and no spill space left for page %llu: add servers "
              "or a larger spill-size=", (unsigned long long)op->page);
       write_finish(op, -ENOSPC);
-      return;
+      return true;
     }
     slot = (uint64_t)s;
   }
   if (op->kind == PAGE_OP_MOVE && !e->redundancy->disk_copy) {
     e->counters.clean_rewrites += op->move_cleans;
     submit_spill(op, slot, on_move_spilled);
-    return;
+    return true;
   }
   page_entry now = page_entry_slot(PAGE_SPILL, slot);
   install_version(op, now);
   op->placed = now;
   page_write_pending_set(e, op->page);
   submit_spill_write(op, slot);
+  return true;
 }
 
-static void write_to_local(struct page_op *op)
+/* Write-through's disk copy: the page at its own slot, rewritten in place. */
+void page_store_spill_write_copy(struct page_op *op)
+{
+  submit_spill_write(op, op->page);
+}
+
+/* Local RAM's write (page_store_ops.h): a page already there is overwritten in its own
+ * slot; a new one takes a free slot, or the store cannot take it. */
+bool page_store_local_write(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
   page_entry old = page_map_get(&e->map, op->page);
@@ -779,15 +781,14 @@ static void write_to_local(struct page_op *op)
     slot = page_entry_slot_of(old);
   } else {
     int64_t s = slot_allocator_alloc(&e->local.slots);
-    if (s < 0) {
-      write_to_spill(op);
-      return;
-    }
+    if (s < 0)
+      return false;
     slot = (uint64_t)s;
   }
   install_version(op, page_entry_slot(PAGE_LOCAL, slot));
   memcpy(local_store_page(&e->local, slot), op->buf, RAMPART_PAGE_SIZE);
   write_finish(op, 0);
+  return true;
 }
 
 /* ---- entry point -------------------------------------------------------------------------- */
@@ -806,10 +807,6 @@ void page_write_start(struct page_op *op)
     write_finish(op, 0); /* rewritten or trimmed meanwhile: nothing left to move */
     return;
   }
-  if (e->set.nservers == 0) {
-    write_to_local(op);
-    return;
-  }
   bool wt = e->redundancy->disk_copy;
   /* A move under write-through leaves the disk copy alone: it already holds the page. */
   if (wt && !op->disk_started && op->kind != PAGE_OP_MOVE) {
@@ -820,20 +817,22 @@ void page_write_start(struct page_op *op)
      * if placing waits (no buffer, cleaning behind) the map still names the old version
      * while its disk bytes are already being replaced. The mover must leave it alone. */
     page_write_pending_set(e, op->page);
-    submit_spill_write(op, op->page);
+    page_store_spill.write_copy(op);
   }
-  if (!place_remote(op)) {
-    if (wt) {
-      /* No server can take it: the disk copy is the page now. */
-      op->placed = page_entry_slot(PAGE_SPILL, op->page);
-      install_version(op, op->placed);
-      /* The op ends when its disk copy does; if that already happened (the op waited
-       * meanwhile) or there is none (a move), end it here. */
-      if (op->pending == 0)
-        write_finish(op, op->failed ? -EIO : 0);
-      return;
-    }
-    if (!write_waits_for_servers(op))
-      write_to_spill(op);
+  if (page_store_for_write(e)->write(op))
+    return;
+  if (wt) {
+    /* No server can take it: the disk copy is the page now. */
+    op->placed = page_entry_slot(PAGE_SPILL, op->page);
+    install_version(op, op->placed);
+    /* The op ends when its disk copy does; if that already happened (the op waited
+     * meanwhile) or there is none (a move), end it here. */
+    if (op->pending == 0)
+      write_finish(op, op->failed ? -EIO : 0);
+    return;
   }
+  /* No server can take it, or local RAM is full: the spill store takes it. (A device
+   * with no servers is never write-through, config.c, and has none to wait for.) */
+  if (!write_waits_for_servers(op))
+    page_store_spill.write(op);
 }
