@@ -22,7 +22,8 @@
 # (this test checks the units; the daemon starved with its guest is test_guest_starved.sh's).
 # While it runs the serving pager is killed with SIGKILL, twice: each time the standby
 # takes the device over, the service's keeper starts a new standby, and the hog goes on
-# with no I/O error. While its pages are out, 'systemctl stop rampart-swap' must refuse (the pages cannot fit: the
+# with no I/O error; then 'rampart-swap upgrade' hands the device to a replaced
+# rampart-ublk binary the same way (checked through /proc/PID/exe). While its pages are out, 'systemctl stop rampart-swap' must refuse (the pages cannot fit: the
 # unit fails, saying what to do, and the swap stays on); the hog verifies every page;
 # 'systemctl start rampart-swap' takes the device back. Under a second program,
 # 'systemctl kill -s KILL rampartd@2' is followed by systemd's restart and a rebuild with
@@ -279,6 +280,8 @@ echo "---- metrics from the booted guest (excerpt) ----"
 sed -n 's/^rampart-guest: metrics| //p' "$console"
 echo "---- the refused stop, from the guest's journal ----"
 sed -n 's/^rampart-guest: refusal| //p' "$console"
-echo "---- the pager killed under the hog: the standby's takeovers ----"
+echo "---- the pager killed (twice) and upgraded under the hog: the standby's takeovers ----"
 sed -n 's/^rampart-guest: takeover| //p' "$console"
+echo "---- rampart-swap upgrade under the hog ----"
+sed -n 's/^rampart-guest: upgrade| //p' "$console"
 log "PASS: ${guest_seconds} s in the guest, two boots"
