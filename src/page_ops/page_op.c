@@ -1,4 +1,4 @@
-/* The page-op protocol's life cycle: the pool, the state and its one transition
+/* The page-op protocol's life cycle: the pool, the stage and its one transition
  * function, the waits, and the end (page_op.h has the diagram). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,9 +11,9 @@
 
 #define TO(s) (1u << (s))
 
-/* The transitions the protocol has, by kind and from each state. A read never writes
+/* The transitions the protocol has, by kind and from each stage. A read never writes
  * and a write never reads; a move is a read whose verified bytes become a write. */
-static const unsigned allowed_next[3][PAGE_OP_STATES] = {
+static const unsigned allowed_next[3][PAGE_OP_STAGES] = {
   [PAGE_OP_READ] = {
     [PAGE_OP_FREE] = TO(PAGE_OP_READING),
     [PAGE_OP_READING] = TO(PAGE_OP_READING) | TO(PAGE_OP_REBUILDING) | TO(PAGE_OP_FREE),
@@ -34,14 +34,14 @@ static const unsigned allowed_next[3][PAGE_OP_STATES] = {
   },
 };
 
-const char *page_op_state_name(enum page_op_state state)
+const char *page_op_stage_name(enum page_op_stage stage)
 {
-  static const char *const names[PAGE_OP_STATES] = {
+  static const char *const names[PAGE_OP_STAGES] = {
     [PAGE_OP_FREE] = "free", [PAGE_OP_READING] = "reading",
     [PAGE_OP_REBUILDING] = "rebuilding", [PAGE_OP_WRITING] = "writing",
     [PAGE_OP_ENDING] = "ending",
   };
-  return (unsigned)state < PAGE_OP_STATES ? names[state] : "?";
+  return (unsigned)stage < PAGE_OP_STAGES ? names[stage] : "?";
 }
 
 static const char *kind_name(enum page_op_kind kind)
@@ -56,24 +56,24 @@ static const char *kind_name(enum page_op_kind kind)
 static _Noreturn void protocol_broken(const struct page_op *op, const char *what)
 {
   rp_log(RP_LOG_ERROR, "internal error: page operation (%s of page %llu, %s): %s",
-         kind_name(op->kind), (unsigned long long)op->page, page_op_state_name(op->state),
+         kind_name(op->kind), (unsigned long long)op->page, page_op_stage_name(op->stage),
          what);
   abort();
 }
 
-void page_op_enter(struct page_op *op, enum page_op_state next)
+void page_op_enter(struct page_op *op, enum page_op_stage next)
 {
-  bool allowed = (unsigned)op->kind <= PAGE_OP_MOVE && (unsigned)op->state < PAGE_OP_STATES &&
-                 (allowed_next[op->kind][op->state] & TO(next)) != 0;
+  bool allowed = (unsigned)op->kind <= PAGE_OP_MOVE && (unsigned)op->stage < PAGE_OP_STAGES &&
+                 (allowed_next[op->kind][op->stage] & TO(next)) != 0;
   if (next == PAGE_OP_FREE && op->waits != PAGE_OP_NOT_WAITING)
     allowed = false; /* still on a queue: whatever ends its wait would start it again */
   if (!allowed) {
     char what[96];
-    snprintf(what, sizeof what, "no transition to %s%s", page_op_state_name(next),
+    snprintf(what, sizeof what, "no transition to %s%s", page_op_stage_name(next),
              op->waits != PAGE_OP_NOT_WAITING ? " while it waits" : "");
     protocol_broken(op, what);
   }
-  op->state = next;
+  op->stage = next;
 }
 
 /* ---- the pool ----------------------------------------------------------------------- */
@@ -85,7 +85,7 @@ struct page_op *page_op_get(struct rampart_engine *e)
     return NULL;
   e->free_ops = op->next;
   uint8_t *scratch = op->scratch;
-  memset(op, 0, sizeof *op); /* state FREE, waiting for nothing */
+  memset(op, 0, sizeof *op); /* stage FREE, waiting for nothing */
   op->scratch = scratch;
   op->engine = e;
   return op;
@@ -124,12 +124,12 @@ void page_op_begin_wait(struct page_op *op, enum page_op_wait why)
 {
   if (op->waits != PAGE_OP_NOT_WAITING)
     protocol_broken(op, "waits twice"); /* on two queues at once, it would start twice */
-  if (op->state == PAGE_OP_FREE || op->state == PAGE_OP_ENDING)
+  if (op->stage == PAGE_OP_FREE || op->stage == PAGE_OP_ENDING)
     protocol_broken(op, "waits with nothing left to do");
   op->waits = why;
   /* A writing op holds a pending count while it waits, so that a write-through disk
    * copy finishing meanwhile cannot end the op under the queue it is on. */
-  if (op->state == PAGE_OP_WRITING)
+  if (op->stage == PAGE_OP_WRITING)
     op->pending++;
 }
 
@@ -138,7 +138,7 @@ void page_op_resume(struct page_op *op)
   if (op->waits == PAGE_OP_NOT_WAITING)
     protocol_broken(op, "resumed without waiting");
   op->waits = PAGE_OP_NOT_WAITING;
-  if (op->state == PAGE_OP_WRITING) {
+  if (op->stage == PAGE_OP_WRITING) {
     op->pending--;
     op->engine->op_steps->write(op);
   } else {
@@ -171,7 +171,7 @@ void page_op_run_waiting(struct rampart_engine *e)
 void page_op_finished(struct page_op *op, int result)
 {
   struct rampart_engine *e = op->engine;
-  if (op->state == PAGE_OP_FREE)
+  if (op->stage == PAGE_OP_FREE)
     protocol_broken(op, "completed twice");
   op->owner->ended(op, result);
   page_op_put(e, op);

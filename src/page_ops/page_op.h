@@ -1,11 +1,11 @@
-/* The page-op protocol: one page of work, its states, its waits and its completions.
+/* The page-op protocol: one page of work, its stages, its waits and its completions.
  *
  * Every operation on a page goes through here: a frontend's read or write of one page
  * (engine.c starts them), and a move (page_mover.c: rebuild, cleaning, migration,
  * unspill, drain, rebalance), which is a read whose verified bytes become a write.
  * page_read.c and page_write.c carry an op through its read or its write; what a
  * failure means is decided there, in one place per edge (docs/engine.md, "The page-op
- * protocol"). This file owns the op's life: the pool, the state and the one function
+ * protocol"). This file owns the op's life: the pool, the stage and the one function
  * that changes it, the waits, and the end.
  *
  *                 page_op_get: FREE
@@ -24,7 +24,7 @@
  *
  * A read starts in READING and never writes; a write starts in WRITING and never
  * reads; a move starts in READING and writes once its read verified. Waiting (for a
- * buffer, cleaning, a server, its page's write) is not a state of its own: an op waits
+ * buffer, cleaning, a server, its page's write) is not a stage of its own: an op waits
  * in READING, REBUILDING or WRITING and resumes in the same one, from the page map.
  * A transition the table does not allow stops the engine with an internal error: it
  * means two paths think they own the op, and going on would complete some request
@@ -53,14 +53,14 @@ struct page_op;
 enum page_op_kind { PAGE_OP_READ, PAGE_OP_WRITE, PAGE_OP_MOVE };
 
 /* Where the op is in its life (the diagram above). */
-enum page_op_state {
+enum page_op_stage {
   PAGE_OP_FREE,        /* in the pool */
   PAGE_OP_READING,     /* reading its page: a server's copy, the spill store, local RAM */
   PAGE_OP_REBUILDING,  /* a degraded read: the other pieces of its group in flight */
   PAGE_OP_WRITING,     /* placing its version and writing it; placed again on failure */
   PAGE_OP_ENDING,      /* a write whose outcome is known, with a sub-request still out
                           (a mirror copy, a disk copy): it ends with the last of them */
-  PAGE_OP_STATES
+  PAGE_OP_STAGES
 };
 
 /* What a page op is waiting for. It waits for one thing at a time, on that thing's
@@ -93,7 +93,7 @@ struct page_op {
   struct rampart_engine *engine;
   const struct page_op_owner *owner;
   enum page_op_kind kind;
-  enum page_op_state state;     /* changed by page_op_enter only */
+  enum page_op_stage stage;     /* changed by page_op_enter only */
   struct rampart_io *io;        /* NULL for moves */
   uint64_t page;                /* logical page */
   uint8_t *buf;                 /* frontend slice, or the op's own scratch page */
@@ -151,14 +151,14 @@ struct page_op_steps {
 /* An op from the engine's pool, in FREE (its owner, kind and page are the caller's to
  * set before it starts), or NULL when all are in use: the caller waits its turn. */
 struct page_op *page_op_get(struct rampart_engine *e);
-/* The one way an op's state changes. A transition the protocol does not have stops the
+/* The one way an op's stage changes. A transition the protocol does not have stops the
  * engine with an internal error (see above). */
-void page_op_enter(struct page_op *op, enum page_op_state next);
-const char *page_op_state_name(enum page_op_state state);
+void page_op_enter(struct page_op *op, enum page_op_stage next);
+const char *page_op_stage_name(enum page_op_stage stage);
 /* Writing its page: a write, or a move past its read (also while it ends). */
 static inline bool page_op_is_writing(const struct page_op *op)
 {
-  return op->state == PAGE_OP_WRITING || op->state == PAGE_OP_ENDING;
+  return op->stage == PAGE_OP_WRITING || op->stage == PAGE_OP_ENDING;
 }
 
 /* Waits (enum page_op_wait): begin marks the op waiting (the caller queues it);

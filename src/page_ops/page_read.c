@@ -152,7 +152,7 @@ static void copy_failed_verification(struct page_op *op)
   e->counters.integrity_failures++;
   op->bad_copies++;
   char why[240];
-  if (op->state == PAGE_OP_REBUILDING) {
+  if (op->stage == PAGE_OP_REBUILDING) {
     /* Rebuilt from every other piece of its group and still not the page: nothing is
      * left to try. */
     op->bad_copies = 2;
@@ -442,7 +442,7 @@ void page_store_remote_read(struct page_op *op, page_entry entry)
 void page_read_start(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
-  e->counters.frontend_pages_started += op->kind == PAGE_OP_READ && op->state == PAGE_OP_FREE;
+  e->counters.frontend_pages_started += op->kind == PAGE_OP_READ && op->stage == PAGE_OP_FREE;
   page_op_enter(op, PAGE_OP_READING);
   if (op->kind == PAGE_OP_MOVE)
     op->buf = op->scratch;

@@ -596,7 +596,7 @@ static void sub_done(struct page_op *op, int result)
     op->failed = true;
   if (--op->pending > 0)
     return;
-  if (op->state == PAGE_OP_ENDING) {
+  if (op->stage == PAGE_OP_ENDING) {
     write_finish(op, op->end_result);
     return;
   }
@@ -796,7 +796,7 @@ bool page_store_local_write(struct page_op *op)
 void page_write_start(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
-  bool first = op->state == PAGE_OP_FREE;
+  bool first = op->stage == PAGE_OP_FREE;
   page_op_enter(op, PAGE_OP_WRITING);
   if (first && op->kind == PAGE_OP_WRITE) {
     /* Counted once per write, at its start: placed again or waiting, it is one. */

@@ -21,7 +21,7 @@
 
 struct legal {
   enum page_op_kind kind;
-  enum page_op_state from, to;
+  enum page_op_stage from, to;
 };
 
 static const struct legal legal[] = {
@@ -53,7 +53,7 @@ static const struct legal legal[] = {
   { PAGE_OP_MOVE, PAGE_OP_ENDING, PAGE_OP_FREE },
 };
 
-static bool is_legal(enum page_op_kind kind, enum page_op_state from, enum page_op_state to)
+static bool is_legal(enum page_op_kind kind, enum page_op_stage from, enum page_op_stage to)
 {
   for (size_t i = 0; i < sizeof legal / sizeof legal[0]; i++)
     if (legal[i].kind == kind && legal[i].from == from && legal[i].to == to)
@@ -61,12 +61,12 @@ static bool is_legal(enum page_op_kind kind, enum page_op_state from, enum page_
   return false;
 }
 
-static struct page_op op_in(enum page_op_kind kind, enum page_op_state state)
+static struct page_op op_in(enum page_op_kind kind, enum page_op_stage stage)
 {
   struct page_op op;
   memset(&op, 0, sizeof op);
   op.kind = kind;
-  op.state = state;
+  op.stage = stage;
   op.page = 4242;
   return op;
 }
@@ -106,52 +106,52 @@ static bool aborts(void (*fn)(void *), void *arg, char *out, size_t outlen)
 
 struct transition {
   struct page_op op;
-  enum page_op_state to;
+  enum page_op_stage to;
 };
 
 static void take_transition(void *arg)
 {
   struct transition *t = arg;
   page_op_enter(&t->op, t->to);
-  if (t->op.state != t->to)
+  if (t->op.stage != t->to)
     _exit(3); /* allowed but not taken */
 }
 
 static const char *const kind_names[] = { "read", "write", "move" };
 
-/* 3 kinds x 5 x 5 states: exactly the legal ones are taken, every other one aborts
- * and says which op, which page, from which state to which. */
+/* 3 kinds x 5 x 5 stages: exactly the legal ones are taken, every other one aborts
+ * and says which op, which page, from which stage to which. */
 static void test_every_transition_is_taken_or_refused_as_the_protocol_says(void **state)
 {
   (void)state;
   unsigned taken = 0, refused = 0;
   for (int kind = PAGE_OP_READ; kind <= PAGE_OP_MOVE; kind++)
-    for (int from = 0; from < PAGE_OP_STATES; from++)
-      for (int to = 0; to < PAGE_OP_STATES; to++) {
-        struct transition t = { op_in((enum page_op_kind)kind, (enum page_op_state)from),
-                                (enum page_op_state)to };
+    for (int from = 0; from < PAGE_OP_STAGES; from++)
+      for (int to = 0; to < PAGE_OP_STAGES; to++) {
+        struct transition t = { op_in((enum page_op_kind)kind, (enum page_op_stage)from),
+                                (enum page_op_stage)to };
         char err[512];
         bool aborted = aborts(take_transition, &t, err, sizeof err);
-        bool want = is_legal((enum page_op_kind)kind, (enum page_op_state)from,
-                             (enum page_op_state)to);
+        bool want = is_legal((enum page_op_kind)kind, (enum page_op_stage)from,
+                             (enum page_op_stage)to);
         if (aborted == want)
           fail_msg("%s: %s -> %s %s", kind_names[kind],
-                   page_op_state_name((enum page_op_state)from),
-                   page_op_state_name((enum page_op_state)to),
+                   page_op_stage_name((enum page_op_stage)from),
+                   page_op_stage_name((enum page_op_stage)to),
                    want ? "refused, but the protocol has it" : "taken, but the protocol lacks it");
         if (aborted) {
           refused++;
           char expect[128];
           snprintf(expect, sizeof expect, "internal error: page operation (%s of page 4242, %s)",
-                   kind_names[kind], page_op_state_name((enum page_op_state)from));
+                   kind_names[kind], page_op_stage_name((enum page_op_stage)from));
           assert_non_null(strstr(err, expect));
-          assert_non_null(strstr(err, page_op_state_name((enum page_op_state)to)));
+          assert_non_null(strstr(err, page_op_stage_name((enum page_op_stage)to)));
         } else {
           taken++;
         }
       }
   assert_int_equal(taken, sizeof legal / sizeof legal[0]);
-  assert_int_equal(refused, 3 * PAGE_OP_STATES * PAGE_OP_STATES - taken);
+  assert_int_equal(refused, 3 * PAGE_OP_STAGES * PAGE_OP_STAGES - taken);
 }
 
 /* An op still on a queue must not end: whatever ends its wait would start it again. */
