@@ -24,6 +24,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "fifo.h"
 #include "nbd_protocol.h"
 
 /* The receive buffer: 64 KiB holds a batch of 32 queued 4 KiB writes with their headers
@@ -270,8 +271,13 @@ static struct request *take_request(struct nbd_server_conn *c, const uint8_t *p)
   }
 }
 
-/* Every complete request in the receive buffer, onto *tail. */
-static void take_requests(struct nbd_server_conn *c, struct rampart_io ***tail)
+/* The requests one pass takes, for one rampart_submit_list. */
+struct batch {
+  struct rampart_io *head, *tail;
+};
+
+/* Every complete request in the receive buffer, onto the batch. */
+static void take_requests(struct nbd_server_conn *c, struct batch *b)
 {
   while (!c->closing) {
     size_t held = c->in_end - c->in_start;
@@ -293,10 +299,8 @@ static void take_requests(struct nbd_server_conn *c, struct rampart_io ***tail)
       r = take_request(c, c->in + c->in_start);
       c->in_start += NBD_REQUEST_SIZE;
     }
-    if (r) {
-      **tail = &r->io;
-      *tail = &r->io.next;
-    }
+    if (r)
+      FIFO_APPEND(b->head, b->tail, &r->io, next);
   }
   if (c->in_start == c->in_end)
     c->in_start = c->in_end = 0;
@@ -414,7 +418,7 @@ static void serve(struct nbd_server_conn *c)
 {
   bool readable = true;
   for (;;) {
-    struct rampart_io *batch = NULL, **tail = &batch;
+    struct batch batch = { NULL, NULL };
     bool can_take = can_take_requests(c);
     if (atomic_load(&c->stop_asked) && !c->closing) {
       /* Stopping: every request the client has sent is taken and answered, then the
@@ -422,17 +426,17 @@ static void serve(struct nbd_server_conn *c)
       bool more = true;
       while (more && can_take_requests(c)) {
         more = receive(c);
-        take_requests(c, &tail);
+        take_requests(c, &batch);
       }
       c->closing = true;
       can_take = false;
     }
     if (can_take && readable) {
       readable = receive(c);
-      take_requests(c, &tail);
+      take_requests(c, &batch);
     }
-    if (batch)
-      rampart_submit_list(c->engine, batch); /* one lock, one send per server */
+    if (batch.head)
+      rampart_submit_list(c->engine, batch.head); /* one lock, one send per server */
     send_replies(c);
     if (c->closing && c->filling) { /* a write whose payload never came: not submitted */
       release(c, c->filling);

@@ -10,6 +10,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fifo.h"
+
 #define EVENT_USER_DATA UINT64_MAX /* the eventfd read; a tag otherwise */
 
 /* The queue whose thread this is: its own completions need no lock and no wake. */
@@ -113,8 +115,8 @@ static void start_request(struct ublk_queue *q, struct ublk_tag *t)
     prep_io_command(q, UBLK_IO_COMMIT_AND_FETCH_REQ, t->tag, t->result);
     return;
   }
-  *q->batch_tail = io; /* submitted with the rest of this pass's requests */
-  q->batch_tail = &io->next;
+  /* submitted with the rest of this pass's requests */
+  FIFO_APPEND(q->batch_head, q->batch_tail, io, next);
   q->in_engine++;
 }
 
@@ -203,8 +205,7 @@ static void *queue_main(void *arg)
     }
     struct io_uring_cqe *cqe;
     unsigned head, seen = 0;
-    struct rampart_io *batch = NULL;
-    q->batch_tail = &batch;
+    q->batch_head = q->batch_tail = NULL;
     io_uring_for_each_cqe(&q->ring, head, cqe)
     {
       seen++;
@@ -226,7 +227,7 @@ static void *queue_main(void *arg)
     }
     io_uring_cq_advance(&q->ring, seen);
     /* one lock and one send per server for every request this pass fetched */
-    rampart_submit_list(q->engine, batch);
+    rampart_submit_list(q->engine, q->batch_head);
     commit_done_here(q); /* those that completed at once (zero pages, errors) */
   }
   io_uring_queue_exit(&q->ring);

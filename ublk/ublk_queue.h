@@ -53,8 +53,8 @@ struct ublk_queue {
   uint16_t *done_here; /* queue thread only: tags completed on it, to commit */
   unsigned ndone_here;
   unsigned in_engine; /* queue thread only: requests submitted and not yet committed */
-  struct rampart_io **batch_tail; /* queue thread only: where the next request fetched in
-                                    this pass is linked, for rampart_submit_list */
+  /* queue thread only: the requests fetched in this pass, for rampart_submit_list */
+  struct rampart_io *batch_head, *batch_tail;
   unsigned aborted;   /* tags the driver gave back (device stopping) */
   pthread_t thread;
   bool thread_started, locks_made;
