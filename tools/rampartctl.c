@@ -442,11 +442,21 @@ static double bench_pass(struct bench *b, struct ev_loop *loop, uint8_t op, uint
   return rp_now_seconds() - t0;
 }
 
-static void report_pass(const char *name, uint64_t pages, double secs, uint64_t depth)
+/* Runs one pass and says how it went: its speed, or that requests failed (false). */
+static bool run_pass(struct bench *b, struct ev_loop *loop, uint8_t op, uint64_t depth)
 {
-  double rate = secs > 0 ? (double)pages / secs : 0;
+  bool writing = op == RP_OP_WRITE;
+  double secs = bench_pass(b, loop, op, depth);
+  if (b->failures) {
+    fprintf(stderr, "rampartctl: %" PRIu64 " %s failed; first: %s\n", b->failures,
+            writing ? "writes" : "reads", b->first_error);
+    return false;
+  }
+  double rate = secs > 0 ? (double)b->pages / secs : 0;
   printf("%-6s %" PRIu64 " pages in %.3f s: %.0f pages/s, %.1f MiB/s (depth %" PRIu64 ")\n",
-         name, pages, secs, rate, rate * RP_PAGE_SIZE / (1024.0 * 1024.0), depth);
+         writing ? "write:" : "read:", b->pages, secs, rate,
+         rate * RP_PAGE_SIZE / (1024.0 * 1024.0), depth);
+  return true;
 }
 
 static int cmd_bench(struct rp_conn *c, const struct common_args *a)
@@ -481,26 +491,16 @@ static int cmd_bench(struct rp_conn *c, const struct common_args *a)
   printf("bench: %" PRIu64 " pages (%.1f MiB) against %s, depth %" PRIu64 "\n", a->pages,
          (double)a->pages * RP_PAGE_SIZE / (1024.0 * 1024.0), rp_conn_peer(c), a->depth);
 
-  double wsecs = bench_pass(&b, loop, RP_OP_WRITE, a->depth);
-  if (b.failures) {
-    fprintf(stderr, "rampartctl: %" PRIu64 " writes failed; first: %s\n", b.failures,
-            b.first_error);
+  if (!run_pass(&b, loop, RP_OP_WRITE, a->depth))
     goto out;
-  }
-  report_pass("write:", a->pages, wsecs, a->depth);
 
   struct rp_server_stat s;
   bool have_stat = rp_stat_sync(c, &s, &e) == 0;
   if (!have_stat)
     fprintf(stderr, "rampartctl: %s\n", e.message);
 
-  double rsecs = bench_pass(&b, loop, RP_OP_READ, a->depth);
-  if (b.failures) {
-    fprintf(stderr, "rampartctl: %" PRIu64 " reads failed; first: %s\n", b.failures,
-            b.first_error);
+  if (!run_pass(&b, loop, RP_OP_READ, a->depth))
     goto out;
-  }
-  report_pass("read:", a->pages, rsecs, a->depth);
   printf("verify: %" PRIu64 " pages read back, %" PRIu64 " mismatched\n", a->pages,
          b.mismatches);
 
