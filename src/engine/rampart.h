@@ -79,7 +79,8 @@ struct rampart_engine;
  *                         segment PATH names, so a pager restarted after a crash takes
  *                         the device back with every page (docs/recovery.md)
  *   submit=inline|handover  who starts a request: the calling thread while the I/O
- *                         thread sleeps (default), or always the I/O thread (docs/engine.md)
+ *                         thread sleeps (default inline), or always the I/O thread
+ *                         (handover; docs/engine.md)
  */
 struct rampart_config;
 
