@@ -2,7 +2,7 @@
  * caller bounds them with SO_RCVTIMEO/SO_SNDTIMEO, and nothing here allocates, since a
  * reconnect runs while the machine may have no memory to give. */
 #include "nbd_handshake.h"
-#include "nbd_exact_io.h"
+#include "fd_io.h"
 #include "nbd_protocol.h"
 
 #include <endian.h>
@@ -33,7 +33,7 @@ static int send_go(int fd, const char *export_name)
   memcpy(msg + n, &be_name_len, 4), n += 4;
   memcpy(msg + n, export_name, name_len), n += name_len;
   memcpy(msg + n, &no_info_requests, 2), n += 2;
-  return nbd_write_exact(fd, msg, n);
+  return rp_write_full(fd, msg, n);
 }
 
 int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char *err,
@@ -47,7 +47,7 @@ int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char 
     uint64_t init_magic, option_magic;
     uint16_t flags;
   } greeting;
-  if (nbd_read_exact(fd, &greeting, sizeof greeting) < 0) {
+  if (rp_read_full(fd, &greeting, sizeof greeting) < 0) {
     snprintf(err, errlen, "no NBD greeting from the server: %s", io_error());
     return -1;
   }
@@ -65,7 +65,7 @@ int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char 
   uint32_t client_flags = NBD_HANDSHAKE_FIXED_NEWSTYLE |
                           (server_flags & NBD_HANDSHAKE_NO_ZEROES);
   client_flags = htobe32(client_flags);
-  if (nbd_write_exact(fd, &client_flags, 4) < 0 || send_go(fd, export_name) < 0) {
+  if (rp_write_full(fd, &client_flags, 4) < 0 || send_go(fd, export_name) < 0) {
     snprintf(err, errlen, "cannot send the NBD options: %s", io_error());
     return -1;
   }
@@ -75,7 +75,7 @@ int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char 
       uint64_t magic;
       uint32_t option, type, length;
     } reply;
-    if (nbd_read_exact(fd, &reply, sizeof reply) < 0) {
+    if (rp_read_full(fd, &reply, sizeof reply) < 0) {
       snprintf(err, errlen, "the server ended the NBD handshake: %s", io_error());
       return -1;
     }
@@ -87,7 +87,7 @@ int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char 
     if (type & NBD_REP_FLAG_ERROR) {
       char message[256] = "";
       uint32_t keep = length < sizeof message - 1 ? length : (uint32_t)sizeof message - 1;
-      if (nbd_read_exact(fd, message, keep) < 0 || nbd_skip(fd, length - keep) < 0)
+      if (rp_read_full(fd, message, keep) < 0 || rp_read_skip(fd, length - keep) < 0)
         message[0] = '\0';
       snprintf(err, errlen, "the server refused export '%s' (NBD error %u)%s%s",
                export_name, type & ~NBD_REP_FLAG_ERROR, message[0] ? ": " : "", message);
@@ -103,7 +103,7 @@ int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char 
     }
     if (type == NBD_REP_INFO && length >= 2) {
       uint16_t info;
-      if (nbd_read_exact(fd, &info, 2) < 0) {
+      if (rp_read_full(fd, &info, 2) < 0) {
         snprintf(err, errlen, "the server ended the NBD handshake: %s", io_error());
         return -1;
       }
@@ -113,7 +113,7 @@ int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char 
           uint64_t size;
           uint16_t flags;
         } export;
-        if (nbd_read_exact(fd, &export, sizeof export) < 0) {
+        if (rp_read_full(fd, &export, sizeof export) < 0) {
           snprintf(err, errlen, "the server ended the NBD handshake: %s", io_error());
           return -1;
         }
@@ -123,7 +123,7 @@ int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char 
         continue;
       }
     }
-    if (nbd_skip(fd, length) < 0) {
+    if (rp_read_skip(fd, length) < 0) {
       snprintf(err, errlen, "the server ended the NBD handshake: %s", io_error());
       return -1;
     }

@@ -19,11 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "fifo.h"
+#include "mailbox.h"
 #include "nbd_protocol.h"
 
 /* The receive buffer: 64 KiB holds a batch of 32 queued 4 KiB writes with their headers
@@ -56,21 +57,17 @@ struct request {
 struct nbd_server_conn {
   struct rampart_engine *engine;
   struct nbd_server_export export;
-  int fd, epoll_fd, event_fd;
+  int fd, epoll_fd;
   bool watching_client; /* fd is in epoll_fd's set */
   unsigned depth;
   struct request *requests, *free_requests;
   uint8_t *pages; /* FIRST_BUFFER bytes per request */
   unsigned outstanding; /* taken from the free list, reply not sent yet */
-  /* Replies ready, in the order they completed: those completed on this thread (no
-   * lock), and those another thread completed (under done_lock, announced on
-   * event_fd, then remote_done). */
-  struct request **ready;
+  /* Replies ready (struct request *), in the order they completed: those completed on
+   * this thread, and those another thread completed, posted to `done` and moved here. */
+  void **ready;
   unsigned nready;
-  pthread_mutex_t done_lock;
-  struct request **done;
-  unsigned ndone;
-  atomic_bool remote_done;
+  struct rp_mailbox done; /* its event_fd is in epoll_fd's set */
   /* What was received and not yet taken; a write whose payload is still coming. */
   uint8_t *in;
   size_t in_start, in_end;
@@ -113,37 +110,10 @@ static void on_engine_done(struct rampart_io *io, int result)
   struct nbd_server_conn *c = r->conn;
   r->reply.error = htobe32(nbd_error_of(result));
   r->reply_data = io->op == RAMPART_OP_READ && result == 0;
-  if (c == conn_of_this_thread) {
+  if (c == conn_of_this_thread)
     c->ready[c->nready++] = r;
-    return;
-  }
-  pthread_mutex_lock(&c->done_lock);
-  c->done[c->ndone++] = r;
-  bool wake = c->ndone == 1; /* else a wake-up is on its way */
-  pthread_mutex_unlock(&c->done_lock);
-  if (wake) {
-    uint64_t one = 1;
-    while (write(c->event_fd, &one, sizeof one) < 0 && errno == EINTR)
-      ;
-    atomic_store(&c->remote_done, true); /* after the write: see take_remote_done */
-  }
-}
-
-/* Moves what other threads completed onto the ready list. The flag is set after the
- * eventfd is written, so when it is seen the eventfd's count is there to be read, and
- * epoll_fd does not stay readable for a completion already taken. */
-static void take_remote_done(struct nbd_server_conn *c)
-{
-  if (!atomic_exchange(&c->remote_done, false))
-    return;
-  uint64_t count;
-  ssize_t ignored = read(c->event_fd, &count, sizeof count);
-  (void)ignored;
-  pthread_mutex_lock(&c->done_lock);
-  memcpy(c->ready + c->nready, c->done, c->ndone * sizeof *c->done);
-  c->nready += c->ndone;
-  c->ndone = 0;
-  pthread_mutex_unlock(&c->done_lock);
+  else
+    rp_mailbox_post(&c->done, r);
 }
 
 static void answer_now(struct nbd_server_conn *c, struct request *r, uint32_t nbd_error)
@@ -270,8 +240,13 @@ static struct request *take_request(struct nbd_server_conn *c, const uint8_t *p)
   }
 }
 
-/* Every complete request in the receive buffer, onto *tail. */
-static void take_requests(struct nbd_server_conn *c, struct rampart_io ***tail)
+/* The requests one pass takes, for one rampart_submit_list. */
+struct batch {
+  struct rampart_io *head, *tail;
+};
+
+/* Every complete request in the receive buffer, onto the batch. */
+static void take_requests(struct nbd_server_conn *c, struct batch *b)
 {
   while (!c->closing) {
     size_t held = c->in_end - c->in_start;
@@ -293,10 +268,8 @@ static void take_requests(struct nbd_server_conn *c, struct rampart_io ***tail)
       r = take_request(c, c->in + c->in_start);
       c->in_start += NBD_REQUEST_SIZE;
     }
-    if (r) {
-      **tail = &r->io;
-      *tail = &r->io.next;
-    }
+    if (r)
+      FIFO_APPEND(b->head, b->tail, &r->io, next);
   }
   if (c->in_start == c->in_end)
     c->in_start = c->in_end = 0;
@@ -347,7 +320,7 @@ static bool receive(struct nbd_server_conn *c)
  * follows its header), then their requests go back to the free list. */
 static void send_replies(struct nbd_server_conn *c)
 {
-  take_remote_done(c);
+  c->nready += rp_mailbox_take_woken(&c->done, c->ready + c->nready);
   unsigned sent = 0;
   while (sent < c->nready) {
     unsigned niov = 0, first = sent;
@@ -414,7 +387,7 @@ static void serve(struct nbd_server_conn *c)
 {
   bool readable = true;
   for (;;) {
-    struct rampart_io *batch = NULL, **tail = &batch;
+    struct batch batch = { NULL, NULL };
     bool can_take = can_take_requests(c);
     if (atomic_load(&c->stop_asked) && !c->closing) {
       /* Stopping: every request the client has sent is taken and answered, then the
@@ -422,17 +395,17 @@ static void serve(struct nbd_server_conn *c)
       bool more = true;
       while (more && can_take_requests(c)) {
         more = receive(c);
-        take_requests(c, &tail);
+        take_requests(c, &batch);
       }
       c->closing = true;
       can_take = false;
     }
     if (can_take && readable) {
       readable = receive(c);
-      take_requests(c, &tail);
+      take_requests(c, &batch);
     }
-    if (batch)
-      rampart_submit_list(c->engine, batch); /* one lock, one send per server */
+    if (batch.head)
+      rampart_submit_list(c->engine, batch.head); /* one lock, one send per server */
     send_replies(c);
     if (c->closing && c->filling) { /* a write whose payload never came: not submitted */
       release(c, c->filling);
@@ -466,7 +439,7 @@ static void *conn_main(void *arg)
   setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
   setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
   char err[256];
-  int r = nbd_server_handshake(c->fd, c->event_fd, &c->export, err, sizeof err);
+  int r = nbd_server_handshake(c->fd, c->done.event_fd, &c->export, err, sizeof err);
   if (r < 0)
     say(c, err);
   if (r == 0) {
@@ -488,13 +461,11 @@ static void conn_free(struct nbd_server_conn *c)
   free(c->requests);
   free(c->pages);
   free(c->ready);
-  free(c->done);
+  rp_mailbox_free(&c->done);
   free(c->in);
   free(c->iov);
   if (c->epoll_fd >= 0)
     close(c->epoll_fd);
-  if (c->event_fd >= 0)
-    close(c->event_fd);
   if (c->fd >= 0)
     close(c->fd);
   free(c);
@@ -517,14 +488,13 @@ struct nbd_server_conn *nbd_server_conn_start(struct rampart_engine *engine, int
   c->requests = calloc(depth, sizeof *c->requests);
   c->pages = aligned_alloc(4096, (size_t)depth * FIRST_BUFFER);
   c->ready = calloc(depth, sizeof *c->ready);
-  c->done = calloc(depth, sizeof *c->done);
   c->in = malloc(RECEIVE_BUFFER);
   c->iov = calloc(IOV_MAX, sizeof *c->iov);
-  c->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   c->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-  struct epoll_event ev = { .events = EPOLLIN, .data.fd = c->event_fd };
-  if (!c->requests || !c->pages || !c->ready || !c->done || !c->in || !c->iov || c->event_fd < 0 ||
-      c->epoll_fd < 0 || epoll_ctl(c->epoll_fd, EPOLL_CTL_ADD, c->event_fd, &ev) < 0) {
+  int made = rp_mailbox_init(&c->done, depth, true);
+  struct epoll_event ev = { .events = EPOLLIN, .data.fd = c->done.event_fd };
+  if (!c->requests || !c->pages || !c->ready || made < 0 || !c->in || !c->iov ||
+      c->epoll_fd < 0 || epoll_ctl(c->epoll_fd, EPOLL_CTL_ADD, c->done.event_fd, &ev) < 0) {
     snprintf(err, errlen, "cannot set up a connection: %s", strerror(errno ? errno : ENOMEM));
     conn_free(c);
     return NULL;
@@ -539,11 +509,9 @@ struct nbd_server_conn *nbd_server_conn_start(struct rampart_engine *engine, int
     c->requests[i].next = i + 1 < depth ? &c->requests[i + 1] : NULL;
   }
   c->free_requests = &c->requests[0];
-  pthread_mutex_init(&c->done_lock, NULL);
   int r = pthread_create(&c->thread, NULL, conn_main, c);
   if (r != 0) {
     snprintf(err, errlen, "cannot start a connection's thread: %s", strerror(r));
-    pthread_mutex_destroy(&c->done_lock);
     conn_free(c);
     return NULL;
   }
@@ -558,17 +526,13 @@ bool nbd_server_conn_ended(const struct nbd_server_conn *c)
 void nbd_server_conn_stop(struct nbd_server_conn *c)
 {
   atomic_store(&c->stop_asked, true);
-  /* Wakes the thread wherever it waits, on its eventfd: in the handshake, or in
-   * epoll_fd's set (marked as take_remote_done reads it). */
-  uint64_t one = 1;
-  while (write(c->event_fd, &one, sizeof one) < 0 && errno == EINTR)
-    ;
-  atomic_store(&c->remote_done, true);
+  /* Wakes the thread wherever it waits, on its mailbox's eventfd: in the handshake, or
+   * in epoll_fd's set. */
+  rp_mailbox_wake(&c->done);
 }
 
 void nbd_server_conn_join(struct nbd_server_conn *c)
 {
   pthread_join(c->thread, NULL);
-  pthread_mutex_destroy(&c->done_lock);
   conn_free(c);
 }

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "nbd_exact_io.h"
+#include "fd_io.h"
 #include "nbd_protocol.h"
 
 /* Longest option data taken: NBD_OPT_GO's name (at most NBD_MAX_EXPORT_NAME) and a
@@ -54,9 +54,9 @@ static int send_reply(int fd, uint32_t option, uint32_t type, const void *data,
     uint64_t magic;
     uint32_t option, type, length;
   } h = { htobe64(NBD_REPLY_MAGIC), htobe32(option), htobe32(type), htobe32(length) };
-  if (nbd_write_exact(fd, &h, sizeof h) < 0)
+  if (rp_write_full(fd, &h, sizeof h) < 0)
     return -1;
-  return length ? nbd_write_exact(fd, data, length) : 0;
+  return length ? rp_write_full(fd, data, length) : 0;
 }
 
 static int send_export_info(int fd, uint32_t option, const struct nbd_server_export *ex)
@@ -123,8 +123,8 @@ int nbd_server_handshake(int fd, int cancel_fd, const struct nbd_server_export *
   } greeting = { htobe64(NBD_INIT_MAGIC), htobe64(NBD_OPTION_MAGIC),
                  htobe16(NBD_HANDSHAKE_FIXED_NEWSTYLE | NBD_HANDSHAKE_NO_ZEROES) };
   uint32_t client_flags;
-  if (nbd_write_exact(fd, &greeting, sizeof greeting) < 0 || wait_for_client(fd, cancel_fd) < 0 ||
-      nbd_read_exact(fd, &client_flags, 4) < 0) {
+  if (rp_write_full(fd, &greeting, sizeof greeting) < 0 || wait_for_client(fd, cancel_fd) < 0 ||
+      rp_read_full(fd, &client_flags, 4) < 0) {
     snprintf(err, errlen, "the client left before the NBD handshake: %s", io_error());
     return -1;
   }
@@ -140,7 +140,7 @@ int nbd_server_handshake(int fd, int cancel_fd, const struct nbd_server_export *
       uint64_t magic;
       uint32_t option, length;
     } h;
-    if (wait_for_client(fd, cancel_fd) < 0 || nbd_read_exact(fd, &h, sizeof h) < 0) {
+    if (wait_for_client(fd, cancel_fd) < 0 || rp_read_full(fd, &h, sizeof h) < 0) {
       snprintf(err, errlen, "the client left during the NBD handshake: %s", io_error());
       return -1;
     }
@@ -152,7 +152,7 @@ int nbd_server_handshake(int fd, int cancel_fd, const struct nbd_server_export *
     }
     uint8_t data[MAX_OPTION_DATA];
     bool kept = length <= sizeof data;
-    if (kept ? nbd_read_exact(fd, data, length) < 0 : nbd_skip(fd, length) < 0) {
+    if (kept ? rp_read_full(fd, data, length) < 0 : rp_read_skip(fd, length) < 0) {
       snprintf(err, errlen, "the client left during the NBD handshake: %s", io_error());
       return -1;
     }
@@ -164,7 +164,7 @@ int nbd_server_handshake(int fd, int cancel_fd, const struct nbd_server_export *
         uint16_t flags;
         uint8_t zeroes[124];
       } reply = { htobe64(ex->size), htobe16(ex->transmission_flags), { 0 } };
-      if (nbd_write_exact(fd, &reply, no_zeroes ? 10 : sizeof reply) < 0)
+      if (rp_write_full(fd, &reply, no_zeroes ? 10 : sizeof reply) < 0)
         break;
       return 0;
     }

@@ -21,11 +21,11 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "nbd_protocol.h"
 #include "nbd_server_conn.h"
 #include "parse.h"
@@ -76,57 +76,44 @@ static int parse_bool(const char *key, const char *value, bool *out)
   return 0;
 }
 
-static int parse_arguments(int argc, char **argv, struct options *o,
-                           struct rampart_config *config)
+/* One of the daemon's own arguments (struct rampart_frontend_args's option). */
+static int take_option(void *ctx, const char *a, const char *value)
 {
+  struct options *o = ctx;
   char err[512];
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *value = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      printf("%s%s", usage, rampart_config_help);
-      return 1;
-    } else if (strcmp(a, "--state-layout") == 0) {
-      printf("%s\n", rampart_state_layout());
-      return 1;
-    } else if (strcmp(a, "--unix") == 0 || strcmp(a, "--tcp") == 0) {
-      if (!value) {
-        fprintf(stderr, "rampart-nbd-server: %s needs a value\n%s", a, usage);
-        return -1;
-      }
-      *(a[2] == 'u' ? &o->unix_path : &o->tcp) = value;
-      i++;
-    } else if (strcmp(a, "--depth") == 0) {
-      uint64_t v;
-      if (rp_parse_uint("--depth", value, MAX_DEPTH, &v, err, sizeof err) < 0 || v == 0) {
-        fprintf(stderr, "rampart-nbd-server: --depth '%s': give a number from 1 to %u\n",
-                value ? value : "", MAX_DEPTH);
-        return -1;
-      }
-      o->depth = (unsigned long)v;
-      i++;
-    } else if (strncmp(a, "mlock=", 6) == 0 || strncmp(a, "standby=", 8) == 0) {
-      /* the plugin's own switches, taken here too; every other key is the engine's */
-      bool mlock = a[0] == 'm';
-      if (parse_bool(mlock ? "mlock" : "standby", strchr(a, '=') + 1,
-                     mlock ? &o->lock_memory : &o->standby) < 0)
-        return -1;
-    } else if (strchr(a, '=') && a[0] != '-') {
-      if (rampart_config_set_argument(config, a, err, sizeof err) < 0) {
-        fprintf(stderr, "rampart-nbd-server: %s\n", err);
-        return -1;
-      }
-    } else {
-      fprintf(stderr, "rampart-nbd-server: unexpected argument '%s'\n%s", a, usage);
+  if (strcmp(a, "--unix") == 0 || strcmp(a, "--tcp") == 0) {
+    if (!value) {
+      fprintf(stderr, "rampart-nbd-server: %s needs a value\n%s", a, usage);
       return -1;
     }
+    *(a[2] == 'u' ? &o->unix_path : &o->tcp) = value;
+    return 2;
   }
+  if (strcmp(a, "--depth") == 0) {
+    uint64_t v;
+    if (rp_parse_uint("--depth", value, MAX_DEPTH, &v, err, sizeof err) < 0 || v == 0) {
+      fprintf(stderr, "rampart-nbd-server: --depth '%s': give a number from 1 to %u\n",
+              value ? value : "", MAX_DEPTH);
+      return -1;
+    }
+    o->depth = (unsigned long)v;
+    return 2;
+  }
+  if (strncmp(a, "mlock=", 6) == 0 || strncmp(a, "standby=", 8) == 0) {
+    /* the plugin's own switches, taken here too; every other key is the engine's */
+    bool mlock = a[0] == 'm';
+    return parse_bool(mlock ? "mlock" : "standby", strchr(a, '=') + 1,
+                      mlock ? &o->lock_memory : &o->standby) < 0 ? -1 : 1;
+  }
+  return 0;
+}
+
+/* The options together, once every argument is read. */
+static int check_options(void *ctx, const struct rampart_config *config)
+{
+  const struct options *o = ctx;
   if (!o->unix_path == !o->tcp) {
     fprintf(stderr, "rampart-nbd-server: give one of --unix PATH or --tcp HOST:PORT\n");
-    return -1;
-  }
-  if (rampart_config_check(config, err, sizeof err) < 0) {
-    fprintf(stderr, "rampart-nbd-server: %s\n", err);
     return -1;
   }
   if (o->standby && !rampart_config_state_path(config)) {
@@ -137,27 +124,20 @@ static int parse_arguments(int argc, char **argv, struct options *o,
   return 0;
 }
 
-static long long ms_since(const struct timespec *t0)
-{
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return (long long)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
-}
-
 /* The engine: opened at once, or, for a standby, once the daemon it stands by for has
  * died, over the state that daemon left. NULL after saying why. */
 static struct rampart_engine *open_engine(const struct options *o,
                                           const struct rampart_config *config)
 {
   char err[512];
-  struct timespec died;
+  uint64_t died_ms = 0;
   if (o->standby) {
     if (rampart_standby_for_state("rampart-nbd-server", config, STANDBY_RESERVE, err,
                                   sizeof err) < 0) {
       fprintf(stderr, "rampart-nbd-server: standby: %s\n", err);
       return NULL;
     }
-    clock_gettime(CLOCK_MONOTONIC, &died);
+    died_ms = rp_now_ms();
   }
   struct rampart_engine *engine = rampart_open(config, err, sizeof err);
   if (!engine) {
@@ -174,8 +154,8 @@ static struct rampart_engine *open_engine(const struct options *o,
     return NULL;
   }
   if (o->standby)
-    fprintf(stderr, "rampart-nbd-server: took %s over %lld ms after its pager died\n",
-            rampart_config_state_path(config), ms_since(&died));
+    fprintf(stderr, "rampart-nbd-server: took %s over %llu ms after its pager died\n",
+            rampart_config_state_path(config), (unsigned long long)(rp_now_ms() - died_ms));
   return engine;
 }
 
@@ -271,16 +251,12 @@ int main(int argc, char **argv)
 {
   struct options o = { .depth = 256, .lock_memory = true };
   char err[512];
-  struct rampart_config *config = rampart_config_new();
-  if (!config) {
-    fprintf(stderr, "rampart-nbd-server: out of memory\n");
-    return 1;
-  }
-  int parsed = parse_arguments(argc, argv, &o, config);
-  if (parsed != 0) {
-    rampart_config_free(config);
-    return parsed > 0 ? 0 : 2;
-  }
+  const struct rampart_frontend_args args = { "rampart-nbd-server", usage, take_option,
+                                              check_options, &o };
+  int status;
+  struct rampart_config *config = rampart_config_from_arguments(&args, argc, argv, &status);
+  if (!config)
+    return status;
   /* Signals come through a signalfd in the accept loop's poll: blocked before any thread
    * exists, so every one inherits the mask. */
   sigset_t stop_signals;

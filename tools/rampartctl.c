@@ -166,20 +166,21 @@ static struct rp_conn *connect_to(const struct common_args *a, struct rp_key *ke
   return c;
 }
 
-/* What stat and bench begin with: their arguments, then a connection to the server.
- * NULL, with *status the exit status, when either fails. */
-static struct rp_conn *parse_and_connect(int argc, char **argv, const char *cmd, bool bench,
-                                         struct common_args *a, int *status)
+/* stat and bench: their arguments, a connection to the server, then the command, which
+ * closes the connection. The exit status. */
+static int run_connected(int argc, char **argv, const char *cmd, bool bench,
+                         int (*run)(struct rp_conn *c, const struct common_args *a))
 {
   static struct rp_key key; /* the connection keeps using it: one per process */
   struct rp_session_info info;
-  *status = parse_common(argc, argv, cmd, bench, a);
-  if (*status)
-    return NULL;
-  struct rp_conn *c = connect_to(a, &key, &info);
+  struct common_args a;
+  int status = parse_common(argc, argv, cmd, bench, &a);
+  if (status)
+    return status;
+  struct rp_conn *c = connect_to(&a, &key, &info);
   if (!c)
-    *status = 1;
-  return c;
+    return 1;
+  return run(c, &a);
 }
 
 /* ---- keygen ---- */
@@ -332,13 +333,8 @@ static void print_stat_table(const char *addr, const struct rp_server_stat *s)
                                               sizeof b));
 }
 
-static int cmd_stat(int argc, char **argv)
+static int cmd_stat(struct rp_conn *c, const struct common_args *a)
 {
-  struct common_args a;
-  int rc;
-  struct rp_conn *c = parse_and_connect(argc, argv, "stat", false, &a, &rc);
-  if (!c)
-    return rc;
   struct rp_server_stat s;
   struct rp_error e;
   if (rp_stat_sync(c, &s, &e) < 0) {
@@ -350,7 +346,7 @@ static int cmd_stat(int argc, char **argv)
   char addr[300];
   snprintf(addr, sizeof addr, "%s", rp_conn_peer(c));
   rp_conn_close(c);
-  if (a.json)
+  if (a->json)
     print_stat_json(&s);
   else
     print_stat_table(addr, &s);
@@ -446,20 +442,25 @@ static double bench_pass(struct bench *b, struct ev_loop *loop, uint8_t op, uint
   return rp_now_seconds() - t0;
 }
 
-static void report_pass(const char *name, uint64_t pages, double secs, uint64_t depth)
+/* Runs one pass and says how it went: its speed, or that requests failed (false). */
+static bool run_pass(struct bench *b, struct ev_loop *loop, uint8_t op, uint64_t depth)
 {
-  double rate = secs > 0 ? (double)pages / secs : 0;
+  bool writing = op == RP_OP_WRITE;
+  double secs = bench_pass(b, loop, op, depth);
+  if (b->failures) {
+    fprintf(stderr, "rampartctl: %" PRIu64 " %s failed; first: %s\n", b->failures,
+            writing ? "writes" : "reads", b->first_error);
+    return false;
+  }
+  double rate = secs > 0 ? (double)b->pages / secs : 0;
   printf("%-6s %" PRIu64 " pages in %.3f s: %.0f pages/s, %.1f MiB/s (depth %" PRIu64 ")\n",
-         name, pages, secs, rate, rate * RP_PAGE_SIZE / (1024.0 * 1024.0), depth);
+         writing ? "write:" : "read:", b->pages, secs, rate,
+         rate * RP_PAGE_SIZE / (1024.0 * 1024.0), depth);
+  return true;
 }
 
-static int cmd_bench(int argc, char **argv)
+static int cmd_bench(struct rp_conn *c, const struct common_args *a)
 {
-  struct common_args a;
-  int rc;
-  struct rp_conn *c = parse_and_connect(argc, argv, "bench", true, &a, &rc);
-  if (!c)
-    return rc;
   struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
   if (!loop) {
     fprintf(stderr, "rampartctl: cannot create an event loop\n");
@@ -472,45 +473,35 @@ static int cmd_bench(int argc, char **argv)
   struct bench b;
   memset(&b, 0, sizeof b);
   b.conn = c;
-  b.pages = a.pages;
-  b.reqs = calloc(a.depth, sizeof *b.reqs);
-  b.bufs = aligned_alloc(RP_PAGE_SIZE, a.depth * RP_PAGE_SIZE);
+  b.pages = a->pages;
+  b.reqs = calloc(a->depth, sizeof *b.reqs);
+  b.bufs = aligned_alloc(RP_PAGE_SIZE, a->depth * RP_PAGE_SIZE);
   if (!b.reqs || !b.bufs) {
-    fprintf(stderr, "rampartctl: out of memory for %" PRIu64 " requests\n", a.depth);
+    fprintf(stderr, "rampartctl: out of memory for %" PRIu64 " requests\n", a->depth);
     goto out;
   }
   if (rp_random_bytes((uint8_t *)&b.seed, sizeof b.seed) < 0) {
     fprintf(stderr, "rampartctl: cannot get random bytes\n");
     goto out;
   }
-  if (rp_reserve_sync(c, a.pages, NULL, NULL, &e) < 0) {
+  if (rp_reserve_sync(c, a->pages, NULL, NULL, &e) < 0) {
     fprintf(stderr, "rampartctl: %s\n", e.message);
     goto out;
   }
-  printf("bench: %" PRIu64 " pages (%.1f MiB) against %s, depth %" PRIu64 "\n", a.pages,
-         (double)a.pages * RP_PAGE_SIZE / (1024.0 * 1024.0), rp_conn_peer(c), a.depth);
+  printf("bench: %" PRIu64 " pages (%.1f MiB) against %s, depth %" PRIu64 "\n", a->pages,
+         (double)a->pages * RP_PAGE_SIZE / (1024.0 * 1024.0), rp_conn_peer(c), a->depth);
 
-  double wsecs = bench_pass(&b, loop, RP_OP_WRITE, a.depth);
-  if (b.failures) {
-    fprintf(stderr, "rampartctl: %" PRIu64 " writes failed; first: %s\n", b.failures,
-            b.first_error);
+  if (!run_pass(&b, loop, RP_OP_WRITE, a->depth))
     goto out;
-  }
-  report_pass("write:", a.pages, wsecs, a.depth);
 
   struct rp_server_stat s;
   bool have_stat = rp_stat_sync(c, &s, &e) == 0;
   if (!have_stat)
     fprintf(stderr, "rampartctl: %s\n", e.message);
 
-  double rsecs = bench_pass(&b, loop, RP_OP_READ, a.depth);
-  if (b.failures) {
-    fprintf(stderr, "rampartctl: %" PRIu64 " reads failed; first: %s\n", b.failures,
-            b.first_error);
+  if (!run_pass(&b, loop, RP_OP_READ, a->depth))
     goto out;
-  }
-  report_pass("read:", a.pages, rsecs, a.depth);
-  printf("verify: %" PRIu64 " pages read back, %" PRIu64 " mismatched\n", a.pages,
+  printf("verify: %" PRIu64 " pages read back, %" PRIu64 " mismatched\n", a->pages,
          b.mismatches);
 
   if (have_stat && s.stored_pages > 0)
@@ -520,8 +511,8 @@ static int cmd_bench(int argc, char **argv)
            (double)s.resident_bytes / (double)s.stored_pages / RP_PAGE_SIZE, s.stored_pages,
            s.resident_bytes);
 
-  for (uint64_t slot = 0; slot < a.pages; slot += RP_MAX_FREE_COUNT) {
-    uint64_t n = a.pages - slot < RP_MAX_FREE_COUNT ? a.pages - slot : RP_MAX_FREE_COUNT;
+  for (uint64_t slot = 0; slot < a->pages; slot += RP_MAX_FREE_COUNT) {
+    uint64_t n = a->pages - slot < RP_MAX_FREE_COUNT ? a->pages - slot : RP_MAX_FREE_COUNT;
     if (rp_free_sync(c, slot, (uint32_t)n, &e) < 0) {
       fprintf(stderr, "rampartctl: %s\n", e.message);
       goto out;
@@ -531,7 +522,7 @@ static int cmd_bench(int argc, char **argv)
     fprintf(stderr, "rampartctl: %s\n", e.message);
   if (b.mismatches) {
     fprintf(stderr, "rampartctl: DATA MISMATCH: %" PRIu64 " of %" PRIu64
-            " pages did not read back as written\n", b.mismatches, a.pages);
+            " pages did not read back as written\n", b.mismatches, a->pages);
     goto out;
   }
   status = 0;
@@ -600,11 +591,11 @@ int main(int argc, char **argv)
   if (strcmp(cmd, "keygen") == 0)
     return cmd_keygen(argc - 2, argv + 2);
   if (strcmp(cmd, "stat") == 0)
-    return cmd_stat(argc - 2, argv + 2);
+    return run_connected(argc - 2, argv + 2, "stat", false, cmd_stat);
   if (strcmp(cmd, "device") == 0)
     return cmd_device(argc - 2, argv + 2);
   if (strcmp(cmd, "bench") == 0)
-    return cmd_bench(argc - 2, argv + 2);
+    return run_connected(argc - 2, argv + 2, "bench", true, cmd_bench);
   if (strcmp(cmd, "cluster") == 0)
     return cluster_list_main(argc - 2, argv + 2);
   return usage_error("unknown command '%s': use keygen, stat, bench, device, cluster or "

@@ -15,9 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "rampart.h"
 #include "ublk_control.h"
 #include "ublk_queue.h"
@@ -108,58 +108,40 @@ struct options {
   bool standby;        /* --standby: wait for the serving daemon to die, then take over */
 };
 
-/* Options into o, KEY=VALUE settings into config, checked. Returns 0 to go on, 1 when
- * --help was printed, -1 after saying on stderr what was wrong. */
-static int parse_arguments(int argc, char **argv, struct options *o,
-                           struct rampart_config *config)
+/* One of the daemon's own arguments (struct rampart_frontend_args's option). */
+static int take_option(void *ctx, const char *a, const char *value)
 {
-  char err[512];
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *value = i + 1 < argc ? argv[i + 1] : NULL;
-    int bad = 0;
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      printf("%s%s", usage, rampart_config_help);
-      return 1;
-    } else if (strcmp(a, "--state-layout") == 0) {
-      printf("%s\n", rampart_state_layout());
-      return 1;
-    } else if (strcmp(a, "--id") == 0) {
-      bad = parse_number(a, value, 0, 1u << 20, &o->dev_id);
-      i++;
-    } else if (strcmp(a, "--queues") == 0) {
-      bad = parse_number(a, value, 1, MAX_QUEUES, &o->queues);
-      i++;
-    } else if (strcmp(a, "--depth") == 0) {
-      bad = parse_number(a, value, 1, UBLK_MAX_QUEUE_DEPTH, &o->depth);
-      i++;
-    } else if (strcmp(a, "--max-io") == 0) {
-      bad = parse_number(a, value, 4096, 1u << 20, &o->max_io);
-      i++;
-      if (!bad && o->max_io % 4096) {
-        fprintf(stderr, "rampart-ublk: --max-io %lu: give a multiple of 4096\n", o->max_io);
-        bad = -1;
-      }
-    } else if (strcmp(a, "--standby") == 0) {
-      o->standby = true;
-    } else if (strcmp(a, "--no-mlock") == 0) {
-      o->lock_memory = false;
-    } else if (strchr(a, '=') && a[0] != '-') {
-      if (rampart_config_set_argument(config, a, err, sizeof err) < 0) {
-        fprintf(stderr, "rampart-ublk: %s\n", err);
-        return -1;
-      }
-    } else {
-      fprintf(stderr, "rampart-ublk: unexpected argument '%s'\n%s", a, usage);
+  struct options *o = ctx;
+  if (strcmp(a, "--id") == 0)
+    return parse_number(a, value, 0, 1u << 20, &o->dev_id) < 0 ? -1 : 2;
+  if (strcmp(a, "--queues") == 0)
+    return parse_number(a, value, 1, MAX_QUEUES, &o->queues) < 0 ? -1 : 2;
+  if (strcmp(a, "--depth") == 0)
+    return parse_number(a, value, 1, UBLK_MAX_QUEUE_DEPTH, &o->depth) < 0 ? -1 : 2;
+  if (strcmp(a, "--max-io") == 0) {
+    if (parse_number(a, value, 4096, 1u << 20, &o->max_io) < 0)
+      return -1;
+    if (o->max_io % 4096) {
+      fprintf(stderr, "rampart-ublk: --max-io %lu: give a multiple of 4096\n", o->max_io);
       return -1;
     }
-    if (bad)
-      return -1;
+    return 2;
   }
-  if (rampart_config_check(config, err, sizeof err) < 0) {
-    fprintf(stderr, "rampart-ublk: %s\n", err);
-    return -1;
+  if (strcmp(a, "--standby") == 0) {
+    o->standby = true;
+    return 1;
   }
+  if (strcmp(a, "--no-mlock") == 0) {
+    o->lock_memory = false;
+    return 1;
+  }
+  return 0;
+}
+
+/* The options together, once every argument is read. */
+static int check_options(void *ctx, const struct rampart_config *config)
+{
+  struct options *o = ctx;
   o->recoverable = rampart_config_state_path(config) != NULL;
   if (o->standby && (!o->recoverable || o->dev_id == (unsigned long)-1)) {
     fprintf(stderr, "rampart-ublk: --standby needs --id N and state=PATH, as the serving "
@@ -174,16 +156,12 @@ int main(int argc, char **argv)
   struct options o = { .dev_id = (unsigned long)-1, .queues = 1, .depth = 64,
                        .max_io = 131072, .lock_memory = true };
   char err[512];
-  struct rampart_config *config = rampart_config_new();
-  if (!config) {
-    fprintf(stderr, "rampart-ublk: out of memory\n");
-    return 1;
-  }
-  int parsed = parse_arguments(argc, argv, &o, config);
-  if (parsed != 0) {
-    rampart_config_free(config);
-    return parsed > 0 ? 0 : 2;
-  }
+  const struct rampart_frontend_args args = { "rampart-ublk", usage, take_option,
+                                              check_options, &o };
+  int exit_status;
+  struct rampart_config *config = rampart_config_from_arguments(&args, argc, argv, &exit_status);
+  if (!config)
+    return exit_status;
   unsigned long queues = o.queues, depth = o.depth, max_io = o.max_io;
 
   /* Signals are taken by sigwait in this thread only: block them before any thread
@@ -199,7 +177,7 @@ int main(int argc, char **argv)
     return 1;
   }
   rampart_process_harden(o.lock_memory);
-  struct timespec died;
+  uint64_t died_ms = 0;
   err[0] = '\0';
   if (o.standby) {
     rampart_warm_up();
@@ -217,7 +195,7 @@ int main(int argc, char **argv)
       rampart_config_free(config);
       return w < 0 ? 1 : 0;
     }
-    clock_gettime(CLOCK_MONOTONIC, &died);
+    died_ms = rp_now_ms();
   }
   struct rampart_engine *engine = rampart_open(config, err, sizeof err);
   if (!engine) {
@@ -274,11 +252,8 @@ int main(int argc, char **argv)
           recovering ? "recovered" : "up", (unsigned long long)rampart_size(engine), queues,
           depth, max_io);
   if (o.standby) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    fprintf(stderr, "rampart-ublk: took /dev/ublkb%u over %lld ms after its daemon died\n",
-            control.info.dev_id, (long long)(now.tv_sec - died.tv_sec) * 1000 +
-                                   (now.tv_nsec - died.tv_nsec) / 1000000);
+    fprintf(stderr, "rampart-ublk: took /dev/ublkb%u over %llu ms after its daemon died\n",
+            control.info.dev_id, (unsigned long long)(rp_now_ms() - died_ms));
   }
   recovering = 0; /* served now: a stop from here on ends the device as usual */
   int sig = 0;

@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include "fifo.h"
+#include "mailbox.h"
 
 #define EVENT_USER_DATA UINT64_MAX /* the eventfd read; a tag otherwise */
 
@@ -52,7 +54,7 @@ static void prep_io_command(struct ublk_queue *q, uint32_t op, uint16_t tag, int
 static void prep_event_read(struct ublk_queue *q)
 {
   struct io_uring_sqe *sqe = queue_sqe(q);
-  io_uring_prep_read(sqe, q->event_fd, &q->event_count, sizeof q->event_count, 0);
+  io_uring_prep_read(sqe, q->done.event_fd, &q->event_count, sizeof q->event_count, 0);
   sqe->user_data = EVENT_USER_DATA;
 }
 
@@ -64,19 +66,10 @@ static void on_engine_done(struct rampart_io *io, int result)
   struct ublk_queue *q = t->queue;
   bool data = io->op == RAMPART_OP_READ || io->op == RAMPART_OP_WRITE;
   t->result = result < 0 ? result : data ? (int)io->length : 0;
-  if (q == queue_of_this_thread) {
-    q->done_here[q->ndone_here++] = t->tag;
-    return;
-  }
-  pthread_mutex_lock(&q->done_lock);
-  q->done[q->ndone++] = t->tag;
-  bool wake = q->ndone == 1; /* else a wake-up is already on its way */
-  pthread_mutex_unlock(&q->done_lock);
-  if (wake) {
-    uint64_t one = 1;
-    while (write(q->event_fd, &one, sizeof one) < 0 && errno == EINTR)
-      ;
-  }
+  if (q == queue_of_this_thread)
+    q->done_here[q->ndone_here++] = t;
+  else
+    rp_mailbox_post(&q->done, t);
 }
 
 /* A request the driver handed us in tag t's descriptor. */
@@ -113,35 +106,20 @@ static void start_request(struct ublk_queue *q, struct ublk_tag *t)
     prep_io_command(q, UBLK_IO_COMMIT_AND_FETCH_REQ, t->tag, t->result);
     return;
   }
-  *q->batch_tail = io; /* submitted with the rest of this pass's requests */
-  q->batch_tail = &io->next;
+  /* submitted with the rest of this pass's requests */
+  FIFO_APPEND(q->batch_head, q->batch_tail, io, next);
   q->in_engine++;
 }
 
-/* Hands each tag's result back to the driver with a fetch of its next request. */
-static void commit_tags(struct ublk_queue *q, const uint16_t *tags, unsigned n)
-{
-  for (unsigned i = 0; i < n; i++)
-    prep_io_command(q, UBLK_IO_COMMIT_AND_FETCH_REQ, tags[i], q->tags[tags[i]].result);
-  q->in_engine -= n;
-}
-
-static void commit_done_tags(struct ublk_queue *q)
-{
-  /* Copied out under the lock, committed outside it: the engine thread only ever waits
-   * for this lock as long as a copy of at most `depth` tags takes. */
-  uint16_t tags[UBLK_MAX_QUEUE_DEPTH];
-  pthread_mutex_lock(&q->done_lock);
-  unsigned n = q->ndone;
-  memcpy(tags, q->done, n * sizeof *tags);
-  q->ndone = 0;
-  pthread_mutex_unlock(&q->done_lock);
-  commit_tags(q, tags, n);
-}
-
+/* Hands each completed tag's result back to the driver with a fetch of its next
+ * request. */
 static void commit_done_here(struct ublk_queue *q)
 {
-  commit_tags(q, q->done_here, q->ndone_here);
+  for (unsigned i = 0; i < q->ndone_here; i++) {
+    const struct ublk_tag *t = q->done_here[i];
+    prep_io_command(q, UBLK_IO_COMMIT_AND_FETCH_REQ, t->tag, t->result);
+  }
+  q->in_engine -= q->ndone_here;
   q->ndone_here = 0;
 }
 
@@ -203,13 +181,14 @@ static void *queue_main(void *arg)
     }
     struct io_uring_cqe *cqe;
     unsigned head, seen = 0;
-    struct rampart_io *batch = NULL;
-    q->batch_tail = &batch;
+    q->batch_head = q->batch_tail = NULL;
     io_uring_for_each_cqe(&q->ring, head, cqe)
     {
       seen++;
       if (cqe->user_data == EVENT_USER_DATA) {
-        commit_done_tags(q);
+        /* the eventfd's count is read: what other threads completed joins ours */
+        q->ndone_here += rp_mailbox_take(&q->done, q->done_here + q->ndone_here);
+        commit_done_here(q);
         prep_event_read(q);
         continue;
       }
@@ -226,7 +205,7 @@ static void *queue_main(void *arg)
     }
     io_uring_cq_advance(&q->ring, seen);
     /* one lock and one send per server for every request this pass fetched */
-    rampart_submit_list(q->engine, batch);
+    rampart_submit_list(q->engine, q->batch_head);
     commit_done_here(q); /* those that completed at once (zero pages, errors) */
   }
   io_uring_queue_exit(&q->ring);
@@ -243,7 +222,6 @@ int ublk_queue_start(struct ublk_queue *q, int char_fd, uint16_t id, uint16_t de
   q->max_io_bytes = max_io_bytes;
   q->char_fd = char_fd;
   q->engine = engine;
-  q->event_fd = -1;
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   q->descs_len = (depth * sizeof(struct ublksrv_io_desc) + page - 1) / page * page;
   void *descs = mmap(NULL, q->descs_len, PROT_READ, MAP_SHARED | MAP_POPULATE, char_fd,
@@ -254,12 +232,12 @@ int ublk_queue_start(struct ublk_queue *q, int char_fd, uint16_t id, uint16_t de
   }
   q->descs = descs;
   q->tags = calloc(depth, sizeof *q->tags);
-  q->done = calloc(depth, sizeof *q->done);
   q->done_here = calloc(depth, sizeof *q->done_here);
   void *buffers = NULL;
   int r = posix_memalign(&buffers, page, (size_t)depth * max_io_bytes);
-  q->event_fd = eventfd(0, EFD_CLOEXEC);
-  if (!q->tags || !q->done || !q->done_here || r != 0 || q->event_fd < 0) {
+  /* blocking: the ring's read of its eventfd waits for a post */
+  int made = rp_mailbox_init(&q->done, depth, false);
+  if (!q->tags || made < 0 || !q->done_here || r != 0) {
     snprintf(err, errlen, "out of memory for queue %u (%u requests of %u bytes)", id, depth,
              max_io_bytes);
     free(buffers);
@@ -269,7 +247,6 @@ int ublk_queue_start(struct ublk_queue *q, int char_fd, uint16_t id, uint16_t de
   q->buffers = buffers;
   for (uint16_t tag = 0; tag < depth; tag++)
     q->tags[tag] = (struct ublk_tag){ .queue = q, .tag = tag };
-  pthread_mutex_init(&q->done_lock, NULL);
   pthread_mutex_init(&q->ready_lock, NULL);
   pthread_cond_init(&q->ready_cond, NULL);
   q->locks_made = true;
@@ -298,17 +275,14 @@ void ublk_queue_join(struct ublk_queue *q)
     pthread_join(q->thread, NULL);
   q->thread_started = false;
   if (q->locks_made) {
-    pthread_mutex_destroy(&q->done_lock);
     pthread_mutex_destroy(&q->ready_lock);
     pthread_cond_destroy(&q->ready_cond);
     q->locks_made = false;
   }
-  if (q->event_fd >= 0)
-    close(q->event_fd);
+  rp_mailbox_free(&q->done);
   if (q->descs)
     munmap((void *)q->descs, q->descs_len);
   free(q->buffers);
   free(q->tags);
-  free(q->done);
   free(q->done_here);
 }

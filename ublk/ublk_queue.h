@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mailbox.h"
 #include "rampart.h"
 
 struct ublk_queue;
@@ -45,16 +46,15 @@ struct ublk_queue {
   uint8_t *buffers;   /* depth * max_io_bytes */
   struct ublk_tag *tags;
   struct io_uring ring;
-  int event_fd;
-  uint64_t event_count;  /* the eventfd read's target */
-  pthread_mutex_t done_lock;
-  uint16_t *done;     /* tags the engine completed on another thread, to commit */
-  unsigned ndone;
-  uint16_t *done_here; /* queue thread only: tags completed on it, to commit */
+  struct rp_mailbox done; /* tags the engine completed on another thread (struct
+                             ublk_tag *); the ring reads its eventfd */
+  uint64_t event_count;  /* that read's target */
+  void **done_here;   /* queue thread only: tags completed on it (struct ublk_tag *), and
+                         those taken from `done`, to commit */
   unsigned ndone_here;
   unsigned in_engine; /* queue thread only: requests submitted and not yet committed */
-  struct rampart_io **batch_tail; /* queue thread only: where the next request fetched in
-                                    this pass is linked, for rampart_submit_list */
+  /* queue thread only: the requests fetched in this pass, for rampart_submit_list */
+  struct rampart_io *batch_head, *batch_tail;
   unsigned aborted;   /* tags the driver gave back (device stopping) */
   pthread_t thread;
   bool thread_started, locks_made;

@@ -89,41 +89,30 @@ static int hs_wait(struct handshake *hs, short events, const char *doing, struct
   }
 }
 
-static int hs_send(struct handshake *hs, const uint8_t *buf, size_t len, struct rp_error *err)
+/* Sends buf (sending), or receives into it, all len bytes before the handshake's
+ * deadline. 0, or -1 with err. */
+static int hs_transfer(struct handshake *hs, uint8_t *buf, size_t len, bool sending,
+                       struct rp_error *err)
 {
   size_t done = 0;
   while (done < len) {
-    ssize_t n = send(hs->fd, buf + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = sending ? send(hs->fd, buf + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT)
+                        : recv(hs->fd, buf + done, len - done, MSG_DONTWAIT);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (hs_wait(hs, POLLOUT, "sending the handshake to", err) < 0)
+      if (hs_wait(hs, sending ? POLLOUT : POLLIN,
+                  sending ? "sending the handshake to" : "waiting for the handshake reply from",
+                  err) < 0)
         return -1;
       continue;
     }
-    if (n < 0) {
+    if (sending && n < 0) {
       rp_error_set(err, RP_ERR_CONNECT, "cannot send the handshake to %s: %s: %s", hs->peer,
                 strerror(errno), rp_status_advice(RP_ERR_CONNECT));
       return -1;
     }
-    done += (size_t)n;
-  }
-  return 0;
-}
-
-static int hs_recv(struct handshake *hs, uint8_t *buf, size_t len, struct rp_error *err)
-{
-  size_t done = 0;
-  while (done < len) {
-    ssize_t n = recv(hs->fd, buf + done, len - done, MSG_DONTWAIT);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (hs_wait(hs, POLLIN, "waiting for the handshake reply from", err) < 0)
-        return -1;
-      continue;
-    }
-    if (n <= 0) {
+    if (!sending && n <= 0) {
       rp_error_set(err, RP_ERR_CONNECT, "%s closed the connection during the handshake%s%s: "
                 "is it a rampartd of this version? %s", hs->peer, n < 0 ? ": " : "",
                 n < 0 ? strerror(errno) : "", rp_status_advice(RP_ERR_CONNECT));
@@ -158,12 +147,12 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
     rp_error_set(err, RP_ERR_INTERNAL, "cannot build the %s frame", rp_op_name(op));
     return -1;
   }
-  if (hs_send(hs, frame, flen, err) < 0)
+  if (hs_transfer(hs, frame, flen, true, err) < 0)
     return -1;
 
   for (;;) {
     uint8_t hb[RP_HEADER_SIZE];
-    if (hs_recv(hs, hb, sizeof hb, err) < 0)
+    if (hs_transfer(hs, hb, sizeof hb, false, err) < 0)
       return -1;
     struct rp_header rh;
     const char *why = NULL;
@@ -175,7 +164,7 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
     bool tagged = rx && rh.status == RP_OK;
     size_t plen = rh.length + (tagged ? RP_TAG_LEN : 0);
     uint8_t *p = hs->buf + HS_REPLY_AT; /* length <= 64 KiB: decode checked */
-    if (hs_recv(hs, p, plen, err) < 0)
+    if (hs_transfer(hs, p, plen, false, err) < 0)
       return -1;
     if (tagged && !rp_frame_verify(rx, hb, p, rh.length, p + rh.length)) {
       rp_error_set(err, RP_ERR_AUTH, "%s answered %s with a frame whose authentication tag "

@@ -10,7 +10,8 @@
  * Generated from it: rampart_config_help (the ublk target's --help) and the nbdkit
  * plugin's config_help (RAMPART_SETTINGS_HELP); rampart_config_set's lookup and
  * rampart_config_new's defaults. Checked against it, so they cannot drift:
- * rampart.h's key list and the key table in docs/operations.md ("Settings"), by
+ * rampart.h's key list and the key table in docs/operations.md ("Settings"), and the
+ * "(default VALUE)" that a row's HELP and its rampart.h entry state against DEFAULT, by
  * test/scripts/check_settings.py (ctest unit/test_settings_table), which parses this
  * file: keep one row per X( ... ) and the strings literal.
  *

@@ -23,6 +23,7 @@
 
 #include "control_socket.h"
 #include "rampart.h"
+#include "fd_io.h"
 #include "log.h"
 #include "thread_start.h"
 
@@ -125,25 +126,14 @@ static bool read_line(int fd, char *line, size_t len)
   return n > 0;
 }
 
-static void send_all(int fd, const char *p, size_t n)
-{
-  while (n > 0) {
-    ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return; /* the client went away: nothing to tell it */
-    p += w;
-    n -= (size_t)w;
-  }
-}
-
+/* A send that fails is left at that: the client went away, and there is nothing to
+ * tell it. */
 static void serve_one(struct control_socket *c, int fd)
 {
   char line[CONTROL_LINE_MAX];
   if (!read_line(fd, line, sizeof line)) {
     static const char said[] = "error\nno command within 2 s: send one line, e.g. 'servers'\n";
-    send_all(fd, said, sizeof said - 1);
+    rp_send_full(fd, said, sizeof said - 1);
     return;
   }
   c->reply[0] = '\0';
@@ -151,9 +141,9 @@ static void serve_one(struct control_socket *c, int fd)
   if (rc < 0)
     rp_log(RP_LOG_WARN, "control: '%s' refused: %s", line, c->reply);
   const char *status = rc < 0 ? "error\n" : "ok\n";
-  send_all(fd, status, strlen(status));
-  send_all(fd, c->reply, strlen(c->reply));
-  send_all(fd, "\n", 1);
+  rp_send_full(fd, status, strlen(status));
+  rp_send_full(fd, c->reply, strlen(c->reply));
+  rp_send_full(fd, "\n", 1);
 }
 
 static void *control_thread_main(void *arg)

@@ -362,25 +362,38 @@ static int take_over_writes(struct rampart_engine *e)
   return 0;
 }
 
-/* The answer to a replayed member write `entry`: unpins its group and says whether the
- * write is settled (stored, or refused by a server still there, which leaves the group
- * unprotected: its parity covers bytes the server lacks), or waits, pinned, to be sent
- * again once the session resumes (if it never does, reads fall back). */
-static bool replay_settled(struct rampart_engine *e, struct rp_request *req, page_entry entry)
+/* The answer to a replayed member write `entry` of w: unpins its group and says whether
+ * the write is settled (stored, or refused by a server still there, which leaves the
+ * group unprotected: its parity covers bytes the server lacks), or waits, pinned, to be
+ * sent again once the session resumes (if it never does, reads fall back). Settled, it
+ * is one replay fewer of w. */
+static bool replay_settled(struct recovered_write *w, struct rp_request *req, page_entry entry)
 {
+  struct rampart_engine *e = w->engine;
   uint32_t id = (uint32_t)page_entry_group(entry);
   struct group *g = group_get(&e->groups, id);
   g->pins--;
-  if (req->status == RP_OK)
-    return true;
-  unsigned server = g->server[page_entry_member(entry)];
-  if (server_request_failed(e, server, req, true)) {
-    g->pins++;
-    return false;
+  if (req->status != RP_OK) {
+    unsigned server = g->server[page_entry_member(entry)];
+    if (server_request_failed(e, server, req, true)) {
+      g->pins++;
+      return false;
+    }
+    if (server < e->set.nservers && e->set.servers[server]->state != RAMPART_SERVER_LOST)
+      page_write_member_lost(e, id);
   }
-  if (server < e->set.nservers && e->set.servers[server]->state != RAMPART_SERVER_LOST)
-    page_write_member_lost(e, id);
+  w->replays--;
   return true;
+}
+
+/* What a settled replay of w into group id ends with: the record of w, if only replays
+ * were left of it, and the group, if nothing holds it any more. */
+static void replay_done(struct recovered_write *w, uint32_t id)
+{
+  struct rampart_engine *e = w->engine;
+  state_record_settle_recovered(e, w);
+  if (group_is_reclaimable(group_get(&e->groups, id)))
+    page_write_reclaim(e, id);
 }
 
 static void on_replayed(struct rp_request *req)
@@ -388,9 +401,8 @@ static void on_replayed(struct rp_request *req)
   struct recovered_write *w = req->user;
   struct rampart_engine *e = w->engine;
   uint32_t id = (uint32_t)page_entry_group(w->new_entry);
-  if (!replay_settled(e, req, w->new_entry))
+  if (!replay_settled(w, req, w->new_entry))
     return;
-  w->replays--;
   bool stored = req->status == RP_OK;
   if (w->kept && !w->installed) {
     /* The page stays the version the map names. Stored: its group's parity holds again;
@@ -403,9 +415,7 @@ static void on_replayed(struct rp_request *req)
     page_write_release_version(e, w->old_entry, true);
     e->counters.writes_replayed++;
   }
-  state_record_settle_recovered(e, w); /* only replays were left of it */
-  if (group_is_reclaimable(group_get(&e->groups, id)))
-    page_write_reclaim(e, id);
+  replay_done(w, id);
 }
 
 /* A retry's placement that joined its group but was never the page's version: its
@@ -415,18 +425,15 @@ static void on_joining_replayed(struct rp_request *req)
   struct recovered_write *w = req->user;
   struct rampart_engine *e = w->engine;
   uint32_t id = (uint32_t)page_entry_group(w->joining);
-  if (!replay_settled(e, req, w->joining))
+  if (!replay_settled(w, req, w->joining))
     return;
-  w->replays--;
   /* Out of the record before its group may go: its slot may be reused. */
   if (w->recorded) {
     e->state->writes[w - e->recovered_writes].joining = 0;
     atomic_signal_fence(memory_order_release);
   }
   w->joining = 0;
-  state_record_settle_recovered(e, w);
-  if (group_is_reclaimable(group_get(&e->groups, id)))
-    page_write_reclaim(e, id);
+  replay_done(w, id);
 }
 
 /* Sends a recovered write's bytes to member `entry`'s slot, if it joined its group and

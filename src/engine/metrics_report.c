@@ -89,12 +89,13 @@ static void rebuild_metrics(struct prom_out *o, const struct rampart_stats *st)
   prom_metric(o, "rampart_pager_rebuild_pending_pages", "gauge",
          "Live pages still to rewrite before every lost server's groups are whole.",
          (double)st->rebuild_pages_pending);
-  prom_header(o, "rampart_pager_moves_total", "counter",
-         "Page moves started by the background mover, by reason.");
+  struct prom_sample moves[RAMPART_MOVE_REASONS];
   for (unsigned r = 0; r < RAMPART_MOVE_REASONS; r++)
-    prom_put(o, "rampart_pager_moves_total{reason=\"%s\"} %llu\n",
-        rampart_move_reason_name((enum rampart_move_reason)r),
-        (unsigned long long)st->moves_by_reason[r]);
+    moves[r] = (struct prom_sample){ rampart_move_reason_name((enum rampart_move_reason)r),
+                                     st->moves_by_reason[r] };
+  prom_labelled(o, "rampart_pager_moves_total", "counter",
+                "Page moves started by the background mover, by reason.", "reason", moves,
+                RAMPART_MOVE_REASONS);
   prom_metric(o, "rampart_pager_moves_in_flight", "gauge", "Page moves in flight.",
          (double)st->moves_in_flight);
   prom_metric(o, "rampart_pager_groups_cleaned_total", "counter",
@@ -115,6 +116,18 @@ static void rebuild_metrics(struct prom_out *o, const struct rampart_stats *st)
          (double)st->wire_bytes_written);
 }
 
+/* One sample of a per-server metric: NAME{server="HOST:PORT",incarnation="N"EXTRA}, where
+ * extra is "" or more labels, each after a comma. */
+static void server_sample(struct prom_out *o, const char *name,
+                          const struct rampart_server_stats *s, const char *extra,
+                          unsigned long long value)
+{
+  char address[200];
+  prom_escape_label(s->address, address, sizeof address);
+  prom_put(o, "%s{server=\"%s\",incarnation=\"%u\"%s} %llu\n", name, address, s->index,
+           extra, value);
+}
+
 static void server_metrics(struct prom_out *o, const struct rampart_stats *st)
 {
   static const struct {
@@ -133,17 +146,13 @@ static void server_metrics(struct prom_out *o, const struct rampart_stats *st)
       "there, or in a group with a copy there): what a drain of it has left to move.",
       offsetof(struct rampart_server_stats, pages_dependent) },
   };
-  char label[200];
   for (size_t m = 0; m < sizeof per_server / sizeof per_server[0]; m++) {
     const char *type = strstr(per_server[m].name, "_total") ? "counter" : "gauge";
     prom_header(o, per_server[m].name, type, per_server[m].help);
     for (unsigned i = 0; i < st->nservers; i++) {
-      const struct rampart_server_stats *s = &st->servers[i];
       uint64_t v;
-      memcpy(&v, (const char *)s + per_server[m].offset, sizeof v);
-      prom_escape_label(s->address, label, sizeof label);
-      prom_put(o, "%s{server=\"%s\",incarnation=\"%u\"} %llu\n", per_server[m].name, label,
-               s->index, (unsigned long long)v);
+      memcpy(&v, (const char *)&st->servers[i] + per_server[m].offset, sizeof v);
+      server_sample(o, per_server[m].name, &st->servers[i], "", v);
     }
   }
   /* A state set: one sample per state, 1 for the current one, so an alert can say
@@ -154,19 +163,18 @@ static void server_metrics(struct prom_out *o, const struct rampart_stats *st)
     RAMPART_SERVER_UP, RAMPART_SERVER_ADVISED, RAMPART_SERVER_RECONNECTING,
     RAMPART_SERVER_LOST, RAMPART_SERVER_REMOVED };
   for (unsigned i = 0; i < st->nservers; i++) {
-    prom_escape_label(st->servers[i].address, label, sizeof label);
-    for (size_t k = 0; k < sizeof states / sizeof states[0]; k++)
-      prom_put(o, "rampart_pager_server_state{server=\"%s\",incarnation=\"%u\",state=\"%s\"} "
-               "%d\n", label, st->servers[i].index, rampart_server_state_name(states[k]),
-               st->servers[i].state == states[k]);
+    for (size_t k = 0; k < sizeof states / sizeof states[0]; k++) {
+      char state[48];
+      snprintf(state, sizeof state, ",state=\"%s\"", rampart_server_state_name(states[k]));
+      server_sample(o, "rampart_pager_server_state", &st->servers[i], state,
+                    st->servers[i].state == states[k]);
+    }
   }
   prom_header(o, "rampart_pager_server_draining", "gauge",
          "1 while the server is being drained (or removed): nothing new is placed there.");
-  for (unsigned i = 0; i < st->nservers; i++) {
-    prom_escape_label(st->servers[i].address, label, sizeof label);
-    prom_put(o, "rampart_pager_server_draining{server=\"%s\",incarnation=\"%u\"} %d\n",
-             label, st->servers[i].index, st->servers[i].draining);
-  }
+  for (unsigned i = 0; i < st->nservers; i++)
+    server_sample(o, "rampart_pager_server_draining", &st->servers[i], "",
+                  st->servers[i].draining);
 }
 
 static void latency_metrics(struct prom_out *o, const struct rampart_stats *st)

@@ -79,7 +79,8 @@ struct rampart_engine;
  *                         segment PATH names, so a pager restarted after a crash takes
  *                         the device back with every page (docs/recovery.md)
  *   submit=inline|handover  who starts a request: the calling thread while the I/O
- *                         thread sleeps (default), or always the I/O thread (docs/engine.md)
+ *                         thread sleeps (default inline), or always the I/O thread
+ *                         (handover; docs/engine.md)
  */
 struct rampart_config;
 
@@ -92,6 +93,29 @@ int rampart_config_set(struct rampart_config *config, const char *key, const cha
  * with a sentence in err, as rampart_config_set, also when it is not KEY=VALUE. */
 int rampart_config_set_argument(struct rampart_config *config, const char *key_value,
                                 char *err, size_t errlen);
+/* A frontend daemon's command line (rampart-nbd-server's, rampart-ublk's), read into a
+ * new configuration (frontend_args.c). Each argument goes to `option` first, which takes
+ * the frontend's own; of what it leaves, --help and -h print `usage` and then
+ * rampart_config_help, --state-layout prints rampart_state_layout(), KEY=VALUE is a
+ * setting (rampart_config_set_argument), and anything else is refused with the usage.
+ * Once every argument is read, `check` (when given) and rampart_config_check look at the
+ * whole. Unlike the rest of the configuration this says what is wrong itself, on stderr,
+ * each line starting "WHO: ". Returns the configuration (rampart_config_free), or NULL
+ * with *exit_status: 0 after --help or --state-layout, 2 after a refusal, 1 when out of
+ * memory. */
+struct rampart_frontend_args {
+  const char *who;   /* the program's name, e.g. "rampart-ublk" */
+  const char *usage; /* its own options: printed before the settings' help */
+  /* arg is argv[i], value argv[i + 1] or NULL. Returns how many it took (1, or 2 with
+   * the value), 0 when arg is not the frontend's, or -1 after saying why on stderr. */
+  int (*option)(void *ctx, const char *arg, const char *value);
+  /* 0, or -1 after saying why on stderr. May be NULL. */
+  int (*check)(void *ctx, const struct rampart_config *config);
+  void *ctx;
+};
+struct rampart_config *rampart_config_from_arguments(const struct rampart_frontend_args *f,
+                                                     int argc, char **argv,
+                                                     int *exit_status);
 /* Checks the whole configuration (size given, servers reachable is NOT checked here). */
 int rampart_config_check(const struct rampart_config *config, char *err, size_t errlen);
 /* state=, or NULL when none was given. */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fd_io.h"
 #include "log.h"
 #include "thread_start.h"
 
@@ -32,20 +33,6 @@ struct stats_file {
   char path[4096];
   char tmp[4100];
 };
-
-static bool write_all(int fd, const char *p, size_t n)
-{
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return false;
-    p += w;
-    n -= (size_t)w;
-  }
-  return true;
-}
 
 /* Appends what the kernel says this process holds (VmRSS, VmLck, VmHWM from
  * /proc/self/status) to the report: the measured side of the "client memory" line,
@@ -80,7 +67,7 @@ static void write_report(struct stats_file *sf, size_t len)
   if (sf->process_memory)
     len = append_process_memory(sf, len);
   int fd = open(sf->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  bool ok = fd >= 0 && write_all(fd, sf->writing, len);
+  bool ok = fd >= 0 && rp_write_full(fd, sf->writing, len) == 0;
   int saved = errno;
   if (fd >= 0 && close(fd) != 0 && ok) {
     ok = false;

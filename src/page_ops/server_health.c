@@ -381,25 +381,21 @@ static void wake_parked(struct rampart_engine *e)
 /* Ops that have waited io-timeout= start over once more, and now go on without. */
 static void wake_expired(struct rampart_engine *e, uint64_t now)
 {
-  struct page_op *list, *expired = NULL, **tail = &expired;
+  struct page_op *list, *expired = NULL, *expired_tail = NULL, *op;
   FIFO_TAKE_ALL(e->health->wait_head, e->health->wait_tail, list);
   e->health->waiting = 0;
   bool draining = e->draining;
   while (list) {
-    struct page_op *op = list;
+    op = list;
     list = op->next;
     op->next = NULL;
-    if (draining || now - op->wait_since_ns >= engine_io_timeout_ns(e)) {
-      *tail = op;
-      tail = &op->next;
-    } else {
+    if (draining || now - op->wait_since_ns >= engine_io_timeout_ns(e))
+      FIFO_APPEND(expired, expired_tail, op, next);
+    else
       park_append(e, op);
-    }
   }
   while (expired) {
-    struct page_op *op = expired;
-    expired = op->next;
-    op->next = NULL;
+    FIFO_POP(expired, expired_tail, op, next);
     page_op_resume(op);
   }
 }
@@ -455,18 +451,15 @@ static void give_up_writes(struct rampart_engine *e, struct server *s)
 {
   struct server_health *h = &s->health;
   h->writes_given_up = true; /* before any callback: none may queue again */
-  struct rp_request *q, *writes = NULL, **tail = &writes;
+  struct rp_request *q, *writes = NULL, *writes_tail = NULL;
   FIFO_TAKE_ALL(h->replay_head, h->replay_tail, q);
   h->replay_count = h->replay_writes = 0;
   while (q) {
     struct rp_request *next = q->caller_next;
-    q->caller_next = NULL;
-    if (q->op == RP_OP_WRITE) {
-      *tail = q;
-      tail = &q->caller_next;
-    } else {
+    if (q->op == RP_OP_WRITE)
+      FIFO_APPEND(writes, writes_tail, q, caller_next);
+    else
       replay_append(h, q);
-    }
     q = next;
   }
   char why[160];

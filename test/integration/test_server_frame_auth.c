@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "fd_io.h"
 #include "message.h"
 #include "server_process.h"
 #include "wire.h"
@@ -70,20 +71,6 @@ struct relay {
   unsigned nrec;
 };
 
-static bool write_all(int fd, const uint8_t *b, size_t n)
-{
-  while (n > 0) {
-    ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return false;
-    b += w;
-    n -= (size_t)w;
-  }
-  return true;
-}
-
 /* One relayed connection. Client-to-server bytes are cut into frames (the first, HELLO,
  * untagged; every later one followed by its tag) so injections land between two whole
  * frames, as an attacker splicing the stream would place them. */
@@ -115,7 +102,7 @@ static void relay_one(struct relay *r, int cfd)
     if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
       uint8_t b[65536];
       ssize_t n = recv(sfd, b, sizeof b, 0);
-      if (n <= 0 || !write_all(cfd, b, (size_t)n))
+      if (n <= 0 || rp_send_full(cfd, b, (size_t)n) < 0)
         break;
     }
     if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
@@ -147,7 +134,7 @@ static void relay_one(struct relay *r, int cfd)
           r->alter_next_write = false;
         }
         pthread_mutex_unlock(&r->mu);
-        if (!write_all(sfd, cbuf, total))
+        if (rp_send_full(sfd, cbuf, total) < 0)
           goto out;
         frames++;
         memmove(cbuf, cbuf + total, clen - total);
@@ -157,7 +144,7 @@ static void relay_one(struct relay *r, int cfd)
     /* Inject only between whole client frames. */
     pthread_mutex_lock(&r->mu);
     if (r->inject_len > 0 && clen == 0) {
-      bool ok = write_all(sfd, r->inject, r->inject_len);
+      bool ok = rp_send_full(sfd, r->inject, r->inject_len) == 0;
       r->inject_len = 0;
       pthread_mutex_unlock(&r->mu);
       if (!ok)
@@ -526,7 +513,7 @@ static void *fake_main(void *arg)
   len += RP_MAC_LEN;
   r.length = (uint32_t)(len - RP_HEADER_SIZE);
   rp_header_encode(&r, out);
-  write_all(fd, out, len);
+  rp_send_full(fd, out, len);
   /* Whatever the client sends next, until it hangs up. */
   for (;;) {
     struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -615,7 +602,7 @@ static void test_version_1_client_told_to_upgrade(void **state)
   n += RP_TOKEN_LEN;
   req.length = (uint32_t)(n - RP_HEADER_SIZE);
   rp_header_encode(&req, frame);
-  assert_true(write_all(fd, frame, n));
+  assert_int_equal(rp_send_full(fd, frame, n), 0);
 
   uint8_t reply[4096];
   size_t got = 0;

@@ -5,7 +5,10 @@ written about them elsewhere drifts from it:
 - every key of the table is described in rampart.h's key list, and no other key is;
 - docs/operations.md's "Settings" table lists the same keys, and for each key whose row
   has a default value, the docs' default column shows that value;
-- every row's help starts with KEY= (what --help prints is the table's own help).
+- every row's help starts with KEY= (what --help prints is the table's own help);
+- for each key whose row has a default value, its help and its entry in rampart.h's key
+  list each state that default, as "(default VALUE" or "(default: VALUE", and state no
+  other (a key whose DEFAULT is NULL describes its default in words: not checked).
 
 Run by ctest as unit/test_settings_table; `check_settings.py [REPO]` by hand.
 """
@@ -35,11 +38,38 @@ def table_rows():
     return rows
 
 
-def header_keys():
+def header_entries():
+    """rampart.h's key list: each key's text, its own line and the lines indented under it."""
     text = (ROOT / "src/engine/rampart.h").read_text()
     start = text.index("/* Configuration, filled through rampart_config_set()")
     block = text[start:text.index("*/", start)]
-    return set(re.findall(r"^ \*   ([a-z][a-z-]*)=", block, re.M))
+    entries = {}
+    key = None
+    for line in block.splitlines():
+        m = re.match(r"^ \*   ([a-z][a-z-]*)=", line)
+        if m:
+            key = m.group(1)
+            entries[key] = line
+        elif key and re.match(r"^ \*     ", line):
+            entries[key] += "\n" + line
+        else:
+            key = None
+    return entries
+
+
+# "(default 32)", "(default on; off for ...)", "(default: auto)": the value is the word
+# after it. A key whose default is not a value it takes says so in words
+# ("(default: a temporary file)"), and its row's DEFAULT is NULL.
+DEFAULT_SAID = re.compile(r"\(default:?\s+([^\s;:,)]+)")
+
+
+def default_problems(key, default, where, text):
+    said = DEFAULT_SAID.findall(text)
+    if not said:
+        return [f"{where} does not state {key}'s default: config_settings.h's is "
+                f"{default!r}; say '(default {default})'"]
+    return [f"{where} says {key}'s default is {value!r}; config_settings.h's DEFAULT is "
+            f"{default!r}" for value in said if value != default]
 
 
 def docs_rows():
@@ -69,11 +99,19 @@ def main():
         if not help_text.endswith("\\n"):
             problems.append(f"config_settings.h: the help of {key} does not end in a newline")
 
-    header = header_keys()
+    entries = header_entries()
+    header = set(entries)
     for k in sorted(table - header):
         problems.append(f"rampart.h's key list does not describe {k}= (config_settings.h has it)")
     for k in sorted(header - table):
         problems.append(f"rampart.h's key list describes {k}=, which config_settings.h does not have")
+
+    for key, _setter, default, help_text in rows:
+        if default is None:
+            continue
+        problems += default_problems(key, default, "config_settings.h's help", help_text)
+        if key in entries:
+            problems += default_problems(key, default, "rampart.h's key list", entries[key])
 
     docs = docs_rows()
     for k in sorted(table - docs.keys()):

@@ -1,0 +1,65 @@
+/* What the frontend daemons (rampart-nbd-server, rampart-ublk) share on their command
+ * line: --help, --state-layout, the engine's KEY=VALUE settings, a refusal of anything
+ * else, the settings checked, and the exit status each outcome gives
+ * (rampart_config_from_arguments, rampart.h). The nbdkit plugin is handed its settings
+ * by nbdkit one by one and does not come here. */
+#include <stdio.h>
+#include <string.h>
+
+#include "rampart.h"
+
+/* 0 when every argument was taken, 1 after --help or --state-layout was printed, -1
+ * after saying what was wrong. */
+static int read_arguments(const struct rampart_frontend_args *f, int argc, char **argv,
+                          struct rampart_config *config)
+{
+  char err[512];
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    int took = f->option(f->ctx, a, i + 1 < argc ? argv[i + 1] : NULL);
+    if (took < 0)
+      return -1;
+    if (took > 0) {
+      i += took - 1;
+    } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      printf("%s%s", f->usage, rampart_config_help);
+      return 1;
+    } else if (strcmp(a, "--state-layout") == 0) {
+      printf("%s\n", rampart_state_layout());
+      return 1;
+    } else if (strchr(a, '=') && a[0] != '-') {
+      if (rampart_config_set_argument(config, a, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", f->who, err);
+        return -1;
+      }
+    } else {
+      fprintf(stderr, "%s: unexpected argument '%s'\n%s", f->who, a, f->usage);
+      return -1;
+    }
+  }
+  if (f->check && f->check(f->ctx, config) < 0)
+    return -1;
+  if (rampart_config_check(config, err, sizeof err) < 0) {
+    fprintf(stderr, "%s: %s\n", f->who, err);
+    return -1;
+  }
+  return 0;
+}
+
+struct rampart_config *rampart_config_from_arguments(const struct rampart_frontend_args *f,
+                                                     int argc, char **argv,
+                                                     int *exit_status)
+{
+  struct rampart_config *config = rampart_config_new();
+  if (!config) {
+    fprintf(stderr, "%s: out of memory\n", f->who);
+    *exit_status = 1;
+    return NULL;
+  }
+  int r = read_arguments(f, argc, argv, config);
+  if (r == 0)
+    return config;
+  rampart_config_free(config);
+  *exit_status = r > 0 ? 0 : 2;
+  return NULL;
+}
