@@ -63,7 +63,7 @@ static int command_servers(struct rampart_engine *e, char *out, size_t len)
     const char *note = s->removing ? "removing" : s->draining ? "draining"
                        : s->drained ? "drained" : s->suspect ? "suspect" : "-";
     n += (size_t)snprintf(out + n, len - n, "%-22s %-12s %10llu %10llu %10llu %10llu %s\n",
-                          s->address, rampart_server_state_name(s->state),
+                          s->address, rampart_server_health_name(s->state),
                           (unsigned long long)s->pages_live, (unsigned long long)s->pages_stored,
                           (unsigned long long)s->pages_reserved,
                           (unsigned long long)s->pages_dependent, note);

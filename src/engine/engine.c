@@ -39,7 +39,7 @@
 #include "page_rmw.h"
 #include "page_write.h"
 #include "page_write_pending.h"
-#include "pager_state.h"
+#include "state_segment.h"
 #include "secret.h"
 #include "server_health.h"
 #include "server_transport.h"
@@ -1125,7 +1125,7 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
   if (config->key_path[0] && rp_key_load(config->key_path, e->key, err, errlen) < 0)
     goto fail;
   if (config->state_path[0]) {
-    /* The map, seals and groups live in the state segment (pager_state.c); opening it
+    /* The map, seals and groups live in the state segment (state_segment.c); opening it
      * takes the device over when a pager died (engine_restore.c). */
     if (engine_restore_open(e, err, errlen) < 0)
       goto fail;

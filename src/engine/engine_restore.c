@@ -6,14 +6,14 @@
  *
  * With state= the page map, the seals, the nonce counter, the parity groups, the server
  * table (addresses, session tokens) and a record of every write in flight live in the
- * pager's state segment (pager_state.c), which outlives the process. A clean close
+ * pager's state segment (state_segment.c), which outlives the process. A clean close
  * removes it; a crash leaves it, and the next engine opened on it takes the device over:
  *
  *   - every server it had is RECONNECTING, its session resumed with the token the state
  *     kept (server_health.c); a server whose lease ran out comes back empty and is
  *     rebuilt from parity, exactly as when a server restarts under a running pager;
  *   - groups still open or sealing send their parity (again) from the buffer the state
- *     kept, whole whatever instant the kill picked (pager_state.h); one whose buffer
+ *     kept, whole whatever instant the kill picked (state_segment.h); one whose buffer
  *     went to another group is sealed without parity, unprotected, and the mover
  *     rewrites its live pages;
  *   - member writes in flight are sent again from the op pages the state kept;
@@ -38,7 +38,7 @@
 #include "page_mover.h"
 #include "page_op.h"
 #include "page_write.h"
-#include "pager_state.h"
+#include "state_segment.h"
 #include "secret.h"
 #include "server_health.h"
 #include "server_set.h"
@@ -72,7 +72,7 @@ int engine_restore_open(struct rampart_engine *e, char *err, size_t errlen)
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  struct pager_state_fingerprint fp = {
+  struct state_segment_fingerprint fp = {
     .pages = e->pages, .redundancy = (uint32_t)e->policy, .group = e->group_size,
     .encrypt = !c->encrypt_off,
   };
@@ -85,7 +85,7 @@ int engine_restore_open(struct rampart_engine *e, char *err, size_t errlen)
   char note[512];
   int r = load_wrapping_material(e, master, err, errlen);
   if (r == 0)
-    r = pager_state_open(e->state, c->state_path, &fp, master->len ? master->bytes : NULL,
+    r = state_segment_open(e->state, c->state_path, &fp, master->len ? master->bytes : NULL,
                          master->len, device_key, note, sizeof note, err, errlen);
   rp_secret_free(master, sizeof *master);
   if (r < 0) {
@@ -95,7 +95,7 @@ int engine_restore_open(struct rampart_engine *e, char *err, size_t errlen)
   }
   if (note[0])
     rp_log(RP_LOG_WARN, "%s", note);
-  struct pager_state *st = e->state;
+  struct state_segment *st = e->state;
   e->state_recovered = st->recovered;
   /* The spill file must outlive a crash too: without spill= it gets a name beside the
    * anchor instead of being an unlinked temporary file. */
@@ -115,7 +115,7 @@ int engine_restore_open(struct rampart_engine *e, char *err, size_t errlen)
   if (r < 0)
     return -1;
   page_map_init_at(&e->map, e->pages, st->map);
-  struct group_chunk_source source = pager_state_group_chunks(st);
+  struct group_chunk_source source = state_segment_group_chunks(st);
   if (st->recovered)
     r = group_table_adopt(&e->groups, (struct group **)st->chunks, st->nchunks, &source,
                           &e->map);
@@ -137,7 +137,7 @@ int engine_restore_open(struct rampart_engine *e, char *err, size_t errlen)
 
 void engine_restore_save_servers(struct rampart_engine *e)
 {
-  struct pager_state *st = e->state;
+  struct state_segment *st = e->state;
   if (!st)
     return;
   for (unsigned i = 0; i < e->set.nservers; i++)
@@ -157,11 +157,11 @@ static int parity_page_trusted(const struct rampart_engine *e, uint32_t id,
 {
   if (!g->has_parity || g->buffer >= ENGINE_PARITY_BUFFERS)
     return -1;
-  const struct pager_state_parity *p = &e->state->parity[g->buffer];
+  const struct state_segment_parity *p = &e->state->parity[g->buffer];
   if (p->group != id)
     return -1;
-  unsigned page = PAGER_STATE_PARITY_PAGE(p->published);
-  unsigned covered = PAGER_STATE_PARITY_COVERED(p->published);
+  unsigned page = STATE_SEGMENT_PARITY_PAGE(p->published);
+  unsigned covered = STATE_SEGMENT_PARITY_COVERED(p->published);
   if (covered == g->members)
     return (int)page;
   if (covered == g->members + 1u)
@@ -179,7 +179,7 @@ static void take_over_unfinished_group(struct rampart_engine *e, uint32_t id, bo
   struct group *g = group_get(&e->groups, id);
   if (g->state != GROUP_OPEN && g->state != GROUP_SEALING)
     return;
-  struct pager_state *st = e->state;
+  struct state_segment *st = e->state;
   int page = parity_page_trusted(e, id, g);
   bool trusted = page >= 0 && !in_use[g->buffer];
   if (trusted) {
@@ -258,7 +258,7 @@ static int rebuild_allocators(struct rampart_engine *e)
     if (page_entry_kind(entry) == PAGE_SPILL && entry != PAGE_ENTRY_LOST)
       spill_store_claim_slot(e->spill, page_entry_slot_of(entry));
   }
-  for (uint32_t i = 0; i < PAGER_STATE_WRITES; i++) {
+  for (uint32_t i = 0; i < STATE_SEGMENT_WRITES; i++) {
     page_entry old = e->recovered_writes[i].old_entry;
     if (e->recovered_writes[i].kept && page_entry_kind(old) == PAGE_SPILL && old != PAGE_ENTRY_LOST)
       spill_store_claim_slot(e->spill, page_entry_slot_of(old));
@@ -293,14 +293,14 @@ static bool joined_its_group(const struct rampart_engine *e, page_entry entry)
  * from the state, as every record was before. */
 static int take_over_writes(struct rampart_engine *e)
 {
-  struct pager_state *st = e->state;
-  e->recovered_writes = calloc(PAGER_STATE_WRITES, sizeof *e->recovered_writes);
-  e->recovered_bytes = malloc((size_t)PAGER_STATE_WRITES * RAMPART_PAGE_SIZE);
+  struct state_segment *st = e->state;
+  e->recovered_writes = calloc(STATE_SEGMENT_WRITES, sizeof *e->recovered_writes);
+  e->recovered_bytes = malloc((size_t)STATE_SEGMENT_WRITES * RAMPART_PAGE_SIZE);
   if (!e->recovered_writes || !e->recovered_bytes)
     return -1;
   unsigned withheld = 0;
-  for (unsigned i = 0; i < PAGER_STATE_WRITES; i++) {
-    struct pager_state_write *w = &st->writes[i];
+  for (unsigned i = 0; i < STATE_SEGMENT_WRITES; i++) {
+    struct state_segment_write *w = &st->writes[i];
     struct recovered_write *rw = &e->recovered_writes[i];
     rw->engine = e;
     rw->bytes = e->recovered_bytes + (size_t)i * RAMPART_PAGE_SIZE;
@@ -467,7 +467,7 @@ static bool replay_member_write(struct rampart_engine *e, struct recovered_write
 static unsigned replay_member_writes(struct rampart_engine *e)
 {
   unsigned n = 0;
-  for (uint32_t i = 0; i < PAGER_STATE_WRITES; i++) {
+  for (uint32_t i = 0; i < STATE_SEGMENT_WRITES; i++) {
     struct recovered_write *w = &e->recovered_writes[i];
     if (!w->new_entry && !w->joining)
       continue; /* nothing taken over */
@@ -485,14 +485,14 @@ static unsigned replay_member_writes(struct rampart_engine *e)
 
 int engine_restore_recover(struct rampart_engine *e, char *err, size_t errlen)
 {
-  struct pager_state *st = e->state;
+  struct state_segment *st = e->state;
   unsigned n = *st->nservers;
   if (server_set_pool_new(e, n, err, errlen) < 0)
     return -1;
   for (unsigned i = 0; i < n; i++) {
     /* A copy: server_new saves the new entry over the one it is made from. */
-    struct pager_state_server saved = st->servers[i];
-    const struct pager_state_server *ps = &saved;
+    struct state_segment_server saved = st->servers[i];
+    const struct state_segment_server *ps = &saved;
     struct server *s = server_new(e, ps->address, NULL);
     if (!s || slot_allocator_init(&s->slots, (uint32_t)ps->reserved_pages) < 0) {
       snprintf(err, errlen, "out of memory taking over server %s", ps->address);
@@ -504,13 +504,13 @@ int engine_restore_recover(struct rampart_engine *e, char *err, size_t errlen)
       s->addr_len = ps->addr_len;
     }
     s->reserved_pages = ps->reserved_pages;
-    s->suspect = ps->flags & PAGER_STATE_SERVER_SUSPECT;
-    s->leaving = ps->flags & PAGER_STATE_SERVER_LEAVING;
-    s->remove_when_drained = ps->flags & PAGER_STATE_SERVER_REMOVE_WHEN_DRAINED;
-    s->drained = ps->flags & PAGER_STATE_SERVER_DRAINED;
-    s->health.replaced = ps->flags & PAGER_STATE_SERVER_REPLACED;
-    s->rebuild_needed = ps->flags & PAGER_STATE_SERVER_REBUILD_NEEDED;
-    s->state = (enum rampart_server_state)ps->state;
+    s->suspect = ps->flags & STATE_SEGMENT_SERVER_SUSPECT;
+    s->leaving = ps->flags & STATE_SEGMENT_SERVER_LEAVING;
+    s->remove_when_drained = ps->flags & STATE_SEGMENT_SERVER_REMOVE_WHEN_DRAINED;
+    s->drained = ps->flags & STATE_SEGMENT_SERVER_DRAINED;
+    s->health.replaced = ps->flags & STATE_SEGMENT_SERVER_REPLACED;
+    s->rebuild_needed = ps->flags & STATE_SEGMENT_SERVER_REBUILD_NEEDED;
+    s->state = (enum rampart_server_health)ps->state;
     state_record_save_server(e, s);
   }
   bool buffer_in_use[ENGINE_PARITY_BUFFERS] = { false };
@@ -558,16 +558,16 @@ int engine_restore_recover(struct rampart_engine *e, char *err, size_t errlen)
 
 void engine_restore_close(struct rampart_engine *e, bool clean)
 {
-  struct pager_state *st = e->state;
+  struct state_segment *st = e->state;
   if (!st)
     return;
   /* The groups' chunks are the state's: the table lets go of them before it goes. */
   if (clean) {
-    pager_state_remove(st); /* the servers were told GOODBYE: nothing is left to take over */
+    state_segment_remove(st); /* the servers were told GOODBYE: nothing is left to take over */
     if (e->spill_named_by_state)
       unlink(e->config.spill_path);
   } else {
-    pager_state_detach(st);
+    state_segment_detach(st);
   }
   free(e->recovered_writes);
   free(e->recovered_bytes);

@@ -159,13 +159,13 @@ static void server_metrics(struct prom_out *o, const struct rampart_stats *st)
    * rampart_pager_server_state{state="lost"} == 1. */
   prom_header(o, "rampart_pager_server_state", "gauge",
          "The engine's view of each server: 1 for its current state.");
-  static const enum rampart_server_state states[] = {
+  static const enum rampart_server_health states[] = {
     RAMPART_SERVER_UP, RAMPART_SERVER_ADVISED, RAMPART_SERVER_RECONNECTING,
     RAMPART_SERVER_LOST, RAMPART_SERVER_REMOVED };
   for (unsigned i = 0; i < st->nservers; i++) {
     for (size_t k = 0; k < sizeof states / sizeof states[0]; k++) {
       char state[48];
-      snprintf(state, sizeof state, ",state=\"%s\"", rampart_server_state_name(states[k]));
+      snprintf(state, sizeof state, ",state=\"%s\"", rampart_server_health_name(states[k]));
       server_sample(o, "rampart_pager_server_state", &st->servers[i], state,
                     st->servers[i].state == states[k]);
     }

@@ -23,11 +23,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "pager_state.h"
+#include "state_segment.h"
 
 const char *rampart_state_layout(void)
 {
-  return pager_state_layout();
+  return state_segment_layout();
 }
 
 void rampart_standby_pin_file(const char *path)
@@ -129,7 +129,7 @@ int rampart_standby_find_pager(const char *state_path, unsigned wait_ms, pid_t *
   /* A standby started together with its pager may look before the pager has opened the
    * state (nbdkit binds its socket first, then opens the engine). */
   for (unsigned waited = 0;; waited += 100) {
-    if (pager_state_serving_pid(state_path, serving, err, errlen) == 0)
+    if (state_segment_serving_pid(state_path, serving, err, errlen) == 0)
       return 0;
     if (waited >= wait_ms)
       return -1;
@@ -141,7 +141,7 @@ int rampart_standby_wait_for_state(const char *state_path, size_t reserve_bytes,
                                    size_t errlen)
 {
   void *reserve = reserve_take(reserve_bytes);
-  int r = pager_state_wait_for_pager_end(state_path, err, errlen);
+  int r = state_segment_wait_for_pager_end(state_path, err, errlen);
   reserve_give_back(reserve, reserve_bytes);
   if (r != 0)
     return r;

@@ -255,7 +255,7 @@ int rampart_server_drain(struct rampart_engine *engine, const char *address, boo
 int rampart_cluster_reload(struct rampart_engine *engine, char *msg, size_t msglen);
 
 /* A server state's name as reports and metrics print it ("up", "lost", ...). */
-const char *rampart_server_state_name(enum rampart_server_state state);
+const char *rampart_server_health_name(enum rampart_server_health state);
 
 /* Writes stats in the Prometheus text exposition format (rampart_pager_* metrics, one
  * HELP and TYPE line each). Returns the length the whole text needs: when that is

@@ -69,7 +69,7 @@ static void add_check(struct rampart_engine *e, void *arg)
   }
   if (s) {
     rp_msgf(c->msg, c->msglen, "%s is a server of this device already (%s): nothing to do",
-            s->address, rampart_server_state_name(s->state));
+            s->address, rampart_server_health_name(s->state));
     c->done = true;
     return;
   }

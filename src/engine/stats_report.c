@@ -6,7 +6,7 @@
 #include "parse.h"
 #include "rampart.h"
 
-const char *rampart_server_state_name(enum rampart_server_state s)
+const char *rampart_server_health_name(enum rampart_server_health s)
 {
   switch (s) {
   case RAMPART_SERVER_UP: return "up";
@@ -84,7 +84,7 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
   for (unsigned i = 0; i < st->nservers; i++) {
     const struct rampart_server_stats *s = &st->servers[i];
     OUT("server %-22s %-12s live %llu, stored %llu, reserved %llu", s->address,
-        rampart_server_state_name(s->state), (unsigned long long)s->pages_live,
+        rampart_server_health_name(s->state), (unsigned long long)s->pages_live,
         (unsigned long long)s->pages_stored, (unsigned long long)s->pages_reserved);
     if (s->integrity_failures > 0)
       OUT(", %s%llu failed verification", s->suspect ? "SUSPECT: " : "",

@@ -144,7 +144,7 @@ struct server {
   struct sockaddr_storage addr;
   socklen_t addr_len;
   bool unlisted;                /* its etcd registration is gone: placed on no more */
-  enum rampart_server_state state;
+  enum rampart_server_health state;
   struct rp_conn *conn;
   uint8_t token[RP_TOKEN_LEN];
   struct slot_allocator slots;
@@ -187,7 +187,7 @@ struct degraded_read {
 
 /* The parity of an open or sealing group. A member is XORed from `page` into `spare`,
  * and the two then swap (parity_buffer_add): `page` is whole at every instant, which a
- * pager killed in the middle of an XOR needs (pager_state.h). */
+ * pager killed in the middle of an XOR needs (state_segment.h). */
 struct parity_buffer {
   struct parity_buffer *next;
   struct rampart_engine *engine;
@@ -231,7 +231,7 @@ struct recovered_write {
                                    in flight (its op is withheld meanwhile) */
 };
 
-struct pager_state;
+struct state_segment;
 struct page_mover;
 struct server_health_shared;
 
@@ -426,13 +426,13 @@ struct rampart_engine {
   _Atomic uint32_t frontend_waiting;
 
   struct engine_counters counters;
-  /* state= (pager_state.c): the pager's state segment, or NULL; after a restart
+  /* state= (state_segment.c): the pager's state segment, or NULL; after a restart
    * (engine_restore.c), the writes the dead process had in flight, and how many fell back
    * to the older version */
-  struct pager_state *state;
+  struct state_segment *state;
   bool state_recovered;         /* the state was left by a process that died */
   bool opened;                  /* rampart_open finished: a close is a clean detach */
-  struct recovered_write *recovered_writes; /* PAGER_STATE_WRITES entries */
+  struct recovered_write *recovered_writes; /* STATE_SEGMENT_WRITES entries */
   uint8_t *recovered_bytes;
   uint32_t nrecovered_writes;   /* entries still kept */
   pthread_mutex_t stats_lock;   /* guards the snapshot copied to other threads */

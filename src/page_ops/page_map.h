@@ -71,7 +71,7 @@ struct page_map {
 /* Allocates a map of `pages` zero entries (anonymous mmap: untouched parts cost no
  * memory). 0 or -1 (ENOMEM). */
 int page_map_init(struct page_map *map, uint64_t pages);
-/* A map over entries kept elsewhere (the pager's state segment, pager_state.h): a
+/* A map over entries kept elsewhere (the pager's state segment, state_segment.h): a
  * restarted pager finds them as its predecessor left them, and the counts are taken
  * from them. Never fails. */
 void page_map_init_at(struct page_map *map, uint64_t pages, page_entry *entries);

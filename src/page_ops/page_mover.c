@@ -29,7 +29,7 @@
 #include "page_read.h"
 #include "page_write.h"
 #include "page_write_pending.h"
-#include "pager_state.h"
+#include "state_segment.h"
 #include "server_set.h"
 
 #define GROUPS_PER_TICK 4096u
@@ -68,7 +68,7 @@ struct page_mover {
   /* The rebuild now running, or the last one: from the first loss to the end of the
    * pass that found nothing left at risk (times from engine_now_ns), in the form the
    * pager's state keeps it; pages_moved counts pages of groups on a lost server. */
-  struct pager_state_rebuild rebuild;
+  struct state_segment_rebuild rebuild;
 
   /* counters, since open */
   uint64_t moves_by_reason[RAMPART_MOVE_REASONS];
@@ -109,12 +109,12 @@ bool page_mover_take_wakeup(struct rampart_engine *e)
   return was;
 }
 
-void page_mover_rebuild_record(const struct rampart_engine *e, struct pager_state_rebuild *r)
+void page_mover_rebuild_record(const struct rampart_engine *e, struct state_segment_rebuild *r)
 {
   *r = e->mover->rebuild;
 }
 
-void page_mover_rebuild_restore(struct rampart_engine *e, const struct pager_state_rebuild *r)
+void page_mover_rebuild_restore(struct rampart_engine *e, const struct state_segment_rebuild *r)
 {
   e->mover->rebuild = *r;
 }

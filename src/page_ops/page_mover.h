@@ -19,7 +19,7 @@
 struct rampart_engine;
 struct rampart_stats;
 struct page_op;
-struct pager_state_rebuild;
+struct state_segment_rebuild;
 
 /* Made with the engine, after its group size is known: 0, or -1 (out of memory). */
 int page_mover_init(struct rampart_engine *e);
@@ -41,8 +41,8 @@ bool page_mover_should_throttle(struct rampart_engine *e);
 /* A server was just declared lost: starts the rebuild clock, unless one is running. */
 void page_mover_rebuild_begin(struct rampart_engine *e);
 /* The rebuild clock as the pager's state keeps it, and back after a restart. */
-void page_mover_rebuild_record(const struct rampart_engine *e, struct pager_state_rebuild *r);
-void page_mover_rebuild_restore(struct rampart_engine *e, const struct pager_state_rebuild *r);
+void page_mover_rebuild_record(const struct rampart_engine *e, struct state_segment_rebuild *r);
+void page_mover_rebuild_restore(struct rampart_engine *e, const struct state_segment_rebuild *r);
 
 /* Per server: live pages stored there, and live pages that depend on it (stored there,
  * or in groups whose parity is there). Derived in one scan of the group table, never

@@ -43,7 +43,7 @@ struct page_sealer {
   bool encrypt;
   uint64_t pages;
   uint64_t *next_version;           /* the nonce counter: own_next_version, or the
-                                       pager's state segment (pager_state.h) */
+                                       pager's state segment (state_segment.h) */
   uint64_t own_next_version;
   struct page_seal *seals;          /* per logical page; anonymous mmap, or the state's */
   bool owns_seals;
@@ -54,7 +54,7 @@ struct page_sealer {
 int page_sealer_init(struct page_sealer *s, uint64_t pages, bool encrypt,
                      const uint8_t *master, size_t master_len, char *err, size_t errlen);
 /* A sealer over a device key, seals and nonce counter kept in the pager's state
- * (pager_state.h), so a restarted pager opens what its predecessor sealed and goes on
+ * (state_segment.h), so a restarted pager opens what its predecessor sealed and goes on
  * counting where it stopped: the key is used as given, not derived again. */
 int page_sealer_init_at(struct page_sealer *s, uint64_t pages, bool encrypt,
                         const uint8_t key[PAGE_SEAL_KEY_LEN], struct page_seal *seals,

@@ -191,7 +191,7 @@ static void member_write_crash_point(bool retry, enum member_write_step step)
 
 /* XORs a member's bytes into the group's parity: computed into the spare page, which
  * then becomes the parity by one published store, so the parity in the state is whole
- * at every instant a crash can pick (pager_state.h). `covered`: members it holds then. */
+ * at every instant a crash can pick (state_segment.h). `covered`: members it holds then. */
 static void parity_buffer_add(struct rampart_engine *e, struct parity_buffer *pb,
                               const uint8_t *member, unsigned covered, bool retry)
 {

@@ -58,7 +58,7 @@ struct group {
 #define GROUP_CHUNK_SHIFT 12u
 #define GROUP_CHUNK_SIZE (1u << GROUP_CHUNK_SHIFT)
 
-/* Where chunks come from: the heap, or the pager's state segment (pager_state.h), whose
+/* Where chunks come from: the heap, or the pager's state segment (state_segment.h), whose
  * chunks outlive the process. alloc returns zeroed memory for chunk `index`. */
 struct group_chunk_source {
   struct group *(*alloc)(void *ctx, uint32_t index);

@@ -59,7 +59,7 @@ struct rampart_io {
  * RECONNECTING (its connection dropped; it keeps our session for a lease) -> UP again
  * with every page, or LOST (its pages are rebuilt; a server that returns after that
  * joins as a new, empty one). New states go here, once, for the engine and the stats. */
-enum rampart_server_state { RAMPART_SERVER_UP, RAMPART_SERVER_ADVISED,
+enum rampart_server_health { RAMPART_SERVER_UP, RAMPART_SERVER_ADVISED,
                             RAMPART_SERVER_RECONNECTING, RAMPART_SERVER_LOST,
                             RAMPART_SERVER_REMOVED };
 /* (REMOVED: an operator removed it and it was drained, or it was lost and rebuilt: the
@@ -68,7 +68,7 @@ enum rampart_server_state { RAMPART_SERVER_UP, RAMPART_SERVER_ADVISED,
 struct rampart_server_stats {
   uint32_t index;              /* its entry in the engine's server table (its incarnation) */
   char address[80];
-  enum rampart_server_state state;
+  enum rampart_server_health state;
   uint64_t pages_live;         /* current versions of logical pages stored there */
   uint64_t pages_stored;       /* live + inactive + parity */
   uint64_t pages_reserved;

@@ -10,7 +10,7 @@
  *                                                                       incarnation, UP
  *
  * (ADVISED is UP under memory pressure; rampart_types.h holds the one enum of a server's
- * health, rampart_server_state.) Every server has its own health, backoff and deadlines,
+ * health, rampart_server_health.) Every server has its own health, backoff and deadlines,
  * all kept and driven on the engine's loop. An attempt (connect, handshake, RESERVE for
  * a fresh session) blocks, so it runs in one of the engine's few reconnect helper
  * threads, shared by every server and asleep until needed: the loop queues an attempt

@@ -3,7 +3,7 @@
  *
  * With state= the page map, the seals, the nonce counter, the parity groups, the server
  * table (addresses, session tokens) and a record of every write in flight live in the
- * pager's state segment (pager_state.c), which outlives the process. The map, the seals
+ * pager's state segment (state_segment.c), which outlives the process. The map, the seals
  * and the groups are the engine's own tables, laid out in the segment; this file keeps
  * the rest as the engine changes them: each server's entry, the open group and its
  * parity, and each write's record. A write in flight names its new version in the map
@@ -21,15 +21,15 @@
 #include "engine_core.h"
 #include "log.h"
 #include "page_op.h"
-#include "pager_state.h"
+#include "state_segment.h"
 #include "state_record.h"
 
 
-_Static_assert(ENGINE_PAGE_OPS <= PAGER_STATE_WRITES, "every page op has a write record");
-_Static_assert(ENGINE_MAX_INCARNATIONS <= PAGER_STATE_SERVERS, "every server has an entry");
-_Static_assert(RAMPART_ADDRESS_LEN <= PAGER_STATE_ADDRESS_LEN, "addresses fit");
-_Static_assert(RP_TOKEN_LEN == PAGER_STATE_TOKEN_LEN, "session tokens fit");
-_Static_assert(ENGINE_PARITY_BUFFERS == PAGER_STATE_PARITY_BUFFERS, "parity buffers fit");
+_Static_assert(ENGINE_PAGE_OPS <= STATE_SEGMENT_WRITES, "every page op has a write record");
+_Static_assert(ENGINE_MAX_INCARNATIONS <= STATE_SEGMENT_SERVERS, "every server has an entry");
+_Static_assert(RAMPART_ADDRESS_LEN <= STATE_SEGMENT_ADDRESS_LEN, "addresses fit");
+_Static_assert(RP_TOKEN_LEN == STATE_SEGMENT_TOKEN_LEN, "session tokens fit");
+_Static_assert(ENGINE_PARITY_BUFFERS == STATE_SEGMENT_PARITY_BUFFERS, "parity buffers fit");
 
 void (*rampart_crash_point_hook)(const char *point);
 
@@ -37,29 +37,29 @@ void (*rampart_crash_point_hook)(const char *point);
 
 void state_record_save_server(struct rampart_engine *e, const struct server *s)
 {
-  struct pager_state *st = e->state;
+  struct state_segment *st = e->state;
   if (!st)
     return;
-  struct pager_state_server *ps = &st->servers[s->index];
+  struct state_segment_server *ps = &st->servers[s->index];
   snprintf(ps->address, sizeof ps->address, "%s", s->address);
   ps->addr = s->addr;
   ps->addr_len = s->addr_len;
   memcpy(ps->token, s->token, sizeof ps->token);
   ps->reserved_pages = s->reserved_pages;
   ps->state = (uint8_t)s->state;
-  ps->flags = (uint8_t)((s->suspect ? PAGER_STATE_SERVER_SUSPECT : 0) |
-                        (s->leaving ? PAGER_STATE_SERVER_LEAVING : 0) |
-                        (s->remove_when_drained ? PAGER_STATE_SERVER_REMOVE_WHEN_DRAINED : 0) |
-                        (s->drained ? PAGER_STATE_SERVER_DRAINED : 0) |
-                        (s->health.replaced ? PAGER_STATE_SERVER_REPLACED : 0) |
-                        (s->rebuild_needed ? PAGER_STATE_SERVER_REBUILD_NEEDED : 0));
+  ps->flags = (uint8_t)((s->suspect ? STATE_SEGMENT_SERVER_SUSPECT : 0) |
+                        (s->leaving ? STATE_SEGMENT_SERVER_LEAVING : 0) |
+                        (s->remove_when_drained ? STATE_SEGMENT_SERVER_REMOVE_WHEN_DRAINED : 0) |
+                        (s->drained ? STATE_SEGMENT_SERVER_DRAINED : 0) |
+                        (s->health.replaced ? STATE_SEGMENT_SERVER_REPLACED : 0) |
+                        (s->rebuild_needed ? STATE_SEGMENT_SERVER_REBUILD_NEEDED : 0));
   /* Counted once the entry is whole: a restart never reads a half-written one. */
   atomic_signal_fence(memory_order_release);
   if (*st->nservers < s->index + 1)
     *st->nservers = s->index + 1;
 }
 
-static struct pager_state_write *write_record(struct page_op *op)
+static struct state_segment_write *write_record(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
   return &e->state->writes[op - e->ops];
@@ -99,7 +99,7 @@ struct recovered_write *state_record_drop_kept(struct rampart_engine *e, uint64_
   /* The versions a dead process's writes replaced were kept for a fallback that a new
    * version makes pointless. Kept versions are not live (the map does not name them):
    * their groups are pinned instead, neither reclaimed nor counted at risk meanwhile. */
-  while (*from < PAGER_STATE_WRITES && e->nrecovered_writes) {
+  while (*from < STATE_SEGMENT_WRITES && e->nrecovered_writes) {
     struct recovered_write *w = &e->recovered_writes[(*from)++];
     if (!w->kept || w->page != page)
       continue;
@@ -112,7 +112,7 @@ struct recovered_write *state_record_drop_kept(struct rampart_engine *e, uint64_
 bool state_record_keep_replaced(struct page_op *op, page_entry entry)
 {
   struct rampart_engine *e = op->engine;
-  struct pager_state_write *w = write_record(op);
+  struct state_segment_write *w = write_record(op);
   if (w->active) {
     /* Placed again (its first placement failed): what it replaces now is its own
      * earlier placement, which never completed. The first replaced version stays kept,
@@ -138,7 +138,7 @@ void state_record_installed(struct page_op *op, page_entry entry)
   struct rampart_engine *e = op->engine;
   if (!e->state)
     return;
-  struct pager_state_write *w = write_record(op);
+  struct state_segment_write *w = write_record(op);
   /* After the map: a crash in between finds the map naming `joining` (take_over_writes). */
   if (w->active)
     w->new_entry = entry;
@@ -146,7 +146,7 @@ void state_record_installed(struct page_op *op, page_entry entry)
 
 bool state_record_op_ended(struct page_op *op, page_entry *retire)
 {
-  struct pager_state_write *w = write_record(op);
+  struct state_segment_write *w = write_record(op);
   if (!w->active)
     return false;
   *retire = w->old_entry;
@@ -162,7 +162,7 @@ bool state_record_fall_back(struct page_op *op, page_entry *retire)
 {
   struct rampart_engine *e = op->engine;
   page_entry now = page_map_get(&e->map, op->page);
-  for (uint32_t i = 0; i < PAGER_STATE_WRITES; i++) {
+  for (uint32_t i = 0; i < STATE_SEGMENT_WRITES; i++) {
     struct recovered_write *w = &e->recovered_writes[i];
     if (!w->kept || w->page != op->page || w->new_entry != now)
       continue;
@@ -189,15 +189,15 @@ bool state_record_fall_back(struct page_op *op, page_entry *retire)
 
 void state_record_group_opened(struct rampart_engine *e, uint32_t id)
 {
-  struct pager_state *st = e->state;
+  struct state_segment *st = e->state;
   if (!st)
     return;
   struct group *g = group_get(&e->groups, id);
   if (g->buffer != GROUP_NO_BUFFER) {
     /* Covering nothing before it names the group: a crash in between leaves it naming
      * a group that is gone, or this one, empty (which a restart releases). */
-    struct pager_state_parity *p = &st->parity[g->buffer];
-    p->published = PAGER_STATE_PARITY_PUBLISHED(e->parity[g->buffer].current, 0);
+    struct state_segment_parity *p = &st->parity[g->buffer];
+    p->published = STATE_SEGMENT_PARITY_PUBLISHED(e->parity[g->buffer].current, 0);
     atomic_signal_fence(memory_order_release);
     p->group = id;
   }
@@ -214,6 +214,6 @@ void state_record_parity_published(struct rampart_engine *e, uint16_t buffer, un
     return;
   /* The new page's bytes are all stored before the store that makes it current. */
   atomic_signal_fence(memory_order_release);
-  e->state->parity[buffer].published = PAGER_STATE_PARITY_PUBLISHED(page, covered);
+  e->state->parity[buffer].published = STATE_SEGMENT_PARITY_PUBLISHED(page, covered);
   atomic_signal_fence(memory_order_release);
 }

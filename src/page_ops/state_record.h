@@ -1,6 +1,6 @@
 /* state= (state_record.c, docs/recovery.md): the engine's record in the pager state
  * that outlives the process, kept as it runs. The segment's own layout is
- * pager_state.h; opening it and taking a device over from it is
+ * state_segment.h; opening it and taking a device over from it is
  * ../engine/engine_restore.h.
  *
  * Errors: none: each call records, and cannot fail.

@@ -137,7 +137,7 @@ static void test_an_added_server_takes_new_groups_under_load(void **state)
   const struct rampart_server_stats *s = server_stats(&st, added);
   assert_non_null(s);
   print_message("the added server: state %s, %llu live, %llu stored, %llu reserved\n",
-                rampart_server_state_name(s->state), (unsigned long long)s->pages_live,
+                rampart_server_health_name(s->state), (unsigned long long)s->pages_live,
                 (unsigned long long)s->pages_stored, (unsigned long long)s->pages_reserved);
   assert_int_equal(s->state, RAMPART_SERVER_UP);
   assert_true(s->pages_reserved > 0);

@@ -679,7 +679,7 @@ static void test_server_indices_past_255_outlive_the_pager(void **state)
   assert_non_null(s);
   print_message("after the takeover: %u table entries, %u in the stats; entry %u (%s) "
                 "holds %llu live pages\n", st.server_entries, st.nservers, s->index,
-                rampart_server_state_name(s->state), (unsigned long long)s->pages_live);
+                rampart_server_health_name(s->state), (unsigned long long)s->pages_live);
   assert_true(s->index > 255);
   assert_true(s->pages_live > 0);
   assert_int_equal(st.pages_lost, 0);

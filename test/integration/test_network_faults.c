@@ -156,7 +156,7 @@ static void finish(struct rp_test_cluster *c, struct run *r, const char *fault)
   rp_test_cluster_stop(c);
 }
 
-static enum rampart_server_state server_state(struct run *r, unsigned i)
+static enum rampart_server_health server_state(struct run *r, unsigned i)
 {
   struct rampart_stats st;
   rampart_get_stats(r->engine, &st);
@@ -164,7 +164,7 @@ static enum rampart_server_state server_state(struct run *r, unsigned i)
 }
 
 /* Waits up to ms for server i to reach state, doing verified I/O meanwhile. */
-static bool wait_state(struct run *r, unsigned i, enum rampart_server_state want, unsigned ms)
+static bool wait_state(struct run *r, unsigned i, enum rampart_server_health want, unsigned ms)
 {
   double end = now_ms() + ms;
   while (now_ms() < end) {

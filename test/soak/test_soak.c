@@ -228,7 +228,7 @@ static void wait_settled(struct chaos *ch, const char *after)
 }
 
 /* Waits up to ms for the newest entry for server i's address to reach state. */
-static void wait_state(struct chaos *ch, unsigned i, enum rampart_server_state want,
+static void wait_state(struct chaos *ch, unsigned i, enum rampart_server_health want,
                        unsigned ms)
 {
   const char *addr = ch->cluster->servers[i].addr;

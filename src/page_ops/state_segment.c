@@ -1,5 +1,5 @@
-/* The pager's state segment (see pager_state.h, docs/recovery.md). */
-#include "pager_state.h"
+/* The pager's state segment (see state_segment.h, docs/recovery.md). */
+#include "state_segment.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,10 +21,10 @@
 
 #define STATE_MAGIC "rampart-state\0\0"
 /* 3: 16-bit server indices in the groups (chunk_bytes changed with them) and a server
- * table of PAGER_STATE_SERVERS entries. */
+ * table of STATE_SEGMENT_SERVERS entries. */
 #define STATE_LAYOUT 3u
 /* The header, rounded up to whole pages. */
-#define STATE_HEADER_BYTES ((sizeof(struct pager_state_header) + 4095u) & ~(size_t)4095u)
+#define STATE_HEADER_BYTES ((sizeof(struct state_segment_header) + 4095u) & ~(size_t)4095u)
 #define ANCHOR_FIRST_LINE "rampart pager state 1"
 #define WRAP_LABEL "rampart state key wrap v1"
 #define WRAP_NONCE_LEN 12u
@@ -32,12 +32,12 @@
 
 /* The segment's first page. Fixed-width fields only: a restarted process of the same
  * build reads it back, and `layout` turns away any other. */
-struct pager_state_header {
+struct state_segment_header {
   char magic[16];
   uint32_t layout;
   uint32_t header_bytes;
-  uint8_t identity[PAGER_STATE_IDENTITY_LEN];
-  struct pager_state_fingerprint fingerprint;
+  uint8_t identity[STATE_SEGMENT_IDENTITY_LEN];
+  struct state_segment_fingerprint fingerprint;
   uint64_t generation;
   uint64_t next_version;
   uint64_t map_offset, seals_offset, total_bytes;
@@ -45,13 +45,13 @@ struct pager_state_header {
   uint8_t wrapped_key[PAGE_SEAL_KEY_LEN];
   uint8_t wrap_tag[WRAP_TAG_LEN];
   uint32_t group_chunks;
-  int32_t group_chunk_segment[PAGER_STATE_MAX_CHUNKS];
+  int32_t group_chunk_segment[STATE_SEGMENT_MAX_CHUNKS];
   uint32_t nservers;
-  struct pager_state_server servers[PAGER_STATE_SERVERS];
-  struct pager_state_write writes[PAGER_STATE_WRITES];
-  struct pager_state_parity parity[PAGER_STATE_PARITY_BUFFERS];
+  struct state_segment_server servers[STATE_SEGMENT_SERVERS];
+  struct state_segment_write writes[STATE_SEGMENT_WRITES];
+  struct state_segment_parity parity[STATE_SEGMENT_PARITY_BUFFERS];
   uint32_t open_group, open_parity_server, open_parity_slot;
-  struct pager_state_rebuild rebuild;
+  struct state_segment_rebuild rebuild;
   uint64_t parity_offset;
   uint64_t op_pages_offset;
 };
@@ -93,7 +93,7 @@ static uint64_t seals_bytes(uint64_t pages)
   return round_to_page(pages * sizeof(struct page_seal));
 }
 
-const char *pager_state_layout(void)
+const char *state_segment_layout(void)
 {
   static char layout[32];
   snprintf(layout, sizeof layout, "%u.%zu", STATE_LAYOUT,
@@ -101,22 +101,22 @@ const char *pager_state_layout(void)
   return layout;
 }
 
-uint64_t pager_state_bytes(uint64_t pages)
+uint64_t state_segment_bytes(uint64_t pages)
 {
   return STATE_HEADER_BYTES + map_bytes(pages) + seals_bytes(pages) +
-         (uint64_t)(2 * PAGER_STATE_PARITY_BUFFERS + PAGER_STATE_WRITES) * 4096u;
+         (uint64_t)(2 * STATE_SEGMENT_PARITY_BUFFERS + STATE_SEGMENT_WRITES) * 4096u;
 }
 
 /* ---- the anchor file ------------------------------------------------------------------ */
 
 struct anchor {
   int segment;
-  uint8_t identity[PAGER_STATE_IDENTITY_LEN];
+  uint8_t identity[STATE_SEGMENT_IDENTITY_LEN];
 };
 
-static void identity_hex(const uint8_t *id, char out[2 * PAGER_STATE_IDENTITY_LEN + 1])
+static void identity_hex(const uint8_t *id, char out[2 * STATE_SEGMENT_IDENTITY_LEN + 1])
 {
-  for (unsigned i = 0; i < PAGER_STATE_IDENTITY_LEN; i++)
+  for (unsigned i = 0; i < STATE_SEGMENT_IDENTITY_LEN; i++)
     snprintf(out + 2 * i, 3, "%02x", id[i]);
 }
 
@@ -130,14 +130,14 @@ static int anchor_read(const char *path, struct anchor *a, char *err, size_t err
     snprintf(err, errlen, "cannot read the state file %s: %s", path, strerror(errno));
     return -1;
   }
-  char first[64] = "", hex[2 * PAGER_STATE_IDENTITY_LEN + 1] = "";
+  char first[64] = "", hex[2 * STATE_SEGMENT_IDENTITY_LEN + 1] = "";
   int segment = -1;
   bool ok = fgets(first, sizeof first, f) != NULL &&
             strncmp(first, ANCHOR_FIRST_LINE "\n", sizeof first) == 0 &&
             fscanf(f, "segment %d\nidentity %32s\n", &segment, hex) == 2 && segment >= 0 &&
-            strlen(hex) == 2 * PAGER_STATE_IDENTITY_LEN;
+            strlen(hex) == 2 * STATE_SEGMENT_IDENTITY_LEN;
   fclose(f);
-  for (unsigned i = 0; ok && i < PAGER_STATE_IDENTITY_LEN; i++) {
+  for (unsigned i = 0; ok && i < STATE_SEGMENT_IDENTITY_LEN; i++) {
     unsigned byte;
     ok = sscanf(hex + 2 * i, "%2x", &byte) == 1;
     a->identity[i] = (uint8_t)byte;
@@ -155,7 +155,7 @@ static int anchor_read(const char *path, struct anchor *a, char *err, size_t err
 /* Written beside the old one and renamed over it, so a crash leaves one or the other. */
 static int anchor_write(const char *path, const struct anchor *a, char *err, size_t errlen)
 {
-  char tmp[4200], hex[2 * PAGER_STATE_IDENTITY_LEN + 1];
+  char tmp[4200], hex[2 * STATE_SEGMENT_IDENTITY_LEN + 1];
   snprintf(tmp, sizeof tmp, "%s.new", path);
   identity_hex(a->identity, hex);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -181,12 +181,12 @@ static int anchor_write(const char *path, const struct anchor *a, char *err, siz
 /* ---- the wrapped device key ------------------------------------------------------------ */
 
 static bool wrapping_key(const uint8_t *master, size_t master_len,
-                         const uint8_t identity[PAGER_STATE_IDENTITY_LEN],
+                         const uint8_t identity[STATE_SEGMENT_IDENTITY_LEN],
                          uint8_t key[PAGE_SEAL_KEY_LEN])
 {
-  uint8_t msg[sizeof WRAP_LABEL - 1 + PAGER_STATE_IDENTITY_LEN];
+  uint8_t msg[sizeof WRAP_LABEL - 1 + STATE_SEGMENT_IDENTITY_LEN];
   memcpy(msg, WRAP_LABEL, sizeof WRAP_LABEL - 1);
-  memcpy(msg + sizeof WRAP_LABEL - 1, identity, PAGER_STATE_IDENTITY_LEN);
+  memcpy(msg + sizeof WRAP_LABEL - 1, identity, STATE_SEGMENT_IDENTITY_LEN);
   static const uint8_t no_key[1];
   unsigned len = PAGE_SEAL_KEY_LEN;
   return HMAC(EVP_sha256(), master ? master : no_key, master ? (int)master_len : 0, msg,
@@ -196,7 +196,7 @@ static bool wrapping_key(const uint8_t *master, size_t master_len,
 /* AES-256-GCM over the 32-byte device key, the identity as additional data. encrypt:
  * plain -> the header's wrapped_key and tag; else the header's -> plain, false when the
  * tag does not verify (another key). */
-static bool wrap_device_key(struct pager_state_header *h, const uint8_t *master,
+static bool wrap_device_key(struct state_segment_header *h, const uint8_t *master,
                             size_t master_len, uint8_t plain[PAGE_SEAL_KEY_LEN], bool encrypt)
 {
   uint8_t key[PAGE_SEAL_KEY_LEN];
@@ -207,13 +207,13 @@ static bool wrap_device_key(struct pager_state_header *h, const uint8_t *master,
   bool ok = ctx != NULL;
   if (encrypt) {
     ok = ok && EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, key, h->wrap_nonce) == 1 &&
-         EVP_EncryptUpdate(ctx, NULL, &len, h->identity, PAGER_STATE_IDENTITY_LEN) == 1 &&
+         EVP_EncryptUpdate(ctx, NULL, &len, h->identity, STATE_SEGMENT_IDENTITY_LEN) == 1 &&
          EVP_EncryptUpdate(ctx, h->wrapped_key, &len, plain, PAGE_SEAL_KEY_LEN) == 1 &&
          EVP_EncryptFinal_ex(ctx, h->wrapped_key + len, &len) == 1 &&
          EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, WRAP_TAG_LEN, h->wrap_tag) == 1;
   } else {
     ok = ok && EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, key, h->wrap_nonce) == 1 &&
-         EVP_DecryptUpdate(ctx, NULL, &len, h->identity, PAGER_STATE_IDENTITY_LEN) == 1 &&
+         EVP_DecryptUpdate(ctx, NULL, &len, h->identity, STATE_SEGMENT_IDENTITY_LEN) == 1 &&
          EVP_DecryptUpdate(ctx, plain, &len, h->wrapped_key, PAGE_SEAL_KEY_LEN) == 1 &&
          EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, WRAP_TAG_LEN, h->wrap_tag) == 1 &&
          EVP_DecryptFinal_ex(ctx, plain + len, &len) == 1;
@@ -227,9 +227,9 @@ static bool wrap_device_key(struct pager_state_header *h, const uint8_t *master,
 
 /* ---- the segment -------------------------------------------------------------------------- */
 
-static void point_into(struct pager_state *st)
+static void point_into(struct state_segment *st)
 {
-  struct pager_state_header *h = st->base;
+  struct state_segment_header *h = st->base;
   st->header = h;
   st->map = (page_entry *)((uint8_t *)st->base + h->map_offset);
   st->seals = (struct page_seal *)((uint8_t *)st->base + h->seals_offset);
@@ -245,7 +245,7 @@ static void point_into(struct pager_state *st)
   st->open_parity_server = &h->open_parity_server;
   st->open_parity_slot = &h->open_parity_slot;
   st->generation = h->generation;
-  memcpy(st->identity, h->identity, PAGER_STATE_IDENTITY_LEN);
+  memcpy(st->identity, h->identity, STATE_SEGMENT_IDENTITY_LEN);
 }
 
 /* The kernel destroys every segment its creator leaves when this is 1, which would
@@ -268,11 +268,11 @@ static int check_segments_outlive_processes(char *err, size_t errlen)
   return 0;
 }
 
-static int create_state(struct pager_state *st, const struct pager_state_fingerprint *fp,
+static int create_state(struct state_segment *st, const struct state_segment_fingerprint *fp,
                         const uint8_t *master, size_t master_len,
                         uint8_t device_key[PAGE_SEAL_KEY_LEN], char *err, size_t errlen)
 {
-  uint64_t bytes = pager_state_bytes(fp->pages);
+  uint64_t bytes = state_segment_bytes(fp->pages);
   void *base = NULL;
   int id = locked_segment_new(bytes, &base);
   if (id < 0) {
@@ -282,7 +282,7 @@ static int create_state(struct pager_state *st, const struct pager_state_fingerp
              "or leave state= unset)", bytes >> 20, strerror(errno));
     return -1;
   }
-  struct pager_state_header *h = base;
+  struct state_segment_header *h = base;
   memcpy(h->magic, STATE_MAGIC, sizeof h->magic);
   h->layout = STATE_LAYOUT;
   h->header_bytes = STATE_HEADER_BYTES;
@@ -292,10 +292,10 @@ static int create_state(struct pager_state *st, const struct pager_state_fingerp
   h->map_offset = STATE_HEADER_BYTES;
   h->seals_offset = STATE_HEADER_BYTES + map_bytes(fp->pages);
   h->parity_offset = h->seals_offset + seals_bytes(fp->pages);
-  h->op_pages_offset = h->parity_offset + (uint64_t)2 * PAGER_STATE_PARITY_BUFFERS * 4096u;
+  h->op_pages_offset = h->parity_offset + (uint64_t)2 * STATE_SEGMENT_PARITY_BUFFERS * 4096u;
   h->open_group = UINT32_MAX;
   h->total_bytes = bytes;
-  for (unsigned i = 0; i < PAGER_STATE_MAX_CHUNKS; i++)
+  for (unsigned i = 0; i < STATE_SEGMENT_MAX_CHUNKS; i++)
     h->group_chunk_segment[i] = -1;
   bool ok = rp_random_bytes(h->identity, sizeof h->identity) == 0 &&
             rp_random_bytes(h->wrap_nonce, sizeof h->wrap_nonce) == 0 &&
@@ -319,8 +319,8 @@ static int create_state(struct pager_state *st, const struct pager_state_fingerp
   return -1;
 }
 
-static void describe_mismatch(const struct pager_state_fingerprint *was,
-                              const struct pager_state_fingerprint *now, char *out,
+static void describe_mismatch(const struct state_segment_fingerprint *was,
+                              const struct state_segment_fingerprint *now, char *out,
                               size_t outlen)
 {
   if (was->pages != now->pages)
@@ -337,7 +337,7 @@ static void describe_mismatch(const struct pager_state_fingerprint *was,
              "a chunk, this build's %u)", was->chunk_bytes, now->chunk_bytes);
 }
 
-static void detach_chunks(struct pager_state *st)
+static void detach_chunks(struct state_segment *st)
 {
   for (uint32_t i = 0; i < st->nchunks; i++)
     if (st->chunks[i])
@@ -347,10 +347,10 @@ static void detach_chunks(struct pager_state *st)
 
 /* Maps every group chunk a recovered header lists; each must still be there, and the
  * size this build's chunks are. */
-static int attach_chunks(struct pager_state *st, struct pager_state_header *h, char *err,
+static int attach_chunks(struct state_segment *st, struct state_segment_header *h, char *err,
                          size_t errlen)
 {
-  for (uint32_t i = 0; i < h->group_chunks && i < PAGER_STATE_MAX_CHUNKS; i++) {
+  for (uint32_t i = 0; i < h->group_chunks && i < STATE_SEGMENT_MAX_CHUNKS; i++) {
     struct shmid_ds ds;
     int id = h->group_chunk_segment[i];
     void *chunk;
@@ -367,7 +367,7 @@ static int attach_chunks(struct pager_state *st, struct pager_state_header *h, c
     st->chunks[st->nchunks++] = chunk;
   }
   /* A chunk made but not yet counted when the process died is nobody's: free it. */
-  if (h->group_chunks < PAGER_STATE_MAX_CHUNKS && h->group_chunk_segment[h->group_chunks] >= 0) {
+  if (h->group_chunks < STATE_SEGMENT_MAX_CHUNKS && h->group_chunk_segment[h->group_chunks] >= 0) {
     struct shmid_ds ds;
     int id = h->group_chunk_segment[h->group_chunks];
     if (shmctl(id, IPC_STAT, &ds) == 0 && ds.shm_perm.uid == geteuid() &&
@@ -379,8 +379,8 @@ static int attach_chunks(struct pager_state *st, struct pager_state_header *h, c
 }
 
 /* 0 attached; 1 the segment is gone (start empty); -1 refused. */
-static int attach_state(struct pager_state *st, const struct anchor *a,
-                        const struct pager_state_fingerprint *fp, const uint8_t *master,
+static int attach_state(struct state_segment *st, const struct anchor *a,
+                        const struct state_segment_fingerprint *fp, const uint8_t *master,
                         size_t master_len, uint8_t device_key[PAGE_SEAL_KEY_LEN], char *err,
                         size_t errlen)
 {
@@ -420,15 +420,15 @@ static int attach_state(struct pager_state *st, const struct anchor *a,
     snprintf(err, errlen, "cannot map the state segment %d: %s", a->segment, strerror(errno));
     return -1;
   }
-  struct pager_state_header *h = base;
+  struct state_segment_header *h = base;
   char why[200];
   if (memcmp(h->magic, STATE_MAGIC, sizeof h->magic) != 0 || h->layout != STATE_LAYOUT ||
       h->total_bytes != ds.shm_segsz ||
-      h->total_bytes != pager_state_bytes(h->fingerprint.pages)) {
+      h->total_bytes != state_segment_bytes(h->fingerprint.pages)) {
     snprintf(err, errlen, "the segment %d that %s names is not a pager state of this "
              "version (layout %u, this build reads %u): %s", a->segment, st->path,
              h->layout, STATE_LAYOUT, start_empty);
-  } else if (memcmp(h->identity, a->identity, PAGER_STATE_IDENTITY_LEN) != 0) {
+  } else if (memcmp(h->identity, a->identity, STATE_SEGMENT_IDENTITY_LEN) != 0) {
     snprintf(err, errlen, "the segment %d holds another device's state than %s was "
              "written for: %s", a->segment, st->path, start_empty);
   } else if (memcmp(&h->fingerprint, fp, sizeof *fp) != 0) {
@@ -457,7 +457,7 @@ static int attach_state(struct pager_state *st, const struct anchor *a,
 /* ---- the pager's lock ------------------------------------------------------------------
  * PATH.lock, held (flock) by the one pager serving the state for as long as it lives: the
  * kernel lets it go when the process ends, however it ends. A second pager is refused
- * at once, and a standby sleeps on it (pager_state_wait_for_pager_end), so that of
+ * at once, and a standby sleeps on it (state_segment_wait_for_pager_end), so that of
  * several standbys exactly one wakes to take over; the others wait on for that one. */
 
 static int adopted_lock_fd = -1;     /* a lock this process's standby already holds */
@@ -498,7 +498,7 @@ static int state_lock_take(const char *path, char *err, size_t errlen)
   return fd;
 }
 
-int pager_state_wait_for_pager_end(const char *path, char *err, size_t errlen)
+int state_segment_wait_for_pager_end(const char *path, char *err, size_t errlen)
 {
   char lock[4200];
   lock_path_of(path, lock, sizeof lock);
@@ -532,20 +532,20 @@ int pager_state_wait_for_pager_end(const char *path, char *err, size_t errlen)
   return 0;
 }
 
-static int open_state(struct pager_state *st, const char *path,
-                      const struct pager_state_fingerprint *given, const uint8_t *master,
+static int open_state(struct state_segment *st, const char *path,
+                      const struct state_segment_fingerprint *given, const uint8_t *master,
                       size_t master_len, uint8_t device_key[PAGE_SEAL_KEY_LEN], char *note,
                       size_t notelen, char *err, size_t errlen)
 {
-  struct pager_state_fingerprint layout = *given;
+  struct state_segment_fingerprint layout = *given;
   layout.chunk_bytes = GROUP_CHUNK_SIZE * sizeof(struct group);
-  const struct pager_state_fingerprint *fp = &layout;
+  const struct state_segment_fingerprint *fp = &layout;
   memset(st, 0, sizeof *st);
   st->segment = -1;
   st->lock_fd = -1;
   if (note && notelen)
     note[0] = '\0';
-  st->chunks = calloc(PAGER_STATE_MAX_CHUNKS, sizeof *st->chunks);
+  st->chunks = calloc(STATE_SEGMENT_MAX_CHUNKS, sizeof *st->chunks);
   if (!st->chunks) {
     snprintf(err, errlen, "out of memory");
     return -1;
@@ -576,8 +576,8 @@ static int open_state(struct pager_state *st, const char *path,
   return create_state(st, fp, master, master_len, device_key, err, errlen);
 }
 
-int pager_state_open(struct pager_state *st, const char *path,
-                     const struct pager_state_fingerprint *fp, const uint8_t *master,
+int state_segment_open(struct state_segment *st, const char *path,
+                     const struct state_segment_fingerprint *fp, const uint8_t *master,
                      size_t master_len, uint8_t device_key[PAGE_SEAL_KEY_LEN], char *note,
                      size_t notelen, char *err, size_t errlen)
 {
@@ -592,10 +592,10 @@ int pager_state_open(struct pager_state *st, const char *path,
   return r;
 }
 
-void *pager_state_chunk_new(struct pager_state *st, uint32_t index)
+void *state_segment_chunk_new(struct state_segment *st, uint32_t index)
 {
-  struct pager_state_header *h = st->header;
-  if (index != st->nchunks || index >= PAGER_STATE_MAX_CHUNKS) {
+  struct state_segment_header *h = st->header;
+  if (index != st->nchunks || index >= STATE_SEGMENT_MAX_CHUNKS) {
     errno = ENOSPC;
     return NULL;
   }
@@ -613,7 +613,7 @@ void *pager_state_chunk_new(struct pager_state *st, uint32_t index)
 
 static struct group *state_chunk_alloc(void *ctx, uint32_t index)
 {
-  return pager_state_chunk_new(ctx, index);
+  return state_segment_chunk_new(ctx, index);
 }
 
 /* Chunks stay in their segments when the table is destroyed: detaching unmaps them. */
@@ -623,12 +623,12 @@ static void state_chunk_release(void *ctx, struct group *chunk)
   (void)chunk;
 }
 
-struct group_chunk_source pager_state_group_chunks(struct pager_state *st)
+struct group_chunk_source state_segment_group_chunks(struct state_segment *st)
 {
   return (struct group_chunk_source){ state_chunk_alloc, state_chunk_release, st };
 }
 
-void pager_state_detach(struct pager_state *st)
+void state_segment_detach(struct state_segment *st)
 {
   detach_chunks(st);
   free(st->chunks);
@@ -653,7 +653,7 @@ void pager_state_detach(struct pager_state *st)
   st->rebuild = NULL;
 }
 
-int pager_state_serving_pid(const char *path, pid_t *pid, char *err, size_t errlen)
+int state_segment_serving_pid(const char *path, pid_t *pid, char *err, size_t errlen)
 {
   struct anchor a;
   int found = anchor_read(path, &a, err, errlen);
@@ -676,13 +676,13 @@ int pager_state_serving_pid(const char *path, pid_t *pid, char *err, size_t errl
   return 0;
 }
 
-void pager_state_remove(struct pager_state *st)
+void state_segment_remove(struct state_segment *st)
 {
   int id = st->segment;
   if (st->header)
-    for (uint32_t i = 0; i < st->header->group_chunks && i < PAGER_STATE_MAX_CHUNKS; i++)
+    for (uint32_t i = 0; i < st->header->group_chunks && i < STATE_SEGMENT_MAX_CHUNKS; i++)
       shmctl(st->header->group_chunk_segment[i], IPC_RMID, NULL);
-  pager_state_detach(st);
+  state_segment_detach(st);
   if (id >= 0)
     shmctl(id, IPC_RMID, NULL);
   st->segment = -1;

@@ -1,4 +1,4 @@
-/* The pager's state segment (src/page_ops/pager_state.c): it outlives a process killed with
+/* The pager's state segment (src/page_ops/state_segment.c): it outlives a process killed with
  * SIGKILL, locked and byte for byte, and a restart that is not the same device, not the
  * same key or not the only pager is refused with what to do, changing nothing. */
 #include <setjmp.h>
@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "pager_state.h"
+#include "state_segment.h"
 
 #define PAGES 4096u
 
@@ -27,7 +27,7 @@ static const uint8_t key_b[32] = "cluster key B, thirty-two bytes";
 struct rig {
   char dir[64];
   char path[128];
-  struct pager_state_fingerprint fp;
+  struct state_segment_fingerprint fp;
 };
 
 static int rig_setup(void **state)
@@ -37,7 +37,7 @@ static int rig_setup(void **state)
   if (!mkdtemp(r->dir))
     return -1;
   snprintf(r->path, sizeof r->path, "%s/state", r->dir);
-  r->fp = (struct pager_state_fingerprint){ .pages = PAGES, .redundancy = 1, .group = 4,
+  r->fp = (struct state_segment_fingerprint){ .pages = PAGES, .redundancy = 1, .group = 4,
                                             .encrypt = 1 };
   *state = r;
   return 0;
@@ -48,12 +48,12 @@ static int rig_setup(void **state)
 static int rig_teardown(void **state)
 {
   struct rig *r = *state;
-  struct pager_state st;
+  struct state_segment st;
   uint8_t device_key[32];
   char err[512];
-  if (pager_state_open(&st, r->path, &r->fp, key_a, 32, device_key, NULL, 0, err,
+  if (state_segment_open(&st, r->path, &r->fp, key_a, 32, device_key, NULL, 0, err,
                        sizeof err) == 0)
-    pager_state_remove(&st); /* with its group chunks */
+    state_segment_remove(&st); /* with its group chunks */
   FILE *f = fopen(r->path, "re");
   int id;
   if (f) {
@@ -67,14 +67,14 @@ static int rig_teardown(void **state)
   return 0;
 }
 
-static int open_state(struct rig *r, struct pager_state *st, const uint8_t *key,
+static int open_state(struct rig *r, struct state_segment *st, const uint8_t *key,
                       uint8_t device_key[32], char *err, size_t errlen)
 {
-  return pager_state_open(st, r->path, &r->fp, key, 32, device_key, NULL, 0, err, errlen);
+  return state_segment_open(st, r->path, &r->fp, key, 32, device_key, NULL, 0, err, errlen);
 }
 
 /* Opens the state with key A, failing the test with the refusal if there is one. */
-static void open_state_ok(struct rig *r, struct pager_state *st, uint8_t device_key[32])
+static void open_state_ok(struct rig *r, struct state_segment *st, uint8_t device_key[32])
 {
   char err[512] = "";
   if (open_state(r, st, key_a, device_key, err, sizeof err) < 0)
@@ -119,7 +119,7 @@ static void crash_after(struct rig *r, void (*work)(struct rig *r, uint8_t repor
 
 static void write_map_and_seals(struct rig *r, uint8_t report[32])
 {
-  struct pager_state st;
+  struct state_segment st;
   char err[512];
   if (open_state(r, &st, key_a, report, err, sizeof err) < 0 || st.recovered)
     _exit(1);
@@ -136,7 +136,7 @@ static void test_state_outlives_a_killed_pager(void **state)
   uint8_t written_key[32];
   crash_after(r, write_map_and_seals, written_key);
 
-  struct pager_state st;
+  struct state_segment st;
   uint8_t device_key[32];
   open_state_ok(r, &st, device_key);
   assert_true(st.recovered);
@@ -149,7 +149,7 @@ static void test_state_outlives_a_killed_pager(void **state)
     assert_true(st.seals[p].version == p + 1);
     assert_true(st.seals[p].tag[15] == (uint8_t)(p & 0xff));
   }
-  pager_state_remove(&st);
+  state_segment_remove(&st);
   assert_int_equal(access(r->path, F_OK), -1);
 }
 
@@ -167,7 +167,7 @@ static void stored_path_of(const struct rig *r, char *out, size_t outlen)
 /* Seals 64 pages and stores their ciphertext in a file, as the servers would hold it. */
 static void seal_and_store(struct rig *r, uint8_t report[32])
 {
-  struct pager_state st;
+  struct state_segment st;
   struct page_sealer sealer;
   uint8_t device_key[32], plain[4096], out[4096];
   char err[512], stored_path[160];
@@ -203,7 +203,7 @@ static void test_pages_sealed_before_a_crash_open_after_it(void **state)
   stored_path_of(r, stored_path, sizeof stored_path);
   crash_after(r, seal_and_store, report);
 
-  struct pager_state st;
+  struct state_segment st;
   struct page_sealer sealer;
   uint8_t device_key[32], buf[4096], expect[4096];
   char err[512] = "";
@@ -231,7 +231,7 @@ static void test_pages_sealed_before_a_crash_open_after_it(void **state)
   assert_true(next.version == newest + 1);
   page_sealer_destroy(&sealer);
   page_map_destroy(&map);
-  pager_state_remove(&st);
+  state_segment_remove(&st);
   unlink(stored_path);
 }
 
@@ -239,13 +239,13 @@ static void test_pages_sealed_before_a_crash_open_after_it(void **state)
 
 static void write_groups(struct rig *r, uint8_t report[32])
 {
-  struct pager_state st;
+  struct state_segment st;
   uint8_t device_key[32];
   char err[512];
   (void)report;
   if (open_state(r, &st, key_a, device_key, err, sizeof err) < 0)
     _exit(1);
-  struct group_chunk_source source = pager_state_group_chunks(&st);
+  struct group_chunk_source source = state_segment_group_chunks(&st);
   struct group_table t;
   struct page_map map;
   page_map_init_at(&map, PAGES, st.map);
@@ -277,13 +277,13 @@ static void test_groups_outlive_a_killed_pager(void **state)
   uint8_t report[32];
   crash_after(r, write_groups, report);
 
-  struct pager_state st;
+  struct state_segment st;
   uint8_t device_key[32];
   open_state_ok(r, &st, device_key);
   assert_int_equal(st.nchunks, 2);
   struct page_map map;
   page_map_init_at(&map, PAGES, st.map);
-  struct group_chunk_source source = pager_state_group_chunks(&st);
+  struct group_chunk_source source = state_segment_group_chunks(&st);
   struct group_table t;
   assert_int_equal(group_table_adopt(&t, (struct group **)st.chunks, st.nchunks, &source,
                                      &map), 0);
@@ -331,18 +331,18 @@ static void test_groups_outlive_a_killed_pager(void **state)
   assert_true(id != GROUP_NONE && id != open_id);
   assert_int_equal(t.in_use, groups + 1);
   group_table_destroy(&t);
-  pager_state_remove(&st);
+  state_segment_remove(&st);
 }
 
 static void test_wrong_key_is_refused_and_changes_nothing(void **state)
 {
   struct rig *r = *state;
-  struct pager_state st;
+  struct state_segment st;
   uint8_t device_key[32], again[32];
   char err[512] = "";
   open_state_ok(r, &st, device_key);
   st.map[17] = page_entry_remote(3, 1);
-  pager_state_detach(&st);
+  state_segment_detach(&st);
 
   assert_int_equal(open_state(r, &st, key_b, again, err, sizeof err), -1);
   assert_non_null(strstr(err, "was attached with another key"));
@@ -352,17 +352,17 @@ static void test_wrong_key_is_refused_and_changes_nothing(void **state)
   assert_true(st.recovered);
   assert_memory_equal(device_key, again, sizeof again);
   assert_true(st.map[17] == page_entry_remote(3, 1));
-  pager_state_remove(&st);
+  state_segment_remove(&st);
 }
 
 static void test_another_device_is_refused(void **state)
 {
   struct rig *r = *state;
-  struct pager_state st;
+  struct state_segment st;
   uint8_t device_key[32];
   char err[512] = "";
   open_state_ok(r, &st, device_key);
-  pager_state_detach(&st);
+  state_segment_detach(&st);
 
   r->fp.pages = PAGES * 2;
   assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), -1);
@@ -374,7 +374,7 @@ static void test_another_device_is_refused(void **state)
   assert_non_null(strstr(err, "encrypt=on, this device has encrypt=off"));
   r->fp.encrypt = 1;
   open_state_ok(r, &st, device_key);
-  pager_state_remove(&st);
+  state_segment_remove(&st);
 }
 
 /* The layout's version is the header's second field, after the 16-byte magic: a build
@@ -383,13 +383,13 @@ static void test_another_device_is_refused(void **state)
 static void test_a_state_of_an_older_layout_is_refused(void **state)
 {
   struct rig *r = *state;
-  struct pager_state st;
+  struct state_segment st;
   uint8_t device_key[32];
   char err[512] = "";
   open_state_ok(r, &st, device_key);
   int id = st.segment;
   st.map[5] = page_entry_remote(7, 1);
-  pager_state_detach(&st);
+  state_segment_detach(&st);
 
   uint8_t *base = shmat(id, NULL, 0);
   assert_true(base != (void *)-1);
@@ -411,69 +411,69 @@ static void test_a_state_of_an_older_layout_is_refused(void **state)
   open_state_ok(r, &st, device_key);
   assert_true(st.recovered);
   assert_true(st.map[5] == page_entry_remote(7, 1));
-  pager_state_remove(&st);
+  state_segment_remove(&st);
 }
 
 /* Server table entries past 255 (16-bit server indices) outlive the pager like the rest. */
 static void test_server_entries_past_255_outlive_the_pager(void **state)
 {
   struct rig *r = *state;
-  struct pager_state st;
+  struct state_segment st;
   uint8_t device_key[32];
   open_state_ok(r, &st, device_key);
-  *st.nservers = PAGER_STATE_SERVERS;
-  for (uint32_t i = 250; i < PAGER_STATE_SERVERS; i += 97)
+  *st.nservers = STATE_SEGMENT_SERVERS;
+  for (uint32_t i = 250; i < STATE_SEGMENT_SERVERS; i += 97)
     snprintf(st.servers[i].address, sizeof st.servers[i].address, "10.0.%u.%u:7070",
              i / 256, i % 256);
-  snprintf(st.servers[PAGER_STATE_SERVERS - 1].address, PAGER_STATE_ADDRESS_LEN, "last:1");
-  *st.open_parity_server = PAGER_STATE_SERVERS - 1;
-  pager_state_detach(&st);
+  snprintf(st.servers[STATE_SEGMENT_SERVERS - 1].address, STATE_SEGMENT_ADDRESS_LEN, "last:1");
+  *st.open_parity_server = STATE_SEGMENT_SERVERS - 1;
+  state_segment_detach(&st);
 
   open_state_ok(r, &st, device_key);
   assert_true(st.recovered);
-  assert_int_equal(*st.nservers, PAGER_STATE_SERVERS);
-  for (uint32_t i = 250; i < PAGER_STATE_SERVERS; i += 97) {
-    char want[PAGER_STATE_ADDRESS_LEN];
+  assert_int_equal(*st.nservers, STATE_SEGMENT_SERVERS);
+  for (uint32_t i = 250; i < STATE_SEGMENT_SERVERS; i += 97) {
+    char want[STATE_SEGMENT_ADDRESS_LEN];
     snprintf(want, sizeof want, "10.0.%u.%u:7070", i / 256, i % 256);
     assert_string_equal(st.servers[i].address, want);
   }
-  assert_string_equal(st.servers[PAGER_STATE_SERVERS - 1].address, "last:1");
-  assert_int_equal(*st.open_parity_server, PAGER_STATE_SERVERS - 1);
-  pager_state_remove(&st);
+  assert_string_equal(st.servers[STATE_SEGMENT_SERVERS - 1].address, "last:1");
+  assert_int_equal(*st.open_parity_server, STATE_SEGMENT_SERVERS - 1);
+  state_segment_remove(&st);
 }
 
 static void test_a_second_pager_on_one_state_is_refused(void **state)
 {
   struct rig *r = *state;
-  struct pager_state first, second;
+  struct state_segment first, second;
   uint8_t device_key[32];
   char err[512] = "";
   assert_int_equal(open_state(r, &first, key_a, device_key, err, sizeof err), 0);
   assert_int_equal(open_state(r, &second, key_a, device_key, err, sizeof err), -1);
   assert_non_null(strstr(err, "in use by a running pager"));
-  pager_state_remove(&first);
+  state_segment_remove(&first);
 }
 
 static void test_a_segment_gone_starts_empty_and_says_so(void **state)
 {
   struct rig *r = *state;
-  struct pager_state st;
+  struct state_segment st;
   uint8_t device_key[32];
   char err[512] = "", note[512] = "";
   open_state_ok(r, &st, device_key);
   int old = st.segment;
   st.map[1] = page_entry_remote(1, 1);
-  pager_state_detach(&st);
+  state_segment_detach(&st);
   assert_int_equal(shmctl(old, IPC_RMID, NULL), 0); /* what a host restart does */
 
-  assert_int_equal(pager_state_open(&st, r->path, &r->fp, key_a, 32, device_key, note,
+  assert_int_equal(state_segment_open(&st, r->path, &r->fp, key_a, 32, device_key, note,
                                     sizeof note, err, sizeof err), 0);
   assert_false(st.recovered);
   assert_non_null(strstr(note, "is gone"));
   assert_non_null(strstr(note, "starting empty"));
   assert_true(st.map[1] == 0);
   assert_true(segment_is_locked(st.segment));
-  pager_state_remove(&st);
+  state_segment_remove(&st);
 }
 
 static void test_a_file_that_is_not_a_state_is_refused(void **state)
@@ -483,7 +483,7 @@ static void test_a_file_that_is_not_a_state_is_refused(void **state)
   assert_non_null(f);
   fputs("swap=/dev/nbd0\n", f);
   fclose(f);
-  struct pager_state st;
+  struct state_segment st;
   uint8_t device_key[32];
   char err[512] = "";
   assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), -1);
@@ -513,7 +513,7 @@ static void test_segments_destroyed_at_exit_are_refused(void **state)
   f = fopen(knob, "we");
   fputs("1\n", f);
   fclose(f);
-  struct pager_state st;
+  struct state_segment st;
   uint8_t device_key[32];
   char err[512] = "";
   int rc = open_state(r, &st, key_a, device_key, err, sizeof err);
@@ -534,7 +534,7 @@ static void test_the_layout_names_the_chunk_size(void **state)
   unsigned layout = 0;
   size_t chunk = 0;
   char tail = 0;
-  assert_int_equal(sscanf(pager_state_layout(), "%u.%zu%c", &layout, &chunk, &tail), 2);
+  assert_int_equal(sscanf(state_segment_layout(), "%u.%zu%c", &layout, &chunk, &tail), 2);
   assert_true(layout >= 1);
   assert_int_equal(chunk, (size_t)GROUP_CHUNK_SIZE * sizeof(struct group));
 }
