@@ -957,12 +957,9 @@ static int engine_open_spill(struct rampart_engine *e, char *err, size_t errlen)
     .temp_dir = e->config.temp_dir[0] ? e->config.temp_dir : NULL,
     .pages = spill_pages,
   };
-  struct rp_error rerr;
-  e->spill = spill_store_open(&so, &rerr);
-  if (!e->spill) {
-    snprintf(err, errlen, "%s", rerr.message);
+  e->spill = spill_store_open(&so, err, errlen);
+  if (!e->spill)
     return -1;
-  }
   if (spill_quarantine_init(&e->quarantine, spill_pages) < 0) {
     snprintf(err, errlen, "out of memory for the spill store's slot lists");
     return -1;

@@ -39,6 +39,7 @@
 
 #include "fifo.h"
 #include "log.h"
+#include "msgf.h"
 #include "slot_allocator.h"
 #include "wire.h"
 
@@ -128,7 +129,7 @@ static const char *temp_dir_for(const struct spill_store_options *opts)
 /* An unlinked file in dir, so it vanishes however the process ends. O_TMPFILE never
  * gives it a name; where the file system lacks O_TMPFILE, mkstemp + unlink leaves a
  * name only for an instant. */
-static int open_temp(const char *dir, struct rp_error *err)
+static int open_temp(const char *dir, char *err, size_t errlen)
 {
   int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd >= 0)
@@ -138,7 +139,7 @@ static int open_temp(const char *dir, struct rp_error *err)
     char tmpl[PATH_MAX];
     int n = snprintf(tmpl, sizeof tmpl, "%s/rampart-spill-XXXXXX", dir);
     if (n < 0 || (size_t)n >= sizeof tmpl) {
-      rp_error_set(err, RP_ERR_INTERNAL, "spill store: temporary directory %s: name too long",
+      rp_msgf(err, errlen, "spill store: temporary directory %s: name too long",
                 dir);
       return -1;
     }
@@ -149,8 +150,7 @@ static int open_temp(const char *dir, struct rp_error *err)
     }
     e = errno;
   }
-  rp_error_set(err, RP_ERR_INTERNAL,
-            "spill store: cannot create a temporary file in %s: %s: set temp_dir (or "
+  rp_msgf(err, errlen, "spill store: cannot create a temporary file in %s: %s: set temp_dir (or "
             "TMPDIR) to a writable directory on a local disk",
             dir, strerror(e));
   return -1;
@@ -158,7 +158,7 @@ static int open_temp(const char *dir, struct rp_error *err)
 
 /* Creates the file if missing, remembering whether we did so a failed open can remove
  * it again instead of leaving a half-allocated file behind. */
-static int open_path(const char *path, bool *created, struct rp_error *err)
+static int open_path(const char *path, bool *created, char *err, size_t errlen)
 {
   int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd >= 0) {
@@ -182,7 +182,7 @@ static int open_path(const char *path, bool *created, struct rp_error *err)
                        : e == EISDIR  ? "give a file name, not a directory"
                        : e == EROFS   ? "choose a path on a writable file system"
                                       : "choose another path";
-  rp_error_set(err, RP_ERR_INTERNAL, "spill=%s: cannot open: %s: %s", path, strerror(e), advice);
+  rp_msgf(err, errlen, "spill=%s: cannot open: %s: %s", path, strerror(e), advice);
   return -1;
 }
 
@@ -208,24 +208,23 @@ static void enable_direct(struct spill_store *s, const char *what)
 
 /* Regular files are preallocated so writes under memory pressure never need the file
  * system to find blocks; a block device must simply be big enough. */
-static int size_backing(struct spill_store *s, const char *what, struct rp_error *err)
+static int size_backing(struct spill_store *s, const char *what, char *err, size_t errlen)
 {
   uint64_t bytes = s->pages * SPILL_PAGE_SIZE;
   struct stat st;
   if (fstat(s->fd, &st) != 0) {
-    rp_error_set(err, RP_ERR_INTERNAL, "%s: fstat: %s", what, strerror(errno));
+    rp_msgf(err, errlen, "%s: fstat: %s", what, strerror(errno));
     return -1;
   }
   if (S_ISBLK(st.st_mode)) {
     uint64_t dev_bytes = 0;
     if (ioctl(s->fd, BLKGETSIZE64, &dev_bytes) != 0) {
-      rp_error_set(err, RP_ERR_INTERNAL, "%s: cannot read the device size: %s", what,
+      rp_msgf(err, errlen, "%s: cannot read the device size: %s", what,
                 strerror(errno));
       return -1;
     }
     if (dev_bytes < bytes) {
-      rp_error_set(err, RP_ERR_NO_SPACE,
-                "%s: the device holds %" PRIu64 " MiB but %" PRIu64 " pages need %" PRIu64
+      rp_msgf(err, errlen, "%s: the device holds %" PRIu64 " MiB but %" PRIu64 " pages need %" PRIu64
                 " MiB: use a bigger device or a smaller size",
                 what, dev_bytes >> 20, s->pages, bytes >> 20);
       return -1;
@@ -233,22 +232,20 @@ static int size_backing(struct spill_store *s, const char *what, struct rp_error
     return 0;
   }
   if (!S_ISREG(st.st_mode)) {
-    rp_error_set(err, RP_ERR_INTERNAL,
-              "%s: not a regular file or a block device: choose a file path", what);
+    rp_msgf(err, errlen, "%s: not a regular file or a block device: choose a file path", what);
     return -1;
   }
   if (fallocate(s->fd, 0, 0, (off_t)bytes) == 0)
     return 0;
   int e = errno;
   if (e == ENOSPC || e == EFBIG || e == EDQUOT) {
-    rp_error_set(err, RP_ERR_NO_SPACE,
-              "%s: %s for %" PRIu64 " pages (%" PRIu64 " MiB): free space or choose a "
+    rp_msgf(err, errlen, "%s: %s for %" PRIu64 " pages (%" PRIu64 " MiB): free space or choose a "
               "smaller size",
               what, e == ENOSPC ? "no space left on its file system" : strerror(e), s->pages, bytes >> 20);
     return -1;
   }
   if (e != EOPNOTSUPP) {
-    rp_error_set(err, RP_ERR_INTERNAL, "%s: cannot preallocate %" PRIu64 " MiB: %s", what,
+    rp_msgf(err, errlen, "%s: cannot preallocate %" PRIu64 " MiB: %s", what,
               bytes >> 20, strerror(e));
     return -1;
   }
@@ -257,7 +254,7 @@ static int size_backing(struct spill_store *s, const char *what, struct rp_error
          "writes may need new blocks under memory pressure",
          what);
   if ((uint64_t)st.st_size < bytes && ftruncate(s->fd, (off_t)bytes) != 0) {
-    rp_error_set(err, RP_ERR_INTERNAL, "%s: cannot extend to %" PRIu64 " MiB: %s", what,
+    rp_msgf(err, errlen, "%s: cannot extend to %" PRIu64 " MiB: %s", what,
               bytes >> 20, strerror(errno));
     return -1;
   }
@@ -266,14 +263,14 @@ static int size_backing(struct spill_store *s, const char *what, struct rp_error
 
 /* ---- Ring and buffers ------------------------------------------------------------ */
 
-static int setup_buffers(struct spill_store *s, const char *what, struct rp_error *err)
+static int setup_buffers(struct spill_store *s, const char *what, char *err, size_t errlen)
 {
   uint32_t qd = s->queue_depth;
   size_t bytes = (size_t)qd * SPILL_PAGE_SIZE;
   void *mem = NULL;
   int rc = posix_memalign(&mem, SPILL_PAGE_SIZE, bytes);
   if (rc != 0) {
-    rp_error_set(err, RP_ERR_INTERNAL, "%s: cannot allocate %zu KiB of buffers: %s", what,
+    rp_msgf(err, errlen, "%s: cannot allocate %zu KiB of buffers: %s", what,
               bytes >> 10, strerror(rc));
     return -1;
   }
@@ -290,7 +287,7 @@ static int setup_buffers(struct spill_store *s, const char *what, struct rp_erro
   s->owner = calloc(qd, sizeof *s->owner);
   s->retries = calloc(qd, sizeof *s->retries);
   if (!s->free_bounce || !s->owner || !s->retries) {
-    rp_error_set(err, RP_ERR_INTERNAL, "%s: out of memory", what);
+    rp_msgf(err, errlen, "%s: out of memory", what);
     return -1;
   }
   /* Pushed in reverse so buffer 0 is handed out first. */
@@ -300,12 +297,11 @@ static int setup_buffers(struct spill_store *s, const char *what, struct rp_erro
   return 0;
 }
 
-static int setup_ring(struct spill_store *s, const char *what, struct rp_error *err)
+static int setup_ring(struct spill_store *s, const char *what, char *err, size_t errlen)
 {
   int rc = io_uring_queue_init(s->queue_depth, &s->ring, 0);
   if (rc < 0) {
-    rp_error_set(err, RP_ERR_INTERNAL,
-              "%s: cannot set up io_uring with %u entries: %s%s", what, s->queue_depth,
+    rp_msgf(err, errlen, "%s: cannot set up io_uring with %u entries: %s%s", what, s->queue_depth,
               strerror(-rc),
               rc == -EPERM ? ": io_uring is disabled (sysctl kernel.io_uring_disabled)"
               : rc == -ENOMEM ? ": raise the memlock limit (ulimit -l) or lower queue_depth"
@@ -320,7 +316,7 @@ static int setup_ring(struct spill_store *s, const char *what, struct rp_error *
                        .iov_len = (size_t)s->queue_depth * SPILL_PAGE_SIZE };
   rc = io_uring_register_buffers(&s->ring, &iov, 1);
   if (rc < 0) {
-    rp_error_set(err, RP_ERR_INTERNAL, "%s: cannot register %zu KiB of buffers: %s%s",
+    rp_msgf(err, errlen, "%s: cannot register %zu KiB of buffers: %s%s",
               what, iov.iov_len >> 10, strerror(-rc),
               rc == -ENOMEM ? ": raise the memlock limit (ulimit -l) or lower queue_depth"
                             : "");
@@ -329,12 +325,12 @@ static int setup_ring(struct spill_store *s, const char *what, struct rp_error *
 
   s->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s->event_fd < 0) {
-    rp_error_set(err, RP_ERR_INTERNAL, "%s: eventfd: %s", what, strerror(errno));
+    rp_msgf(err, errlen, "%s: eventfd: %s", what, strerror(errno));
     return -1;
   }
   rc = io_uring_register_eventfd(&s->ring, s->event_fd);
   if (rc < 0) {
-    rp_error_set(err, RP_ERR_INTERNAL, "%s: cannot register the eventfd: %s", what,
+    rp_msgf(err, errlen, "%s: cannot register the eventfd: %s", what,
               strerror(-rc));
     return -1;
   }
@@ -362,17 +358,17 @@ static void destroy(struct spill_store *s)
 }
 
 static bool check_options(const struct spill_store_options *opts, uint32_t qd,
-                          struct rp_error *err)
+                          char *err, size_t errlen)
 {
   const char *name = opts->path ? opts->path : "(temporary file)";
   /* Offsets must fit off_t. */
   if (opts->pages == 0 || opts->pages > (uint64_t)INT64_MAX / SPILL_PAGE_SIZE) {
-    rp_error_set(err, RP_ERR_INTERNAL, "spill=%s: size of %" PRIu64 " pages is %s", name,
+    rp_msgf(err, errlen, "spill=%s: size of %" PRIu64 " pages is %s", name,
               opts->pages, opts->pages == 0 ? "zero: give a size" : "too large");
     return false;
   }
   if (qd > SPILL_MAX_QD) {
-    rp_error_set(err, RP_ERR_INTERNAL, "spill=%s: queue depth %u is above the limit of %u", name,
+    rp_msgf(err, errlen, "spill=%s: queue depth %u is above the limit of %u", name,
               qd, SPILL_MAX_QD);
     return false;
   }
@@ -380,19 +376,17 @@ static bool check_options(const struct spill_store_options *opts, uint32_t qd,
 }
 
 struct spill_store *spill_store_open(const struct spill_store_options *opts,
-                                     struct rp_error *err)
+                                     char *err, size_t errlen)
 {
-  if (err) {
-    err->code = RP_OK;
-    err->message[0] = '\0';
-  }
+  if (errlen)
+    err[0] = '\0';
   uint32_t qd = opts->queue_depth ? opts->queue_depth : SPILL_DEFAULT_QD;
-  if (!check_options(opts, qd, err))
+  if (!check_options(opts, qd, err, errlen))
     return NULL;
 
   struct spill_store *s = calloc(1, sizeof *s);
   if (!s) {
-    rp_error_set(err, RP_ERR_INTERNAL, "spill store: out of memory");
+    rp_msgf(err, errlen, "spill store: out of memory");
     return NULL;
   }
   s->fd = -1;
@@ -404,25 +398,25 @@ struct spill_store *spill_store_open(const struct spill_store_options *opts,
   bool created = false;
   if (opts->path) {
     snprintf(what, sizeof what, "spill=%s", opts->path);
-    s->fd = open_path(opts->path, &created, err);
+    s->fd = open_path(opts->path, &created, err, errlen);
   } else {
     const char *dir = temp_dir_for(opts);
     snprintf(what, sizeof what, "spill file (temporary, in %s)", dir);
-    s->fd = open_temp(dir, err);
+    s->fd = open_temp(dir, err, errlen);
   }
   if (s->fd < 0)
     goto fail;
   enable_direct(s, what);
-  if (size_backing(s, what, err) != 0 || slot_allocator_init(&s->slots, s->pages) != 0 ||
-      setup_buffers(s, what, err) != 0 || setup_ring(s, what, err) != 0)
+  if (size_backing(s, what, err, errlen) != 0 || slot_allocator_init(&s->slots, s->pages) != 0 ||
+      setup_buffers(s, what, err, errlen) != 0 || setup_ring(s, what, err, errlen) != 0)
     goto fail;
   rp_log(RP_LOG_DEBUG, "%s: %" PRIu64 " pages, queue depth %u, %s I/O", what,
          s->pages, qd, s->direct ? "direct" : "buffered");
   return s;
 
 fail:
-  if (err && err->message[0] == '\0')
-    rp_error_set(err, RP_ERR_INTERNAL, "%s: out of memory", what);
+  if (errlen && err[0] == '\0')
+    rp_msgf(err, errlen, "%s: out of memory", what);
   if (created && opts->path)
     unlink(opts->path);
   destroy(s);

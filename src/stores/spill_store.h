@@ -8,17 +8,16 @@
  * signalled on an eventfd, which the engine's libev loop watches; spill_store_reap()
  * then runs the callbacks on that thread.
  *
- * Errors: opening: NULL with a struct rp_error (docs/CONTRIBUTING.md: the one engine
- * file using convention 3, for the messages it shares with the client library); I/O: 0
- * or negative errno in a completion's result (convention 2).
+ * Errors: opening: NULL with a sentence in err (docs/CONTRIBUTING.md, convention 1);
+ * I/O: 0 or negative errno in a completion's result (convention 2).
  */
 #ifndef RAMPART_SPILL_STORE_H
 #define RAMPART_SPILL_STORE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-#include "client.h" /* struct rp_error */
 
 struct spill_store;
 
@@ -34,7 +33,8 @@ struct spill_store_options {
  * buffered I/O with a warning only where the file system refuses O_DIRECT (tmpfs).
  * NULL with err on failure, saying what to do (e.g. "spill=PATH: no space left on ...:
  * free space or choose a smaller size"). */
-struct spill_store *spill_store_open(const struct spill_store_options *opts, struct rp_error *err);
+struct spill_store *spill_store_open(const struct spill_store_options *opts, char *err,
+                                     size_t errlen);
 /* Waits for the I/O in flight and runs its callbacks; requests still queued for a
  * bounce buffer complete with -ECANCELED, as does anything submitted from those
  * callbacks. A temporary file disappears with its descriptor. */

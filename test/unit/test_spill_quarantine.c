@@ -33,10 +33,10 @@ static void setup(struct fixture *f)
 {
   assert_int_equal(rp_test_tmpdir(f->dir, sizeof f->dir), 0);
   struct spill_store_options o = { .temp_dir = f->dir, .pages = SLOTS };
-  struct rp_error err = { 0 };
-  f->store = spill_store_open(&o, &err);
+  char err[512] = "";
+  f->store = spill_store_open(&o, err, sizeof err);
   if (!f->store)
-    fail_msg("spill_store_open: %s", err.message);
+    fail_msg("spill_store_open: %s", err);
   assert_int_equal(spill_quarantine_init(&f->q, SLOTS), 0);
 }
 

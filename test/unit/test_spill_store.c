@@ -82,10 +82,10 @@ static struct spill_store *open_temp_store(const char *dir, uint64_t pages, uint
 {
   struct spill_store_options o = { .path = NULL, .temp_dir = dir, .pages = pages,
                                    .queue_depth = qd };
-  struct rp_error err = { 0 };
-  struct spill_store *s = spill_store_open(&o, &err);
+  char err[512] = "";
+  struct spill_store *s = spill_store_open(&o, err, sizeof err);
   if (!s)
-    fail_msg("spill_store_open: %s", err.message);
+    fail_msg("spill_store_open: %s", err);
   return s;
 }
 
@@ -340,8 +340,8 @@ static void test_named_file_persists(void **state)
   char path[512];
   snprintf(path, sizeof path, "%s/spill.img", dir);
   struct spill_store_options o = { .path = path, .pages = 100, .queue_depth = 4 };
-  struct rp_error err = { 0 };
-  struct spill_store *s = spill_store_open(&o, &err);
+  char err[512] = "";
+  struct spill_store *s = spill_store_open(&o, err, sizeof err);
   assert_non_null(s);
   struct stat st;
   assert_int_equal(stat(path, &st), 0);
@@ -355,7 +355,7 @@ static void test_named_file_persists(void **state)
   spill_store_close(s);
 
   /* Reopening an existing file keeps its contents. */
-  s = spill_store_open(&o, &err);
+  s = spill_store_open(&o, err, sizeof err);
   assert_non_null(s);
   assert_int_equal(spill_store_read_sync(s, 42, out), 0);
   assert_memory_equal(in, out, PAGE);
@@ -370,19 +370,18 @@ static void test_missing_directory_fails(void **state)
   (void)state;
   const char *path = "/nonexistent-rampart-dir/sub/spill.img";
   struct spill_store_options o = { .path = path, .pages = 10 };
-  struct rp_error err = { 0 };
-  assert_null(spill_store_open(&o, &err));
-  assert_non_null(strstr(err.message, path));
-  assert_non_null(strstr(err.message, "No such file or directory"));
-  assert_int_not_equal(err.code, 0);
+  char err[512] = "";
+  assert_null(spill_store_open(&o, err, sizeof err));
+  assert_non_null(strstr(err, path));
+  assert_non_null(strstr(err, "No such file or directory"));
 
   struct spill_store_options t = { .temp_dir = "/nonexistent-rampart-dir", .pages = 10 };
-  assert_null(spill_store_open(&t, &err));
-  assert_non_null(strstr(err.message, "/nonexistent-rampart-dir"));
+  assert_null(spill_store_open(&t, err, sizeof err));
+  assert_non_null(strstr(err, "/nonexistent-rampart-dir"));
 
   struct spill_store_options z = { .temp_dir = "/var/tmp", .pages = 0 };
-  assert_null(spill_store_open(&z, &err));
-  assert_non_null(strstr(err.message, "zero"));
+  assert_null(spill_store_open(&z, err, sizeof err));
+  assert_non_null(strstr(err, "zero"));
 }
 
 /* Closing with requests queued: those in flight finish for real, the rest cancel, and
@@ -521,10 +520,10 @@ static int ramfs_child(const char *dir)
 {
   direct_warnings = 0;
   struct spill_store_options o = { .temp_dir = dir, .pages = 64, .queue_depth = 4 };
-  struct rp_error err = { 0 };
-  struct spill_store *s = spill_store_open(&o, &err);
+  char err[512] = "";
+  struct spill_store *s = spill_store_open(&o, err, sizeof err);
   if (!s) {
-    fprintf(stderr, "ramfs open: %s\n", err.message);
+    fprintf(stderr, "ramfs open: %s\n", err);
     return 1;
   }
   if (spill_store_is_direct(s))
@@ -544,7 +543,7 @@ static int ramfs_child(const char *dir)
   }
   spill_store_close(s);
   /* A second store does not warn again. */
-  s = spill_store_open(&o, &err);
+  s = spill_store_open(&o, err, sizeof err);
   if (!s || direct_warnings != 1)
     return 6;
   spill_store_close(s);
@@ -573,14 +572,14 @@ static int enospc_child(const char *dir)
   char path[512];
   snprintf(path, sizeof path, "%s/big.img", dir);
   struct spill_store_options o = { .path = path, .pages = 4096 }; /* 16 MiB into 1 MiB */
-  struct rp_error err = { 0 };
-  struct spill_store *s = spill_store_open(&o, &err);
+  char err[512] = "";
+  struct spill_store *s = spill_store_open(&o, err, sizeof err);
   if (s)
     return 1;
-  fprintf(stderr, "expected failure: %s\n", err.message);
-  if (!strstr(err.message, path))
+  fprintf(stderr, "expected failure: %s\n", err);
+  if (!strstr(err, path))
     return 2;
-  if (!strstr(err.message, "no space left") || !strstr(err.message, "16 MiB"))
+  if (!strstr(err, "no space left") || !strstr(err, "16 MiB"))
     return 3;
   if (access(path, F_OK) == 0)
     return 4; /* a file we created must not be left behind */
@@ -644,21 +643,21 @@ static void test_block_device(void **state)
   }
 
   struct spill_store_options o = { .path = dev, .pages = 512, .queue_depth = 8 };
-  struct rp_error err = { 0 };
-  assert_null(spill_store_open(&o, &err)); /* 2 MiB asked of a 1 MiB device */
-  assert_non_null(strstr(err.message, dev));
-  assert_non_null(strstr(err.message, "1 MiB"));
-  assert_int_equal(err.code, RP_ERR_NO_SPACE);
+  char err[512] = "";
+  assert_null(spill_store_open(&o, err, sizeof err)); /* 2 MiB asked of a 1 MiB device */
+  assert_non_null(strstr(err, dev));
+  assert_non_null(strstr(err, "1 MiB"));
+  assert_non_null(strstr(err, "use a bigger device"));
 
   o.pages = 256;
-  struct spill_store *s = spill_store_open(&o, &err);
+  struct spill_store *s = spill_store_open(&o, err, sizeof err);
   if (!s)
-    fail_msg("%s", err.message);
+    fail_msg("%s", err);
   write_read_all(s, 256, NULL, NULL);
   assert_int_equal(spill_store_sync(s), 0);
   /* The store holds the device exclusively: a second user is refused, not let in. */
-  assert_null(spill_store_open(&o, &err));
-  assert_non_null(strstr(err.message, "in use"));
+  assert_null(spill_store_open(&o, err, sizeof err));
+  assert_non_null(strstr(err, "in use"));
   spill_store_close(s);
 
   ioctl(loop, LOOP_CLR_FD, 0);
