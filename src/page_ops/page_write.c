@@ -498,10 +498,9 @@ static bool write_waits_for_servers(struct page_op *op)
   return server_health_park(e, op);
 }
 
-/* The servers' write (page_store_ops.h): places the op's page as a member of the open
- * group and sends it. Returns false when no server can take it, true when sent or
- * queued to wait. */
-bool page_store_remote_write(struct page_op *op)
+/* To the servers: places the op's page as a member of the open group and sends it.
+ * Returns false when no server can take it, true when sent or queued to wait. */
+static bool write_to_remote(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
   for (int attempt = 0; attempt < 2; attempt++) {
@@ -571,13 +570,15 @@ bool page_store_remote_write(struct page_op *op)
   return false;
 }
 
+static void write_to_spill(struct page_op *op);
+
 /* The page's copy did not reach a server: place it again, the buffer still being ours
  * until the op completes; failing that, write-through's disk copy is the page, else the
  * spill store takes it. */
 static void place_again(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
-  if (page_store_remote.write(op))
+  if (write_to_remote(op))
     return;
   if (e->redundancy->disk_copy) {
     /* The disk copy written alongside is now the page. */
@@ -586,7 +587,7 @@ static void place_again(struct page_op *op)
     op->pending++;
     sub_done(op, 0);
   } else if (!write_waits_for_servers(op)) {
-    page_store_spill.write(op);
+    write_to_spill(op);
   }
 }
 
@@ -727,14 +728,14 @@ static void on_move_spilled(struct spill_io *sio)
   sub_done(op, sio->result);
 }
 
-/* The spill store's write (page_store_ops.h). It is the last store a write can go to,
- * so it always takes the op: one it has no room for ends with ENOSPC. */
-bool page_store_spill_write(struct page_op *op)
+/* To the spill store, the last a write can go to, so it always takes the op: one it
+ * has no room for ends with ENOSPC. */
+static void write_to_spill(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
   if (!e->spill) {
     write_finish(op, -ENOSPC);
-    return true;
+    return;
   }
   uint64_t slot;
   if (e->redundancy->disk_copy) {
@@ -747,32 +748,25 @@ bool page_store_spill_write(struct page_op *op)
       rp_log(RP_LOG_ERROR, "no server and no spill space left for page %llu: add servers "
              "or a larger spill-size=", (unsigned long long)op->page);
       write_finish(op, -ENOSPC);
-      return true;
+      return;
     }
     slot = (uint64_t)s;
   }
   if (op->kind == PAGE_OP_MOVE && !e->redundancy->disk_copy) {
     e->counters.clean_rewrites += op->move_cleans;
     submit_spill(op, slot, on_move_spilled);
-    return true;
+    return;
   }
   page_entry now = page_entry_slot(PAGE_SPILL, slot);
   install_version(op, now);
   op->placed = now;
   page_write_pending_set(e, op->page);
   submit_spill_write(op, slot);
-  return true;
 }
 
-/* Write-through's disk copy: the page at its own slot, rewritten in place. */
-void page_store_spill_write_copy(struct page_op *op)
-{
-  submit_spill_write(op, op->page);
-}
-
-/* Local RAM's write (page_store_ops.h): a page already there is overwritten in its own
- * slot; a new one takes a free slot, or the store cannot take it. */
-bool page_store_local_write(struct page_op *op)
+/* To local RAM (a device with no servers): a page already there is overwritten in its
+ * own slot; a new one takes a free slot, or false: the store is full. */
+static bool write_to_local(struct page_op *op)
 {
   struct rampart_engine *e = op->engine;
   page_entry old = page_map_get(&e->map, op->page);
@@ -817,9 +811,10 @@ void page_write_start(struct page_op *op)
      * if placing waits (no buffer, cleaning behind) the map still names the old version
      * while its disk bytes are already being replaced. The mover must leave it alone. */
     page_write_pending_set(e, op->page);
-    page_store_spill.write_copy(op);
+    submit_spill_write(op, op->page); /* the page at its own slot, rewritten in place */
   }
-  if (page_store_for_write(e)->write(op))
+  /* Local RAM on a device with no servers (a standalone RAM disk), else the servers. */
+  if (e->set.nservers == 0 ? write_to_local(op) : write_to_remote(op))
     return;
   if (wt) {
     /* No server can take it: the disk copy is the page now. */
@@ -834,5 +829,5 @@ void page_write_start(struct page_op *op)
   /* No server can take it, or local RAM is full: the spill store takes it. (A device
    * with no servers is never write-through, config.c, and has none to wait for.) */
   if (!write_waits_for_servers(op))
-    page_store_spill.write(op);
+    write_to_spill(op);
 }
