@@ -37,7 +37,7 @@
 #include "frame_auth.h"
 #include "log.h"
 #include "message.h"
-#include "server_process.h"
+#include "rps_server.h"
 #include "server_stat.h"
 
 #define IN_BUF_SIZE        (256u * 1024u)

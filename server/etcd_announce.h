@@ -11,7 +11,7 @@
 #ifndef RAMPART_SERVER_ETCD_ANNOUNCE_H
 #define RAMPART_SERVER_ETCD_ANNOUNCE_H
 
-#include "server_process.h"
+#include "rps_server.h"
 
 struct rps_announce;
 

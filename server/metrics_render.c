@@ -4,7 +4,7 @@
 #include "metrics_render.h"
 
 #include "prom_text.h"
-#include "server_process.h"
+#include "rps_server.h"
 #include "server_stat.h"
 
 static void store_metrics(struct prom_out *o, const Rampart__Stat *st)

@@ -14,7 +14,7 @@
 
 #include "auth.h"
 #include "options.h"
-#include "server_process.h"
+#include "rps_server.h"
 
 /* Sets up everything around an already bound, listening, non-blocking socket (which the
  * server then owns). The key must outlive the server. 0, or -1 with err. */

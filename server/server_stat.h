@@ -7,7 +7,7 @@
 #define RAMPART_SERVER_SERVER_STAT_H
 
 #include "rampart.pb-c.h"
-#include "server_process.h"
+#include "rps_server.h"
 
 /* Fills a Stat reply. `asking` (may be NULL) gives the session_* fields. */
 void rps_server_fill_stat(struct rps_server *srv, const struct rps_session *asking,

@@ -5,8 +5,8 @@
  *
  * Errors: none: types only.
  */
-#ifndef RAMPART_SERVER_SERVER_PROCESS_H
-#define RAMPART_SERVER_SERVER_PROCESS_H
+#ifndef RAMPART_SERVER_RPS_SERVER_H
+#define RAMPART_SERVER_RPS_SERVER_H
 
 #include <ev.h>
 #include <stdbool.h>
