@@ -11,7 +11,6 @@
 int rp_mailbox_init(struct rp_mailbox *m, unsigned cap, bool nonblocking)
 {
   memset(m, 0, sizeof *m);
-  m->cap = cap;
   m->event_fd = eventfd(0, EFD_CLOEXEC | (nonblocking ? EFD_NONBLOCK : 0));
   void **items = calloc(cap ? cap : 1, sizeof *items);
   if (m->event_fd < 0 || !items) {

@@ -46,7 +46,6 @@ struct request {
   struct request *next; /* the free list */
   uint8_t *buf;
   uint32_t cap;
-  bool own_buffer; /* buf was allocated for it; else it is its page of `pages` */
   bool reply_data; /* a read that succeeded: its bytes follow the reply */
   struct __attribute__((packed)) {
     uint32_t magic, error;
@@ -123,13 +122,18 @@ static void answer_now(struct nbd_server_conn *c, struct request *r, uint32_t nb
   c->ready[c->nready++] = r;
 }
 
+/* Larger than its page of `pages`: allocated for it (fit_buffer rounds up to pages). */
+static bool owns_buffer(const struct request *r)
+{
+  return r->cap > FIRST_BUFFER;
+}
+
 static void own_page(struct nbd_server_conn *c, struct request *r)
 {
-  if (r->own_buffer)
+  if (owns_buffer(r))
     free(r->buf);
   r->buf = c->pages + (size_t)(r - c->requests) * FIRST_BUFFER;
   r->cap = FIRST_BUFFER;
-  r->own_buffer = false;
 }
 
 static bool fit_buffer(struct nbd_server_conn *c, struct request *r, uint32_t length)
@@ -140,10 +144,10 @@ static bool fit_buffer(struct nbd_server_conn *c, struct request *r, uint32_t le
   uint8_t *buf = aligned_alloc(4096, cap);
   if (!buf)
     return false;
-  own_page(c, r); /* (frees an own buffer that was too small) */
+  if (owns_buffer(r))
+    free(r->buf); /* too small */
   r->buf = buf;
   r->cap = cap;
-  r->own_buffer = true;
   return true;
 }
 
@@ -456,7 +460,7 @@ static void conn_free(struct nbd_server_conn *c)
 {
   if (c->requests)
     for (unsigned i = 0; i < c->depth; i++)
-      if (c->requests[i].own_buffer)
+      if (owns_buffer(&c->requests[i]))
         free(c->requests[i].buf);
   free(c->requests);
   free(c->pages);
