@@ -19,9 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "config_settings.h"
 #include "rampart.h"
 
@@ -31,8 +31,6 @@ static struct rampart_config *config;
 static struct rampart_engine *engine;
 static bool lock_memory = true;
 static bool standby;
-/* What a standby's takeover reads (state=, key=, enckey=, cluster=), pinned beforehand. */
-
 /* What a standby holds to give back at takeover, a head start only: the memory the
  * takeover uses is what the dead nbdkit's exit freed before the state's lock woke this
  * one. Held the whole time beside a serving nbdkit, it is memory the machine does not
@@ -109,18 +107,10 @@ static int plugin_config_complete(void)
   return 0;
 }
 
-static int64_t elapsed_ms(const struct timespec *since)
-{
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return (int64_t)(now.tv_sec - since->tv_sec) * 1000 +
-         (now.tv_nsec - since->tv_nsec) / 1000000;
-}
-
 static int plugin_after_fork(void)
 {
   char err[512];
-  struct timespec died;
+  uint64_t died_ms = 0;
   rampart_set_log_sink(log_line);
   rampart_process_harden(lock_memory);
   if (standby) {
@@ -129,7 +119,7 @@ static int plugin_after_fork(void)
       nbdkit_error("standby: %s", err);
       return -1;
     }
-    clock_gettime(CLOCK_MONOTONIC, &died);
+    died_ms = rp_now_ms();
   }
   engine = rampart_open(config, err, sizeof err);
   if (!engine) {
@@ -147,7 +137,7 @@ static int plugin_after_fork(void)
   }
   if (standby)
     fprintf(stderr, "nbdkit: rampart: took %s over %lld ms after its pager died\n",
-            rampart_config_state_path(config), (long long)elapsed_ms(&died));
+            rampart_config_state_path(config), (long long)(rp_now_ms() - died_ms));
   return 0;
 }
 

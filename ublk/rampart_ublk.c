@@ -104,7 +104,6 @@ static int device_left_by_a_dead_daemon(struct ublk_control *c, int dev_id, char
 struct options {
   unsigned long dev_id, queues, depth, max_io;
   bool lock_memory;
-  bool recoverable;    /* state= given: the device outlives this daemon */
   bool standby;        /* --standby: wait for the serving daemon to die, then take over */
 };
 
@@ -142,8 +141,7 @@ static int take_option(void *ctx, const char *a, const char *value)
 static int check_options(void *ctx, const struct rampart_config *config)
 {
   struct options *o = ctx;
-  o->recoverable = rampart_config_state_path(config) != NULL;
-  if (o->standby && (!o->recoverable || o->dev_id == (unsigned long)-1)) {
+  if (o->standby && (!rampart_config_state_path(config) || o->dev_id == (unsigned long)-1)) {
     fprintf(stderr, "rampart-ublk: --standby needs --id N and state=PATH, as the serving "
             "daemon has them\n");
     return -1;
@@ -208,7 +206,9 @@ int main(int argc, char **argv)
   struct ublk_queue queue[MAX_QUEUES];
   unsigned started = 0;
   int char_fd = -1;
-  int recovering = o.recoverable && o.dev_id != (unsigned long)-1
+  /* state= given: the device outlives this daemon */
+  bool recoverable = rampart_config_state_path(config) != NULL;
+  int recovering = recoverable && o.dev_id != (unsigned long)-1
                      ? device_left_by_a_dead_daemon(&control, (int)o.dev_id, err, sizeof err)
                      : 0;
   if (recovering < 0)
@@ -223,7 +223,7 @@ int main(int argc, char **argv)
       goto out_control;
   } else {
     if (ublk_control_add(&control, (int)o.dev_id, (uint16_t)queues, (uint16_t)depth,
-                         (uint32_t)max_io, o.recoverable, err, sizeof err) < 0)
+                         (uint32_t)max_io, recoverable, err, sizeof err) < 0)
       goto out_control;
     /* The driver gives a device no more queues than the machine has CPUs, and only the
      * queues it made can be mapped: serve those. */

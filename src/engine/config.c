@@ -401,22 +401,6 @@ int rampart_config_set(struct rampart_config *c, const char *key, const char *v,
   return -1;
 }
 
-int rampart_config_set_argument(struct rampart_config *c, const char *key_value, char *err,
-                                size_t errlen)
-{
-  const char *eq = strchr(key_value, '=');
-  char key[64];
-  size_t klen = eq ? (size_t)(eq - key_value) : 0;
-  if (!eq || klen == 0 || klen >= sizeof key) {
-    snprintf(err, errlen, "'%.80s' is not a setting: give KEY=VALUE with a key from --help",
-             key_value);
-    return -1;
-  }
-  memcpy(key, key_value, klen);
-  key[klen] = '\0';
-  return rampart_config_set(c, key, eq + 1, err, errlen);
-}
-
 void rampart_config_effective(const struct rampart_config *c, enum rampart_redundancy *policy,
                               unsigned *group)
 {

@@ -8,6 +8,23 @@
 
 #include "rampart.h"
 
+/* One KEY=VALUE argument, whose '=' the caller found; -1 with a sentence in err, as
+ * rampart_config_set, also for an empty or overlong key. */
+static int set_argument(struct rampart_config *config, const char *key_value,
+                        const char *eq, char *err, size_t errlen)
+{
+  char key[64];
+  size_t klen = (size_t)(eq - key_value);
+  if (klen == 0 || klen >= sizeof key) {
+    snprintf(err, errlen, "'%.80s' is not a setting: give KEY=VALUE with a key from --help",
+             key_value);
+    return -1;
+  }
+  memcpy(key, key_value, klen);
+  key[klen] = '\0';
+  return rampart_config_set(config, key, eq + 1, err, errlen);
+}
+
 /* 0 when every argument was taken, 1 after --help or --state-layout was printed, -1
  * after saying what was wrong. */
 static int read_arguments(const struct rampart_frontend_args *f, int argc, char **argv,
@@ -15,7 +32,7 @@ static int read_arguments(const struct rampart_frontend_args *f, int argc, char 
 {
   char err[512];
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
+    const char *a = argv[i], *eq;
     int took = f->option(f->ctx, a, i + 1 < argc ? argv[i + 1] : NULL);
     if (took < 0)
       return -1;
@@ -27,8 +44,8 @@ static int read_arguments(const struct rampart_frontend_args *f, int argc, char 
     } else if (strcmp(a, "--state-layout") == 0) {
       printf("%s\n", rampart_state_layout());
       return 1;
-    } else if (strchr(a, '=') && a[0] != '-') {
-      if (rampart_config_set_argument(config, a, err, sizeof err) < 0) {
+    } else if (a[0] != '-' && (eq = strchr(a, '='))) {
+      if (set_argument(config, a, eq, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", f->who, err);
         return -1;
       }

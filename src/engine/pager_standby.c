@@ -153,9 +153,8 @@ int rampart_standby_for_state(const char *who, const struct rampart_config *conf
 {
   pid_t serving;
   const char *state_path = rampart_config_state_path(config);
-  if (!state_path) {
-    snprintf(err, errlen, "standby=true needs state=PATH, the same as the serving "
-             "daemon's: a standby takes over the state it leaves when it dies");
+  if (!state_path) { /* the frontends refuse this with their own words first */
+    snprintf(err, errlen, "a standby needs state=PATH");
     return -1;
   }
   const char *takeover_files[4];

@@ -89,15 +89,11 @@ void rampart_config_free(struct rampart_config *config);
 /* Sets one key; -1 with a sentence in err (unknown key, size that is not a number...). */
 int rampart_config_set(struct rampart_config *config, const char *key, const char *value,
                        char *err, size_t errlen);
-/* Sets one KEY=VALUE command-line argument (rampart-ublk's, rampart-nbd-server's); -1
- * with a sentence in err, as rampart_config_set, also when it is not KEY=VALUE. */
-int rampart_config_set_argument(struct rampart_config *config, const char *key_value,
-                                char *err, size_t errlen);
 /* A frontend daemon's command line (rampart-nbd-server's, rampart-ublk's), read into a
  * new configuration (frontend_args.c). Each argument goes to `option` first, which takes
  * the frontend's own; of what it leaves, --help and -h print `usage` and then
  * rampart_config_help, --state-layout prints rampart_state_layout(), KEY=VALUE is a
- * setting (rampart_config_set_argument), and anything else is refused with the usage.
+ * setting (rampart_config_set), and anything else is refused with the usage.
  * Once every argument is read, `check` (when given) and rampart_config_check look at the
  * whole. Unlike the rest of the configuration this says what is wrong itself, on stderr,
  * each line starting "WHO: ". Returns the configuration (rampart_config_free), or NULL
