@@ -388,7 +388,6 @@ static void wake_expired(struct rampart_engine *e, uint64_t now)
   while (list) {
     op = list;
     list = op->next;
-    op->next = NULL;
     if (draining || now - op->wait_since_ns >= engine_io_timeout_ns(e))
       FIFO_APPEND(expired, expired_tail, op, next);
     else
