@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The pager inside the shortage it relieves (docs/faults.md). With the daemon in the starved
 # machine itself, swap-out once deadlocked: the engine's TCP send to a rampartd, then
-# nbdkit's reply to a read, needed fresh kernel pages below the min watermark, which a
+# the daemon's reply to a read, needed fresh kernel pages below the min watermark, which a
 # userspace process cannot have (every run hung within the first 2-20 MiB swapped, while
 # the swap-disk baselines passed). Zero-copy sends (client_conn.c) and SCHED_RR
 # (process_hygiene.c) are what this test holds in place; docs/faults.md has the story.
 #
 # The real single-host topology (docs/faults.md): the swap daemon runs inside the shortage it
 # relieves. A Debian kernel booted under qemu (as test_guest_nbd_client.sh boots it) runs
-# nbdkit rampart itself, attaches it with nbd-client -swap over a unix socket inside the
+# rampart-nbd-server itself, attaches it with nbd-client -swap over a unix socket inside the
 # guest, and the guest as a whole is starved: no cgroup, GUEST_MB of RAM, verifying
 # workloads of twice that. The five rampartd run on this host, in a network namespace the
 # test makes, and the guest's virtio NIC is a tap device in that namespace: guest and
@@ -20,16 +20,16 @@
 # tap device can be made, the test says so and uses the user network.
 #
 # One boot runs, in order (guest/starved_init.sh is the guest's /init); by default:
-#   pager     forks on rampart, the pager itself (nbdkit) SIGKILLed once 64 MiB are
-#             swapped out: the standby nbdkit takes its state over and rampart-nbd-attach
-#             moves /dev/nbd0 to it (docs/recovery.md)
-#   kill      forks on rampart (16 processes at once, each checking every page of its own
-#             memory), one rampartd SIGKILLed once 64 MiB are swapped out: its pages are
-#             rebuilt while the guest is starved
-#   outage    pages on rampart, every rampartd SIGSTOPped for 3 s once 64 MiB are swapped
-#             out: every request in flight times out and waits inside the shortage
-#   baseline  forks and pages on a swap disk in the same guest (/dev/vda, a file on this
-#             host): each rampart run's time is reported against it as a ratio
+#   kill-nbd  forks on rampart-nbd-server, one rampartd SIGKILLed once 64 MiB are swapped
+#             out and, while its pages are rebuilt, the pager itself SIGKILLed at 96 MiB:
+#             the standby takes its state over and rampart-nbd-attach moves /dev/nbd0 to
+#             it (docs/recovery.md)
+#   outage    pages on rampart through Debian's own nbd-client -swap, every rampartd
+#             SIGSTOPped for 3 s once 64 MiB are swapped out: every request in flight
+#             times out and waits inside the shortage
+#   kill-ublk forks on rampart-ublk, the same two kills as kill-nbd
+#   baseline  forks on a swap disk in the same guest (/dev/vda, a file on this host):
+#             each rampart run's time is reported against it as a ratio
 # RAMPART_STARVED_RUNS=three runs each workload once and each condition once: pages with
 # no fault, forks with the kill, quicksort with the outage, and the three on the disk;
 # RAMPART_STARVED_RUNS=all runs every workload under every condition (9 runs on rampart,
@@ -40,7 +40,7 @@
 # for it is starved too, and notices late (the faults landed at 77-375 MiB), but every
 # one still has minutes of the run after it.
 # A watchdog in the guest fails the run when pswpin+pswpout stand still for 120 s while a
-# workload runs, after printing nbdkit's thread stacks, the NBD queue and the daemon's
+# workload runs, after printing the daemon's thread stacks, the NBD queue and the daemon's
 # report (swap/guest/swap_watchdog.c, a program locked in memory: the shell loop it
 # replaced was once swapped out and stuck behind the hang it watched for). The host also
 # fails a guest that says nothing for three minutes, and prints the daemon's last
@@ -62,15 +62,15 @@
 # guest's console log goes, to keep it; default: the test's temporary directory).
 # For digging into a failure: RAMPART_STARVED_TIMEOUT (for the whole guest: 25 min a run on rampart, 3 on the disk),
 # RAMPART_STARVED_STALL_SECONDS (120), RAMPART_STARVED_SYSCTL ("vm/NAME=VALUE ..." set in
-# the guest before nbdkit starts), RAMPART_STARVED_NBDKIT_DEBUG (-v), RAMPART_STARVED_EXTRA_PROGS
+# the guest before the daemon starts), RAMPART_STARVED_EXTRA_PROGS
 # (host programs copied into the guest with their libraries, e.g. strace),
 # RAMPART_STARVED_CONF_EXTRA (a line for the guest's /etc/starved.conf, e.g. an export).
 . "$(dirname "$0")/lib.sh"
 
 guest_initramfs_tools
-nbdkit=$(command -v nbdkit || true)
-[[ -n $nbdkit ]] || skip "nbdkit is missing (package nbdkit)"
-# RAMPART_STARVED_FRONTEND: nbd (nbdkit + nbd-client) or ublk (rampart-ublk) alone; by
+[[ -x ${RAMPART_NBD_SERVER:-} ]] \
+  || fail "RAMPART_NBD_SERVER must name the built rampart-nbd-server (ctest sets it)"
+# RAMPART_STARVED_FRONTEND: nbd (rampart-nbd-server + nbd-client) or ublk (rampart-ublk) alone; by
 # default both, in one boot of the kernel that has ublk_drv (and nbd).
 frontend=${RAMPART_STARVED_FRONTEND:-both}
 case $frontend in
@@ -93,14 +93,12 @@ guest_mb=${RAMPART_GUEST_MEM_MB:-192}
 program_mb=${RAMPART_STARVED_PROGRAM_MB:-$((guest_mb * 2))}
 ((program_mb > guest_mb)) \
   || fail "RAMPART_STARVED_PROGRAM_MB ($program_mb) must exceed the guest's RAM ($guest_mb MiB), or nothing swaps"
-# With NBD three runs: the pager killed (rampart-nbd-attach moves /dev/nbd0 to the
-# standby nbdkit), then Debian's own nbd-client -swap with a server killed, then every
-# server stopped for 3 s. In that order: the second daemon starts with every server alive.
-# With ublk the pager itself is killed too, while the server's pages are rebuilt: the
-# device waits in the kernel and the standby takes it over (docs/recovery.md). One
-# baseline on the swap disk, forks, for the ratio; the pages workload's ratio to the disk
-# is in bench/results (bench/guest).
-nbd_runs="pager:nbd:forks:pager kill:nbd:forks:kill outage:nbd:pages:outage"
+# With NBD two runs: a server killed and then the pager killed in one run (rampart-nbd-attach
+# moves /dev/nbd0 to the standby), then Debian's own nbd-client -swap with every server
+# stopped for 3 s. With ublk the same two kills: the device waits in the kernel and the
+# standby takes it over (docs/recovery.md). One baseline on the swap disk, forks, for the
+# ratio; the pages workload's ratio to the disk is in bench/results (bench/guest).
+nbd_runs="kill-nbd:nbd:forks:kill+pager outage:nbd:pages:outage"
 ublk_runs="kill-ublk:ublk:forks:kill+pager"
 case $frontend in
   nbd) default_runs="$nbd_runs disk-forks:disk:forks" ;;
@@ -180,9 +178,9 @@ else
 fi
 victim=2
 
-# ---- the initramfs: busybox, nbdkit + plugin, nbd-client, the workload, their libraries --
+# ---- the initramfs: busybox, the daemons, nbd-client, the workload, their libraries -----
 root=$work/initramfs
-mkdir -p "$root"/{bin,dev,proc,sys,tmp,run,etc/rampart,lib/modules,lib/nbdkit}
+mkdir -p "$root"/{bin,dev,proc,sys,tmp,run,etc/rampart,lib/modules}
 cp "$busybox" "$root/bin/busybox"
 # The ublk kernel's directory also holds what the systemd guest boots from (e1000, ext4
 # and what ext4 needs): this guest's root is in its own starved RAM, so it gets only the
@@ -203,15 +201,11 @@ copy_libs() { # file: its shared libraries, where ldd says they live
 }
 [[ -x ${RAMPART_SWAP_WATCHDOG:-} ]] \
   || fail "RAMPART_SWAP_WATCHDOG must name the built rampart-swap-watchdog (ctest sets it)"
-for prog in "$nbd_client" "$nbdkit" "$RAMPART_WORKLOAD" "$RAMPART_SWAP_WATCHDOG" \
+for prog in "$nbd_client" "$RAMPART_NBD_SERVER" "$RAMPART_WORKLOAD" "$RAMPART_SWAP_WATCHDOG" \
             "$RAMPART_NBD_ATTACH" ${ublk_prog:-} ${RAMPART_STARVED_EXTRA_PROGS:-}; do
   cp "$prog" "$root/bin/"
   copy_libs "$prog"
 done
-# nbdkit loads the plugin by path; its libraries (OpenSSL, libev, liburing, protobuf-c)
-# come along the same way.
-cp "$RAMPART_PLUGIN" "$root/lib/nbdkit/rampart.so"
-copy_libs "$RAMPART_PLUGIN"
 install -m 0600 "$key" "$root/etc/rampart/key"
 servers=$(IFS=,; echo "${guest_addrs[*]}")
 cat >"$root/etc/starved.conf" <<EOF
@@ -222,7 +216,6 @@ DEVICE_SIZE=${device_mb}M
 STALL_SECONDS=${RAMPART_STARVED_STALL_SECONDS:-120}
 RUNS="$runs"
 FRONTEND=$one_frontend
-NBDKIT_DEBUG=${RAMPART_STARVED_NBDKIT_DEBUG:-}
 GUEST_SYSCTL="${RAMPART_STARVED_SYSCTL:-}"
 ${RAMPART_STARVED_CONF_EXTRA:-}
 EOF
@@ -281,14 +274,14 @@ hung_guest() {
   # the NBD driver's and the workload's: the kernel's own idle threads fill thousands of
   # lines and hid the daemon's workers the first time this fired.
   echo "---- the daemon's last words" >&2
-  LC_ALL=C grep -a 'nbdkit:' "$console" | tail -n 40 >&2
+  LC_ALL=C grep -a -E ' rampart: (error|warning|info):' "$console" | tail -n 40 >&2
   LC_ALL=C sed -n '/sysrq: Changing Loglevel/,/sysrq: Show State/p' "$console" >&2
   LC_ALL=C sed -n '/sysrq: Show State/,$p' "$console" | awk '
-    / task:/ { keep = ($0 ~ / task:(nbdkit|rampart|nbd|init|kswapd)/) }
+    / task:/ { keep = ($0 ~ / task:(rampart|nbd|init|kswapd)/) }
     keep && !/^\[ *[0-9.]*\]  \? / && !/ R[0-9A-Z]+: / { print }' | head -n 1500 >&2
 }
 
-# The guest's own lines, each from "rampart-guest:" on: nbdkit's coloured warnings share
+# The guest's own lines, each from "rampart-guest:" on: the daemon's coloured warnings share
 # the console, and the reset that ends one (ESC [0m) can land at the start of the next
 # line, where a '^rampart-guest:' match missed the "fault kill" line (so no server was
 # killed) once the daemon had warned.
@@ -344,7 +337,7 @@ if grep -q '^rampart-guest: stall' "$work/said"; then
   fail "the watchdog saw swap stand still for 120 s (stacks above)"
 fi
 grep -q '^rampart-guest: end 0' "$work/said" \
-  || fail "the guest did not finish cleanly: $(grep -a -E 'rampart-guest|workload|Kernel panic|Out of memory|oom|nbd|nbdkit|I/O error' "$console" | tail -n 20)"
+  || fail "the guest did not finish cleanly: $(grep -a -E 'rampart-guest|workload|Kernel panic|Out of memory|oom|nbd|I/O error' "$console" | tail -n 20)"
 
 # ---- the verdict and the report ------------------------------------------------------------
 declare -A secs=()
@@ -391,5 +384,5 @@ done
 grep '^rampart-guest: pager restarted' "$work/said" | sed 's/^rampart-guest: /  /' || true
 log "daemon memory (VmRSS: what it holds, all of it locked; VmLck counts its locked mappings whole, touched or not):"
 grep '^rampart-guest: daemon ' "$work/said" | sed 's/^rampart-guest: daemon /    /'
-grep -a 'warning:\|PR_SET_IO_FLUSHER\|mlockall' "$console" | sed 's/^/    nbdkit: /' || true
+grep -a 'warning:\|PR_SET_IO_FLUSHER\|mlockall' "$console" | sed 's/^/    daemon: /' || true
 log "PASS (${guest_seconds} s in the guest)"

@@ -1,13 +1,15 @@
 #!/bin/busybox sh
 # /init of the starved guest (test_guest_starved.sh builds the initramfs around it): the
-# swap daemon (nbdkit rampart, or rampart-ublk) runs in this guest, inside the very memory shortage its
+# swap daemon (rampart-nbd-server, or rampart-ublk) runs in this guest, inside the very memory shortage its
 # swap relieves. No cgroup: the guest as a whole has RAM_MB and runs programs of twice
 # that. Everything the host must see goes to the serial console as "rampart-guest: ..."
 # lines; the host parses "result", "fault", "stall" and "end". /etc/starved.conf (written
 # by the host) sets SERVERS, KILL_ADDR, PROGRAM_MB, DEVICE_SIZE, RUNS, STALL_SECONDS and
-# FRONTEND (nbd: nbdkit + nbd-client; ublk: rampart-ublk). A run names its frontend; a
-# run on the other one stops the daemon and starts that one. An nbd run that kills the
-# pager attaches with rampart-nbd-attach beside a standby nbdkit instead (nbd-persist).
+# FRONTEND (nbd: rampart-nbd-server + nbd-client; ublk: rampart-ublk). A run names its
+# frontend; a run on the other one stops the daemon and starts that one. An nbd run that
+# kills the pager attaches with rampart-nbd-attach beside a standby rampart-nbd-server
+# instead (nbd-persist). The NBD daemon is the one rampartctl swap deploys; the nbdkit
+# plugin serves the nbd-client guest's kernel swap (test_guest_nbd_client.sh).
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
@@ -29,11 +31,10 @@ ip addr add 10.0.2.15/24 dev eth0
 # The kernel must still be able to send swap-out traffic when memory is short (what the
 # host-side guest test found: the default stalled the NBD socket in half the runs).
 echo 16384 >/proc/sys/vm/min_free_kbytes
-# Debian's nbdkit 1.32 has a 192 MiB zero-filled (bss) segment. The default heuristic
-# overcommit refuses a single mapping larger than RAM + swap, so in this guest (145 MiB
-# of RAM, and no swap before nbdkit serves it) the exec itself fails and nbdkit dies of
-# SIGSEGV. The segment is never touched (and the plugin locks only what is touched), so
-# overcommit it.
+# The daemons map more than they touch (what they touch is locked and bounded). The
+# default heuristic overcommit refuses a single mapping larger than RAM + swap, which in
+# this guest (145 MiB of RAM, no swap before the daemon serves it) can fail a daemon at
+# its start: overcommit.
 echo 1 >/proc/sys/vm/overcommit_memory
 # If the guest hangs past the host's timeout, the host sends SysRq w and t through qemu's
 # monitor (blocked tasks, then every task's stack): allow them.
@@ -91,22 +92,26 @@ launch_ublk() { # [queues]
   esac
 }
 
-# launch_nbd_persist: nbdkit rampart with state=, a standby nbdkit beside it (standby=true,
+# launch_nbd_server SOCKET [KEY=VALUE...]: rampart-nbd-server (nbd/) on a unix socket in
+# the background; sets last_pid once the socket is there.
+launch_nbd_server() {
+  local sock=$1; shift
+  rampart-nbd-server --unix $sock size=$DEVICE_SIZE "$@" </dev/null &
+  last_pid=$!
+  wait_for "[ -S $sock ]" $last_pid 30 "rampart-nbd-server did not create $sock"
+}
+
+# launch_nbd_persist: rampart-nbd-server with state=, a standby beside it (standby=true,
 # the same settings, its own socket), and /dev/nbd0 attached by rampart-nbd-attach
-# (nbd/), which moves the device to the standby when the serving nbdkit dies. Debian
+# (nbd/), which moves the device to the standby when the serving daemon dies. Debian
 # 12's nbd-client cannot: its -persist fails every request while it reconnects
 # (docs/recovery.md). Sets daemon_pid, standby_pid and attach_pid.
 persist_settings="$settings state=/run/rampart-nbd.state"
 launch_nbd_persist() {
-  nbdkit ${NBDKIT_DEBUG:-} --foreground --unix /run/nbd.sock /lib/nbdkit/rampart.so \
-    size=$DEVICE_SIZE $persist_settings </dev/null &
-  daemon_pid=$!
-  wait_for "[ -S /run/nbd.sock ]" $daemon_pid 30 "nbdkit did not create /run/nbd.sock"
-  nbdkit ${NBDKIT_DEBUG:-} --foreground --unix /run/nbd-standby.sock \
-    /lib/nbdkit/rampart.so size=$DEVICE_SIZE $persist_settings standby=true </dev/null &
-  standby_pid=$!
-  wait_for "[ -S /run/nbd-standby.sock ]" $standby_pid 30 \
-    "the standby nbdkit did not create /run/nbd-standby.sock"
+  launch_nbd_server /run/nbd.sock $persist_settings
+  daemon_pid=$last_pid
+  launch_nbd_server /run/nbd-standby.sock $persist_settings standby=true
+  standby_pid=$last_pid
   # stdout: the device, then a line per reconnect (kill_pager waits for it); its
   # messages go to the console.
   rampart-nbd-attach --device /dev/nbd0 /run/nbd.sock /run/nbd-standby.sock \
@@ -120,7 +125,7 @@ launch_nbd_persist() {
 # kernel holds the device's I/O; the standby takes over the state the dead daemon left,
 # and every request the dead one had is sent again (docs/recovery.md). ublk: the
 # standby says on the console how long the device went without a daemon. nbd: the
-# standby nbdkit says when it took the state over, rampart-nbd-attach when the device
+# standby says when it took the state over, rampart-nbd-attach when the device
 # had its new connection. This says when swap moved.
 kill_pager() {
   local old=$daemon_pid s0 took
@@ -157,10 +162,8 @@ start_daemon() {
     launch_nbd_persist
     swapdev=/dev/nbd0
   else
-    nbdkit ${NBDKIT_DEBUG:-} --foreground --unix /run/nbd.sock /lib/nbdkit/rampart.so \
-      size=$DEVICE_SIZE $settings </dev/null &
-    daemon_pid=$!
-    wait_for "[ -S /run/nbd.sock ]" $daemon_pid 30 "nbdkit did not create /run/nbd.sock"
+    launch_nbd_server /run/nbd.sock $settings
+    daemon_pid=$last_pid
     nbd-client -u /run/nbd.sock /dev/nbd0 -N rampart -nonetlink -swap -block-size 4096 \
       || finish "nbd-client failed"
     # nbd-client (ioctl mode) returns before its daemon child enters NBD_DO_IT, and only

@@ -161,7 +161,7 @@ static void report_stall(int daemon_pid, unsigned long long swaps, unsigned stil
                          int poweroff)
 {
   printf("rampart-guest: stall: pswpin+pswpout stuck at %llu for %u s\n", swaps, still);
-  dump_threads("nbdkit", daemon_pid);
+  dump_threads("the swap daemon", daemon_pid);
   dump_named("nbd-client");
   dump_named("rampart-workloa");
   dump("/sys/block/nbd0/inflight", "/sys/block/nbd0/inflight");
