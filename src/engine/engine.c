@@ -1,4 +1,4 @@
-/* The engine's life cycle and its I/O thread (see engine_internal.h for the map).
+/* The engine's life cycle and its I/O thread (src/README.md maps the layers).
  *
  * One lock makes the engine single-threaded. The I/O thread holds it except while its
  * loop sleeps in the poll (libev's release/acquire callbacks, the pattern of libev's

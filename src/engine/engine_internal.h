@@ -1,28 +1,8 @@
-/* The engine's internal state, shared by its files (docs/engine.md is the map):
- *   engine.c        open/close, the I/O thread, hand-over from frontend threads, stats
- *   server_set.c    connections to servers, reservations, requests and slots on them
- *   server_health.c each server's health: UP -> RECONNECTING -> UP | LOST, reconnects
- *                   (server_health.h; what the servers share is its own struct)
- *   page_op.c       the page-op protocol: an op's pool, states, waits and end
- *                   (page_op.h)
- *   page_write.c    placement, the open group, sealing, reclaim
- *   page_read.c     reads, degraded reads
- *   page_mover.c    rebuild after a loss, cleaning, migration off advised servers
- *                   (page_mover.h; its state is its own struct, seen by no other file)
- *   server_membership.c  servers added, drained and removed under a running device
- *   control_socket.c     the control= socket: rampartctl's commands to the above
- *   page_rmw.c      sub-page reads and writes (read-modify-write), serialised per page
- *   local_store.c   standalone RAM pages
- *   page_seal.c     encryption and verification of every page (its own header)
- *   placement_order.c  the order new pages visit the servers in (its own header)
- *   redundancy_policy.c  what each policy does, as one table (its own header)
- * Everything here is owned by whoever holds the engine's lock (the I/O thread, or a
- * frontend thread starting its request: see `lock`) unless a comment says otherwise.
- * A part whose state no other file needs keeps it in a struct of its own, defined in
- * its .c file, and the engine holds a pointer (the mover, the servers' shared health):
- * what is left here is what several files really share. The state itself, and what
- * the page-op core and the stores may call back up, is engine_core.h's (no file below
- * the engine API includes this one).
+/* engine.c's calls that the other files of the engine API share, on top of the engine's
+ * state: struct rampart_engine, its ownership rules and what the page-op core may call
+ * back up are engine_core.h's (page_ops/), which this header includes. Only files of the
+ * engine API (src/engine/) include this one; the files of each layer are listed in its
+ * folder's README, the layers in src/README.md, and the design in docs/engine.md.
  *
  * Errors: set-up calls (server_set_open, ...) return -1 with a sentence in err
  * (docs/CONTRIBUTING.md, convention 1); I/O calls (engine_run_sync) 0 or negative errno

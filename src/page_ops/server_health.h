@@ -2,7 +2,7 @@
  * in each server's helper thread, requests that wait for a reconnecting server.
  *
  * Each server's own part is struct server_health, inside struct server
- * (engine_internal.h). What they share (io-timeout=, the results helper threads hand
+ * (engine_core.h). What they share (io-timeout=, the results helper threads hand
  * back, the ops waiting until a server changes state, the counters) is
  * struct server_health_shared, defined in server_health.c alone.
  *

@@ -5,7 +5,7 @@
  * a device takes after a loss, gets a new entry, and entries are never reused, so a
  * long-lived device with a placement set of 64 would run out of 255 entries after
  * about 190 replacements. The table itself is bounded by ENGINE_MAX_INCARNATIONS
- * (engine_internal.h); this type only has to hold every index it allows, and NONE.
+ * (engine_core.h); this type only has to hold every index it allows, and NONE.
  *
  * Errors: none: a type and a constant.
  */

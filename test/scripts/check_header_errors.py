@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Every header states its error convention once, at the top.
 
-docs/CONTRIBUTING.md ("Error conventions") has three conventions for how a call fails,
+CONTRIBUTING.md ("Error conventions") has three conventions for how a call fails,
 and a caller must know which one a header's calls use before calling them: a -1 read as
 a negative errno, or an errno read as a count, is a bug no compiler sees. So each
 header's top comment carries one `Errors:` line naming its convention (or saying
@@ -56,7 +56,7 @@ def main():
     if missing:
         for rel in missing:
             print(f"{rel}: its top comment has no `Errors:` line; add one saying which "
-                  "convention its calls use (docs/CONTRIBUTING.md, \"Error conventions\": "
+                  "convention its calls use (CONTRIBUTING.md, \"Error conventions\": "
                   "1, 2, 3, or its own stated plainly), or `Errors: none: nothing here "
                   "fails.`")
         sys.exit(f"check_header_errors: {len(missing)} header(s) without an `Errors:` line")
