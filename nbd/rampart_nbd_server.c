@@ -8,7 +8,7 @@
  * engine's replies itself, where nbdkit runs each request on a worker thread of its own
  * that sleeps until the engine's I/O thread wakes it. It prints the address it listens
  * on to stdout once clients can connect; SIGTERM or SIGINT stops it once every request
- * in flight has been answered.
+ * in flight has been answered, or its client has not read the answers for STOPPING_MS.
  */
 #include <errno.h>
 #include <netdb.h>
