@@ -56,6 +56,7 @@
 #define NBD_CMD_TRIM 4u
 #define NBD_CMD_WRITE_ZEROES 6u
 #define NBD_CMD_FLAG_FUA 0x1u
+#define NBD_CMD_FLAG_NO_HOLE 0x2u
 
 /* the errors a reply may carry (the protocol's own numbers, Linux's too) */
 #define NBD_EPERM 1u

@@ -8,7 +8,7 @@
  * engine's replies itself, where nbdkit runs each request on a worker thread of its own
  * that sleeps until the engine's I/O thread wakes it. It prints the address it listens
  * on to stdout once clients can connect; SIGTERM or SIGINT stops it once every request
- * in flight has been answered.
+ * in flight has been answered, or its client has not read the answers for STOPPING_MS.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -33,20 +33,40 @@
 
 #define MAX_CONNECTIONS 64
 #define MAX_DEPTH 512 /* two iovecs a reply: one sendmsg (IOV_MAX 1024) takes them all */
+#define MAX_REQUEST (32u << 20)
+/* What each connection holds outside --max-buffered: room to keep buffers for a swap
+ * device's bursts of larger requests (merged writes, readahead) between them. */
+#define UNSHARED_BUFFERS (2u << 20)
+/* Once stopping, a client that does not read the replies to what it sent goes this
+ * long after the stop: SIGTERM ends the daemon within it, plus the engine's time. */
+#define STOPPING_MS 5000u
+#define MAX_TIMEOUT_S 3600u
 
 /* What a standby holds to give back at takeover, as nbdkit rampart's standby does. */
 #define STANDBY_RESERVE (2u << 20)
 
 static const char usage[] =
-  "usage: rampart-nbd-server (--unix PATH | --tcp HOST:PORT) [--depth N] KEY=VALUE...\n"
+  "usage: rampart-nbd-server (--unix PATH | --tcp HOST:PORT) [--depth N]\n"
+  "                          [--max-buffered SIZE] [--handshake-timeout S]\n"
+  "                          [--stall-timeout S] KEY=VALUE...\n"
   "       rampart-nbd-server --state-layout\n"
   "  --unix PATH     listen on a unix socket (created mode 0600; an old one is replaced)\n"
   "  --tcp H:P       listen on TCP, e.g. 127.0.0.1:10809 (NBD carries no authentication:\n"
   "                  keep it on loopback or a trusted network)\n"
   "  --depth N       requests in flight per connection (default 256; at most 512)\n"
+  "  --max-buffered SIZE  request buffers of all connections together, past the first\n"
+  "                  2M of each (default 128M, at least 32M); a connection holds at most\n"
+  "                  32M. A client whose next request does not fit waits, unread, until\n"
+  "                  replies drain\n"
+  "  --handshake-timeout S  seconds a client has for the whole handshake (default 10)\n"
+  "  --stall-timeout S  a client that leaves a request half sent, or does not read its\n"
+  "                  replies, for S seconds is closed (default 30). An idle connection\n"
+  "                  never is: a swap device can be idle for hours\n"
   "  --state-layout  print the layout of the state this build takes over, and exit\n"
   "  Requests must be aligned to 4096 bytes (NBD_INFO_BLOCK_SIZE says so) and at most\n"
-  "  32 MiB long. Any export name reaches the one device.\n"
+  "  32 MiB long. Any export name reaches the one device. At most 64 connections, and\n"
+  "  32 options in a handshake. SIGTERM answers what clients have sent, then ends; a\n"
+  "  client that does not read those replies is closed 5 s after it.\n"
   "  KEY=VALUE       nbdkit rampart's keys, so one command line serves either:\n"
   "  mlock=BOOL      lock the daemon's memory (default true; a swap device must)\n"
   "  standby=BOOL    with state=: listen, then wait beside the daemon serving that state\n"
@@ -57,9 +77,25 @@ struct options {
   const char *unix_path;
   const char *tcp;
   unsigned long depth;
+  uint64_t max_buffered;
+  unsigned handshake_s, stall_s;
   bool lock_memory;
   bool standby;
 };
+
+/* --handshake-timeout and --stall-timeout: whole seconds, 1 to MAX_TIMEOUT_S. */
+static int parse_seconds(const char *a, const char *value, unsigned *out)
+{
+  uint64_t v;
+  char err[256];
+  if (rp_parse_uint(a, value, MAX_TIMEOUT_S, &v, err, sizeof err) < 0 || v == 0) {
+    fprintf(stderr, "rampart-nbd-server: %s '%s': give whole seconds from 1 to %u\n", a,
+            value ? value : "", MAX_TIMEOUT_S);
+    return -1;
+  }
+  *out = (unsigned)v;
+  return 2;
+}
 
 static int parse_bool(const char *key, const char *value, bool *out)
 {
@@ -97,6 +133,21 @@ static int take_option(void *ctx, const char *a, const char *value)
       return -1;
     }
     o->depth = (unsigned long)v;
+    return 2;
+  }
+  if (strcmp(a, "--handshake-timeout") == 0)
+    return parse_seconds(a, value, &o->handshake_s);
+  if (strcmp(a, "--stall-timeout") == 0)
+    return parse_seconds(a, value, &o->stall_s);
+  if (strcmp(a, "--max-buffered") == 0) {
+    uint64_t v;
+    if (!value || rp_parse_size(a, value, &v, err, sizeof err) < 0 || v < MAX_REQUEST) {
+      fprintf(stderr, "rampart-nbd-server: --max-buffered '%s': give a size of at least "
+              "32M (one request of the longest this server takes), e.g. 128M\n",
+              value ? value : "");
+      return -1;
+    }
+    o->max_buffered = v;
     return 2;
   }
   if (strncmp(a, "mlock=", 6) == 0 || strncmp(a, "standby=", 8) == 0) {
@@ -225,7 +276,8 @@ static unsigned join_ended(struct nbd_server_conn **conns, unsigned n)
 }
 
 static void accept_one(int listen_fd, struct rampart_engine *engine,
-                       const struct nbd_server_export *export, unsigned depth,
+                       const struct nbd_server_export *export,
+                       const struct nbd_server_limits *limits,
                        struct nbd_server_conn **conns, unsigned *n)
 {
   int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
@@ -240,7 +292,8 @@ static void accept_one(int listen_fd, struct rampart_engine *engine,
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* fails on unix: no matter */
   char err[256];
-  struct nbd_server_conn *c = nbd_server_conn_start(engine, fd, export, depth, err, sizeof err);
+  struct nbd_server_conn *c = nbd_server_conn_start(engine, fd, export, limits, err,
+                                                    sizeof err);
   if (c)
     conns[(*n)++] = c;
   else
@@ -249,7 +302,8 @@ static void accept_one(int listen_fd, struct rampart_engine *engine,
 
 int main(int argc, char **argv)
 {
-  struct options o = { .depth = 256, .lock_memory = true };
+  struct options o = { .depth = 256, .max_buffered = 128u << 20, .handshake_s = 10,
+                       .stall_s = 30, .lock_memory = true };
   char err[512];
   const struct rampart_frontend_args args = { "rampart-nbd-server", usage, take_option,
                                               check_options, &o };
@@ -287,13 +341,24 @@ int main(int argc, char **argv)
     .transmission_flags = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH | NBD_FLAG_SEND_FUA |
                           NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES |
                           NBD_FLAG_CAN_MULTI_CONN, /* a flush covers every connection */
-    .min_block = 4096, .preferred_block = 4096, .max_block = 32u << 20,
+    .min_block = 4096, .preferred_block = 4096, .max_block = MAX_REQUEST,
+  };
+  struct nbd_buffer_budget all_buffers;
+  nbd_buffer_budget_init(&all_buffers, o.max_buffered);
+  const struct nbd_server_limits limits = {
+    .depth = (unsigned)o.depth, .connection_buffers = MAX_REQUEST,
+    .unshared_buffers = UNSHARED_BUFFERS, .all_buffers = &all_buffers,
+    .handshake_ms = o.handshake_s * 1000u, .stall_ms = o.stall_s * 1000u,
+    .stopping_ms = STOPPING_MS,
   };
   printf("%s\n", o.unix_path ? o.unix_path : o.tcp);
   fflush(stdout);
+  char buffered[32];
   fprintf(stderr, "rampart-nbd-server: serving %llu bytes on %s, %lu requests in flight "
-          "per connection\n", (unsigned long long)export.size,
-          o.unix_path ? o.unix_path : o.tcp, o.depth);
+          "per connection, %s of request buffers in all, handshake %u s, stall %u s\n",
+          (unsigned long long)export.size, o.unix_path ? o.unix_path : o.tcp, o.depth,
+          rp_format_bytes(o.max_buffered, buffered, sizeof buffered), o.handshake_s,
+          o.stall_s);
   struct nbd_server_conn *conns[MAX_CONNECTIONS];
   unsigned n = 0;
   int sig = 0;
@@ -306,11 +371,12 @@ int main(int argc, char **argv)
       struct signalfd_siginfo si;
       sig = read(signal_fd, &si, sizeof si) == (ssize_t)sizeof si ? (int)si.ssi_signo : SIGTERM;
     } else if (r > 0 && p[0].revents) {
-      accept_one(listen_fd, engine, &export, (unsigned)o.depth, conns, &n);
+      accept_one(listen_fd, engine, &export, &limits, conns, &n);
     }
   }
   fprintf(stderr, "rampart-nbd-server: %s: stopping once the %u connection(s) answered "
-          "what is in flight\n", strsignal(sig), n);
+          "what is in flight (a client that does not read its replies: %u s)\n",
+          strsignal(sig), n, STOPPING_MS / 1000);
   close(listen_fd);
   if (o.unix_path)
     unlink(o.unix_path);

@@ -9,9 +9,14 @@
  * transmission phase: requests, payloads and garbage. The client's side is shut once
  * the input is written, so the connection ends by EOF.
  *
+ * The buffer budgets are small (one largest request per connection, a quarter of it
+ * unshared; two for the daemon, of which another connection holds half a request's
+ * worth), so pipelined reads and writes wait for replies to drain; refused writes'
+ * payloads are read and dropped.
+ *
  * Properties: the connection's thread ends (no hang, no crash; ASan and UBSan clean);
  * whatever the server sent after the handshake is a sequence of simple replies, each
- * with the reply magic.
+ * with the reply magic; every byte of the budgets comes back when it ends.
  */
 #include <endian.h>
 #include <signal.h>
@@ -21,6 +26,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "nbd_buffer_budget.h"
 #include "nbd_protocol.h"
 #include "nbd_server_conn.h"
 #include "rampart.h"
@@ -28,12 +34,22 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
+#define MAX_BLOCK (1u << 20)
+#define HELD_ELSEWHERE (MAX_BLOCK / 2) /* as if another connection had it */
+
 static struct rampart_engine *engine;
 static const struct nbd_server_export export = {
   .size = 4u << 20,
   .transmission_flags = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH | NBD_FLAG_SEND_FUA |
                         NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES,
-  .min_block = 4096, .preferred_block = 4096, .max_block = 1u << 20,
+  .min_block = 4096, .preferred_block = 4096, .max_block = MAX_BLOCK,
+};
+
+static struct nbd_buffer_budget all_buffers;
+static const struct nbd_server_limits limits = {
+  .depth = 32, .connection_buffers = MAX_BLOCK, .unshared_buffers = MAX_BLOCK / 4,
+  .all_buffers = &all_buffers,
+  .handshake_ms = 10000, .stall_ms = 10000, .stopping_ms = 1000,
 };
 
 static void quiet(int level, const char *line)
@@ -56,6 +72,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     abort();
   }
   rampart_config_free(config);
+  nbd_buffer_budget_init(&all_buffers, 2 * MAX_BLOCK);
+  if (!nbd_buffer_budget_take(&all_buffers, HELD_ELSEWHERE))
+    abort();
   return 0;
 }
 
@@ -88,7 +107,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
   setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
   char err[256];
-  struct nbd_server_conn *conn = nbd_server_conn_start(engine, sv[0], &export, 32, err,
+  struct nbd_server_conn *conn = nbd_server_conn_start(engine, sv[0], &export, &limits, err,
                                                        sizeof err);
   if (!conn)
     abort();
@@ -118,6 +137,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   size_t got = read_all(sv[1], out, sizeof out);
   close(sv[1]);
   nbd_server_conn_join(conn);
+  if (atomic_load(&all_buffers.used) != HELD_ELSEWHERE) {
+    fprintf(stderr, "the connection ended holding %llu bytes of the buffer budget\n",
+            (unsigned long long)(atomic_load(&all_buffers.used) - HELD_ELSEWHERE));
+    abort();
+  }
   if (raw || got <= skip_out)
     return 0;
   /* After the handshake: simple replies, each with its magic (a read's data between

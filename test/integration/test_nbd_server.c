@@ -6,9 +6,12 @@
  * breaks the protocol, and a SIGTERM with requests in flight must end cleanly. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <libnbd.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -379,16 +382,39 @@ static int raw_client(struct setup *s)
 }
 
 /* One request header, as a client sends it. */
-static void put_request(uint8_t *to, uint32_t magic, uint16_t type, uint64_t handle,
-                        uint64_t off, uint32_t len)
+static void put_request_flags(uint8_t *to, uint32_t magic, uint16_t flags, uint16_t type,
+                              uint64_t handle, uint64_t off, uint32_t len)
 {
   struct __attribute__((packed)) {
     uint32_t magic;
     uint16_t flags, type;
     uint64_t handle, offset;
     uint32_t length;
-  } h = { htobe32(magic), 0, htobe16(type), handle, htobe64(off), htobe32(len) };
+  } h = { htobe32(magic), htobe16(flags), htobe16(type), handle, htobe64(off), htobe32(len) };
   memcpy(to, &h, sizeof h);
+}
+
+static void put_request(uint8_t *to, uint32_t magic, uint16_t type, uint64_t handle,
+                        uint64_t off, uint32_t len)
+{
+  put_request_flags(to, magic, 0, type, handle, off, len);
+}
+
+/* A simple reply's error and handle, its magic checked. */
+struct simple_reply {
+  uint32_t error;
+  uint64_t handle;
+};
+
+static struct simple_reply read_reply(int fd)
+{
+  struct __attribute__((packed)) {
+    uint32_t magic, error;
+    uint64_t handle;
+  } reply;
+  assert_int_equal(read(fd, &reply, sizeof reply), (ssize_t)sizeof reply);
+  assert_int_equal(be32toh(reply.magic), NBD_SIMPLE_REPLY_MAGIC);
+  return (struct simple_reply){ be32toh(reply.error), reply.handle };
 }
 
 static void send_request(int fd, uint32_t magic, uint16_t type, uint64_t off, uint32_t len)
@@ -444,13 +470,8 @@ static void test_bad_requests_get_errors_and_lose_nothing(void **state)
   /* an unknown command gets EINVAL, and the connection goes on */
   fd = raw_client(&s);
   send_request(fd, NBD_REQUEST_MAGIC, 99, 0, 0);
-  struct __attribute__((packed)) {
-    uint32_t magic, error;
-    uint64_t handle;
-  } reply;
-  assert_int_equal(read(fd, &reply, sizeof reply), (ssize_t)sizeof reply);
-  assert_int_equal(be32toh(reply.magic), NBD_SIMPLE_REPLY_MAGIC);
-  assert_int_equal(be32toh(reply.error), NBD_EINVAL);
+  struct simple_reply reply = read_reply(fd);
+  assert_int_equal(reply.error, NBD_EINVAL);
   assert_int_equal(reply.handle, 7);
   send_request(fd, NBD_REQUEST_MAGIC, NBD_CMD_DISC, 0, 0);
   assert_closed(fd);
@@ -460,6 +481,56 @@ static void test_bad_requests_get_errors_and_lose_nothing(void **state)
   /* the first connection still serves, and the bytes are there */
   assert_int_equal(nbd_pread(nbd, page, PAGE, 3 * PAGE, 0), 0);
   assert_memory_equal(page, s.shadow + 3 * PAGE, PAGE);
+  nbd_shutdown(nbd, 0);
+  nbd_close(nbd);
+  stop_all(&s);
+}
+
+/* NBD_CMD_FLAG_DF: only for structured replies, which this server does not offer. */
+#define NBD_CMD_FLAG_DF 0x4u
+
+/* Writes refused before the engine (a flag that was not offered, a range past the end)
+ * get their errors, and their payloads are read and dropped: the page keeps its bytes
+ * and the next request on the connection is answered. */
+static void test_refused_writes_drop_their_payloads(void **state)
+{
+  (void)state;
+  struct setup s = { 0 };
+  const char *extra[] = { "size=8M", NULL };
+  setup_all(&s, 2, extra);
+  struct nbd_handle *nbd = connect_client(&s);
+  uint8_t page[PAGE];
+  memset(page, 0x5a, sizeof page);
+  assert_int_equal(nbd_pwrite(nbd, page, PAGE, 3 * PAGE, 0), 0);
+  int fd = raw_client(&s);
+  enum { ONE = NBD_REQUEST_SIZE + PAGE };
+  static uint8_t out[2 * ONE + NBD_REQUEST_SIZE];
+  memset(out, 0xee, sizeof out);
+  put_request_flags(out, NBD_REQUEST_MAGIC, NBD_CMD_FLAG_DF, NBD_CMD_WRITE, 8, 3 * PAGE, PAGE);
+  put_request(out + ONE, NBD_REQUEST_MAGIC, NBD_CMD_WRITE, 9, s.size, PAGE);
+  put_request(out + 2 * ONE, NBD_REQUEST_MAGIC, NBD_CMD_READ, 10, 3 * PAGE, PAGE);
+  assert_int_equal(write(fd, out, sizeof out), (ssize_t)sizeof out);
+  uint32_t error_of[3] = { 0 };
+  bool seen[3] = { false };
+  for (unsigned i = 0; i < 3; i++) {
+    struct simple_reply reply = read_reply(fd);
+    assert_true(reply.handle >= 8 && reply.handle <= 10 && !seen[reply.handle - 8]);
+    seen[reply.handle - 8] = true;
+    error_of[reply.handle - 8] = reply.error;
+    if (reply.handle == 10 && reply.error == 0) {
+      uint8_t in[PAGE];
+      size_t got = 0;
+      ssize_t n;
+      while (got < PAGE && (n = read(fd, in + got, PAGE - got)) > 0)
+        got += (size_t)n;
+      assert_int_equal(got, PAGE);
+      assert_memory_equal(in, page, PAGE); /* not the refused write's 0xee */
+    }
+  }
+  assert_int_equal(error_of[0], NBD_EINVAL);
+  assert_int_equal(error_of[1], NBD_ENOSPC);
+  assert_int_equal(error_of[2], 0);
+  close(fd);
   nbd_shutdown(nbd, 0);
   nbd_close(nbd);
   stop_all(&s);
@@ -554,6 +625,373 @@ static void test_a_standby_takes_over_a_killed_server(void **state)
   stop_all(&s);
 }
 
+/* ---- hostile clients ---------------------------------------------------------------- */
+
+/* A unix socket connected to the server, with its greeting read (so the server has
+ * taken it and its handshake has begun), or -1 when the server closed it at once (all
+ * its connections are taken). */
+static int connect_greeted(const struct setup *s)
+{
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un a = { .sun_family = AF_UNIX };
+  memcpy(a.sun_path, s->sock, strlen(s->sock) + 1);
+  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  struct timeval t = { .tv_sec = 10 };
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t);
+  uint8_t greeting[18];
+  size_t got = 0;
+  ssize_t n;
+  while (got < sizeof greeting && (n = read(fd, greeting + got, sizeof greeting - got)) > 0)
+    got += (size_t)n;
+  if (got < sizeof greeting) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* True once the server has closed its side of fd (poll says HUP), within ms. */
+static bool closed_within(int fd, unsigned ms)
+{
+  struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+  return poll(&p, 1, (int)ms) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR));
+}
+
+/* A write of 16 pages of random bytes at page, read back and compared. False when the
+ * client was not served (nbd_get_error says why). */
+static bool try_write_read_back(struct setup *s, struct nbd_handle *nbd, uint64_t page)
+{
+  static uint8_t out[16 * PAGE], in[16 * PAGE];
+  for (size_t k = 0; k < sizeof out; k += 8) {
+    uint64_t v = rp_xorshift64s(&s->rng);
+    memcpy(out + k, &v, 8);
+  }
+  if (nbd_pwrite(nbd, out, sizeof out, page * PAGE, 0) < 0 ||
+      nbd_pread(nbd, in, sizeof in, page * PAGE, 0) < 0)
+    return false;
+  assert_memory_equal(in, out, sizeof out);
+  return true;
+}
+
+static void write_read_back(struct setup *s, struct nbd_handle *nbd, uint64_t page)
+{
+  if (!try_write_read_back(s, nbd, page))
+    fail_msg("a client beside the hostile ones was not served: %s", nbd_get_error());
+}
+
+/* SIGTERM must end the server, with status 0, within ms. */
+static void assert_stops_within(struct setup *s, unsigned ms)
+{
+  uint64_t start = rp_test_now_ms();
+  kill(s->server, SIGTERM);
+  int status;
+  while (waitpid(s->server, &status, WNOHANG) != s->server) {
+    if (rp_test_now_ms() - start > ms) {
+      kill(s->server, SIGKILL);
+      waitpid(s->server, &status, 0);
+      s->server = 0;
+      print_log(s->log);
+      fail_msg("rampart-nbd-server did not end within %u ms of SIGTERM", ms);
+    }
+    rp_test_sleep_ms(20);
+  }
+  s->server = 0;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    char how[96];
+    print_log(s->log);
+    fail_msg("rampart-nbd-server ended with %s on SIGTERM",
+             rp_test_describe_status(status, how, sizeof how));
+  }
+  printf("SIGTERM ended rampart-nbd-server in %llu ms\n",
+         (unsigned long long)(rp_test_now_ms() - start));
+}
+
+#define HOSTILE 2
+#define HUGE_READ (32u << 20)
+/* The server's resident memory may grow by the buffers the hostile connections may
+ * hold (32 MiB each), the other client's, and little more. */
+#define RSS_GROWTH_BOUND_KIB (160l << 10)
+
+/* Watches a process's resident memory from a thread of its own, and kills it the
+ * moment it grows past the bound: the test's own client may be stuck behind the
+ * server's work, and a server without a bound would take the machine's memory. */
+struct rss_watch {
+  pid_t pid;
+  long base_kib;
+  atomic_long peak_kib;
+  atomic_bool stop, killed;
+  pthread_t thread;
+};
+
+static void *watch_rss(void *arg)
+{
+  struct rss_watch *w = arg;
+  while (!atomic_load(&w->stop)) {
+    long kib = rp_test_process_status_kib(w->pid, "VmRSS");
+    if (kib > atomic_load(&w->peak_kib))
+      atomic_store(&w->peak_kib, kib);
+    if (kib - w->base_kib > RSS_GROWTH_BOUND_KIB) {
+      kill(w->pid, SIGKILL);
+      atomic_store(&w->killed, true);
+      return NULL;
+    }
+    rp_test_sleep_ms(5);
+  }
+  return NULL;
+}
+
+/* Ends the watch; fails the test, the server reaped, if it had to kill it. */
+static void end_rss_watch(struct rss_watch *w, struct setup *s)
+{
+  atomic_store(&w->stop, true);
+  pthread_join(w->thread, NULL);
+  if (!atomic_load(&w->killed))
+    return;
+  waitpid(s->server, NULL, 0);
+  s->server = 0;
+  fail_msg("rampart-nbd-server's resident memory grew by %ld MiB, past the %ld MiB bound, "
+           "for %u clients' unread reads (killed there)",
+           (atomic_load(&w->peak_kib) - w->base_kib) >> 10, RSS_GROWTH_BOUND_KIB >> 10,
+           HOSTILE);
+}
+
+/* Clients that pipeline 256 reads of 32 MiB each and never read a reply: each may make
+ * the daemon hold one read's buffer, not 8 GiB; a client beside them is served; and
+ * SIGTERM ends the daemon in seconds though they never read what it answers. */
+static void test_clients_that_pipeline_huge_reads_hold_bounded_memory(void **state)
+{
+  (void)state;
+  struct setup s = { 0 };
+  const char *extra[] = { "size=64M", NULL };
+  setup_all(&s, 2, extra);
+  struct nbd_handle *nbd = connect_client(&s);
+  write_read_back(&s, nbd, 0);
+  static struct rss_watch w;
+  w = (struct rss_watch){ .pid = s.server,
+                          .base_kib = rp_test_process_status_kib(s.server, "VmRSS") };
+  assert_true(w.base_kib > 0);
+  atomic_store(&w.peak_kib, w.base_kib);
+  assert_int_equal(pthread_create(&w.thread, NULL, watch_rss, &w), 0);
+  int hostile[HOSTILE];
+  static uint8_t burst[256 * NBD_REQUEST_SIZE];
+  for (unsigned i = 0; i < 256; i++)
+    put_request(burst + i * NBD_REQUEST_SIZE, NBD_REQUEST_MAGIC, NBD_CMD_READ, i, 0, HUGE_READ);
+  for (unsigned h = 0; h < HOSTILE; h++) {
+    hostile[h] = raw_client(&s);
+    assert_int_equal(write(hostile[h], burst, sizeof burst), (ssize_t)sizeof burst);
+  }
+  /* served while the reads are answered and their replies pile up unread */
+  for (unsigned k = 0; k < 10; k++) {
+    bool served = try_write_read_back(&s, nbd, 64 + k * 16);
+    if (!served)
+      end_rss_watch(&w, &s);
+    if (!served)
+      fail_msg("a client beside the hostile ones was not served: %s", nbd_get_error());
+    rp_test_sleep_ms(200);
+  }
+  end_rss_watch(&w, &s);
+  printf("resident memory %ld MiB before the hostile clients, at most %ld MiB with them "
+         "(bound: +%ld MiB)\n", w.base_kib >> 10, atomic_load(&w.peak_kib) >> 10,
+         RSS_GROWTH_BOUND_KIB >> 10);
+  nbd_close(nbd);
+  assert_stops_within(&s, 10000);
+  assert_true(rp_test_file_has(s.log, "stopping, and the client has not read its replies"));
+  for (unsigned h = 0; h < HOSTILE; h++)
+    close(hostile[h]);
+  stop_all(&s);
+}
+
+/* Waits for every command in cookies to complete; fails on an error. */
+static void wait_commands(struct nbd_handle *nbd, const int64_t *cookies, unsigned n)
+{
+  for (unsigned i = 0; i < n; i++) {
+    int r;
+    while ((r = nbd_aio_command_completed(nbd, cookies[i])) == 0)
+      if (nbd_poll(nbd, 10000) <= 0)
+        fail_msg("no reply within 10 s: %s", nbd_get_error());
+    if (r < 0)
+      fail_msg("request %u of a deep queue failed: %s", i, nbd_get_error());
+  }
+}
+
+/* The kernel's queue of large requests (depth 128, up to 2 MiB each) far exceeds one
+ * connection's 32 MiB of buffers: the server holds the rest back, unread, and every
+ * request succeeds with its bytes. */
+static void test_a_deep_queue_of_large_requests_waits_and_never_fails(void **state)
+{
+  (void)state;
+  struct setup s = { 0 };
+  const char *extra[] = { "size=64M", NULL };
+  setup_all(&s, 2, extra);
+  struct nbd_handle *nbd = connect_client(&s);
+  enum { BIG = 2u << 20, SLOTS = 32, READS = 128 };
+  uint8_t *data = malloc((size_t)SLOTS * BIG), *in = malloc((size_t)READS * BIG);
+  assert_non_null(data);
+  assert_non_null(in);
+  for (size_t k = 0; k < (size_t)SLOTS * BIG; k += 8) {
+    uint64_t v = rp_xorshift64s(&s.rng);
+    memcpy(data + k, &v, 8);
+  }
+  static int64_t cookies[READS];
+  uint64_t start = rp_test_now_ms();
+  for (unsigned i = 0; i < SLOTS; i++)
+    cookies[i] = nbd_aio_pwrite(nbd, data + (size_t)i * BIG, BIG, (uint64_t)i * BIG,
+                                NBD_NULL_COMPLETION, 0);
+  wait_commands(nbd, cookies, SLOTS);
+  for (unsigned i = 0; i < READS; i++)
+    cookies[i] = nbd_aio_pread(nbd, in + (size_t)i * BIG, BIG, (uint64_t)(i % SLOTS) * BIG,
+                               NBD_NULL_COMPLETION, 0);
+  wait_commands(nbd, cookies, READS);
+  for (unsigned i = 0; i < READS; i++)
+    if (memcmp(in + (size_t)i * BIG, data + (size_t)(i % SLOTS) * BIG, BIG) != 0)
+      fail_msg("read %u of a deep queue returned wrong bytes", i);
+  printf("%u writes and %u reads of 2 MiB, all at once, in %llu ms\n", SLOTS, READS,
+         (unsigned long long)(rp_test_now_ms() - start));
+  free(data);
+  free(in);
+  nbd_shutdown(nbd, 0);
+  nbd_close(nbd);
+  stop_all(&s);
+}
+
+/* 64 clients that send their handshake a byte every 2 s hold every connection the
+ * server takes; once the handshake's deadline (10 s) has passed they are closed, and a
+ * new client is served. */
+static void test_slow_handshakes_do_not_keep_a_client_out(void **state)
+{
+  (void)state;
+  struct setup s = { 0 };
+  const char *extra[] = { "size=8M", NULL };
+  setup_all(&s, 2, extra);
+  enum { SLOW = 64 };
+  int slow[SLOW];
+  for (unsigned i = 0; i < SLOW; i++) {
+    slow[i] = connect_greeted(&s);
+    assert_true(slow[i] >= 0);
+  }
+  /* fixed newstyle, then an NBD_OPT_LIST option, one byte at a time */
+  struct __attribute__((packed)) {
+    uint32_t flags;
+    uint64_t magic;
+    uint32_t option, length;
+  } stream = { htobe32(NBD_HANDSHAKE_FIXED_NEWSTYLE), htobe64(NBD_OPTION_MAGIC),
+               htobe32(NBD_OPT_LIST), 0 };
+  const uint8_t *bytes = (const uint8_t *)&stream;
+  int full = connect_greeted(&s);
+  assert_int_equal(full, -1); /* every connection is taken */
+  assert_true(rp_test_file_has(s.log, "64 are open already"));
+  uint64_t start = rp_test_now_ms();
+  bool served = false;
+  for (unsigned sent = 0; !served && sent < 12; sent++) { /* 24 s at most */
+    for (unsigned i = 0; i < SLOW; i++)
+      send(slow[i], bytes + sent, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    rp_test_sleep_ms(2000);
+    int fd = connect_greeted(&s);
+    if (fd >= 0) {
+      close(fd);
+      served = true;
+    }
+  }
+  unsigned long waited = (unsigned long)(rp_test_now_ms() - start);
+  if (!served) {
+    print_log(s.log);
+    fail_msg("no new client was let in for %lu ms while 64 clients trickled their "
+             "handshakes", waited);
+  }
+  printf("a new client got a connection %lu ms after 64 slow handshakes took them all\n",
+         waited);
+  assert_true(rp_test_file_has(s.log, "its time ran out"));
+  struct nbd_handle *nbd = connect_client(&s);
+  write_read_back(&s, nbd, 16);
+  nbd_shutdown(nbd, 0);
+  nbd_close(nbd);
+  for (unsigned i = 0; i < SLOW; i++)
+    close(slow[i]);
+  stop_all(&s);
+}
+
+/* A client that sends reads and never reads the replies is closed once its replies
+ * have waited --stall-timeout (2 s here), and so is one that leaves a write half sent;
+ * a client beside them is served all along, and one that stays idle is never closed. */
+static void test_clients_that_stall_are_closed_idle_ones_are_not(void **state)
+{
+  (void)state;
+  struct setup s = { 0 };
+  const char *extra[] = { "size=32M", "--stall-timeout", "2", NULL };
+  setup_all(&s, 2, extra);
+  struct nbd_handle *nbd = connect_client(&s);
+  int idle = raw_client(&s), half = raw_client(&s), fd = raw_client(&s);
+  /* a write of 64 KiB of which 1000 bytes come */
+  static uint8_t partial[NBD_REQUEST_SIZE + 1000];
+  put_request(partial, NBD_REQUEST_MAGIC, NBD_CMD_WRITE, 1, 0, 16 * PAGE);
+  assert_int_equal(write(half, partial, sizeof partial), (ssize_t)sizeof partial);
+  /* 64 reads of 1 MiB: far more than the socket holds */
+  static uint8_t burst[64 * NBD_REQUEST_SIZE];
+  for (unsigned i = 0; i < 64; i++)
+    put_request(burst + i * NBD_REQUEST_SIZE, NBD_REQUEST_MAGIC, NBD_CMD_READ, i,
+                (uint64_t)i * (1u << 20) % s.size, 1u << 20);
+  assert_int_equal(write(fd, burst, sizeof burst), (ssize_t)sizeof burst);
+  uint64_t start = rp_test_now_ms();
+  bool closed = false;
+  for (unsigned k = 0; !closed && k < 40; k++) {
+    write_read_back(&s, nbd, 16 * (k % 64));
+    closed = closed_within(fd, 200);
+  }
+  unsigned long waited = (unsigned long)(rp_test_now_ms() - start);
+  if (!closed) {
+    print_log(s.log);
+    fail_msg("a client that read no replies was still connected %lu ms later", waited);
+  }
+  printf("a client that read no replies was closed after %lu ms\n", waited);
+  assert_true(waited >= 2000);
+  assert_true(rp_test_file_has(s.log, "has not read its replies for 2 s"));
+  assert_true(closed_within(half, 2000));
+  assert_true(rp_test_file_has(s.log, "left a request half sent for 2 s"));
+  close(fd);
+  close(half);
+  /* idle for longer than the stall timeout, and still served */
+  send_request(idle, NBD_REQUEST_MAGIC, NBD_CMD_FLUSH, 0, 0);
+  struct simple_reply reply = read_reply(idle);
+  assert_int_equal(reply.error, 0);
+  assert_int_equal(reply.handle, 7);
+  close(idle);
+  write_read_back(&s, nbd, 100);
+  nbd_shutdown(nbd, 0);
+  nbd_close(nbd);
+  stop_all(&s);
+}
+
+/* The handshake takes at most 32 options, and only the client flags it knows. */
+static void test_handshake_bounds(void **state)
+{
+  (void)state;
+  struct setup s = { 0 };
+  const char *extra[] = { "size=8M", NULL };
+  setup_all(&s, 2, extra);
+  int fd = connect_greeted(&s);
+  assert_true(fd >= 0);
+  uint32_t flags = htobe32(NBD_HANDSHAKE_FIXED_NEWSTYLE | NBD_HANDSHAKE_NO_ZEROES);
+  assert_int_equal(write(fd, &flags, 4), 4);
+  struct __attribute__((packed)) {
+    uint64_t magic;
+    uint32_t option, length;
+  } list = { htobe64(NBD_OPTION_MAGIC), htobe32(NBD_OPT_LIST), 0 };
+  for (unsigned i = 0; i < 40; i++)
+    if (send(fd, &list, sizeof list, MSG_NOSIGNAL) != (ssize_t)sizeof list)
+      break; /* closed already */
+  assert_closed(fd);
+  close(fd);
+  assert_true(rp_test_file_has(s.log, "more than 32 options"));
+  fd = connect_greeted(&s);
+  assert_true(fd >= 0);
+  flags = htobe32(NBD_HANDSHAKE_FIXED_NEWSTYLE | 0x100);
+  assert_int_equal(write(fd, &flags, 4), 4);
+  assert_closed(fd);
+  close(fd);
+  assert_true(rp_test_file_has(s.log, "client flags this server does not know"));
+  stop_all(&s);
+}
+
 static void test_arguments_refused_with_a_reason(void **state)
 {
   (void)state;
@@ -569,6 +1007,8 @@ static void test_arguments_refused_with_a_reason(void **state)
     { { "--unix", "/tmp/x.sock", "--frobnicate", NULL }, "unexpected argument '--frobnicate'" },
     { { "--unix", "/tmp/x.sock", "mlock=maybe", "size=1M", NULL }, "mlock=maybe: give true or false" },
     { { "--unix", "/tmp/x.sock", "standby=true", "size=1M", NULL }, "standby=true needs state=PATH" },
+    { { "--unix", "/tmp/x.sock", "--max-buffered", "1M", "size=1M", NULL }, "at least 32M" },
+    { { "--unix", "/tmp/x.sock", "--stall-timeout", "0", "size=1M", NULL }, "whole seconds from 1" },
   };
   for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const char *argv[8] = { server_path() };
@@ -589,6 +1029,12 @@ int main(void)
     cmocka_unit_test(test_bad_requests_get_errors_and_lose_nothing),
     cmocka_unit_test(test_sigterm_answers_what_is_in_flight),
     cmocka_unit_test(test_a_standby_takes_over_a_killed_server),
+    cmocka_unit_test(test_refused_writes_drop_their_payloads),
+    cmocka_unit_test(test_clients_that_pipeline_huge_reads_hold_bounded_memory),
+    cmocka_unit_test(test_a_deep_queue_of_large_requests_waits_and_never_fails),
+    cmocka_unit_test(test_slow_handshakes_do_not_keep_a_client_out),
+    cmocka_unit_test(test_clients_that_stall_are_closed_idle_ones_are_not),
+    cmocka_unit_test(test_handshake_bounds),
     cmocka_unit_test(test_arguments_refused_with_a_reason),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -518,6 +518,21 @@ bool rp_test_file_has(const char *path, const char *text)
   return found;
 }
 
+long rp_test_process_status_kib(pid_t pid, const char *field)
+{
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  long kib = -1;
+  size_t n = strlen(field);
+  while (f && kib < 0 && fgets(line, sizeof line, f))
+    if (strncmp(line, field, n) == 0 && line[n] == ':')
+      kib = strtol(line + n + 1, NULL, 10);
+  if (f)
+    fclose(f);
+  return kib;
+}
+
 void rp_test_print_file(const char *path, const char *prefix)
 {
   FILE *f = fopen(path, "r");

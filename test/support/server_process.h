@@ -53,6 +53,10 @@ bool rp_test_file_has(const char *path, const char *text);
  * fails); nothing when it cannot be read. */
 void rp_test_print_file(const char *path, const char *prefix);
 
+/* A line of /proc/PID/status in KiB (field "VmRSS", "VmLck", ...), -1 when the
+ * process or the line is not there. */
+long rp_test_process_status_kib(pid_t pid, const char *field);
+
 /* Writes text to path (replacing it atomically via rename). 0 or -1. */
 int rp_test_write_file(const char *path, const char *text);
 
