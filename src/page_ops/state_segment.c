@@ -18,6 +18,7 @@
 #include <openssl/hmac.h>
 
 #include "auth.h"
+#include "file_create.h"
 
 #define STATE_MAGIC "rampart-state\0\0"
 /* 3: 16-bit server indices in the groups (chunk_bytes changed with them) and a server
@@ -123,11 +124,15 @@ static void identity_hex(const uint8_t *id, char out[2 * STATE_SEGMENT_IDENTITY_
 /* 1 read, 0 no file, -1 unreadable or not an anchor (err says so). */
 static int anchor_read(const char *path, struct anchor *a, char *err, size_t errlen)
 {
-  FILE *f = fopen(path, "re");
+  int fd = rp_file_open_read(path);
+  FILE *f = fd >= 0 ? fdopen(fd, "re") : NULL;
   if (!f) {
-    if (errno == ENOENT)
+    int e = errno;
+    if (fd >= 0)
+      close(fd);
+    if (e == ENOENT)
       return 0;
-    snprintf(err, errlen, "cannot read the state file %s: %s", path, strerror(errno));
+    snprintf(err, errlen, "cannot read the state file %s: %s", path, rp_file_why(e));
     return -1;
   }
   char first[64] = "", hex[2 * STATE_SEGMENT_IDENTITY_LEN + 1] = "";
@@ -158,11 +163,11 @@ static int anchor_write(const char *path, const struct anchor *a, char *err, siz
   char tmp[4200], hex[2 * STATE_SEGMENT_IDENTITY_LEN + 1];
   snprintf(tmp, sizeof tmp, "%s.new", path);
   identity_hex(a->identity, hex);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int fd = rp_file_create(tmp, 0600);
   if (fd < 0) {
     snprintf(err, errlen, "cannot write the state file %s: %s (state= must name a file "
              "in a directory this user can write, such as /run/rampart/NAME/state)", tmp,
-             strerror(errno));
+             rp_file_why(errno));
     return -1;
   }
   char text[160];
@@ -477,11 +482,11 @@ static int state_lock_take(const char *path, char *err, size_t errlen)
     adopted_lock_fd = -1;
     return fd;
   }
-  int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  int fd = rp_file_open_kept(lock, 0600);
   if (fd < 0) {
     snprintf(err, errlen, "cannot open the state's lock %s: %s (state= must name a file "
              "in a directory this user can write, such as /run/rampart/NAME/state)", lock,
-             strerror(errno));
+             rp_file_why(errno));
     return -1;
   }
   if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
@@ -502,10 +507,10 @@ int state_segment_wait_for_pager_end(const char *path, char *err, size_t errlen)
 {
   char lock[4200];
   lock_path_of(path, lock, sizeof lock);
-  int fd = open(lock, O_RDWR | O_CLOEXEC);
+  int fd = open(lock, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     snprintf(err, errlen, "cannot open %s: %s (is a pager serving state=%s?)", lock,
-             strerror(errno), path);
+             rp_file_why(errno), path);
     return -1;
   }
   if (flock(fd, LOCK_EX) < 0) {
