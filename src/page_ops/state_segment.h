@@ -9,8 +9,9 @@
  * the device's identity; PATH.lock, flocked by the pager for its whole life, says that
  * one is serving it (and wakes a standby when it ends, however it ends).
  *
- * This file owns the segment's layout, creation, checks and removal. It knows nothing
- * of servers or groups; the engine decides what goes where inside.
+ * This file owns the segment's creation, attach and removal; its layout is
+ * state_segment_layout.h, and what an attach checks before it uses anything inside is
+ * state_segment_check.h. The engine decides what goes where inside.
  *
  * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1).
  */
