@@ -29,6 +29,7 @@
 
 #include "auth.h"
 #include "etcd_announce.h"
+#include "file_create.h"
 #include "listener.h"
 #include "log.h"
 #include "metrics_http.h"
@@ -113,9 +114,12 @@ static int daemonize(const char *bound, const char *metrics_bound)
 
 static int write_pid_file(const char *path)
 {
-  FILE *f = fopen(path, "we");
+  int fd = rp_file_create(path, 0644);
+  FILE *f = fd >= 0 ? fdopen(fd, "we") : NULL;
   if (!f) {
-    rp_log(RP_LOG_ERROR, "cannot write --pid-file %s: %s", path, strerror(errno));
+    rp_log(RP_LOG_ERROR, "cannot write --pid-file %s: %s", path, rp_file_why(errno));
+    if (fd >= 0)
+      close(fd);
     return -1;
   }
   fprintf(f, "%ld\n", (long)getpid());

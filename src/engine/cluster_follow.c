@@ -14,6 +14,7 @@
 #include "cluster_keys.h"
 #include "rampart.h"
 #include "etcd_gateway.h"
+#include "file_create.h"
 #include "log.h"
 #include "thread_start.h"
 
@@ -95,9 +96,15 @@ static int write_cache(const char *path, const char *cluster, char (*servers)[RA
 {
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "we");
-  if (!f)
+  if (rp_file_replaceable(path) < 0)
     return -1;
+  int fd = rp_file_create(tmp, 0644);
+  FILE *f = fd >= 0 ? fdopen(fd, "we") : NULL;
+  if (!f) {
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
   fprintf(f, "# the servers etcd gave cluster %s, for an attach while etcd is down\n",
           cluster);
   for (unsigned i = 0; i < n; i++)
@@ -205,7 +212,7 @@ struct rampart_config *cluster_follow_pick(const struct rampart_config *c, char 
     if (write_cache(path, c->etcd_cluster, out->servers, out->nservers) < 0)
       rp_log(RP_LOG_WARN, "etcd: cannot write the set down in %s (%s): an attach while "
              "etcd is down will have no set to use; set cluster-cache=PATH", path,
-             strerror(errno));
+             rp_file_why(errno));
   } else {
     char ferr[600];
     if (config_read_cluster_file(out, path, ferr, sizeof ferr) < 0 || out->nservers == 0) {

@@ -24,6 +24,7 @@
 #include "control_socket.h"
 #include "rampart.h"
 #include "fd_io.h"
+#include "file_create.h"
 #include "log.h"
 #include "thread_start.h"
 
@@ -179,6 +180,10 @@ static int clear_stale(const char *path, const struct sockaddr_un *addr, char *e
   struct stat st;
   if (lstat(path, &st) < 0)
     return 0;
+  if (S_ISLNK(st.st_mode)) {
+    snprintf(err, errlen, "control=%s: %s", path, rp_file_why(ELOOP));
+    return -1;
+  }
   if (!S_ISSOCK(st.st_mode)) {
     snprintf(err, errlen, "control=%s exists and is not a socket: remove it or choose "
              "another path", path);
@@ -220,10 +225,13 @@ struct control_socket *control_socket_open(struct rampart_engine *e, const char 
     goto fail;
   c->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   /* fchmod before bind: Linux creates the socket file with the socket's mode (less the
-   * umask), so it is never open to others, not even between bind and chmod. */
+   * umask), so it is never open to others, not even between bind and chmod. The chmod
+   * after it follows no link: one swapped in for the socket is refused, its target
+   * untouched. */
   if (c->listen_fd < 0 || fchmod(c->listen_fd, 0600) < 0 ||
       bind(c->listen_fd, (struct sockaddr *)&addr, sizeof addr) < 0 ||
-      chmod(path, 0600) < 0 || listen(c->listen_fd, 8) < 0) {
+      fchmodat(AT_FDCWD, path, 0600, AT_SYMLINK_NOFOLLOW) < 0 ||
+      listen(c->listen_fd, 8) < 0) {
     snprintf(err, errlen, "control=%s: cannot listen there: %s", path, strerror(errno));
     goto fail;
   }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "fd_io.h"
+#include "file_create.h"
 #include "log.h"
 #include "thread_start.h"
 
@@ -66,7 +67,7 @@ static void write_report(struct stats_file *sf, size_t len)
 {
   if (sf->process_memory)
     len = append_process_memory(sf, len);
-  int fd = open(sf->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = rp_file_create(sf->tmp, 0644);
   bool ok = fd >= 0 && rp_write_full(fd, sf->writing, len) == 0;
   int saved = errno;
   if (fd >= 0 && close(fd) != 0 && ok) {
@@ -117,6 +118,11 @@ static void stats_file_free(struct stats_file *sf)
 struct stats_file *stats_file_start(const char *path, const char *what, bool process_memory,
                                     char *err, size_t errlen)
 {
+  /* Refused now, where the operator hears of it: the writer would only log it. */
+  if (rp_file_replaceable(path) < 0) {
+    snprintf(err, errlen, "%s=%s: %s", what, path, rp_file_why(errno));
+    return NULL;
+  }
   struct stats_file *sf = calloc(1, sizeof *sf);
   if (!sf) {
     snprintf(err, errlen, "out of memory for the %s writer", what);

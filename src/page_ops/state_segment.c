@@ -18,44 +18,11 @@
 #include <openssl/hmac.h>
 
 #include "auth.h"
+#include "file_create.h"
+#include "state_segment_check.h"
 
-#define STATE_MAGIC "rampart-state\0\0"
-/* 3: 16-bit server indices in the groups (chunk_bytes changed with them) and a server
- * table of STATE_SEGMENT_SERVERS entries. */
-#define STATE_LAYOUT 3u
-/* The header, rounded up to whole pages. */
-#define STATE_HEADER_BYTES ((sizeof(struct state_segment_header) + 4095u) & ~(size_t)4095u)
 #define ANCHOR_FIRST_LINE "rampart pager state 1"
 #define WRAP_LABEL "rampart state key wrap v1"
-#define WRAP_NONCE_LEN 12u
-#define WRAP_TAG_LEN 16u
-
-/* The segment's first page. Fixed-width fields only: a restarted process of the same
- * build reads it back, and `layout` turns away any other. */
-struct state_segment_header {
-  char magic[16];
-  uint32_t layout;
-  uint32_t header_bytes;
-  uint8_t identity[STATE_SEGMENT_IDENTITY_LEN];
-  struct state_segment_fingerprint fingerprint;
-  uint64_t generation;
-  uint64_t next_version;
-  uint64_t map_offset, seals_offset, total_bytes;
-  uint8_t wrap_nonce[WRAP_NONCE_LEN];
-  uint8_t wrapped_key[PAGE_SEAL_KEY_LEN];
-  uint8_t wrap_tag[WRAP_TAG_LEN];
-  uint32_t group_chunks;
-  int32_t group_chunk_segment[STATE_SEGMENT_MAX_CHUNKS];
-  uint32_t nservers;
-  struct state_segment_server servers[STATE_SEGMENT_SERVERS];
-  struct state_segment_write writes[STATE_SEGMENT_WRITES];
-  struct state_segment_parity parity[STATE_SEGMENT_PARITY_BUFFERS];
-  uint32_t open_group, open_parity_server, open_parity_slot;
-  struct state_segment_rebuild rebuild;
-  uint64_t parity_offset;
-  uint64_t op_pages_offset;
-};
-
 
 /* Creates a segment of `bytes`, locked as a segment (not through a mapping: it stays
  * resident with no process attached, between a crash and the restart), and maps it.
@@ -78,21 +45,6 @@ static int locked_segment_new(size_t bytes, void **base)
   return -1;
 }
 
-static uint64_t round_to_page(uint64_t bytes)
-{
-  return (bytes + 4095) & ~UINT64_C(4095);
-}
-
-static uint64_t map_bytes(uint64_t pages)
-{
-  return round_to_page(pages * sizeof(page_entry));
-}
-
-static uint64_t seals_bytes(uint64_t pages)
-{
-  return round_to_page(pages * sizeof(struct page_seal));
-}
-
 const char *state_segment_layout(void)
 {
   static char layout[32];
@@ -103,8 +55,7 @@ const char *state_segment_layout(void)
 
 uint64_t state_segment_bytes(uint64_t pages)
 {
-  return STATE_HEADER_BYTES + map_bytes(pages) + seals_bytes(pages) +
-         (uint64_t)(2 * STATE_SEGMENT_PARITY_BUFFERS + STATE_SEGMENT_WRITES) * 4096u;
+  return state_segment_regions_of(pages).total;
 }
 
 /* ---- the anchor file ------------------------------------------------------------------ */
@@ -123,11 +74,15 @@ static void identity_hex(const uint8_t *id, char out[2 * STATE_SEGMENT_IDENTITY_
 /* 1 read, 0 no file, -1 unreadable or not an anchor (err says so). */
 static int anchor_read(const char *path, struct anchor *a, char *err, size_t errlen)
 {
-  FILE *f = fopen(path, "re");
+  int fd = rp_file_open_read(path);
+  FILE *f = fd >= 0 ? fdopen(fd, "re") : NULL;
   if (!f) {
-    if (errno == ENOENT)
+    int e = errno;
+    if (fd >= 0)
+      close(fd);
+    if (e == ENOENT)
       return 0;
-    snprintf(err, errlen, "cannot read the state file %s: %s", path, strerror(errno));
+    snprintf(err, errlen, "cannot read the state file %s: %s", path, rp_file_why(e));
     return -1;
   }
   char first[64] = "", hex[2 * STATE_SEGMENT_IDENTITY_LEN + 1] = "";
@@ -158,11 +113,11 @@ static int anchor_write(const char *path, const struct anchor *a, char *err, siz
   char tmp[4200], hex[2 * STATE_SEGMENT_IDENTITY_LEN + 1];
   snprintf(tmp, sizeof tmp, "%s.new", path);
   identity_hex(a->identity, hex);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int fd = rp_file_create(tmp, 0600);
   if (fd < 0) {
     snprintf(err, errlen, "cannot write the state file %s: %s (state= must name a file "
              "in a directory this user can write, such as /run/rampart/NAME/state)", tmp,
-             strerror(errno));
+             rp_file_why(errno));
     return -1;
   }
   char text[160];
@@ -193,29 +148,31 @@ static bool wrapping_key(const uint8_t *master, size_t master_len,
               sizeof msg, key, &len) != NULL;
 }
 
-/* AES-256-GCM over the 32-byte device key, the identity as additional data. encrypt:
- * plain -> the header's wrapped_key and tag; else the header's -> plain, false when the
- * tag does not verify (another key). */
+/* AES-256-GCM over the 32-byte device key, the header's fixed part (the identity, the
+ * geometry and the regions) as additional data, so the tag verifies only for the key
+ * and the header its pager wrote. encrypt: plain -> the header's wrapped_key and tag;
+ * else the header's -> plain, false when the tag does not verify (another key, or a
+ * fixed field changed). */
 static bool wrap_device_key(struct state_segment_header *h, const uint8_t *master,
                             size_t master_len, uint8_t plain[PAGE_SEAL_KEY_LEN], bool encrypt)
 {
   uint8_t key[PAGE_SEAL_KEY_LEN];
-  if (!wrapping_key(master, master_len, h->identity, key))
+  if (!wrapping_key(master, master_len, h->fixed.identity, key))
     return false;
   EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
   int len = 0;
   bool ok = ctx != NULL;
   if (encrypt) {
     ok = ok && EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, key, h->wrap_nonce) == 1 &&
-         EVP_EncryptUpdate(ctx, NULL, &len, h->identity, STATE_SEGMENT_IDENTITY_LEN) == 1 &&
+         EVP_EncryptUpdate(ctx, NULL, &len, (const uint8_t *)&h->fixed, sizeof h->fixed) == 1 &&
          EVP_EncryptUpdate(ctx, h->wrapped_key, &len, plain, PAGE_SEAL_KEY_LEN) == 1 &&
          EVP_EncryptFinal_ex(ctx, h->wrapped_key + len, &len) == 1 &&
-         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, WRAP_TAG_LEN, h->wrap_tag) == 1;
+         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, STATE_WRAP_TAG_LEN, h->wrap_tag) == 1;
   } else {
     ok = ok && EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, key, h->wrap_nonce) == 1 &&
-         EVP_DecryptUpdate(ctx, NULL, &len, h->identity, STATE_SEGMENT_IDENTITY_LEN) == 1 &&
+         EVP_DecryptUpdate(ctx, NULL, &len, (const uint8_t *)&h->fixed, sizeof h->fixed) == 1 &&
          EVP_DecryptUpdate(ctx, plain, &len, h->wrapped_key, PAGE_SEAL_KEY_LEN) == 1 &&
-         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, WRAP_TAG_LEN, h->wrap_tag) == 1 &&
+         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, STATE_WRAP_TAG_LEN, h->wrap_tag) == 1 &&
          EVP_DecryptFinal_ex(ctx, plain + len, &len) == 1;
     if (!ok)
       OPENSSL_cleanse(plain, PAGE_SEAL_KEY_LEN);
@@ -227,25 +184,60 @@ static bool wrap_device_key(struct state_segment_header *h, const uint8_t *maste
 
 /* ---- the segment -------------------------------------------------------------------------- */
 
-static void point_into(struct state_segment *st)
+void state_segment_view(struct state_segment *st, void *base)
 {
-  struct state_segment_header *h = st->base;
+  struct state_segment_header *h = base;
+  const struct state_segment_regions *r = &h->fixed.regions;
+  st->base = base;
   st->header = h;
-  st->map = (page_entry *)((uint8_t *)st->base + h->map_offset);
-  st->seals = (struct page_seal *)((uint8_t *)st->base + h->seals_offset);
+  st->map = (page_entry *)((uint8_t *)base + r->map);
+  st->seals = (struct page_seal *)((uint8_t *)base + r->seals);
   st->next_version = &h->next_version;
   st->nservers = &h->nservers;
   st->servers = h->servers;
   st->writes = h->writes;
   st->parity = h->parity;
-  st->parity_pages = (uint8_t *)st->base + h->parity_offset;
-  st->op_pages = (uint8_t *)st->base + h->op_pages_offset;
+  st->parity_pages = (uint8_t *)base + r->parity_pages;
+  st->op_pages = (uint8_t *)base + r->op_pages;
   st->rebuild = &h->rebuild;
   st->open_group = &h->open_group;
   st->open_parity_server = &h->open_parity_server;
   st->open_parity_slot = &h->open_parity_slot;
   st->generation = h->generation;
-  memcpy(st->identity, h->identity, STATE_SEGMENT_IDENTITY_LEN);
+  memcpy(st->identity, h->fixed.identity, STATE_SEGMENT_IDENTITY_LEN);
+}
+
+/* st points into no segment. */
+static void state_segment_view_clear(struct state_segment *st)
+{
+  st->base = NULL;
+  st->header = NULL;
+  st->map = NULL;
+  st->seals = NULL;
+  st->next_version = NULL;
+  st->nservers = NULL;
+  st->servers = NULL;
+  st->writes = NULL;
+  st->parity = NULL;
+  st->parity_pages = NULL;
+  st->op_pages = NULL;
+  st->open_group = st->open_parity_server = st->open_parity_slot = NULL;
+  st->rebuild = NULL;
+}
+
+void state_segment_header_init(struct state_segment_header *h,
+                               const struct state_segment_fingerprint *fp)
+{
+  memcpy(h->fixed.magic, STATE_MAGIC, sizeof h->fixed.magic);
+  h->fixed.layout = STATE_LAYOUT;
+  h->fixed.header_bytes = STATE_HEADER_BYTES;
+  h->fixed.fingerprint = *fp;
+  h->fixed.regions = state_segment_regions_of(fp->pages);
+  h->generation = 1;
+  h->next_version = 1;
+  h->open_group = UINT32_MAX;
+  for (unsigned i = 0; i < STATE_SEGMENT_MAX_CHUNKS; i++)
+    h->group_chunk_segment[i] = -1;
 }
 
 /* The kernel destroys every segment its creator leaves when this is 1, which would
@@ -283,58 +275,26 @@ static int create_state(struct state_segment *st, const struct state_segment_fin
     return -1;
   }
   struct state_segment_header *h = base;
-  memcpy(h->magic, STATE_MAGIC, sizeof h->magic);
-  h->layout = STATE_LAYOUT;
-  h->header_bytes = STATE_HEADER_BYTES;
-  h->fingerprint = *fp;
-  h->generation = 1;
-  h->next_version = 1;
-  h->map_offset = STATE_HEADER_BYTES;
-  h->seals_offset = STATE_HEADER_BYTES + map_bytes(fp->pages);
-  h->parity_offset = h->seals_offset + seals_bytes(fp->pages);
-  h->op_pages_offset = h->parity_offset + (uint64_t)2 * STATE_SEGMENT_PARITY_BUFFERS * 4096u;
-  h->open_group = UINT32_MAX;
-  h->total_bytes = bytes;
-  for (unsigned i = 0; i < STATE_SEGMENT_MAX_CHUNKS; i++)
-    h->group_chunk_segment[i] = -1;
-  bool ok = rp_random_bytes(h->identity, sizeof h->identity) == 0 &&
+  state_segment_header_init(h, fp);
+  bool ok = rp_random_bytes(h->fixed.identity, sizeof h->fixed.identity) == 0 &&
             rp_random_bytes(h->wrap_nonce, sizeof h->wrap_nonce) == 0 &&
             rp_random_bytes(device_key, PAGE_SEAL_KEY_LEN) == 0 &&
             wrap_device_key(h, master, master_len, device_key, true);
   struct anchor a = { .segment = id };
-  memcpy(a.identity, h->identity, sizeof a.identity);
+  memcpy(a.identity, h->fixed.identity, sizeof a.identity);
   if (!ok) {
     snprintf(err, errlen, "cannot draw and wrap a device key (getrandom or OpenSSL failed)");
   } else if (anchor_write(st->path, &a, err, errlen) == 0) {
     st->segment = id;
-    st->base = base;
     st->bytes = bytes;
     st->recovered = false;
-    point_into(st);
+    state_segment_view(st, base);
     return 0;
   }
   OPENSSL_cleanse(device_key, PAGE_SEAL_KEY_LEN);
   shmdt(base);
   shmctl(id, IPC_RMID, NULL);
   return -1;
-}
-
-static void describe_mismatch(const struct state_segment_fingerprint *was,
-                              const struct state_segment_fingerprint *now, char *out,
-                              size_t outlen)
-{
-  if (was->pages != now->pages)
-    snprintf(out, outlen, "its size is %" PRIu64 " MiB, this device's %" PRIu64 " MiB",
-             was->pages >> 8, now->pages >> 8);
-  else if (was->redundancy != now->redundancy || was->group != now->group)
-    snprintf(out, outlen, "its redundancy is %u with groups of %u, this device's %u with "
-             "groups of %u", was->redundancy, was->group, now->redundancy, now->group);
-  else if (was->encrypt != now->encrypt)
-    snprintf(out, outlen, "it was written with encrypt=%s, this device has encrypt=%s",
-             was->encrypt ? "on" : "off", now->encrypt ? "on" : "off");
-  else
-    snprintf(out, outlen, "another build of rampart wrote it (group records of %u bytes "
-             "a chunk, this build's %u)", was->chunk_bytes, now->chunk_bytes);
 }
 
 static void detach_chunks(struct state_segment *st)
@@ -350,12 +310,12 @@ static void detach_chunks(struct state_segment *st)
 static int attach_chunks(struct state_segment *st, struct state_segment_header *h, char *err,
                          size_t errlen)
 {
-  for (uint32_t i = 0; i < h->group_chunks && i < STATE_SEGMENT_MAX_CHUNKS; i++) {
+  for (uint32_t i = 0; i < h->group_chunks; i++) {
     struct shmid_ds ds;
     int id = h->group_chunk_segment[i];
     void *chunk;
     if (shmctl(id, IPC_STAT, &ds) < 0 || ds.shm_perm.uid != geteuid() ||
-        ds.shm_segsz != h->fingerprint.chunk_bytes ||
+        ds.shm_segsz != h->fixed.fingerprint.chunk_bytes ||
         (chunk = shmat(id, NULL, 0)) == (void *)-1) {
       snprintf(err, errlen, "the state %s lists group chunk %u in segment %d, which is gone "
                "or not this state's: the page map cannot be trusted without it. Remove %s "
@@ -366,16 +326,20 @@ static int attach_chunks(struct state_segment *st, struct state_segment_header *
     }
     st->chunks[st->nchunks++] = chunk;
   }
-  /* A chunk made but not yet counted when the process died is nobody's: free it. */
-  if (h->group_chunks < STATE_SEGMENT_MAX_CHUNKS && h->group_chunk_segment[h->group_chunks] >= 0) {
-    struct shmid_ds ds;
-    int id = h->group_chunk_segment[h->group_chunks];
-    if (shmctl(id, IPC_STAT, &ds) == 0 && ds.shm_perm.uid == geteuid() &&
-        ds.shm_segsz == h->fingerprint.chunk_bytes && ds.shm_nattch == 0)
-      shmctl(id, IPC_RMID, NULL);
-    h->group_chunk_segment[h->group_chunks] = -1;
-  }
   return 0;
+}
+
+/* A chunk made but not yet counted when the process died is nobody's: free it. */
+static void free_uncounted_chunk(struct state_segment_header *h)
+{
+  if (h->group_chunks >= STATE_SEGMENT_MAX_CHUNKS || h->group_chunk_segment[h->group_chunks] < 0)
+    return;
+  struct shmid_ds ds;
+  int id = h->group_chunk_segment[h->group_chunks];
+  if (shmctl(id, IPC_STAT, &ds) == 0 && ds.shm_perm.uid == geteuid() &&
+      ds.shm_segsz == h->fixed.fingerprint.chunk_bytes && ds.shm_nattch == 0)
+    shmctl(id, IPC_RMID, NULL);
+  h->group_chunk_segment[h->group_chunks] = -1;
 }
 
 /* 0 attached; 1 the segment is gone (start empty); -1 refused. */
@@ -421,34 +385,37 @@ static int attach_state(struct state_segment *st, const struct anchor *a,
     return -1;
   }
   struct state_segment_header *h = base;
-  char why[200];
-  if (memcmp(h->magic, STATE_MAGIC, sizeof h->magic) != 0 || h->layout != STATE_LAYOUT ||
-      h->total_bytes != ds.shm_segsz ||
-      h->total_bytes != state_segment_bytes(h->fingerprint.pages)) {
-    snprintf(err, errlen, "the segment %d that %s names is not a pager state of this "
-             "version (layout %u, this build reads %u): %s", a->segment, st->path,
-             h->layout, STATE_LAYOUT, start_empty);
-  } else if (memcmp(h->identity, a->identity, STATE_SEGMENT_IDENTITY_LEN) != 0) {
+  char why[1024];
+  /* Nothing of the segment is used, nor written, before its header passes. */
+  if (state_segment_check_header(h, ds.shm_segsz, fp, why, sizeof why) < 0) {
+    snprintf(err, errlen, "the state segment %d that %s names is refused: %s: "
+             "%s", a->segment, st->path, why, start_empty);
+  } else if (memcmp(h->fixed.identity, a->identity, STATE_SEGMENT_IDENTITY_LEN) != 0) {
     snprintf(err, errlen, "the segment %d holds another device's state than %s was "
-             "written for: %s", a->segment, st->path, start_empty);
-  } else if (memcmp(&h->fingerprint, fp, sizeof *fp) != 0) {
-    describe_mismatch(&h->fingerprint, fp, why, sizeof why);
-    snprintf(err, errlen, "the state %s belongs to another device: %s. Start it with the "
-             "settings it was attached with, give this device a state= path of its own, "
-             "or %s", st->path, why, start_empty);
+             "written for (field identity): %s", a->segment, st->path, start_empty);
   } else if (!wrap_device_key(h, master, master_len, device_key, false)) {
-    snprintf(err, errlen, "the state %s was attached with another key: start the pager "
-             "with the same key= and enckey= files it had, or %s", st->path, start_empty);
+    snprintf(err, errlen, "the state %s was attached with another key, or its header was "
+             "changed (field wrap_tag does not verify): start the pager with the same key= "
+             "and enckey= files it had, or %s", st->path, start_empty);
   } else if (attach_chunks(st, h, err, errlen) < 0) {
     OPENSSL_cleanse(device_key, PAGE_SEAL_KEY_LEN);
   } else {
-    h->generation++;
-    st->segment = a->segment;
-    st->base = base;
-    st->bytes = h->total_bytes;
-    st->recovered = true;
-    point_into(st);
-    return 0;
+    state_segment_view(st, base);
+    if (state_segment_check_records(h, st->map, st->seals, (struct group *const *)st->chunks,
+                                    st->nchunks, why, sizeof why) == 0) {
+      free_uncounted_chunk(h);
+      h->generation++;
+      st->generation = h->generation;
+      st->segment = a->segment;
+      st->bytes = h->fixed.regions.total;
+      st->recovered = true;
+      return 0;
+    }
+    snprintf(err, errlen, "the state segment %d that %s names is refused: %s: "
+             "%s", a->segment, st->path, why, start_empty);
+    OPENSSL_cleanse(device_key, PAGE_SEAL_KEY_LEN);
+    detach_chunks(st);
+    state_segment_view_clear(st);
   }
   shmdt(base);
   return -1;
@@ -477,11 +444,11 @@ static int state_lock_take(const char *path, char *err, size_t errlen)
     adopted_lock_fd = -1;
     return fd;
   }
-  int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  int fd = rp_file_open_kept(lock, 0600);
   if (fd < 0) {
     snprintf(err, errlen, "cannot open the state's lock %s: %s (state= must name a file "
              "in a directory this user can write, such as /run/rampart/NAME/state)", lock,
-             strerror(errno));
+             rp_file_why(errno));
     return -1;
   }
   if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
@@ -502,10 +469,10 @@ int state_segment_wait_for_pager_end(const char *path, char *err, size_t errlen)
 {
   char lock[4200];
   lock_path_of(path, lock, sizeof lock);
-  int fd = open(lock, O_RDWR | O_CLOEXEC);
+  int fd = open(lock, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     snprintf(err, errlen, "cannot open %s: %s (is a pager serving state=%s?)", lock,
-             strerror(errno), path);
+             rp_file_why(errno), path);
     return -1;
   }
   if (flock(fd, LOCK_EX) < 0) {
@@ -600,7 +567,7 @@ void *state_segment_chunk_new(struct state_segment *st, uint32_t index)
     return NULL;
   }
   void *chunk = NULL;
-  int id = locked_segment_new(h->fingerprint.chunk_bytes, &chunk);
+  int id = locked_segment_new(h->fixed.fingerprint.chunk_bytes, &chunk);
   if (id < 0)
     return NULL;
   /* Listed before it is counted: a crash between the two leaves a segment nobody
@@ -638,19 +605,7 @@ void state_segment_detach(struct state_segment *st)
   if (st->lock_fd >= 0)
     close(st->lock_fd); /* after the detach: a standby woken by it finds the segment free */
   st->lock_fd = -1;
-  st->base = NULL;
-  st->header = NULL;
-  st->map = NULL;
-  st->seals = NULL;
-  st->next_version = NULL;
-  st->nservers = NULL;
-  st->servers = NULL;
-  st->writes = NULL;
-  st->parity = NULL;
-  st->parity_pages = NULL;
-  st->op_pages = NULL;
-  st->open_group = st->open_parity_server = st->open_parity_slot = NULL;
-  st->rebuild = NULL;
+  state_segment_view_clear(st);
 }
 
 int state_segment_serving_pid(const char *path, pid_t *pid, char *err, size_t errlen)

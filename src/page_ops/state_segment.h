@@ -9,8 +9,9 @@
  * the device's identity; PATH.lock, flocked by the pager for its whole life, says that
  * one is serving it (and wakes a standby when it ends, however it ends).
  *
- * This file owns the segment's layout, creation, checks and removal. It knows nothing
- * of servers or groups; the engine decides what goes where inside.
+ * This file owns the segment's creation, attach and removal; its layout is
+ * state_segment_layout.h, and what an attach checks before it uses anything inside is
+ * state_segment_check.h. The engine decides what goes where inside.
  *
  * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1).
  */
@@ -26,84 +27,7 @@
 #include "page_map.h"
 #include "page_seal.h"
 #include "parity_group.h"
-
-#define STATE_SEGMENT_IDENTITY_LEN 16u
-
-/* What must be the same for a saved state to belong to this device. */
-struct state_segment_fingerprint {
-  uint64_t pages;
-  uint32_t redundancy;   /* enum rampart_redundancy, effective */
-  uint32_t group;        /* effective group size */
-  uint32_t encrypt;      /* 1: AES-256-GCM, 0: checksummed plaintext */
-  uint32_t chunk_bytes;  /* bytes of one group chunk: this build's layout (set by open) */
-};
-
-/* Group chunks the state can hold: 2048 of 4096 groups, 8M groups. */
-#define STATE_SEGMENT_MAX_CHUNKS 2048u
-#define STATE_SEGMENT_SERVERS 4096u    /* the engine's server table, incarnations included */
-#define STATE_SEGMENT_WRITES 512u      /* page operations in flight at once */
-#define STATE_SEGMENT_PARITY_BUFFERS 64u /* open and sealing groups at once */
-#define STATE_SEGMENT_ADDRESS_LEN 80u
-#define STATE_SEGMENT_TOKEN_LEN 32u
-
-enum {
-  STATE_SEGMENT_SERVER_SUSPECT = 1u << 0,
-  STATE_SEGMENT_SERVER_LEAVING = 1u << 1,
-  STATE_SEGMENT_SERVER_REMOVE_WHEN_DRAINED = 1u << 2,
-  STATE_SEGMENT_SERVER_DRAINED = 1u << 3,
-  STATE_SEGMENT_SERVER_REPLACED = 1u << 4,      /* an older incarnation: a newer one took over */
-  STATE_SEGMENT_SERVER_REBUILD_NEEDED = 1u << 5,
-};
-
-/* One entry of the engine's server table, as a restart needs it: where it is, the
- * session to resume, and what the engine had decided about it. */
-struct state_segment_server {
-  char address[STATE_SEGMENT_ADDRESS_LEN];
-  /* Where its connections went, so a restart resolves no name: in a starved machine
-   * the files a resolver reads may be swapped out to the very device being taken over. */
-  struct sockaddr_storage addr;
-  uint32_t addr_len;
-  uint8_t token[STATE_SEGMENT_TOKEN_LEN];
-  uint64_t reserved_pages;
-  uint8_t state;                   /* enum rampart_server_health */
-  uint8_t flags;                   /* STATE_SEGMENT_SERVER_* */
-};
-
-/* The rebuild now running, or the last one, as the engine reports it: a restart carries
- * it on (CLOCK_MONOTONIC times, which a restarted process on the same host shares). */
-struct state_segment_rebuild {
-  uint32_t running;
-  uint32_t finished;
-  uint64_t started_ns, finished_ns, pages_moved;
-};
-
-/* A parity buffer: the XOR of the members of an open (or sealing) group, kept in the
- * state so the parity of a group still open survives the crash. Each buffer has two
- * pages: a member is XORed from the current one into the other, which then becomes
- * current by one store of `published` (bit 0: which page; the rest: how many members
- * it covers). A kill anywhere leaves a published page that is whole; the page before
- * it is whole too until the next member, which a restart needs when the member whose
- * XOR was published never joined its group (engine_restore.c). */
-struct state_segment_parity {
-  uint32_t group;
-  uint32_t published;
-};
-
-#define STATE_SEGMENT_PARITY_PAGE(published) ((published) & 1u)
-#define STATE_SEGMENT_PARITY_COVERED(published) ((published) >> 1)
-#define STATE_SEGMENT_PARITY_PUBLISHED(page, covered) (((uint32_t)(covered) << 1) | (page))
-
-/* A page operation that replaced a page's version and has not finished: the version it
- * replaced is kept (not reclaimed) until it does, so a restart can go back to it when
- * the new one never reached its store. Indexed by the operation's pool index. */
-struct state_segment_write {
-  uint64_t page;
-  page_entry new_entry;            /* the op's version the map names (or will, first) */
-  page_entry joining;              /* the placement being made now: a retry's differs */
-  page_entry old_entry;
-  struct page_seal old_seal;
-  uint32_t active;                 /* set last, cleared first */
-};
+#include "state_segment_layout.h"
 
 struct state_segment_header;
 
@@ -174,6 +98,16 @@ int state_segment_serving_pid(const char *path, pid_t *pid, char *err, size_t er
  * waits for the segment to be detached. 0 then; 1 when a signal interrupted the wait;
  * -1 with err. */
 int state_segment_wait_for_pager_end(const char *path, char *err, size_t errlen);
+
+/* Writes a new header for a device of fingerprint fp into `h` (zeroed memory of
+ * state_segment_bytes(fp->pages) bytes): magic, layout, geometry, regions, an empty
+ * table. The identity, the key's wrap and the anchor are state_segment_open's. */
+void state_segment_header_init(struct state_segment_header *h,
+                               const struct state_segment_fingerprint *fp);
+
+/* Points st's tables into the segment mapped at base, whose header passed
+ * state_segment_check_header (state_segment_check.h). */
+void state_segment_view(struct state_segment *st, void *base);
 
 /* Bytes of locked memory the segment holds for `pages` pages. */
 uint64_t state_segment_bytes(uint64_t pages);

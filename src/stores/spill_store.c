@@ -19,6 +19,7 @@
  *   32 MiB per TiB of store.
  */
 #include "spill_store.h"
+#include "file_create.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -156,6 +157,31 @@ static int open_temp(const char *dir, char *err, size_t errlen)
   return -1;
 }
 
+/* A spill file or device already there. A link is followed only to a block device (the
+ * names udev makes, /dev/disk/by-id/...): the pager runs as root, and a link planted at
+ * a file's path would have it write pages over whatever the link names. On a block
+ * device O_EXCL (without O_CREAT) claims it exclusively, so a mounted partition or an
+ * active swap device is refused instead of overwritten. */
+static int open_existing(const char *path)
+{
+  struct stat st;
+  if (lstat(path, &st) < 0)
+    return -1;
+  if (!S_ISLNK(st.st_mode))
+    return open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | (S_ISBLK(st.st_mode) ? O_EXCL : 0));
+  if (stat(path, &st) == 0 && !S_ISBLK(st.st_mode)) {
+    errno = ELOOP;
+    return -1;
+  }
+  int fd = open(path, O_RDWR | O_EXCL | O_CLOEXEC);
+  if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISBLK(st.st_mode))) {
+    close(fd);
+    errno = ELOOP;
+    return -1;
+  }
+  return fd;
+}
+
 /* Creates the file if missing, remembering whether we did so a failed open can remove
  * it again instead of leaving a half-allocated file behind. */
 static int open_path(const char *path, bool *created, char *err, size_t errlen)
@@ -165,16 +191,16 @@ static int open_path(const char *path, bool *created, char *err, size_t errlen)
     *created = true;
     return fd;
   }
-  if (errno == EEXIST) {
-    /* On a block device O_EXCL (without O_CREAT) claims it exclusively, so a mounted
-     * partition or an active swap device is refused instead of overwritten. */
-    struct stat st;
-    bool blk = stat(path, &st) == 0 && S_ISBLK(st.st_mode);
-    fd = open(path, O_RDWR | O_CLOEXEC | (blk ? O_EXCL : 0));
-  }
+  if (errno == EEXIST)
+    fd = open_existing(path);
   if (fd >= 0)
     return fd;
   int e = errno;
+  if (e == ELOOP) {
+    rp_msgf(err, errlen, "spill=%s: %s (a link may lead only to a block device)", path,
+            rp_file_why(e));
+    return -1;
+  }
   const char *advice = e == ENOENT    ? "create its directory or choose another path"
                        : e == EBUSY   ? "the device is in use (mounted, swap or opened by "
                                         "another program): choose an unused device"

@@ -9,7 +9,9 @@
  * nothing else. A restart with another key or another device's settings is refused and
  * changes nothing; a server killed while the pager is down is rebuilt from parity, also
  * when the pager died at each named step of a member write (crash_point.h). A server
- * table past 255 entries (16-bit server indices) is taken over with every page.
+ * table past 255 entries (16-bit server indices) is taken over with every page. A state
+ * corrupted in its header or in a record the takeover replays is refused, naming the
+ * field, and the same state restored is taken over with every page.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -23,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,6 +35,8 @@
 #include "crash_point.h"
 #include "engine_cluster.h"
 #include "rampart.h"
+#include "parity_group.h"
+#include "state_segment_layout.h"
 
 #define PAGE RAMPART_PAGE_SIZE
 #define PAGES 4096u
@@ -688,6 +693,120 @@ static void test_server_indices_past_255_outlive_the_pager(void **state)
   r->cluster.n = CYCLED + 1;
 }
 
+/* ---- a corrupt state is refused ------------------------------------------------------- */
+
+/* The segment the anchor file at r's state= names. */
+static int state_segment_id(struct rig *r)
+{
+  FILE *f = fopen(r->state_path, "re");
+  assert_non_null(f);
+  int id = -1;
+  assert_int_equal(fscanf(f, "rampart pager state 1\nsegment %d", &id), 1);
+  fclose(f);
+  return id;
+}
+
+/* One field of a segment: which one, where, and the value written over it. */
+struct bad_field {
+  int segment;
+  size_t offset, size;
+  uint64_t value;
+  char names[64];      /* what the refusal must say */
+};
+
+/* Writes f's value (restore: the saved bytes back) into its segment. */
+static void poke(const struct bad_field *f, uint8_t *saved, bool restore)
+{
+  uint8_t *base = shmat(f->segment, NULL, 0);
+  assert_true(base != (void *)-1);
+  if (restore) {
+    memcpy(base + f->offset, saved, f->size);
+  } else {
+    memcpy(saved, base + f->offset, f->size);
+    memcpy(base + f->offset, &f->value, f->size);
+  }
+  shmdt(base);
+}
+
+/* A sealed group the map names, from a state the pager left: its id, its chunk's
+ * segment, and the slots its first member's server reserved. */
+static void find_a_sealed_group(int segment, uint32_t *id, int *chunk_segment,
+                                uint64_t *reserved, uint32_t *nservers)
+{
+  const struct state_segment_header *h = shmat(segment, NULL, SHM_RDONLY);
+  assert_true(h != (void *)-1);
+  const page_entry *map = (const page_entry *)((const uint8_t *)h + h->fixed.regions.map);
+  *id = GROUP_NONE;
+  for (uint64_t p = 0; p < PAGES && *id == GROUP_NONE; p++) {
+    if (page_entry_kind(map[p]) != PAGE_REMOTE)
+      continue;
+    uint32_t g = (uint32_t)page_entry_group(map[p]);
+    const struct group *chunk = shmat(h->group_chunk_segment[g >> GROUP_CHUNK_SHIFT], NULL,
+                                      SHM_RDONLY);
+    assert_true(chunk != (void *)-1);
+    const struct group *group = &chunk[g & (GROUP_CHUNK_SIZE - 1)];
+    if (group->state == GROUP_SEALED && group->server[0] != SERVER_INDEX_NONE) {
+      *id = g;
+      *chunk_segment = h->group_chunk_segment[g >> GROUP_CHUNK_SHIFT];
+      *reserved = h->servers[group->server[0]].reserved_pages;
+    }
+    shmdt(chunk);
+  }
+  *nservers = h->nservers;
+  shmdt(h);
+  assert_true(*id != GROUP_NONE);
+}
+
+/* A pager killed while writing leaves a real state. Its header's offsets and counts, a
+ * group's members, server index and slot, and a map entry, each corrupted in turn: the
+ * next pager refuses with the field's name, the refusal touches neither the state nor
+ * the servers, and once the field is restored the state is taken over with every page
+ * as it was. Run under ASan, nothing is read out of bounds on the way. */
+static void test_a_corrupt_state_is_refused_naming_the_field(void **state)
+{
+  struct rig *r = *state;
+  kill_pager_while_writing(r, 1500);
+  int segment = state_segment_id(r);
+  uint32_t group = GROUP_NONE, nservers = 0;
+  int chunk = -1;
+  uint64_t reserved = 0;
+  find_a_sealed_group(segment, &group, &chunk, &reserved, &nservers);
+  size_t at = (group & (GROUP_CHUNK_SIZE - 1)) * sizeof(struct group);
+  struct bad_field bad[] = {
+    { segment, offsetof(struct state_segment_header, fixed.regions.map), 8, UINT64_C(1) << 40,
+      "field map_offset" },
+    { segment, offsetof(struct state_segment_header, fixed.regions.op_pages), 8, 4096,
+      "field op_pages_offset" },
+    { segment, offsetof(struct state_segment_header, nservers), 4, STATE_SEGMENT_SERVERS + 1,
+      "field nservers" },
+    { segment, offsetof(struct state_segment_header, group_chunks), 4,
+      STATE_SEGMENT_MAX_CHUNKS + 5, "field group_chunks" },
+    { chunk, at + offsetof(struct group, members), 1, GROUP_MAX_DATA + 1, "" },
+    { chunk, at + offsetof(struct group, server[0]), sizeof(server_index), nservers + 3, "" },
+    { chunk, at + offsetof(struct group, slot[0]), 4, reserved, "" },
+    { segment, STATE_HEADER_BYTES + 11 * sizeof(page_entry), 8,
+      page_entry_remote(STATE_SEGMENT_MAX_CHUNKS * GROUP_CHUNK_SIZE, 0), "field map[11]" },
+  };
+  snprintf(bad[4].names, sizeof bad[4].names, "field groups[%u].members", group);
+  snprintf(bad[5].names, sizeof bad[5].names, "field groups[%u].server[0]", group);
+  snprintf(bad[6].names, sizeof bad[6].names, "field groups[%u].slot[0]", group);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    uint8_t saved[8];
+    char err[1024] = "";
+    poke(&bad[i], saved, false);
+    struct rampart_engine *e = open_engine(r, r->enckey, err, sizeof err);
+    if (e)
+      fail_msg("a state whose %s is out of its bounds was taken over", bad[i].names);
+    if (!strstr(err, bad[i].names))
+      fail_msg("the refusal does not say '%s': %s", bad[i].names, err);
+    print_message("%s: %s\n", bad[i].names, err);
+    poke(&bad[i], saved, true);
+  }
+  struct rampart_engine *e = take_over(r);
+  verify_every_page(r, e);
+  rampart_close(e);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -708,6 +827,8 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_a_replay_not_stored_leaves_no_record_naming_a_reused_group,
                                     rig_setup, rig_teardown),
     cmocka_unit_test_setup_teardown(test_server_indices_past_255_outlive_the_pager, rig_setup,
+                                    rig_teardown),
+    cmocka_unit_test_setup_teardown(test_a_corrupt_state_is_refused_naming_the_field, rig_setup,
                                     rig_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

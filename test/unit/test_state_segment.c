@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "state_segment.h"
+#include "state_segment_layout.h"
 
 #define PAGES 4096u
 
@@ -124,7 +125,7 @@ static void write_map_and_seals(struct rig *r, uint8_t report[32])
   if (open_state(r, &st, key_a, report, err, sizeof err) < 0 || st.recovered)
     _exit(1);
   for (uint64_t p = 0; p < PAGES; p++) {
-    st.map[p] = page_entry_remote(p * 7, (unsigned)(p % 5));
+    st.map[p] = page_entry_slot(PAGE_SPILL, p * 7 + p % 5);
     st.seals[p].version = (*st.next_version)++;
     memset(st.seals[p].tag, (int)(p & 0xff), sizeof st.seals[p].tag);
   }
@@ -145,7 +146,7 @@ static void test_state_outlives_a_killed_pager(void **state)
   assert_memory_equal(device_key, written_key, sizeof device_key);
   assert_true(*st.next_version == PAGES + 1);
   for (uint64_t p = 0; p < PAGES; p++) {
-    assert_true(st.map[p] == page_entry_remote(p * 7, (unsigned)(p % 5)));
+    assert_true(st.map[p] == page_entry_slot(PAGE_SPILL, p * 7 + p % 5));
     assert_true(st.seals[p].version == p + 1);
     assert_true(st.seals[p].tag[15] == (uint8_t)(p & 0xff));
   }
@@ -249,6 +250,10 @@ static void write_groups(struct rig *r, uint8_t report[32])
   struct group_table t;
   struct page_map map;
   page_map_init_at(&map, PAGES, st.map);
+  /* Servers 1 to 3 hold the groups' slots: the state's server table has them. */
+  *st.nservers = 4;
+  for (unsigned s = 0; s < 4; s++)
+    st.servers[s].reserved_pages = 2 * GROUPS_WRITTEN;
   if (group_table_init_from(&t, GROUPS_WRITTEN, &source) < 0 || t.nchunks != 2) {
     fprintf(stderr, "group table in the state: %s, %u chunks\n", strerror(errno), t.nchunks);
     _exit(2);
@@ -341,7 +346,7 @@ static void test_wrong_key_is_refused_and_changes_nothing(void **state)
   uint8_t device_key[32], again[32];
   char err[512] = "";
   open_state_ok(r, &st, device_key);
-  st.map[17] = page_entry_remote(3, 1);
+  st.map[17] = page_entry_slot(PAGE_SPILL, 31);
   state_segment_detach(&st);
 
   assert_int_equal(open_state(r, &st, key_b, again, err, sizeof err), -1);
@@ -351,7 +356,7 @@ static void test_wrong_key_is_refused_and_changes_nothing(void **state)
   assert_int_equal(open_state(r, &st, key_a, again, err, sizeof err), 0);
   assert_true(st.recovered);
   assert_memory_equal(device_key, again, sizeof again);
-  assert_true(st.map[17] == page_entry_remote(3, 1));
+  assert_true(st.map[17] == page_entry_slot(PAGE_SPILL, 31));
   state_segment_remove(&st);
 }
 
@@ -388,29 +393,29 @@ static void test_a_state_of_an_older_layout_is_refused(void **state)
   char err[512] = "";
   open_state_ok(r, &st, device_key);
   int id = st.segment;
-  st.map[5] = page_entry_remote(7, 1);
+  st.map[5] = page_entry_slot(PAGE_SPILL, 71);
   state_segment_detach(&st);
 
   uint8_t *base = shmat(id, NULL, 0);
   assert_true(base != (void *)-1);
   uint32_t layout, old = 2;
   memcpy(&layout, base + 16, sizeof layout);
-  assert_int_equal(layout, 3);
+  assert_int_equal(layout, 4);
   memcpy(base + 16, &old, sizeof old);
   shmdt(base);
   assert_int_equal(open_state(r, &st, key_a, device_key, err, sizeof err), -1);
   assert_non_null(strstr(err, "is not a pager state of this version (layout 2, this build "
-                              "reads 3)"));
+                              "reads 4; field layout)"));
   base = shmat(id, NULL, 0);
   assert_true(base != (void *)-1);
   memcpy(&layout, base + 16, sizeof layout);
   assert_int_equal(layout, 2);
-  uint32_t now = 3;
+  uint32_t now = 4;
   memcpy(base + 16, &now, sizeof now);
   shmdt(base);
   open_state_ok(r, &st, device_key);
   assert_true(st.recovered);
-  assert_true(st.map[5] == page_entry_remote(7, 1));
+  assert_true(st.map[5] == page_entry_slot(PAGE_SPILL, 71));
   state_segment_remove(&st);
 }
 
@@ -539,6 +544,202 @@ static void test_the_layout_names_the_chunk_size(void **state)
   assert_int_equal(chunk, (size_t)GROUP_CHUNK_SIZE * sizeof(struct group));
 }
 
+/* ---- a corrupt segment is refused, naming the field ------------------------------------- */
+
+#define RECORD_GROUP 3u  /* a sealed group of two members and its parity */
+#define OPEN_GROUP 4u    /* the open group: one member, its parity slot reserved */
+#define RESERVED 64u     /* slots server 0 reserved */
+
+/* A state with one of every record a takeover reads: a server, a chunk of groups with a
+ * sealed one and an open one, the map and the seals naming them, a write in flight and
+ * a parity buffer. It passes every check: the corruptions below start from it. */
+static void write_every_record(struct rig *r, uint8_t device_key[32], int *segment, int *chunk)
+{
+  struct state_segment st;
+  open_state_ok(r, &st, device_key);
+  *st.nservers = 1;
+  snprintf(st.servers[0].address, sizeof st.servers[0].address, "127.0.0.1:7000");
+  st.servers[0].reserved_pages = RESERVED;
+  struct group *groups = state_segment_chunk_new(&st, 0);
+  assert_non_null(groups);
+  struct group *g = &groups[RECORD_GROUP];
+  *g = (struct group){ .state = GROUP_SEALED, .capacity = 2, .members = 2, .has_parity = 1,
+                       .live = 2, .buffer = GROUP_NO_BUFFER };
+  for (unsigned m = 0; m <= GROUP_MAX_DATA; m++)
+    g->server[m] = SERVER_INDEX_NONE;
+  for (unsigned m = 0; m < 3; m++) {
+    g->server[m] = 0;
+    g->slot[m] = 1 + m;
+  }
+  g->page[0] = 5;
+  g->page[1] = 6;
+  struct group *open = &groups[OPEN_GROUP];
+  *open = (struct group){ .state = GROUP_OPEN, .capacity = 2, .members = 1, .has_parity = 1,
+                          .live = 1, .buffer = 0 };
+  for (unsigned m = 0; m <= GROUP_MAX_DATA; m++)
+    open->server[m] = SERVER_INDEX_NONE;
+  open->server[0] = 0;
+  open->slot[0] = 4;
+  open->page[0] = 8;
+  *st.open_parity_server = 0;
+  *st.open_parity_slot = 5;
+  *st.open_group = OPEN_GROUP;
+  st.parity[0] = (struct state_segment_parity){ .group = OPEN_GROUP,
+                                                .published = STATE_SEGMENT_PARITY_PUBLISHED(0, 1) };
+  st.map[5] = page_entry_remote(RECORD_GROUP, 0);
+  st.map[6] = page_entry_remote(RECORD_GROUP, 1);
+  st.map[8] = page_entry_remote(OPEN_GROUP, 0);
+  st.map[9] = page_entry_slot(PAGE_SPILL, 2);
+  for (uint64_t p = 5; p <= 9; p++)
+    st.seals[p].version = (*st.next_version)++;
+  st.writes[1] = (struct state_segment_write){ .page = 7, .new_entry = page_entry_slot(PAGE_SPILL, 9),
+                                               .joining = page_entry_slot(PAGE_SPILL, 9),
+                                               .old_entry = 0, .active = 1 };
+  *segment = st.segment;
+  *chunk = st.header->group_chunk_segment[0];
+  state_segment_detach(&st);
+}
+
+enum where { IN_HEADER, IN_CHUNK };
+
+struct corruption {
+  const char *what;
+  enum where where;
+  size_t offset, size;
+  uint64_t value;      /* the field's new value; a field of more than 8 bytes is filled
+                          with its low byte */
+  const char *names;   /* what the refusal says; NULL: the value is one the takeover
+                          handles (no bound), and it is taken over */
+};
+
+#define HEADER(member) IN_HEADER, offsetof(struct state_segment_header, member), \
+                       sizeof(((struct state_segment_header *)0)->member)
+#define GROUP_AT(id, member) IN_CHUNK, (id) * sizeof(struct group) + offsetof(struct group, member), \
+                             sizeof(((struct group *)0)->member)
+#define MAP(p) IN_HEADER, (size_t)(STATE_HEADER_BYTES + (p) * sizeof(page_entry)), sizeof(page_entry)
+
+static const struct corruption corruptions[] = {
+  { "magic", HEADER(fixed.magic), 'X', "field magic" },
+  { "layout", HEADER(fixed.layout), 2, "field layout" },
+  { "header_bytes", HEADER(fixed.header_bytes), 4096, "field header_bytes" },
+  { "identity", HEADER(fixed.identity), 0xaa, "field identity" },
+  { "pages", HEADER(fixed.fingerprint.pages), PAGES * 1024, "field fingerprint.pages" },
+  { "redundancy", HEADER(fixed.fingerprint.redundancy), 9, "field fingerprint.redundancy" },
+  { "group", HEADER(fixed.fingerprint.group), 200, "field fingerprint.group" },
+  { "encrypt", HEADER(fixed.fingerprint.encrypt), 0, "field fingerprint.encrypt" },
+  { "chunk_bytes", HEADER(fixed.fingerprint.chunk_bytes), 12, "field fingerprint.chunk_bytes" },
+  { "map_offset", HEADER(fixed.regions.map), UINT64_C(1) << 40, "field map_offset" },
+  { "seals_offset", HEADER(fixed.regions.seals), 8, "field seals_offset" },
+  { "parity_offset", HEADER(fixed.regions.parity_pages), UINT64_MAX - 4095, "field parity_offset" },
+  { "op_pages_offset", HEADER(fixed.regions.op_pages), 1u << 30, "field op_pages_offset" },
+  { "total_bytes", HEADER(fixed.regions.total), UINT64_C(1) << 50, "field total_bytes" },
+  { "generation", HEADER(generation), 0, "field generation" },
+  { "next_version", HEADER(next_version), 0, "field next_version" },
+  { "wrap_nonce", HEADER(wrap_nonce), 0x55, "field wrap_tag" },
+  { "wrapped_key", HEADER(wrapped_key), 0x55, "field wrap_tag" },
+  { "wrap_tag", HEADER(wrap_tag), 0x55, "field wrap_tag" },
+  { "group_chunks", HEADER(group_chunks), STATE_SEGMENT_MAX_CHUNKS + 1, "field group_chunks" },
+  { "group_chunk_segment", HEADER(group_chunk_segment[0]), (uint32_t)-7, "field group_chunk_segment[0]" },
+  { "nservers", HEADER(nservers), STATE_SEGMENT_SERVERS + 1, "field nservers" },
+  { "nservers past the table's entries", HEADER(nservers), 0, "field groups[3].server[0]" },
+  { "server address", HEADER(servers[0].address), 'a', "field servers[0].address" },
+  { "server addr_len", HEADER(servers[0].addr_len), 4096, "field servers[0].addr_len" },
+  { "server state", HEADER(servers[0].state), 200, "field servers[0].state" },
+  { "server flags", HEADER(servers[0].flags), 0x80, "field servers[0].flags" },
+  { "server reserved_pages", HEADER(servers[0].reserved_pages), UINT64_C(1) << 40, "field servers[0].reserved_pages" },
+  { "server reserved_pages below its slots", HEADER(servers[0].reserved_pages), 2, "field groups[3].slot[1]" },
+  { "server token", HEADER(servers[0].token), 0x33, NULL },
+  { "server addr", HEADER(servers[0].addr), 0x33, NULL },
+  { "write active", HEADER(writes[1].active), 2, "field writes[1].active" },
+  { "write page", HEADER(writes[1].page), PAGES, "field writes[1].page" },
+  { "write new_entry", HEADER(writes[1].new_entry), UINT64_C(1) << 62 | UINT64_C(99999) << 8, "field writes[1].new_entry" },
+  { "write joining", HEADER(writes[1].joining), UINT64_C(3) << 62, "field writes[1].joining" },
+  { "write old_entry", HEADER(writes[1].old_entry), UINT64_C(1) << 62 | UINT64_C(4096) << 8, "field writes[1].old_entry" },
+  { "write old_seal", HEADER(writes[1].old_seal.version), 1000, "field writes[1].old_seal.version" },
+  { "parity published", HEADER(parity[0].published), STATE_SEGMENT_PARITY_PUBLISHED(0, 40), "field parity[0].published" },
+  { "parity group", HEADER(parity[0].group), 77, NULL },
+  { "open_group", HEADER(open_group), GROUP_CHUNK_SIZE, "field open_group" },
+  { "open_parity_server", HEADER(open_parity_server), 9, NULL },
+  { "open_parity_slot", HEADER(open_parity_slot), RESERVED, "field open_parity_slot" },
+  { "rebuild running", HEADER(rebuild.running), 3, "field rebuild.running" },
+  { "rebuild finished", HEADER(rebuild.finished), 3, "field rebuild.finished" },
+  { "rebuild pages_moved", HEADER(rebuild.pages_moved), UINT64_MAX, NULL },
+  { "group state", GROUP_AT(RECORD_GROUP, state), 9, "field groups[3].state" },
+  { "group capacity", GROUP_AT(RECORD_GROUP, capacity), GROUP_MAX_DATA + 1, "field groups[3].capacity" },
+  { "group members", GROUP_AT(RECORD_GROUP, members), GROUP_MAX_DATA + 1, "field groups[3].members" },
+  { "group members past capacity", GROUP_AT(OPEN_GROUP, members), 3, "field groups[4].members" },
+  { "group has_parity", GROUP_AT(RECORD_GROUP, has_parity), 2, "field groups[3].has_parity" },
+  { "group buffer", GROUP_AT(OPEN_GROUP, buffer), STATE_SEGMENT_PARITY_BUFFERS, "field groups[4].buffer" },
+  { "group server", GROUP_AT(RECORD_GROUP, server[1]), 1, "field groups[3].server[1]" },
+  { "group parity server", GROUP_AT(RECORD_GROUP, server[2]), 4000, "field groups[3].server[2]" },
+  { "group slot", GROUP_AT(RECORD_GROUP, slot[0]), RESERVED, "field groups[3].slot[0]" },
+  { "group page", GROUP_AT(RECORD_GROUP, page[1]), PAGES, "field groups[3].page[1]" },
+  { "map group", MAP(5), UINT64_C(1) << 62 | UINT64_C(5000) << 8, "field map[5]" },
+  { "map local", MAP(6), UINT64_C(3) << 62 | 1, "field map[6]" },
+  { "map zero kind", MAP(7), 12345, "field map[7]" },
+  { "seal version", IN_HEADER, (size_t)(STATE_HEADER_BYTES + 
+    ((PAGES * sizeof(page_entry) + 4095) & ~(size_t)4095) + 9 * sizeof(struct page_seal)),
+    sizeof(uint64_t), 6, "field seals[9].version" },
+};
+
+/* Writes c's value into the segment `id` at c's place, keeping what was there in saved. */
+static void corrupt(int id, const struct corruption *c, uint8_t *saved, bool restore)
+{
+  uint8_t *base = shmat(id, NULL, 0);
+  assert_true(base != (void *)-1);
+  uint8_t *field = base + c->offset;
+  if (restore) {
+    memcpy(field, saved, c->size);
+  } else {
+    memcpy(saved, field, c->size);
+    if (c->size > sizeof c->value)
+      memset(field, (int)(c->value & 0xff), c->size);
+    else
+      memcpy(field, &c->value, c->size);
+  }
+  shmdt(base);
+}
+
+/* Every field of the header and of the records a takeover reads, corrupted in turn: the
+ * takeover refuses naming the field (or, for a field with no bound, takes the state
+ * over), touches nothing out of bounds (the sanitizer build runs this too), and leaves
+ * the state as it was for the next attach. */
+static void test_each_field_corrupted_is_refused_by_name(void **state)
+{
+  struct rig *r = *state;
+  uint8_t device_key[32];
+  int segment, chunk;
+  write_every_record(r, device_key, &segment, &chunk);
+  for (size_t i = 0; i < sizeof corruptions / sizeof corruptions[0]; i++) {
+    const struct corruption *c = &corruptions[i];
+    int id = c->where == IN_CHUNK ? chunk : segment;
+    uint8_t saved[4096];
+    assert_true(c->size <= sizeof saved);
+    corrupt(id, c, saved, false);
+    struct state_segment st;
+    char err[1024] = "";
+    int r_open = open_state(r, &st, key_a, device_key, err, sizeof err);
+    if (c->names) {
+      if (r_open == 0)
+        fail_msg("%s corrupted: taken over", c->what);
+      if (!strstr(err, c->names))
+        fail_msg("%s corrupted: the refusal does not say '%s': %s", c->what, c->names, err);
+      assert_non_null(strstr(err, "to start this device empty"));
+    } else {
+      if (r_open < 0)
+        fail_msg("%s changed (a value with no bound): refused: %s", c->what, err);
+      state_segment_detach(&st);
+    }
+    corrupt(id, c, saved, true);
+  }
+  struct state_segment st;
+  open_state_ok(r, &st, device_key);
+  assert_true(st.recovered);
+  assert_true(st.map[5] == page_entry_remote(RECORD_GROUP, 0));
+  assert_int_equal(st.nchunks, 1);
+  state_segment_remove(&st);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -563,6 +764,8 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_a_file_that_is_not_a_state_is_refused, rig_setup,
                                     rig_teardown),
     cmocka_unit_test_setup_teardown(test_segments_destroyed_at_exit_are_refused, rig_setup,
+                                    rig_teardown),
+    cmocka_unit_test_setup_teardown(test_each_field_corrupted_is_refused_by_name, rig_setup,
                                     rig_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
