@@ -29,16 +29,15 @@
 #define STANDBY_RESERVE (16u << 20)
 
 static const char usage[] =
-  "usage: rampart-ublk [--id N] [--queues N] [--depth N] [--max-io BYTES] [--no-mlock]\n"
-  "                    [--standby] KEY=VALUE...\n"
+  "usage: rampart-ublk [--id N] [--queues N] [--depth N] [--max-io BYTES] KEY=VALUE...\n"
   "       rampart-ublk --state-layout\n"
   "  --id N        the device number: /dev/ublkbN (default: the kernel picks one)\n"
   "  --queues N    hardware queues, a thread each (default 1; at most 16)\n"
   "  --depth N     requests in flight per queue (default 64; at most 4096)\n"
   "  --max-io B    the largest request, in bytes, a multiple of 4096 (default 131072);\n"
   "                the daemon locks queues * depth * B of buffers\n"
-  "  --no-mlock    do not lock the daemon's memory (a swap device must: tests only)\n"
-  "  --standby     with --id and state=: wait beside the daemon serving that device,\n"
+  "  mlock=BOOL    lock the daemon's memory (default true; a swap device must)\n"
+  "  standby=BOOL  with --id and state=: wait beside the daemon serving that device,\n"
   "                locked in memory, and take the device over the moment it dies\n"
   "  With state=PATH the device outlives the daemon: if it dies, the kernel holds the\n"
   "  device's I/O, and the same command (with --id) takes the device back where it was\n"
@@ -103,8 +102,7 @@ static int device_left_by_a_dead_daemon(struct ublk_control *c, int dev_id, char
 
 struct options {
   unsigned long dev_id, queues, depth, max_io;
-  bool lock_memory;
-  bool standby;        /* --standby: wait for the serving daemon to die, then take over */
+  struct rampart_frontend_switches switches;
 };
 
 /* One of the daemon's own arguments (struct rampart_frontend_args's option). */
@@ -126,14 +124,6 @@ static int take_option(void *ctx, const char *a, const char *value)
     }
     return 2;
   }
-  if (strcmp(a, "--standby") == 0) {
-    o->standby = true;
-    return 1;
-  }
-  if (strcmp(a, "--no-mlock") == 0) {
-    o->lock_memory = false;
-    return 1;
-  }
   return 0;
 }
 
@@ -141,9 +131,9 @@ static int take_option(void *ctx, const char *a, const char *value)
 static int check_options(void *ctx, const struct rampart_config *config)
 {
   struct options *o = ctx;
-  if (o->standby && (!rampart_config_state_path(config) || o->dev_id == (unsigned long)-1)) {
-    fprintf(stderr, "rampart-ublk: --standby needs --id N and state=PATH, as the serving "
-            "daemon has them\n");
+  if (o->switches.standby && o->dev_id == (unsigned long)-1) {
+    fprintf(stderr, "rampart-ublk: standby=true needs --id N and state=PATH, as the "
+            "serving daemon has them\n");
     return -1;
   }
   return 0;
@@ -152,10 +142,10 @@ static int check_options(void *ctx, const struct rampart_config *config)
 int main(int argc, char **argv)
 {
   struct options o = { .dev_id = (unsigned long)-1, .queues = 1, .depth = 64,
-                       .max_io = 131072, .lock_memory = true };
+                       .max_io = 131072, .switches = RAMPART_FRONTEND_SWITCHES_DEFAULT };
   char err[512];
   const struct rampart_frontend_args args = { "rampart-ublk", usage, take_option,
-                                              check_options, &o };
+                                              check_options, &o, &o.switches };
   int exit_status;
   struct rampart_config *config = rampart_config_from_arguments(&args, argc, argv, &exit_status);
   if (!config)
@@ -174,10 +164,10 @@ int main(int argc, char **argv)
     rampart_config_free(config);
     return 1;
   }
-  rampart_process_harden(o.lock_memory);
+  rampart_process_harden(o.switches.lock_memory);
   uint64_t died_ms = 0;
   err[0] = '\0';
-  if (o.standby) {
+  if (o.switches.standby) {
     rampart_warm_up();
     const char *files[4];
     unsigned nfiles = rampart_config_takeover_files(config, files);
@@ -251,7 +241,7 @@ int main(int argc, char **argv)
           "requests up to %lu bytes\n", control.info.dev_id,
           recovering ? "recovered" : "up", (unsigned long long)rampart_size(engine), queues,
           depth, max_io);
-  if (o.standby) {
+  if (o.switches.standby) {
     fprintf(stderr, "rampart-ublk: took /dev/ublkb%u over %llu ms after its daemon died\n",
             control.info.dev_id, (unsigned long long)(rp_now_ms() - died_ms));
   }
