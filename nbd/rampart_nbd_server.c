@@ -41,6 +41,8 @@ static const char usage[] =
   "                  keep it on loopback or a trusted network)\n"
   "  --depth N       requests in flight per connection (default 256; at most 512)\n"
   "  --state-layout  print the layout of the state this build takes over, and exit\n"
+  "  With NOTIFY_SOCKET set it tells its supervisor READY=1 once it serves or stands\n"
+  "  by, and RAMPART_TOOK_OVER=1 at a takeover (the sd_notify protocol).\n"
   "  Requests must be aligned to 4096 bytes (NBD_INFO_BLOCK_SIZE says so) and at most\n"
   "  32 MiB long. Any export name reaches the one device.\n"
   "  KEY=VALUE       nbdkit rampart's keys, so one command line serves either:\n"
@@ -239,6 +241,8 @@ int main(int argc, char **argv)
   };
   printf("%s\n", o.unix_path ? o.unix_path : o.tcp);
   fflush(stdout);
+  if (!o.switches.standby) /* a standby said it took over */
+    rampart_notify(RAMPART_NOTICE_SERVING, o.unix_path ? o.unix_path : o.tcp);
   fprintf(stderr, "rampart-nbd-server: serving %llu bytes on %s, %lu requests in flight "
           "per connection\n", (unsigned long long)export.size,
           o.unix_path ? o.unix_path : o.tcp, o.depth);
@@ -259,6 +263,7 @@ int main(int argc, char **argv)
   }
   fprintf(stderr, "rampart-nbd-server: %s: stopping once the %u connection(s) answered "
           "what is in flight\n", strsignal(sig), n);
+  rampart_notify(RAMPART_NOTICE_STOPPING, o.unix_path ? o.unix_path : o.tcp);
   close(listen_fd);
   if (o.unix_path)
     unlink(o.unix_path);

@@ -100,6 +100,10 @@ static int plugin_after_fork(void)
     nbdkit_error("%s%s", switches.standby ? "standby: " : "", err);
     return -1;
   }
+  /* nbdkit listens before after_fork and accepts once it returns: a client that
+   * connects now is served. */
+  if (!switches.standby)
+    rampart_notify(RAMPART_NOTICE_SERVING, "nbdkit rampart's export");
   return 0;
 }
 

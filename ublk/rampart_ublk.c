@@ -45,6 +45,8 @@ static const char usage[] =
   "  can: nothing new can start while swap waits for a daemon.\n"
   "  --state-layout  print the layout of the state this build takes over, and exit\n"
   "                (rampart-swap upgrade refuses a binary whose layout differs)\n"
+  "  With NOTIFY_SOCKET set it tells its supervisor READY=1 once the device takes I/O\n"
+  "  or it stands by, and RAMPART_TOOK_OVER=1 at a takeover (the sd_notify protocol).\n"
   "  KEY=VALUE     the engine's settings, as nbdkit rampart takes them:\n";
 
 static int parse_number(const char *opt, const char *s, unsigned long min, unsigned long max,
@@ -237,19 +239,27 @@ int main(int argc, char **argv)
     goto out_stop;
   printf("/dev/ublkb%u\n", control.info.dev_id);
   fflush(stdout);
+  char device[32];
+  snprintf(device, sizeof device, "/dev/ublkb%u", control.info.dev_id);
   fprintf(stderr, "rampart-ublk: /dev/ublkb%u is %s: %llu bytes, %lu queue(s) of %lu, "
           "requests up to %lu bytes\n", control.info.dev_id,
           recovering ? "recovered" : "up", (unsigned long long)rampart_size(engine), queues,
           depth, max_io);
   if (o.switches.standby) {
-    fprintf(stderr, "rampart-ublk: took /dev/ublkb%u over %llu ms after its daemon died\n",
-            control.info.dev_id, (unsigned long long)(rp_now_ms() - died_ms));
+    unsigned long long ms = (unsigned long long)(rp_now_ms() - died_ms);
+    fprintf(stderr, "rampart-ublk: took %s over %llu ms after its daemon died\n", device, ms);
+    char what[96];
+    snprintf(what, sizeof what, "%s, %llu ms after its daemon died", device, ms);
+    rampart_notify(RAMPART_NOTICE_TOOK_OVER, what);
+  } else {
+    rampart_notify(RAMPART_NOTICE_SERVING, device);
   }
   recovering = 0; /* served now: a stop from here on ends the device as usual */
   int sig = 0;
   sigwait(&stop_signals, &sig);
   fprintf(stderr, "rampart-ublk: %s: stopping /dev/ublkb%u\n", strsignal(sig),
           control.info.dev_id);
+  rampart_notify(RAMPART_NOTICE_STOPPING, device);
   status = 0;
   err[0] = '\0';
 

@@ -33,6 +33,9 @@ int ublk_standby_wait(struct ublk_control *c, int dev_id, const char *const *pin
   pid_t serving = c->info.ublksrv_pid;
   fprintf(stderr, "rampart-ublk: standing by for /dev/ublkb%d (serving daemon pid %d), "
           "%zu MiB held in reserve\n", dev_id, serving, reserve_bytes >> 20);
+  char what[64];
+  snprintf(what, sizeof what, "/dev/ublkb%d (pid %d)", dev_id, (int)serving);
+  rampart_notify(RAMPART_NOTICE_STANDING_BY, what);
   char why[256];
   int w = rampart_standby_wait(serving, reserve_bytes, why, sizeof why);
   if (w < 0) {

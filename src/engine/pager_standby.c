@@ -183,6 +183,9 @@ static int standby_for_state(const char *who, const struct rampart_config *confi
     rampart_standby_pin_file(takeover_files[i]);
   fprintf(stderr, "%s: standing by for the pager serving %s (pid %d), %u MiB held in "
           "reserve\n", who, state_path, (int)serving, STANDBY_RESERVE >> 20);
+  char what[300];
+  snprintf(what, sizeof what, "%s (pid %d)", state_path, (int)serving);
+  rampart_notify(RAMPART_NOTICE_STANDING_BY, what);
   switch (standby_wait_for_state(state_path, STANDBY_RESERVE, err, errlen)) {
   case 0:
     return 0;
@@ -219,5 +222,8 @@ struct rampart_engine *rampart_open_standby(const char *who,
   }
   unsigned long long ms = (unsigned long long)(rp_now_ms() - died_ms);
   fprintf(stderr, "%s: took %s over %llu ms after its pager died\n", who, state_path, ms);
+  char what[300];
+  snprintf(what, sizeof what, "%s, %llu ms after its pager died", state_path, ms);
+  rampart_notify(RAMPART_NOTICE_TOOK_OVER, what);
   return engine;
 }

@@ -179,10 +179,11 @@ const char *rampart_state_layout(void);
 void rampart_standby_pin_file(const char *path);
 /* A standby's whole start-up for config's state= (nbdkit rampart and rampart-nbd-server
  * with standby=true): warms up, finds the serving pager, pins the files its takeover
- * reads (rampart_config_takeover_files), says "WHO: standing by ..." on stderr, sleeps
- * until that pager dies, then opens the engine over the state it left and refuses an
- * engine that took nothing over (an empty device in place of the one that died), then
- * says "WHO: took PATH over". The engine, or NULL with err: no
+ * reads (rampart_config_takeover_files), says "WHO: standing by ..." on stderr and
+ * tells the supervisor (RAMPART_NOTICE_STANDING_BY), sleeps until that pager dies, then
+ * opens the engine over the state it left and refuses an engine that took nothing over
+ * (an empty device in place of the one that died), then says "WHO: took PATH over" and
+ * tells the supervisor (RAMPART_NOTICE_TOOK_OVER). The engine, or NULL with err: no
  * state= was given, no pager serves it, it stopped cleanly (its state went with it), a
  * stop signal came first, or the takeover failed. */
 struct rampart_engine *rampart_open_standby(const char *who,
@@ -192,6 +193,21 @@ struct rampart_engine *rampart_open_standby(const char *who,
  * ublk device names its daemon). 0: it ended. 1: a stop signal came first (one this
  * thread blocks is taken). -1 with err: it cannot be watched. */
 int rampart_standby_wait(pid_t serving, size_t reserve_bytes, char *err, size_t errlen);
+
+/* ---- Telling the supervisor (supervisor_notify.c) -----------------------------------
+ * A daemon's readiness, and a standby's takeover, for whoever started it (rampart-swap,
+ * a systemd unit of Type=notify): the sd_notify protocol, a datagram to the socket
+ * $NOTIFY_SOCKET names (a path, or @ and an abstract name). The log says the same in
+ * words for people; a supervisor reads this, never the log. */
+enum rampart_notice {
+  RAMPART_NOTICE_SERVING,     /* READY=1: clients and the kernel are served */
+  RAMPART_NOTICE_STANDING_BY, /* READY=1 and RAMPART_STANDBY=1: armed, waiting */
+  RAMPART_NOTICE_TOOK_OVER,   /* RAMPART_TOOK_OVER=1: a standby serves the device now */
+  RAMPART_NOTICE_STOPPING,    /* STOPPING=1 */
+};
+/* Sends notice, with `what` (the device, the state) in its STATUS= line. 0 when sent or
+ * when NOTIFY_SOCKET is not set; -1 (said on stderr) when it cannot be sent. */
+int rampart_notify(enum rampart_notice notice, const char *what);
 
 /* I/O: struct rampart_io (rampart_types.h), a caller-owned request. */
 void rampart_submit(struct rampart_engine *engine, struct rampart_io *io);
