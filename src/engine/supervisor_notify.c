@@ -45,6 +45,16 @@ static int notice_text(enum rampart_notice notice, const char *what, char *buf, 
   return -1;
 }
 
+/* `what` on one line: a path with a newline in it must not become a message of its own
+ * (a RAMPART_TOOK_OVER=1 that no takeover sent). */
+static void one_line(const char *what, char *out, size_t len)
+{
+  snprintf(out, len, "%s", what ? what : "");
+  for (char *p = out; *p; p++)
+    if (*p == '\n' || *p == '\r')
+      *p = ' ';
+}
+
 int rampart_notify(enum rampart_notice notice, const char *what)
 {
   const char *name = getenv("NOTIFY_SOCKET");
@@ -52,8 +62,9 @@ int rampart_notify(enum rampart_notice notice, const char *what)
     return 0; /* nobody asked */
   struct sockaddr_un a;
   socklen_t alen;
-  char text[512];
-  int n = notice_text(notice, what ? what : "", text, sizeof text);
+  char line[400], text[512];
+  one_line(what, line, sizeof line);
+  int n = notice_text(notice, line, text, sizeof text);
   if (n < 0 || notify_address(name, &a, &alen) < 0) {
     fprintf(stderr, "rampart: NOTIFY_SOCKET=%s is not a socket path or @name: the "
             "supervisor is not told\n", name);
