@@ -6,8 +6,9 @@
 #
 # 1. A recorded pid that now belongs to another, unrelated process (a 'sleep'), as the
 #    pager's, the standby's, the keeper's, rampart-nbd-attach's and a supervisor's: 'off'
-#    signals none of them, says each was left alone, and finishes; the keeper does not
-#    take them for the device's pager and standby, says so, and ends.
+#    signals none of them, says each was left alone, and finishes, also for a state that
+#    records no identities; the keeper does not take them for the device's pager and
+#    standby, says so, and ends.
 # 2. Readiness without log lines: every daemon's log goes to /dev/null (RAMPART_NBD_SERVER
 #    is a wrapper that sends both to /dev/null), and still the keeper starts a standby
 #    and knows it stands by, learns that it took the device over when the pager is killed
@@ -39,8 +40,8 @@ sleepers_alive() { # when
 start_time() { awk '{ sub(/.*\) /, ""); print $20 }' "/proc/$1/stat"; }
 
 # ---- 1. pids reused by unrelated processes ------------------------------------------
-reused_state() { # name: a device whose every recorded pid is now a 'sleep'
-  local st=$RAMPART_RUN_DIR/$1 role
+reused_state() { # name [legacy]: a device whose every recorded pid is now a 'sleep'
+  local st=$RAMPART_RUN_DIR/$1 role legacy=${2:-}
   mkdir -p "$st"
   swap_names+=("$1")
   {
@@ -52,9 +53,10 @@ reused_state() { # name: a device whose every recorded pid is now a 'sleep'
       new_sleeper
       echo "${role}_pid=$sleeper"
       # Half are recorded with the start time of the process that had the pid before
-      # (an older one), half not at all (a state from before identities): both are
-      # another process now.
-      case $role in pager|keeper|notify) echo "proc_$sleeper=1" ;; esac
+      # (an older one), half not at all: both are another process now. A legacy state
+      # (from a rampart-swap that recorded no identities) has none: a pid there is the
+      # device's only while it runs a program rampart-swap starts, which 'sleep' is not.
+      [[ -n $legacy ]] || case $role in pager|keeper|notify) echo "proc_$sleeper=1" ;; esac
     done
   } >"$st/state"
 }
@@ -68,6 +70,13 @@ for p in "${sleepers[@]}"; do
 done
 [[ ! -e $RAMPART_RUN_DIR/reused-off ]] || fail "off left $RAMPART_RUN_DIR/reused-off behind"
 log "off: $(grep -c 'left alone' "$work/off-reused.out") reused pids left alone, state removed"
+reused_state reused-legacy legacy
+"$RAMPART_SWAP" off --name reused-legacy >"$work/off-legacy.out" 2>&1 \
+  || { cat "$work/off-legacy.out"; fail "off of a legacy state whose pids are reused failed"; }
+sleepers_alive "off of a state with no identities"
+grep -q "is now another process (.*sleep.*): left alone" "$work/off-legacy.out" \
+  || { cat "$work/off-legacy.out"; fail "off of a legacy state did not say it left the 'sleep's alone"; }
+log "off of a state with no identities: $(grep -c 'left alone' "$work/off-legacy.out") 'sleep's left alone"
 
 reused_state reused-keeper
 rc=0
