@@ -371,6 +371,9 @@ int main(int argc, char **argv)
   watch_daemon(&a, peer);
   printf("/dev/nbd%d\n", a.device.index);
   fflush(stdout);
+  char device[32];
+  snprintf(device, sizeof device, "/dev/nbd%d", a.device.index);
+  rampart_notify(RAMPART_NOTICE_SERVING, device);
   deferred_log_start("rampart-nbd-attach");
   deferred_log("/dev/nbd%d attached to %s (pid %d): %llu bytes; "
           "requests wait up to %llu s for a new daemon if it dies", a.device.index,

@@ -25,7 +25,6 @@
 #include <netinet/tcp.h>
 #include <unistd.h>
 
-#include "clock.h"
 #include "nbd_protocol.h"
 #include "nbd_server_conn.h"
 #include "parse.h"
@@ -41,9 +40,6 @@
  * long after the stop: SIGTERM ends the daemon within it, plus the engine's time. */
 #define STOPPING_MS 5000u
 #define MAX_TIMEOUT_S 3600u
-
-/* What a standby holds to give back at takeover, as nbdkit rampart's standby does. */
-#define STANDBY_RESERVE (2u << 20)
 
 static const char usage[] =
   "usage: rampart-nbd-server (--unix PATH | --tcp HOST:PORT) [--depth N]\n"
@@ -63,6 +59,8 @@ static const char usage[] =
   "                  replies, for S seconds is closed (default 30). An idle connection\n"
   "                  never is: a swap device can be idle for hours\n"
   "  --state-layout  print the layout of the state this build takes over, and exit\n"
+  "  With NOTIFY_SOCKET set it tells its supervisor READY=1 once it serves or stands\n"
+  "  by, and RAMPART_TOOK_OVER=1 at a takeover (the sd_notify protocol).\n"
   "  Requests must be aligned to 4096 bytes (NBD_INFO_BLOCK_SIZE says so) and at most\n"
   "  32 MiB long. Any export name reaches the one device. At most 64 connections, and\n"
   "  32 options in a handshake. SIGTERM answers what clients have sent, then ends; a\n"
@@ -79,8 +77,7 @@ struct options {
   unsigned long depth;
   uint64_t max_buffered;
   unsigned handshake_s, stall_s;
-  bool lock_memory;
-  bool standby;
+  struct rampart_frontend_switches switches;
 };
 
 /* --handshake-timeout and --stall-timeout: whole seconds, 1 to MAX_TIMEOUT_S. */
@@ -95,21 +92,6 @@ static int parse_seconds(const char *a, const char *value, unsigned *out)
   }
   *out = (unsigned)v;
   return 2;
-}
-
-static int parse_bool(const char *key, const char *value, bool *out)
-{
-  if (strcmp(value, "true") == 0 || strcmp(value, "on") == 0 || strcmp(value, "1") == 0 ||
-      strcmp(value, "yes") == 0) {
-    *out = true;
-  } else if (strcmp(value, "false") == 0 || strcmp(value, "off") == 0 ||
-             strcmp(value, "0") == 0 || strcmp(value, "no") == 0) {
-    *out = false;
-  } else {
-    fprintf(stderr, "rampart-nbd-server: %s=%s: give true or false\n", key, value);
-    return -1;
-  }
-  return 0;
 }
 
 /* One of the daemon's own arguments (struct rampart_frontend_args's option). */
@@ -150,12 +132,6 @@ static int take_option(void *ctx, const char *a, const char *value)
     o->max_buffered = v;
     return 2;
   }
-  if (strncmp(a, "mlock=", 6) == 0 || strncmp(a, "standby=", 8) == 0) {
-    /* the plugin's own switches, taken here too; every other key is the engine's */
-    bool mlock = a[0] == 'm';
-    return parse_bool(mlock ? "mlock" : "standby", strchr(a, '=') + 1,
-                      mlock ? &o->lock_memory : &o->standby) < 0 ? -1 : 1;
-  }
   return 0;
 }
 
@@ -167,11 +143,6 @@ static int check_options(void *ctx, const struct rampart_config *config)
     fprintf(stderr, "rampart-nbd-server: give one of --unix PATH or --tcp HOST:PORT\n");
     return -1;
   }
-  if (o->standby && !rampart_config_state_path(config)) {
-    fprintf(stderr, "rampart-nbd-server: standby=true needs state=PATH, the same as the "
-            "serving daemon's: a standby takes over the state it leaves when it dies\n");
-    return -1;
-  }
   return 0;
 }
 
@@ -181,32 +152,11 @@ static struct rampart_engine *open_engine(const struct options *o,
                                           const struct rampart_config *config)
 {
   char err[512];
-  uint64_t died_ms = 0;
-  if (o->standby) {
-    if (rampart_standby_for_state("rampart-nbd-server", config, STANDBY_RESERVE, err,
-                                  sizeof err) < 0) {
-      fprintf(stderr, "rampart-nbd-server: standby: %s\n", err);
-      return NULL;
-    }
-    died_ms = rp_now_ms();
-  }
-  struct rampart_engine *engine = rampart_open(config, err, sizeof err);
-  if (!engine) {
-    fprintf(stderr, "rampart-nbd-server: %s\n", err);
-    return NULL;
-  }
-  if (o->standby && !rampart_took_over(engine)) {
-    /* Its segment was gone (removed by hand): an empty device in place of the one that
-     * died would hand the kernel zeros for every page it swapped out. */
-    fprintf(stderr, "rampart-nbd-server: standby: there was no state left at %s to take "
-            "over: refusing to serve an empty device in place of the one that died\n",
-            rampart_config_state_path(config));
-    rampart_close(engine);
-    return NULL;
-  }
-  if (o->standby)
-    fprintf(stderr, "rampart-nbd-server: took %s over %llu ms after its pager died\n",
-            rampart_config_state_path(config), (unsigned long long)(rp_now_ms() - died_ms));
+  struct rampart_engine *engine =
+    o->switches.standby ? rampart_open_standby("rampart-nbd-server", config, err, sizeof err)
+                        : rampart_open(config, err, sizeof err);
+  if (!engine)
+    fprintf(stderr, "rampart-nbd-server: %s%s\n", o->switches.standby ? "standby: " : "", err);
   return engine;
 }
 
@@ -303,10 +253,10 @@ static void accept_one(int listen_fd, struct rampart_engine *engine,
 int main(int argc, char **argv)
 {
   struct options o = { .depth = 256, .max_buffered = 128u << 20, .handshake_s = 10,
-                       .stall_s = 30, .lock_memory = true };
+                       .stall_s = 30, .switches = RAMPART_FRONTEND_SWITCHES_DEFAULT };
   char err[512];
   const struct rampart_frontend_args args = { "rampart-nbd-server", usage, take_option,
-                                              check_options, &o };
+                                              check_options, &o, &o.switches };
   int status;
   struct rampart_config *config = rampart_config_from_arguments(&args, argc, argv, &status);
   if (!config)
@@ -328,7 +278,7 @@ int main(int argc, char **argv)
   }
   /* Listening before a standby's wait: the socket is there for rampart-nbd-attach to
    * reconnect to, and its connection waits in the backlog until the takeover. */
-  rampart_process_harden(o.lock_memory);
+  rampart_process_harden(o.switches.lock_memory);
   struct rampart_engine *engine = open_engine(&o, config);
   if (!engine) {
     if (o.unix_path)
@@ -353,6 +303,8 @@ int main(int argc, char **argv)
   };
   printf("%s\n", o.unix_path ? o.unix_path : o.tcp);
   fflush(stdout);
+  if (!o.switches.standby) /* a standby said it took over */
+    rampart_notify(RAMPART_NOTICE_SERVING, o.unix_path ? o.unix_path : o.tcp);
   char buffered[32];
   fprintf(stderr, "rampart-nbd-server: serving %llu bytes on %s, %lu requests in flight "
           "per connection, %s of request buffers in all, handshake %u s, stall %u s\n",
@@ -377,6 +329,7 @@ int main(int argc, char **argv)
   fprintf(stderr, "rampart-nbd-server: %s: stopping once the %u connection(s) answered "
           "what is in flight (a client that does not read its replies: %u s)\n",
           strsignal(sig), n, STOPPING_MS / 1000);
+  rampart_notify(RAMPART_NOTICE_STOPPING, o.unix_path ? o.unix_path : o.tcp);
   close(listen_fd);
   if (o.unix_path)
     unlink(o.unix_path);

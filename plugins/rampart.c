@@ -21,7 +21,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "clock.h"
 #include "config_settings.h"
 #include "rampart.h"
 
@@ -29,14 +28,7 @@
 
 static struct rampart_config *config;
 static struct rampart_engine *engine;
-static bool lock_memory = true;
-static bool standby;
-/* What a standby holds to give back at takeover, a head start only: the memory the
- * takeover uses is what the dead nbdkit's exit freed before the state's lock woke this
- * one. Held the whole time beside a serving nbdkit, it is memory the machine does not
- * have, so it is kept small: larger reserves got a small guest's workload OOM-killed
- * (docs/performance.md, "Figures from the code"). */
-#define STANDBY_RESERVE (2u << 20)
+static struct rampart_frontend_switches switches = RAMPART_FRONTEND_SWITCHES_DEFAULT;
 
 static void plugin_load(void)
 {
@@ -75,17 +67,11 @@ static int plugin_config(const char *key, const char *value)
     nbdkit_error("out of memory");
     return -1;
   }
-  /* The plugin's own switches; every other key is the engine's. */
-  bool *flag = strcmp(key, "mlock") == 0 ? &lock_memory
-             : strcmp(key, "standby") == 0 ? &standby : NULL;
-  if (flag) {
-    int b = nbdkit_parse_bool(value);
-    if (b < 0)
-      return -1;
-    *flag = b;
-    return 0;
-  }
-  if (rampart_config_set(config, key, value, err, sizeof err) < 0) {
+  /* The switches every frontend takes; every other key is the engine's. */
+  int r = rampart_frontend_switch(&switches, key, value, err, sizeof err);
+  if (r == 0)
+    r = rampart_config_set(config, key, value, err, sizeof err);
+  if (r < 0) {
     nbdkit_error("%s", err);
     return -1;
   }
@@ -95,13 +81,9 @@ static int plugin_config(const char *key, const char *value)
 static int plugin_config_complete(void)
 {
   char err[512];
-  if (rampart_config_check(config, err, sizeof err) < 0) {
+  if (rampart_config_check(config, err, sizeof err) < 0 ||
+      rampart_frontend_switches_check(&switches, config, err, sizeof err) < 0) {
     nbdkit_error("%s", err);
-    return -1;
-  }
-  if (standby && !rampart_config_state_path(config)) {
-    nbdkit_error("standby=true needs state=PATH, the same as the serving nbdkit's: a "
-                 "standby takes over the state the serving pager leaves when it dies");
     return -1;
   }
   return 0;
@@ -110,34 +92,18 @@ static int plugin_config_complete(void)
 static int plugin_after_fork(void)
 {
   char err[512];
-  uint64_t died_ms = 0;
   rampart_set_log_sink(log_line);
-  rampart_process_harden(lock_memory);
-  if (standby) {
-    if (rampart_standby_for_state("nbdkit: rampart", config, STANDBY_RESERVE, err,
-                                  sizeof err) < 0) {
-      nbdkit_error("standby: %s", err);
-      return -1;
-    }
-    died_ms = rp_now_ms();
-  }
-  engine = rampart_open(config, err, sizeof err);
+  rampart_process_harden(switches.lock_memory);
+  engine = switches.standby ? rampart_open_standby("nbdkit: rampart", config, err, sizeof err)
+                            : rampart_open(config, err, sizeof err);
   if (!engine) {
-    nbdkit_error("%s", err);
+    nbdkit_error("%s%s", switches.standby ? "standby: " : "", err);
     return -1;
   }
-  if (standby && !rampart_took_over(engine)) {
-    /* Its segment was gone (removed by hand): an empty device in place of the one that
-     * died would hand the kernel zeros for every page it swapped out. */
-    nbdkit_error("standby: there was no state left at %s to take over: refusing to serve "
-                 "an empty device in place of the one that died", rampart_config_state_path(config));
-    rampart_close(engine);
-    engine = NULL;
-    return -1;
-  }
-  if (standby)
-    fprintf(stderr, "nbdkit: rampart: took %s over %lld ms after its pager died\n",
-            rampart_config_state_path(config), (long long)(rp_now_ms() - died_ms));
+  /* nbdkit listens before after_fork and accepts once it returns: a client that
+   * connects now is served. */
+  if (!switches.standby)
+    rampart_notify(RAMPART_NOTICE_SERVING, "nbdkit rampart's export");
   return 0;
 }
 

@@ -6,6 +6,7 @@
  *   rampartctl device STATS-FILE
  *   rampartctl device SOCKET [servers|add A|drain A|remove A|reload]  (device_control.c)
  *   rampartctl swap on|off|status ...         (runs rampart-swap)
+ *   rampartctl notify-listen SOCKET           (notify_listen.c)
  *
  * Exit status: 0 success, 1 the operation failed (connection, authentication, server
  * refusal, data mismatch), 2 the command line was wrong.
@@ -27,6 +28,7 @@
 #include "clock.h"
 #include "cluster_list.h"
 #include "device_control.h"
+#include "notify_listen.h"
 #include "parse.h"
 
 #define EXIT_USAGE 2
@@ -65,6 +67,9 @@ static const char USAGE[] =
   "                              free memory, pressure, draining, devices using each\n"
   "  swap on|off|status ...      attach a rampart device as swap, or take it away\n"
     "                              (runs rampart-swap; 'rampartctl swap --help' for more)\n"
+    "  notify-listen SOCKET        receive daemons' sd_notify messages (READY=1, ...) on\n"
+    "                              SOCKET and print each line as 'PID KEY=VALUE', the\n"
+    "                              sender's pid from the kernel (rampart-swap uses it)\n"
     "\n"
     "options:\n"
     "  --key FILE   the cluster key the server was started with (none: keyless server)\n"
@@ -598,6 +603,8 @@ int main(int argc, char **argv)
     return run_connected(argc - 2, argv + 2, "bench", true, cmd_bench);
   if (strcmp(cmd, "cluster") == 0)
     return cluster_list_main(argc - 2, argv + 2);
+  if (strcmp(cmd, "notify-listen") == 0)
+    return notify_listen_main(argc - 2, argv + 2);
   return usage_error("unknown command '%s': use keygen, stat, bench, device, cluster or "
                      "swap", cmd);
 }

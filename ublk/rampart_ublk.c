@@ -29,16 +29,15 @@
 #define STANDBY_RESERVE (16u << 20)
 
 static const char usage[] =
-  "usage: rampart-ublk [--id N] [--queues N] [--depth N] [--max-io BYTES] [--no-mlock]\n"
-  "                    [--standby] KEY=VALUE...\n"
+  "usage: rampart-ublk [--id N] [--queues N] [--depth N] [--max-io BYTES] KEY=VALUE...\n"
   "       rampart-ublk --state-layout\n"
   "  --id N        the device number: /dev/ublkbN (default: the kernel picks one)\n"
   "  --queues N    hardware queues, a thread each (default 1; at most 16)\n"
   "  --depth N     requests in flight per queue (default 64; at most 4096)\n"
   "  --max-io B    the largest request, in bytes, a multiple of 4096 (default 131072);\n"
   "                the daemon locks queues * depth * B of buffers\n"
-  "  --no-mlock    do not lock the daemon's memory (a swap device must: tests only)\n"
-  "  --standby     with --id and state=: wait beside the daemon serving that device,\n"
+  "  mlock=BOOL    lock the daemon's memory (default true; a swap device must)\n"
+  "  standby=BOOL  with --id and state=: wait beside the daemon serving that device,\n"
   "                locked in memory, and take the device over the moment it dies\n"
   "  With state=PATH the device outlives the daemon: if it dies, the kernel holds the\n"
   "  device's I/O, and the same command (with --id) takes the device back where it was\n"
@@ -46,6 +45,8 @@ static const char usage[] =
   "  can: nothing new can start while swap waits for a daemon.\n"
   "  --state-layout  print the layout of the state this build takes over, and exit\n"
   "                (rampart-swap upgrade refuses a binary whose layout differs)\n"
+  "  With NOTIFY_SOCKET set it tells its supervisor READY=1 once the device takes I/O\n"
+  "  or it stands by, and RAMPART_TOOK_OVER=1 at a takeover (the sd_notify protocol).\n"
   "  KEY=VALUE     the engine's settings, as nbdkit rampart takes them:\n";
 
 static int parse_number(const char *opt, const char *s, unsigned long min, unsigned long max,
@@ -103,8 +104,7 @@ static int device_left_by_a_dead_daemon(struct ublk_control *c, int dev_id, char
 
 struct options {
   unsigned long dev_id, queues, depth, max_io;
-  bool lock_memory;
-  bool standby;        /* --standby: wait for the serving daemon to die, then take over */
+  struct rampart_frontend_switches switches;
 };
 
 /* One of the daemon's own arguments (struct rampart_frontend_args's option). */
@@ -126,14 +126,6 @@ static int take_option(void *ctx, const char *a, const char *value)
     }
     return 2;
   }
-  if (strcmp(a, "--standby") == 0) {
-    o->standby = true;
-    return 1;
-  }
-  if (strcmp(a, "--no-mlock") == 0) {
-    o->lock_memory = false;
-    return 1;
-  }
   return 0;
 }
 
@@ -141,9 +133,9 @@ static int take_option(void *ctx, const char *a, const char *value)
 static int check_options(void *ctx, const struct rampart_config *config)
 {
   struct options *o = ctx;
-  if (o->standby && (!rampart_config_state_path(config) || o->dev_id == (unsigned long)-1)) {
-    fprintf(stderr, "rampart-ublk: --standby needs --id N and state=PATH, as the serving "
-            "daemon has them\n");
+  if (o->switches.standby && o->dev_id == (unsigned long)-1) {
+    fprintf(stderr, "rampart-ublk: standby=true needs --id N and state=PATH, as the "
+            "serving daemon has them\n");
     return -1;
   }
   return 0;
@@ -152,10 +144,10 @@ static int check_options(void *ctx, const struct rampart_config *config)
 int main(int argc, char **argv)
 {
   struct options o = { .dev_id = (unsigned long)-1, .queues = 1, .depth = 64,
-                       .max_io = 131072, .lock_memory = true };
+                       .max_io = 131072, .switches = RAMPART_FRONTEND_SWITCHES_DEFAULT };
   char err[512];
   const struct rampart_frontend_args args = { "rampart-ublk", usage, take_option,
-                                              check_options, &o };
+                                              check_options, &o, &o.switches };
   int exit_status;
   struct rampart_config *config = rampart_config_from_arguments(&args, argc, argv, &exit_status);
   if (!config)
@@ -174,10 +166,10 @@ int main(int argc, char **argv)
     rampart_config_free(config);
     return 1;
   }
-  rampart_process_harden(o.lock_memory);
+  rampart_process_harden(o.switches.lock_memory);
   uint64_t died_ms = 0;
   err[0] = '\0';
-  if (o.standby) {
+  if (o.switches.standby) {
     rampart_warm_up();
     const char *files[4];
     unsigned nfiles = rampart_config_takeover_files(config, files);
@@ -247,19 +239,27 @@ int main(int argc, char **argv)
     goto out_stop;
   printf("/dev/ublkb%u\n", control.info.dev_id);
   fflush(stdout);
+  char device[32];
+  snprintf(device, sizeof device, "/dev/ublkb%u", control.info.dev_id);
   fprintf(stderr, "rampart-ublk: /dev/ublkb%u is %s: %llu bytes, %lu queue(s) of %lu, "
           "requests up to %lu bytes\n", control.info.dev_id,
           recovering ? "recovered" : "up", (unsigned long long)rampart_size(engine), queues,
           depth, max_io);
-  if (o.standby) {
-    fprintf(stderr, "rampart-ublk: took /dev/ublkb%u over %llu ms after its daemon died\n",
-            control.info.dev_id, (unsigned long long)(rp_now_ms() - died_ms));
+  if (o.switches.standby) {
+    unsigned long long ms = (unsigned long long)(rp_now_ms() - died_ms);
+    fprintf(stderr, "rampart-ublk: took %s over %llu ms after its daemon died\n", device, ms);
+    char what[96];
+    snprintf(what, sizeof what, "%s, %llu ms after its daemon died", device, ms);
+    rampart_notify(RAMPART_NOTICE_TOOK_OVER, what);
+  } else {
+    rampart_notify(RAMPART_NOTICE_SERVING, device);
   }
   recovering = 0; /* served now: a stop from here on ends the device as usual */
   int sig = 0;
   sigwait(&stop_signals, &sig);
   fprintf(stderr, "rampart-ublk: %s: stopping /dev/ublkb%u\n", strsignal(sig),
           control.info.dev_id);
+  rampart_notify(RAMPART_NOTICE_STOPPING, device);
   status = 0;
   err[0] = '\0';
 

@@ -1,4 +1,4 @@
-/* A standby daemon for a recoverable ublk device (rampart-ublk --standby).
+/* A standby daemon for a recoverable ublk device (rampart-ublk standby=true).
  *
  * When the daemon serving a swap device dies, the kernel holds the device's I/O. In a
  * machine short of memory that stops everything that allocates: every task in reclaim

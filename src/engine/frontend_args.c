@@ -1,16 +1,57 @@
 /* What the frontend daemons (rampart-nbd-server, rampart-ublk) share on their command
- * line: --help, --state-layout, the engine's KEY=VALUE settings, a refusal of anything
- * else, the settings checked, and the exit status each outcome gives
- * (rampart_config_from_arguments, rampart.h). The nbdkit plugin is handed its settings
- * by nbdkit one by one and does not come here. */
+ * line: --help, --state-layout, the engine's KEY=VALUE settings, the switches every
+ * frontend takes (mlock=, standby=), a refusal of anything else, the settings checked,
+ * and the exit status each outcome gives (rampart_config_from_arguments, rampart.h).
+ * The nbdkit plugin is handed its settings by nbdkit one by one and takes only the
+ * switches from here (rampart_frontend_switch). */
 #include <stdio.h>
 #include <string.h>
 
 #include "rampart.h"
 
-/* One KEY=VALUE argument, whose '=' the caller found; -1 with a sentence in err, as
- * rampart_config_set, also for an empty or overlong key. */
-static int set_argument(struct rampart_config *config, const char *key_value,
+static int parse_switch_value(const char *key, const char *value, bool *out, char *err,
+                              size_t errlen)
+{
+  static const char *const yes[] = { "true", "on", "yes", "1" };
+  static const char *const no[] = { "false", "off", "no", "0" };
+  for (unsigned i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+    if (strcmp(value, yes[i]) == 0 || strcmp(value, no[i]) == 0) {
+      *out = strcmp(value, yes[i]) == 0;
+      return 0;
+    }
+  }
+  snprintf(err, errlen, "%s=%.80s: give true or false", key, value);
+  return -1;
+}
+
+int rampart_frontend_switch(struct rampart_frontend_switches *switches, const char *key,
+                            const char *value, char *err, size_t errlen)
+{
+  bool *flag = strcmp(key, "mlock") == 0     ? &switches->lock_memory
+             : strcmp(key, "standby") == 0 ? &switches->standby
+                                             : NULL;
+  if (!flag)
+    return 0;
+  return parse_switch_value(key, value, flag, err, errlen) < 0 ? -1 : 1;
+}
+
+int rampart_frontend_switches_check(const struct rampart_frontend_switches *switches,
+                                    const struct rampart_config *config, char *err,
+                                    size_t errlen)
+{
+  if (switches->standby && !rampart_config_state_path(config)) {
+    snprintf(err, errlen, "standby=true needs state=PATH, the same as the serving "
+             "daemon's: a standby takes over the state the serving daemon leaves when it "
+             "dies");
+    return -1;
+  }
+  return 0;
+}
+
+/* One KEY=VALUE argument, whose '=' the caller found: a switch, or else a setting; -1
+ * with a sentence in err, as rampart_config_set, also for an empty or overlong key. */
+static int set_argument(struct rampart_config *config,
+                        struct rampart_frontend_switches *switches, const char *key_value,
                         const char *eq, char *err, size_t errlen)
 {
   char key[64];
@@ -22,6 +63,9 @@ static int set_argument(struct rampart_config *config, const char *key_value,
   }
   memcpy(key, key_value, klen);
   key[klen] = '\0';
+  int r = switches ? rampart_frontend_switch(switches, key, eq + 1, err, errlen) : 0;
+  if (r != 0)
+    return r < 0 ? -1 : 0;
   return rampart_config_set(config, key, eq + 1, err, errlen);
 }
 
@@ -45,7 +89,7 @@ static int read_arguments(const struct rampart_frontend_args *f, int argc, char 
       printf("%s\n", rampart_state_layout());
       return 1;
     } else if (a[0] != '-' && (eq = strchr(a, '='))) {
-      if (set_argument(config, a, eq, err, sizeof err) < 0) {
+      if (set_argument(config, f->switches, a, eq, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", f->who, err);
         return -1;
       }
@@ -53,6 +97,10 @@ static int read_arguments(const struct rampart_frontend_args *f, int argc, char 
       fprintf(stderr, "%s: unexpected argument '%s'\n%s", f->who, a, f->usage);
       return -1;
     }
+  }
+  if (f->switches && rampart_frontend_switches_check(f->switches, config, err, sizeof err) < 0) {
+    fprintf(stderr, "%s: %s\n", f->who, err);
+    return -1;
   }
   if (f->check && f->check(f->ctx, config) < 0)
     return -1;

@@ -1,8 +1,8 @@
 /* A standby pager's wait (rampart.h, "A standby pager"): what it holds before the
  * serving pager dies, and how it learns that it did.
  *
- * Shared by rampart-ublk --standby, nbdkit rampart standby=true and rampart-nbd-server
- * --standby. Everything here is done while memory is plentiful, so that the takeover,
+ * Shared by rampart-ublk, nbdkit rampart and rampart-nbd-server with standby=true.
+ * Everything here is done while memory is plentiful, so that the takeover,
  * which happens while every task that allocates is waiting on the device, finds its
  * memory, its files and its code already resident.
  */
@@ -23,7 +23,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "state_segment.h"
+
+/* What a standby over state= holds to give back at takeover, a head start only: the
+ * memory the takeover uses is what the dead pager's exit freed before the state's lock
+ * woke this one. Held the whole time beside a serving pager, it is memory the machine
+ * does not have, so it is kept small: larger reserves got a small guest's workload
+ * OOM-killed (docs/performance.md, "Figures from the code"). */
+#define STANDBY_RESERVE (2u << 20)
 
 const char *rampart_state_layout(void)
 {
@@ -123,8 +131,8 @@ int rampart_standby_wait(pid_t serving, size_t reserve_bytes, char *err, size_t 
   return stopped ? 1 : 0;
 }
 
-int rampart_standby_find_pager(const char *state_path, unsigned wait_ms, pid_t *serving,
-                               char *err, size_t errlen)
+static int standby_find_pager(const char *state_path, unsigned wait_ms, pid_t *serving,
+                              char *err, size_t errlen)
 {
   /* A standby started together with its pager may look before the pager has opened the
    * state (nbdkit binds its socket first, then opens the engine). */
@@ -137,8 +145,12 @@ int rampart_standby_find_pager(const char *state_path, unsigned wait_ms, pid_t *
   }
 }
 
-int rampart_standby_wait_for_state(const char *state_path, size_t reserve_bytes, char *err,
-                                   size_t errlen)
+/* Holds reserve_bytes locked (and half as much heap warm) and sleeps until the pager
+ * serving state_path ends, on the state's lock (PATH.lock), so that of several standbys
+ * one wakes. 0: it died. 1: a signal came first. 2: it stopped cleanly and took the
+ * state with it. -1 with err. */
+static int standby_wait_for_state(const char *state_path, size_t reserve_bytes, char *err,
+                                  size_t errlen)
 {
   void *reserve = reserve_take(reserve_bytes);
   int r = state_segment_wait_for_pager_end(state_path, err, errlen);
@@ -148,19 +160,20 @@ int rampart_standby_wait_for_state(const char *state_path, size_t reserve_bytes,
   return access(state_path, F_OK) == 0 ? 0 : 2;
 }
 
-int rampart_standby_for_state(const char *who, const struct rampart_config *config,
-                              size_t reserve_bytes, char *err, size_t errlen)
+/* The wait itself: 0 once the pager serving config's state= died; -1 with err. */
+static int standby_for_state(const char *who, const struct rampart_config *config,
+                             char *err, size_t errlen)
 {
   pid_t serving;
   const char *state_path = rampart_config_state_path(config);
-  if (!state_path) { /* the frontends refuse this with their own words first */
+  if (!state_path) { /* rampart_frontend_switches_check refuses this first */
     snprintf(err, errlen, "a standby needs state=PATH");
     return -1;
   }
   const char *takeover_files[4];
   unsigned nfiles = rampart_config_takeover_files(config, takeover_files);
   rampart_warm_up();
-  if (rampart_standby_find_pager(state_path, 10000, &serving, err, errlen) < 0)
+  if (standby_find_pager(state_path, 10000, &serving, err, errlen) < 0)
     return -1;
   /* Pinned only now: the pager writes the state's anchor when it opens the state (a new
    * file renamed into place), and an anchor pinned before that is another file, whose
@@ -168,9 +181,12 @@ int rampart_standby_for_state(const char *who, const struct rampart_config *conf
    * for a page on the very device it is to take over. */
   for (unsigned i = 0; i < nfiles; i++)
     rampart_standby_pin_file(takeover_files[i]);
-  fprintf(stderr, "%s: standing by for the pager serving %s (pid %d), %zu MiB held in "
-          "reserve\n", who, state_path, (int)serving, reserve_bytes >> 20);
-  switch (rampart_standby_wait_for_state(state_path, reserve_bytes, err, errlen)) {
+  fprintf(stderr, "%s: standing by for the pager serving %s (pid %d), %u MiB held in "
+          "reserve\n", who, state_path, (int)serving, STANDBY_RESERVE >> 20);
+  char what[300];
+  snprintf(what, sizeof what, "%s (pid %d)", state_path, (int)serving);
+  rampart_notify(RAMPART_NOTICE_STANDING_BY, what);
+  switch (standby_wait_for_state(state_path, STANDBY_RESERVE, err, errlen)) {
   case 0:
     return 0;
   case 1:
@@ -183,4 +199,31 @@ int rampart_standby_for_state(const char *who, const struct rampart_config *conf
   default:
     return -1;
   }
+}
+
+struct rampart_engine *rampart_open_standby(const char *who,
+                                            const struct rampart_config *config,
+                                            char *err, size_t errlen)
+{
+  if (standby_for_state(who, config, err, errlen) < 0)
+    return NULL;
+  uint64_t died_ms = rp_now_ms();
+  struct rampart_engine *engine = rampart_open(config, err, errlen);
+  if (!engine)
+    return NULL;
+  const char *state_path = rampart_config_state_path(config);
+  if (!rampart_took_over(engine)) {
+    /* Its segment was gone (removed by hand): an empty device in place of the one that
+     * died would hand the kernel zeros for every page it swapped out. */
+    snprintf(err, errlen, "there was no state left at %s to take over: refusing to serve "
+             "an empty device in place of the one that died", state_path);
+    rampart_close(engine);
+    return NULL;
+  }
+  unsigned long long ms = (unsigned long long)(rp_now_ms() - died_ms);
+  fprintf(stderr, "%s: took %s over %llu ms after its pager died\n", who, state_path, ms);
+  char what[300];
+  snprintf(what, sizeof what, "%s, %llu ms after its pager died", state_path, ms);
+  rampart_notify(RAMPART_NOTICE_TOOK_OVER, what);
+  return engine;
 }

@@ -99,6 +99,24 @@ int rampart_config_set(struct rampart_config *config, const char *key, const cha
  * each line starting "WHO: ". Returns the configuration (rampart_config_free), or NULL
  * with *exit_status: 0 after --help or --state-layout, 2 after a refusal, 1 when out of
  * memory. */
+/* The switches every frontend takes beside the engine's settings, in the same KEY=VALUE
+ * spelling: mlock=BOOL (lock the daemon's memory; default true, a swap device must) and
+ * standby=BOOL (with state=: wait beside the daemon serving that state and take it
+ * over when it dies; default false). */
+struct rampart_frontend_switches {
+  bool lock_memory;
+  bool standby;
+};
+#define RAMPART_FRONTEND_SWITCHES_DEFAULT { .lock_memory = true, .standby = false }
+/* key=value when key is one of the switches: 1 with it set, 0 when key is not one, -1
+ * with a sentence in err when value is not true/false, on/off, yes/no or 1/0. */
+int rampart_frontend_switch(struct rampart_frontend_switches *switches, const char *key,
+                            const char *value, char *err, size_t errlen);
+/* The switches against the whole configuration (standby=true needs state=): 0, or -1
+ * with a sentence in err. */
+int rampart_frontend_switches_check(const struct rampart_frontend_switches *switches,
+                                    const struct rampart_config *config, char *err,
+                                    size_t errlen);
 struct rampart_frontend_args {
   const char *who;   /* the program's name, e.g. "rampart-ublk" */
   const char *usage; /* its own options: printed before the settings' help */
@@ -108,6 +126,8 @@ struct rampart_frontend_args {
   /* 0, or -1 after saying why on stderr. May be NULL. */
   int (*check)(void *ctx, const struct rampart_config *config);
   void *ctx;
+  /* mlock= and standby= are read into these (rampart_frontend_switch). */
+  struct rampart_frontend_switches *switches;
 };
 struct rampart_config *rampart_config_from_arguments(const struct rampart_frontend_args *f,
                                                      int argc, char **argv,
@@ -138,7 +158,7 @@ uint64_t rampart_size(const struct rampart_engine *engine);
  * such an engine exits without closing it, for the next attempt to take it over. */
 bool rampart_took_over(const struct rampart_engine *engine);
 /* Does now what a later rampart_open would otherwise do first by reading files (the
- * crypto library's configuration): for a standby (rampart-ublk --standby) whose
+ * crypto library's configuration): for a standby (rampart-ublk standby=true) whose
  * takeover happens while files may be swapped out to the device it takes over. */
 void rampart_warm_up(void);
 /* The layout of the state (state=) this build writes and reads: a pager of a build whose
@@ -155,31 +175,39 @@ const char *rampart_state_layout(void);
 /* Keeps the file's pages in memory for good (mapped, locked under mlockall): a key, the
  * state's anchor; on a machine whose files live in tmpfs they could otherwise be swapped
  * out to the very device being taken over. Pin the state's anchor only once its pager
- * has opened it (rampart_standby_find_pager): the pager writes it anew at first open. */
+ * has opened it: the pager writes it anew at first open. */
 void rampart_standby_pin_file(const char *path);
-/* The pid of the pager serving state=PATH, waiting up to wait_ms for one to have opened
- * it. -1 with err: there is no state there, or no pager serves it. */
-int rampart_standby_find_pager(const char *state_path, unsigned wait_ms, pid_t *serving,
-                               char *err, size_t errlen);
-/* nbdkit rampart standby=true: holds reserve_bytes locked (and half as much heap warm)
- * and sleeps until the pager serving state_path ends, on the state's lock (PATH.lock),
- * so that of several standbys one wakes. 0: it died, rampart_open takes the state over
- * (check rampart_took_over). 1: a signal came first. 2: it stopped cleanly and took the
- * state with it. -1 with err. */
-int rampart_standby_wait_for_state(const char *state_path, size_t reserve_bytes, char *err,
-                                   size_t errlen);
-/* The whole of a standby's wait for config's state= (nbdkit rampart standby=true,
- * rampart-nbd-server standby=true): warms up, finds the serving pager, pins the files
- * its takeover reads (rampart_config_takeover_files), says "WHO: standing by ..." on
- * stderr, and sleeps until that pager dies. 0: it died, and rampart_open takes the
- * state over. -1 with err: no state= was given, no pager serves it, it stopped cleanly
- * (its state went with it), or a stop signal came first. */
-int rampart_standby_for_state(const char *who, const struct rampart_config *config,
-                              size_t reserve_bytes, char *err, size_t errlen);
-/* rampart-ublk --standby: the same, sleeping on the pidfd of the process `serving` (the
+/* A standby's whole start-up for config's state= (nbdkit rampart and rampart-nbd-server
+ * with standby=true): warms up, finds the serving pager, pins the files its takeover
+ * reads (rampart_config_takeover_files), says "WHO: standing by ..." on stderr and
+ * tells the supervisor (RAMPART_NOTICE_STANDING_BY), sleeps until that pager dies, then
+ * opens the engine over the state it left and refuses an engine that took nothing over
+ * (an empty device in place of the one that died), then says "WHO: took PATH over" and
+ * tells the supervisor (RAMPART_NOTICE_TOOK_OVER). The engine, or NULL with err: no
+ * state= was given, no pager serves it, it stopped cleanly (its state went with it), a
+ * stop signal came first, or the takeover failed. */
+struct rampart_engine *rampart_open_standby(const char *who,
+                                            const struct rampart_config *config,
+                                            char *err, size_t errlen);
+/* rampart-ublk standby=true: sleeps on the pidfd of the process `serving` (the
  * ublk device names its daemon). 0: it ended. 1: a stop signal came first (one this
  * thread blocks is taken). -1 with err: it cannot be watched. */
 int rampart_standby_wait(pid_t serving, size_t reserve_bytes, char *err, size_t errlen);
+
+/* ---- Telling the supervisor (supervisor_notify.c) -----------------------------------
+ * A daemon's readiness, and a standby's takeover, for whoever started it (rampart-swap,
+ * a systemd unit of Type=notify): the sd_notify protocol, a datagram to the socket
+ * $NOTIFY_SOCKET names (a path, or @ and an abstract name). The log says the same in
+ * words for people; a supervisor reads this, never the log. */
+enum rampart_notice {
+  RAMPART_NOTICE_SERVING,     /* READY=1: clients and the kernel are served */
+  RAMPART_NOTICE_STANDING_BY, /* READY=1 and RAMPART_STANDBY=1: armed, waiting */
+  RAMPART_NOTICE_TOOK_OVER,   /* RAMPART_TOOK_OVER=1: a standby serves the device now */
+  RAMPART_NOTICE_STOPPING,    /* STOPPING=1 */
+};
+/* Sends notice, with `what` (the device, the state) in its STATUS= line. 0 when sent or
+ * when NOTIFY_SOCKET is not set; -1 (said on stderr) when it cannot be sent. */
+int rampart_notify(enum rampart_notice notice, const char *what);
 
 /* I/O: struct rampart_io (rampart_types.h), a caller-owned request. */
 void rampart_submit(struct rampart_engine *engine, struct rampart_io *io);

@@ -54,12 +54,29 @@ static void test_bad_engine_settings_are_refused_before_any_device(void **state)
   assert_non_null(strstr(out, "no-such-setting"));
 }
 
+/* mlock= and standby= are spelt as every frontend spells them; the old flags are gone. */
+static void test_switches_take_the_key_value_spelling(void **state)
+{
+  (void)state;
+  assert_int_equal(ublk("standby=maybe", "size=64M", NULL, NULL), 2);
+  assert_non_null(strstr(out, "standby=maybe: give true or false"));
+  assert_int_equal(ublk("standby=true", "size=64M", NULL, NULL), 2);
+  assert_non_null(strstr(out, "standby=true needs state=PATH"));
+  assert_int_equal(ublk("standby=true", "state=/nonexistent/s", "size=64M", NULL), 2);
+  assert_non_null(strstr(out, "standby=true needs --id N"));
+  assert_int_equal(ublk("--standby", "size=64M", NULL, NULL), 2);
+  assert_non_null(strstr(out, "unexpected argument '--standby'"));
+  assert_int_equal(ublk("--help", NULL, NULL, NULL), 0);
+  assert_non_null(strstr(out, "mlock=BOOL"));
+  assert_non_null(strstr(out, "standby=BOOL"));
+}
+
 static void test_a_kernel_without_ublk_is_named(void **state)
 {
   (void)state;
   if (access("/dev/ublk-control", F_OK) == 0)
     skip(); /* this kernel has the driver: the guest test covers it */
-  assert_int_equal(ublk("--no-mlock", "size=64M", NULL, NULL), 1);
+  assert_int_equal(ublk("mlock=false", "size=64M", NULL, NULL), 1);
   assert_non_null(strstr(out, "cannot open /dev/ublk-control"));
   assert_non_null(strstr(out, "modprobe ublk_drv"));
 }
@@ -73,6 +90,7 @@ int main(void)
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_bad_options_say_what_to_give),
     cmocka_unit_test(test_bad_engine_settings_are_refused_before_any_device),
+    cmocka_unit_test(test_switches_take_the_key_value_spelling),
     cmocka_unit_test(test_a_kernel_without_ublk_is_named),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # 'rampartctl swap on' then 'off', twice in a row, each leaving nothing behind: no swap
-# entry, loop device, FUSE mount, daemon (pager, standby, keeper, nbdfuse, supervisor),
-# state directory. A second 'on' while the device is on and served takes it back as it
+# entry, loop device, FUSE mount, daemon (pager, standby, keeper, nbdfuse, the notify
+# listener, supervisor), state directory. A second 'on' while the device is on and served takes it back as it
 # is. Bad input to 'on' fails with a message that names the problem, and also leaves
 # nothing behind. On a host without the ublk or NBD driver, '--frontend ublk' or
 # '--frontend nbd' is refused, saying why, before anything starts, and the default
@@ -29,7 +29,7 @@ nothing_left() { # name what-just-happened
 
 # Every daemon 'on' recorded, for nothing_left.
 daemon_pids() {
-  sed -n 's/^\(nbdkit\|nbdfuse\|pager\|standby\|keeper\|attach\|supervisor\)_pid=//p' \
+  sed -n 's/^\(nbdkit\|nbdfuse\|pager\|standby\|keeper\|attach\|notify\|supervisor\)_pid=//p' \
     "$RAMPART_RUN_DIR/$1/state" | sort -u | tr '\n' ' '
 }
 kernel_has() { # ublk|nbd: the driver is there or loads

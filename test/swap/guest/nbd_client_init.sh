@@ -172,7 +172,8 @@ takeover() {
     i=$((i + 1)); [ $i -le 180 ] || finish "$what $n: no swap moved within 90 s of the takeover"
     sleep 0.5
   done
-  took=$(grep -h 'took .* over' $rs/nbdkit-*.log | tail -n1 | sed 's/.*over \([0-9]*\) ms.*/\1/')
+  # What the standby told rampart-swap (sd_notify, kept in notify.log by its pid).
+  took=$(sed -n "s/^$standby STATUS=took over .*, \([0-9]*\) ms after.*/\1/p" $rs/notify.log | tail -n1)
   attach=$(grep 'reconnected to' $rs/nbd-attach.log | tail -n1 | sed 's/.* \([0-9]*\) ms after.*/\1/')
   [ $(io_errors) = $errors0 ] || finish "$what $n: I/O errors on $dev: $(dmesg | grep -E 'I/O error|error on swap' | tail -n 3 | tr '\n' '|')"
   say "takeover $what $n: pid $serving gone, pid $standby serves (took the state over ${took:-?} ms after, device on it ${attach:-?} ms after the connection died), new standby pid $new, swap moving $(since $t0) s after, 0 I/O errors"

@@ -65,7 +65,7 @@ wait_for() {
 # launch_ublk: rampart-ublk, the engine's own ublk target (ublk/), which prints the device
 # once it takes I/O; sets daemon_pid. Its queue depth and largest request bound its
 # locked buffers (32 x 128 KiB = 4 MiB). With state= the device outlives the daemon, and
-# a standby started beside it (--standby, the same settings) takes the device over the
+# a standby started beside it (standby=true, the same settings) takes the device over the
 # moment it dies (kill_pager): in a starved machine nothing can be started after the
 # crash, since every task that allocates waits on the device (ublk/ublk_standby.h).
 # A run that names its queue count (bench/guest --queues) gets them as rampart-swap sizes
@@ -86,7 +86,7 @@ launch_ublk() { # [queues]
   # locked pages) that a comparison of the frontends should not be charged.
   case " $RUNS " in
     *pager*)
-      rampart-ublk --standby $ublk_args size=$DEVICE_SIZE $settings \
+      rampart-ublk standby=true $ublk_args size=$DEVICE_SIZE $settings \
         state=/run/rampart-ublk.state </dev/null >/tmp/ublk-standby.out &
       standby_pid=$! ;;
   esac
