@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "fifo.h"
+#include "hop_trace.h"
 #include "mailbox.h"
 #include "nbd_protocol.h"
 
@@ -185,6 +186,7 @@ static struct request *take_request(struct nbd_server_conn *c, const uint8_t *p)
   struct request *r = c->free_requests;
   c->free_requests = r->next;
   c->outstanding++;
+  rp_hop(RP_HOP_FRONTEND_IN);
   r->reply.magic = htobe32(NBD_SIMPLE_REPLY_MAGIC);
   r->reply.handle = h.handle; /* opaque: echoed as sent */
   struct rampart_io *io = &r->io;
@@ -363,6 +365,7 @@ static void send_replies(struct nbd_server_conn *c)
         iov->iov_len -= (size_t)n;
       }
     }
+    rp_hop(RP_HOP_FRONTEND_OUT);
     for (unsigned i = first; i < sent; i++)
       release(c, c->ready[i]);
   }
