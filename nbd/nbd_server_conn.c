@@ -31,6 +31,7 @@
 
 #include "clock.h"
 #include "fifo.h"
+#include "hop_trace.h"
 #include "mailbox.h"
 #include "nbd_protocol.h"
 
@@ -281,6 +282,7 @@ static struct request *take_free(struct nbd_server_conn *c, const struct request
   struct request *r = c->free_requests;
   c->free_requests = r->next;
   c->outstanding++;
+  rp_hop(RP_HOP_FRONTEND_IN);
   r->reply.magic = htobe32(NBD_SIMPLE_REPLY_MAGIC);
   r->reply.handle = h->handle;
   struct rampart_io *io = &r->io;
@@ -560,6 +562,7 @@ static void send_replies(struct nbd_server_conn *c)
       }
     }
     send_all(c, c->iov, niov, bytes);
+    rp_hop(RP_HOP_FRONTEND_OUT);
     for (unsigned i = first; i < sent; i++)
       release(c, c->ready[i]);
   }

@@ -35,6 +35,7 @@
 #include "dlist.h"
 #include "fault_injection.h"
 #include "frame_auth.h"
+#include "hop_trace.h"
 #include "log.h"
 #include "message.h"
 #include "rps_server.h"
@@ -221,6 +222,10 @@ static void send_error(struct rps_conn *c, const struct rp_header *req, enum rp_
 static void flush_out(struct rps_conn *c)
 {
   struct ev_loop *loop = c->srv->loop;
+  /* Stamped before the send, not after: the send wakes the client, which may take this
+   * core from the server until it sleeps again. */
+  if (out_pending(c) > 0)
+    rp_hop(RP_HOP_SERVER_OUT);
   while (out_pending(c) > 0) {
     ssize_t n = send(c->fd, c->out + c->out_start, out_pending(c), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
@@ -874,6 +879,7 @@ static void on_readable(struct ev_loop *loop, ev_io *w, int revents)
     finish(c);
     return;
   }
+  rp_hop(RP_HOP_SERVER_IN);
   c->in_end += (size_t)n;
   c->srv->stats.bytes_in += (uint64_t)n;
   process_input(c);

@@ -30,6 +30,7 @@
 #include "auth.h"
 #include "etcd_announce.h"
 #include "file_create.h"
+#include "hop_trace.h"
 #include "listener.h"
 #include "log.h"
 #include "metrics_http.h"
@@ -271,6 +272,13 @@ static int run(const struct rps_options *opt)
     return 1;
   }
 
+  if (rp_hop_trace_start(err, sizeof err) < 0) {
+    rp_log(RP_LOG_ERROR, "%s", err);
+    close(fd);
+    if (metrics_fd >= 0)
+      close(metrics_fd);
+    return 1;
+  }
   signal(SIGPIPE, SIG_IGN);
   struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
   if (!loop) {

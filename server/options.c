@@ -45,6 +45,7 @@ static const struct option_def defs[] = {
   { "handshake-timeout", K_UINT, 1, 60 },
   { "max-sessions-per-key", K_UINT, 1, 1u << 20 },
   { "mlock", K_FLAG, 0, 0 },
+  { "poll-us", K_UINT, 0, 10000 },
   { "test-fault", K_FAULT, 0, 0 },
   { "etcd", K_TEXT, 0, 0 },
   { "cluster", K_TEXT, 0, 0 },
@@ -89,6 +90,9 @@ static const char usage[] =
   "                             swapped to this host's disk; needs RLIMIT_MEMLOCK of at\n"
   "                             least --memory (systemd: LimitMEMLOCK=infinity) or\n"
   "                             CAP_IPC_LOCK (default off; the systemd unit turns it on)\n"
+  "  --poll-us US                after serving pages, look for the next request this\n"
+  "                             long before sleeping: up to a core while clients are\n"
+  "                             busy, for a host with one to spare (default 0: off)\n"
   "  --verbose                  log every connection and refusal\n"
   "  --etcd URL,...             announce this server in etcd (its JSON gateway, v3 API):\n"
   "                             http(s)://HOST:2379,...; devices with\n"
@@ -248,6 +252,8 @@ static uint32_t *uint32_field(struct rps_options *o, const char *name)
     return &o->handshake_timeout;
   if (strcmp(name, "max-sessions-per-key") == 0)
     return &o->max_sessions_per_key;
+  if (strcmp(name, "poll-us") == 0)
+    return &o->poll_us;
   return &o->max_connections;
 }
 

@@ -42,6 +42,7 @@ struct rps_options {
   uint32_t max_unauthenticated_per_address;
   uint32_t handshake_timeout;   /* seconds from accept to a proven key */
   uint32_t max_sessions_per_key;
+  uint32_t poll_us;             /* spin this long for the next request; 0: never */
   bool mlock;                   /* lock the page store (and the process) in RAM */
   enum rps_fault_mode test_fault; /* RPS_FAULT_NONE unless a test asks for a liar */
   /* --etcd: announce this server in etcd (server/etcd_announce.c); "" when off */

@@ -52,6 +52,7 @@ struct rps_server {
   ev_timer accept_pause;             /* out of file descriptors: retry accept later */
   ev_signal sig_term, sig_int, sig_drain; /* SIGTERM/SIGINT stop, SIGUSR1 drains */
   ev_tstamp started;
+  bool stopping;                     /* SIGTERM or SIGINT came: the loop ends */
   struct rps_stats stats;
 };
 

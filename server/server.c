@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "connection.h"
 #include "log.h"
 
@@ -136,7 +137,9 @@ static void on_drain_signal(struct ev_loop *loop, ev_signal *w, int revents)
 
 static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
 {
+  struct rps_server *srv = w->data;
   rp_log(RP_LOG_INFO, "signal %d: shutting down", w->signum);
+  srv->stopping = true;
   ev_break(loop, EVBREAK_ALL);
 }
 
@@ -175,6 +178,8 @@ int rps_server_init(struct rps_server *srv, struct ev_loop *loop,
   srv->accept_pause.data = srv;
   ev_signal_init(&srv->sig_term, on_stop_signal, SIGTERM);
   ev_signal_init(&srv->sig_int, on_stop_signal, SIGINT);
+  srv->sig_term.data = srv;
+  srv->sig_int.data = srv;
   ev_signal_start(loop, &srv->sig_term);
   ev_signal_start(loop, &srv->sig_int);
   ev_signal_init(&srv->sig_drain, on_drain_signal, SIGUSR1);
@@ -183,9 +188,36 @@ int rps_server_init(struct rps_server *srv, struct ev_loop *loop,
   return 0;
 }
 
+static uint64_t pages_served(const struct rps_server *srv)
+{
+  return srv->stats.ops_read + srv->stats.ops_write;
+}
+
+/* --poll-us: after a pass that served pages, the next request of a busy client is
+ * usually microseconds away, less than what a wake from epoll_wait costs on a virtual
+ * machine. So the loop keeps looking without sleeping (epoll_wait with no timeout) for
+ * up to poll-us after the last page it served, and sleeps once that passes quietly. */
 void rps_server_run(struct rps_server *srv)
 {
-  ev_run(srv->loop, 0);
+  uint64_t spin_ns = (uint64_t)srv->opt->poll_us * 1000u;
+  if (spin_ns == 0) {
+    ev_run(srv->loop, 0);
+    return;
+  }
+  while (!srv->stopping) {
+    uint64_t served = pages_served(srv);
+    if (!ev_run(srv->loop, EVRUN_ONCE))
+      return; /* no watcher left */
+    if (pages_served(srv) == served)
+      continue;
+    uint64_t until = rp_now_ns() + spin_ns;
+    while (!srv->stopping && rp_now_ns() < until) {
+      served = pages_served(srv);
+      ev_run(srv->loop, EVRUN_NOWAIT);
+      if (pages_served(srv) != served)
+        until = rp_now_ns() + spin_ns;
+    }
+  }
 }
 
 void rps_server_cleanup(struct rps_server *srv)

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hop_trace.h"
 #include "xorshift.h"
 
 #define PREFILL_BYTES (256u << 10)
@@ -198,11 +199,14 @@ int bench_load_run(struct bench_load *l, bool write, unsigned qd, double seconds
   memset(l->latency, 0, LATENCY_BUCKETS * sizeof *l->latency);
   l->first_error = 0;
   uint64_t t0 = rp_now_ns(), end = t0 + (uint64_t)(seconds * 1e9);
-  for (unsigned i = 0; i < qd; i++, inflight++)
+  for (unsigned i = 0; i < qd; i++, inflight++) {
+    rp_hop(RP_HOP_FRONTEND_IN);
     submit(l, i, op, (rp_xorshift64s(&l->rng) % l->span_pages) * RAMPART_PAGE_SIZE, RAMPART_PAGE_SIZE);
+  }
   bool stopping = false;
   while (inflight) {
     unsigned n = reap(l, done);
+    rp_hop(RP_HOP_FRONTEND_OUT);
     uint64_t t = rp_now_ns();
     inflight -= n;
     stopping = stopping || t >= end;
@@ -213,6 +217,7 @@ int bench_load_run(struct bench_load *l, bool write, unsigned qd, double seconds
       l->latency[us < LATENCY_BUCKETS - 1 ? (unsigned)us : LATENCY_BUCKETS - 1]++;
       requests++;
       if (!stopping) {
+        rp_hop(RP_HOP_FRONTEND_IN);
         *tail = prepare(l, done[k], op, (rp_xorshift64s(&l->rng) % l->span_pages) * RAMPART_PAGE_SIZE,
                         RAMPART_PAGE_SIZE);
         tail = &(*tail)->next;

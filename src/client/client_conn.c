@@ -51,6 +51,7 @@
 #include "client_handshake.h"
 #include "clock.h"
 #include "fifo.h"
+#include "hop_trace.h"
 #include "log.h"
 #include "message.h"
 #include "msgf.h"
@@ -661,6 +662,9 @@ static void flush_queue(struct rp_conn *c)
     int flags = MSG_NOSIGNAL | MSG_DONTWAIT;
     if (c->zerocopy && !copy)
       flags |= MSG_ZEROCOPY;
+    /* Stamped before the send: over loopback the server may read and answer the
+     * frame before sendmsg returns here. */
+    rp_hop(RP_HOP_WIRE_OUT);
     ssize_t n = sendmsg(c->fd, &msg, flags);
     if (n < 0) {
       if (errno == EINTR)
@@ -768,6 +772,7 @@ static void handle_frame(struct rp_conn *c, const struct rp_header *h, const uin
     return;
   }
   table_remove(c, r);
+  rp_hop(RP_HOP_ENGINE_REPLY);
   if (h->status != RP_OK) {
     client_copy_server_message(r->error_message, sizeof r->error_message, payload, h->length,
                         h->status);

@@ -305,6 +305,13 @@ static int set_overflow(struct rampart_config *c, const char *key, const char *v
   return set_unsigned(&c->overflow_percent, key, v, 400, err, errlen);
 }
 
+/* A reaper that spins holds a core, so the bound stays well under a scheduler tick. */
+static int set_poll_us(struct rampart_config *c, const char *key, const char *v, char *err,
+                       size_t errlen)
+{
+  return set_unsigned(&c->poll_us, key, v, 10000, err, errlen);
+}
+
 static int set_timeout(struct rampart_config *c, const char *key, const char *v, char *err,
                        size_t errlen)
 {

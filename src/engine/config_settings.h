@@ -65,6 +65,10 @@
   X("io-timeout", set_io_timeout, NULL, \
     "io-timeout=MS             longest a request waits for a reconnecting server before it\n" \
     "                          fails as its policy says (default: the lease)\n") \
+  X("poll-us", set_poll_us, "0", \
+    "poll-us=US                a thread waiting for a server's reply spins this long before\n" \
+    "                          it sleeps, while a request is out: for a host with a core to\n" \
+    "                          spare (default 0: never)\n") \
   X("tmpdir", set_tmpdir, NULL, \
     "tmpdir=DIR                where the temporary spill file goes\n") \
   X("stats-file", set_stats_file, NULL, \

@@ -40,6 +40,7 @@
 #include "page_write.h"
 #include "page_write_pending.h"
 #include "state_segment.h"
+#include "hop_trace.h"
 #include "secret.h"
 #include "server_health.h"
 #include "server_transport.h"
@@ -53,6 +54,7 @@
 static void frontend_done(struct rampart_engine *e, struct rampart_io *io, int result)
 {
   e->frontend_completions++;
+  rp_hop(RP_HOP_ENGINE_DONE);
   io->done(io, result);
 }
 
@@ -452,6 +454,7 @@ void rampart_submit(struct rampart_engine *e, struct rampart_io *io)
 
 void rampart_submit_list(struct rampart_engine *e, struct rampart_io *first)
 {
+  rp_hop(RP_HOP_ENGINE_SUBMIT);
   if (!first || submit_inline(e, first))
     return;
   /* incoming is a stack, taken in reverse: pushed newest first, the list keeps its order */
@@ -1058,6 +1061,8 @@ static const struct server_set_events server_events = {
 struct rampart_engine *rampart_open(const struct rampart_config *config, char *err,
                                     size_t errlen)
 {
+  if (rp_hop_trace_start(err, errlen) < 0)
+    return NULL;
   if (!config->etcd_cluster[0] || config->etcd_picked)
     return open_engine(config, err, errlen);
   if (rampart_config_check(config, err, errlen) < 0)

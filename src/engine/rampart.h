@@ -66,6 +66,9 @@ struct rampart_engine;
  *                         cannot be rebuilt without it, a write with nowhere else to go)
  *                         before it fails as its policy says: rebuilt, spilled, or EIO
  *                         (default: the lease)
+ *   poll-us=US            a thread waiting for a server's reply (rampart_reap) spins this
+ *                         long before it sleeps, only while a request is out: for a host
+ *                         with a core to spare (default 0: never spin)
  *   stats-file=PATH       the engine rewrites its stats report here every second
  *   metrics-file=PATH     ... and its counters in the Prometheus text format (for
  *                         node_exporter's textfile collector: a NAME.prom file)

@@ -1,0 +1,207 @@
+/* The page-in path's latency tools against real rampartd processes: a reaper that spins
+ * (poll-us=) and servers that spin (--poll-us) still read back every byte written, spin
+ * only while a request is out, and stop on SIGTERM; and the hop stamps
+ * (RAMPART_HOP_TRACE, common/hop_trace.h) follow each QD1 page-in through the engine,
+ * the wire and the server, in order, with the server's stamps from the server's process.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "engine_cluster.h"
+#include "hop_trace.h"
+#include "rampart.h"
+
+#define PAGE RAMPART_PAGE_SIZE
+#define PAGES 256u
+#define SPIN_US "2000" /* long enough that a spin which did not stop would show */
+
+struct one_io {
+  struct rampart_io io;
+  atomic_bool done;
+  int result;
+};
+
+static void on_done(struct rampart_io *io, int result)
+{
+  struct one_io *o = io->user;
+  o->result = result;
+  atomic_store(&o->done, true);
+}
+
+/* One request at a time, waited for in rampart_reap, as a QD1 page-in is. */
+static int qd1(struct rampart_engine *e, enum rampart_op op, uint64_t page, uint8_t *buf)
+{
+  struct one_io o = { .io = { .op = op, .offset = page * PAGE, .length = PAGE, .buf = buf,
+                              .done = on_done } };
+  o.io.user = &o;
+  rp_hop(RP_HOP_FRONTEND_IN);
+  rampart_submit(e, &o.io);
+  while (!atomic_load(&o.done))
+    rampart_reap(e);
+  rp_hop(RP_HOP_FRONTEND_OUT);
+  return o.result;
+}
+
+static void fill(uint8_t *buf, uint64_t page)
+{
+  for (size_t i = 0; i < PAGE; i++)
+    buf[i] = (uint8_t)(page * 131 + i * 7 + (i >> 9));
+}
+
+static void write_then_read_back(struct rampart_engine *e)
+{
+  uint8_t want[PAGE], got[PAGE];
+  for (uint64_t p = 0; p < PAGES; p++) {
+    fill(want, p);
+    assert_int_equal(qd1(e, RAMPART_OP_WRITE, p, want), 0);
+  }
+  for (uint64_t p = 0; p < PAGES; p++) {
+    uint64_t page = (p * 97) % PAGES;
+    fill(want, page);
+    memset(got, 0, sizeof got);
+    assert_int_equal(qd1(e, RAMPART_OP_READ, page, got), 0);
+    assert_memory_equal(got, want, PAGE);
+  }
+}
+
+/* utime + stime, ms, of a process (all its threads). */
+static double cpu_ms(pid_t pid)
+{
+  char path[64], line[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(line, sizeof line, f));
+  fclose(f);
+  const char *p = strrchr(line, ')');
+  assert_non_null(p);
+  unsigned long utime = 0, stime = 0;
+  /* fields 14 and 15; p points at the end of field 2 */
+  assert_int_equal(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+                          &utime, &stime), 2);
+  return (double)(utime + stime) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double thread_cpu_ms(void)
+{
+  struct rusage u;
+  assert_int_equal(getrusage(RUSAGE_THREAD, &u), 0);
+  return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3 +
+         (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e3;
+}
+
+/* Every byte comes back through a spinning reaper and spinning servers; with nothing out,
+ * neither spins: an idle second costs the engine's process and each server a few ticks,
+ * not the second a spin would, and a reaper with nothing out sleeps at once. The servers stop on SIGTERM (rp_test_cluster_stop fails
+ * the test on one that does not exit 0). */
+static void test_spinning_reaper_and_servers_read_back_and_idle(void **state)
+{
+  (void)state;
+  static const char *const spin[] = { "--poll-us", SPIN_US, NULL };
+  struct rp_test_cluster c;
+  assert_int_equal(rp_test_cluster_start_args(&c, 3, "64M", spin), 0);
+  const char *extra[] = { "redundancy", "mirror", "poll-us", SPIN_US, NULL };
+  struct rampart_engine *e = rp_test_engine_open(&c, PAGES * 4, extra);
+  write_then_read_back(e);
+  double server0[3];
+  for (unsigned i = 0; i < 3; i++)
+    server0[i] = cpu_ms(c.servers[i].pid);
+  /* Reaping with nothing out: each call sleeps until its safety-net timeout (100 ms). */
+  double self0 = thread_cpu_ms();
+  for (unsigned k = 0; k < 10; k++)
+    rampart_reap(e);
+  double self = thread_cpu_ms() - self0;
+  print_message("10 reaps with nothing out: %.2f ms of this thread's CPU (a spin: 20)\n", self);
+  assert_true(self < 10);
+  for (unsigned i = 0; i < 3; i++) {
+    double used = cpu_ms(c.servers[i].pid) - server0[i];
+    print_message("an idle second: server %u used %.0f ms of CPU\n", i, used);
+    assert_true(used < 300);
+  }
+  rampart_close(e);
+  rp_test_cluster_stop(&c);
+}
+
+static int by_ns(const void *a, const void *b)
+{
+  const struct rp_hop_stamp *x = a, *y = b;
+  return x->ns < y->ns ? -1 : x->ns > y->ns;
+}
+
+/* With RAMPART_HOP_TRACE set before the servers and the engine start, each QD1 request
+ * leaves its eight stamps in hop order, the server's two from a server's process. */
+static void test_hop_stamps_follow_each_page_in(void **state)
+{
+  (void)state;
+  char dir[512], trace[600];
+  assert_int_equal(rp_test_tmpdir(dir, sizeof dir), 0);
+  snprintf(trace, sizeof trace, "%s/hops", dir);
+  setenv(RP_HOP_TRACE_ENV, trace, 1);
+  struct rp_test_cluster c;
+  assert_int_equal(rp_test_cluster_start(&c, 3, "64M", NULL), 0);
+  const char *extra[] = { "redundancy", "mirror", "poll-us", "0", NULL };
+  struct rampart_engine *e = rp_test_engine_open(&c, PAGES * 4, extra);
+  unsetenv(RP_HOP_TRACE_ENV);
+  assert_non_null(rp_hop_trace);
+  write_then_read_back(e);
+  rampart_close(e);
+  rp_test_cluster_stop(&c);
+
+  uint64_t n = atomic_load(&rp_hop_trace->next);
+  assert_true(n > 0 && n < rp_hop_trace->capacity);
+  struct rp_hop_stamp *s = malloc(n * sizeof *s);
+  assert_non_null(s);
+  memcpy(s, rp_hop_trace->stamp, n * sizeof *s);
+  qsort(s, n, sizeof *s, by_ns);
+  /* Each hop at its first stamp after the hop before it, as bench/hops reads them. */
+  uint64_t at[RP_HOP_COUNT] = { 0 };
+  const uint32_t self = (uint32_t)getpid();
+  bool server_in_from_server = false;
+  unsigned reads_and_writes = 0, from_server = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    unsigned h = s[i].hop;
+    if (h == RP_HOP_FRONTEND_IN) {
+      memset(at, 0, sizeof at);
+      at[h] = s[i].ns;
+      continue;
+    }
+    if (h >= RP_HOP_COUNT || !at[h - 1] || at[h])
+      continue;
+    at[h] = s[i].ns;
+    /* (A mirror write's two servers may answer in either order: the in and the out
+     * taken may be two servers', but both are a server's.) */
+    if (h == RP_HOP_SERVER_IN)
+      server_in_from_server = s[i].pid != self;
+    if (h == RP_HOP_SERVER_OUT && server_in_from_server && s[i].pid != self)
+      from_server++;
+    if (h == RP_HOP_FRONTEND_OUT)
+      reads_and_writes++;
+  }
+  free(s);
+  print_message("%u of %u page-ins with every hop stamped, %u with the server's own\n",
+                reads_and_writes, 2 * PAGES, from_server);
+  /* Every request completes with its frontend-out stamp; a mirror write's second copy
+   * and the engine's own traffic add stamps, never take one away. */
+  assert_int_equal(reads_and_writes, 2 * PAGES);
+  assert_int_equal(from_server, 2 * PAGES);
+  rp_test_tmpdir_remove(dir);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_spinning_reaper_and_servers_read_back_and_idle),
+    cmocka_unit_test(test_hop_stamps_follow_each_page_in),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
