@@ -27,6 +27,7 @@ struct rp_etcd {
   char *reply;            /* reply_max + 1 bytes, preallocated */
   size_t reply_len, reply_max;
   bool reply_overflow;
+  bool overflowed;        /* an endpoint's reply to the last post was larger than reply_max */
   char lie[200];          /* how the reply being read is of the wrong shape ("": it is not) */
   char body[BODY_MAX];
   char url[RP_ETCD_URL_LEN + 64];
@@ -209,6 +210,7 @@ static void lied(struct rp_etcd *e, const char *path, const char *how, char *err
 static int post(struct rp_etcd *e, const char *path, long timeout_ms, char *err,
                 size_t errlen)
 {
+  e->overflowed = false;
   for (unsigned tries = 0; tries < e->nendpoints; tries++) {
     snprintf(e->url, sizeof e->url, "%s%s", e->endpoints[e->current], path);
     e->reply_len = 0;
@@ -227,6 +229,7 @@ static int post(struct rp_etcd *e, const char *path, long timeout_ms, char *err,
       continue;
     }
     if (e->reply_overflow) {
+      e->overflowed = true;
       snprintf(err, errlen, "etcd at %s: the reply to %s is larger than the %zu bytes this "
                "client keeps for one", e->endpoints[e->current], path, e->reply_max);
       e->current = (e->current + 1) % e->nendpoints;
@@ -335,11 +338,14 @@ int rp_etcd_put(struct rp_etcd *e, const char *key, const char *value, int64_t l
   return post(e, "/v3/kv/put", e->timeout_ms, err, errlen);
 }
 
+enum range_kind { RANGE_READ, RANGE_KEYS_ONLY, RANGE_WATCH };
+
 /* The request body of a range from start (start_len bytes, any of them) to the end
- * of prefix: a read ({"limit","revision"}) or a watch's create_request. */
+ * of prefix: a read ({"limit","revision"}, keys only or not) or a watch's
+ * create_request. */
 static int range_body(struct rp_etcd *e, const char *start, size_t start_len,
-                      const char *prefix, unsigned limit, int64_t rev, bool watch, char *err,
-                      size_t errlen)
+                      const char *prefix, unsigned limit, int64_t rev, enum range_kind kind,
+                      char *err, size_t errlen)
 {
   size_t plen = strlen(prefix);
   if (plen == 0 || plen > RP_ETCD_KEY_MAX || start_len > RP_ETCD_KEY_MAX + 1) {
@@ -352,13 +358,14 @@ static int range_body(struct rp_etcd *e, const char *start, size_t start_len,
   b64_encode(start, start_len, k64);
   b64_encode(end, plen, e64);
   int n;
-  if (watch)
+  if (kind == RANGE_WATCH)
     n = snprintf(e->body, sizeof e->body, "{\"create_request\":{\"key\":\"%s\","
                  "\"range_end\":\"%s\",\"start_revision\":\"%" PRId64 "\"}}", k64, e64,
                  rev);
   else
     n = snprintf(e->body, sizeof e->body, "{\"key\":\"%s\",\"range_end\":\"%s\","
-                 "\"limit\":\"%u\",\"revision\":\"%" PRId64 "\"}", k64, e64, limit, rev);
+                 "\"limit\":\"%u\",\"revision\":\"%" PRId64 "\"%s}", k64, e64, limit, rev,
+                 kind == RANGE_KEYS_ONLY ? ",\"keys_only\":true" : "");
   return body_fits(n, err, errlen) ? 0 : -1;
 }
 
@@ -392,12 +399,13 @@ static int key_cmp(const char *a, size_t alen, const char *b, size_t blen)
 /* One page from start: a reply of the wrong shape, or one whose last key does not move
  * the read forward within the prefix, is that endpoint failing. */
 static int range_page(struct rp_etcd *e, const char *start, size_t start_len,
-                      const char *prefix, unsigned limit, int64_t rev, rp_etcd_kv_fn fn,
-                      void *arg, struct rp_etcd_range_page *page, char *err, size_t errlen)
+                      const char *prefix, unsigned limit, int64_t rev, enum range_kind kind,
+                      rp_etcd_kv_fn fn, void *arg, struct rp_etcd_range_page *page,
+                      char *err, size_t errlen)
 {
   size_t plen = strlen(prefix);
   for (unsigned tries = 0; tries < e->nendpoints; tries++) {
-    if (range_body(e, start, start_len, prefix, limit, rev, false, err, errlen) < 0 ||
+    if (range_body(e, start, start_len, prefix, limit, rev, kind, err, errlen) < 0 ||
         post(e, "/v3/kv/range", e->timeout_ms, err, errlen) < 0)
       return -1;
     char how[200];
@@ -416,6 +424,30 @@ static int range_page(struct rp_etcd *e, const char *start, size_t start_len,
   return -1;
 }
 
+static void no_kv(void *arg, const char *key, const char *value)
+{
+}
+
+/* The page at start did not fit the buffer even alone: its first kv is larger than a
+ * reply may be, so not rampart's. Its key, read alone, is where the read goes on. */
+static int skip_huge_kv(struct rp_etcd *e, const char *start, size_t start_len,
+                        const char *prefix, int64_t rev, struct rp_etcd_range_page *page,
+                        char *err, size_t errlen)
+{
+  if (range_page(e, start, start_len, prefix, 1, rev, RANGE_KEYS_ONLY, no_kv, NULL, page,
+                 err, errlen) < 0)
+    return -1;
+  if (page->count == 0 || page->last_key_len == SIZE_MAX) {
+    snprintf(err, errlen, "etcd at %s: a key under %.100s with a value larger than the %zu "
+             "bytes a reply may take%s", e->endpoints[e->current], prefix, e->reply_max,
+             page->count ? " has a key too long to read past: remove it" : " is gone");
+    return -1;
+  }
+  rp_log(RP_LOG_WARN, "etcd: %.200s holds more than the %zu bytes a reply may take: not "
+         "rampart's, skipped", page->last_key, e->reply_max);
+  return 0;
+}
+
 int rp_etcd_range_prefix(struct rp_etcd *e, const char *prefix, rp_etcd_kv_fn fn,
                          void *arg, int64_t *revision, char *err, size_t errlen)
 {
@@ -427,24 +459,36 @@ int rp_etcd_range_prefix(struct rp_etcd *e, const char *prefix, rp_etcd_kv_fn fn
   char start[RP_ETCD_KEY_MAX + 1];
   size_t start_len = plen;
   memcpy(start, prefix, plen);
-  unsigned limit = e->reply_max / KV_REPLY_MAX ? (unsigned)(e->reply_max / KV_REPLY_MAX) : 1;
+  unsigned full = e->reply_max / KV_REPLY_MAX ? (unsigned)(e->reply_max / KV_REPLY_MAX) : 1;
+  unsigned limit = full;
   uint64_t deadline = rp_now_ms() + (uint64_t)RANGE_CALLS_MAX * e->timeout_ms;
   int64_t at = 0; /* every page at the first one's revision: one snapshot */
   for (;;) {
     struct rp_etcd_range_page page;
-    if (range_page(e, start, start_len, prefix, limit, at, fn, arg, &page, err, errlen) < 0)
-      return -1;
-    if (at == 0) {
-      at = page.revision;
-      if (revision)
-        *revision = at;
+    int rc = range_page(e, start, start_len, prefix, limit, at, RANGE_READ, fn, arg, &page,
+                        err, errlen);
+    bool halve = rc < 0 && e->overflowed && limit > 1;
+    if (rc < 0 && e->overflowed && limit == 1) {
+      rc = skip_huge_kv(e, start, start_len, prefix, at, &page, err, errlen);
+      limit = full;
     }
-    if (!page.more)
-      return 0;
-    /* The next page starts at the first key after the last: last_key + NUL. */
-    memcpy(start, page.last_key, page.last_key_len);
-    start[page.last_key_len] = '\0';
-    start_len = page.last_key_len + 1;
+    if (rc < 0 && !halve)
+      return -1;
+    if (halve) {
+      limit /= 2; /* a page that does not fit: fewer keys a page from the same start */
+    } else {
+      if (at == 0) {
+        at = page.revision;
+        if (revision)
+          *revision = at;
+      }
+      if (!page.more)
+        return 0;
+      /* The next page starts at the first key after the last: last_key + NUL. */
+      memcpy(start, page.last_key, page.last_key_len);
+      start[page.last_key_len] = '\0';
+      start_len = page.last_key_len + 1;
+    }
     if (rp_now_ms() >= deadline) {
       char how[120];
       snprintf(how, sizeof how, "more keys under %.60s after %u s of pages", prefix,
@@ -525,7 +569,7 @@ int rp_etcd_watch_prefix(struct rp_etcd *e, const char *prefix, int64_t start_re
              start_revision);
     return -1;
   }
-  if (range_body(e, prefix, strlen(prefix), prefix, 0, start_revision, true, err,
+  if (range_body(e, prefix, strlen(prefix), prefix, 0, start_revision, RANGE_WATCH, err,
                  errlen) < 0)
     return -1;
   e->watch = &w;

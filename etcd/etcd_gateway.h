@@ -64,7 +64,9 @@ int rp_etcd_delete(struct rp_etcd *e, const char *key, char *err, size_t errlen)
  * buffer holds (reply_max / 2.3 KB, at one revision), with no cap on how many: fn is
  * called with each key and value (NUL terminated; a key or value longer than
  * RP_ETCD_KEY_MAX or RP_ETCD_VALUE_MAX, or with a NUL byte, is skipped: not rampart's).
- * The pages end within 10 timeouts. *revision (may be NULL) gets the store's revision at
+ * A page that does not fit the buffer is asked for again with half the keys; one kv
+ * that alone does not fit is skipped, named in the log. The pages end within 10
+ * timeouts. *revision (may be NULL) gets the store's revision at
  * the read, where a watch starts from. */
 int rp_etcd_range_prefix(struct rp_etcd *e, const char *prefix, rp_etcd_kv_fn fn,
                          void *arg, int64_t *revision, char *err, size_t errlen);

@@ -13,8 +13,8 @@
  *   - a fake gateway listed first answers HTTP 200 with replies of the wrong shape: each
  *     device attaches and follows through the real members, serves, and the log names
  *     the lying endpoint and the lie;
- *   - 1,100 server IDs registered and deleted and a 1.1 MB value left under the prefix:
- *     a server registered after that still receives pages.
+ *   - 1,100 server IDs registered and deleted and two 1.1 MB values left under the
+ *     prefix (one under servers/): a server registered after that still receives pages.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -506,8 +506,32 @@ static void b64(const void *in, size_t len, char *out)
   EVP_EncodeBlock((unsigned char *)out, in, (int)len);
 }
 
-/* IDs that came and went leave no mark, and a key larger than the client's reply
- * buffer under the prefix (not a server's) does not stop the reads. */
+/* A value of 1,100,000 bytes at /rampart/CLUSTER/SUFFIX, put by hand: the client
+ * refuses to send one. */
+static void put_huge(struct rig *r, const char *suffix)
+{
+  enum { HUGE = 1100 * 1000 };
+  char *value = malloc(HUGE), *body = malloc(HUGE / 3 * 4 + 1024), reply[4096];
+  assert_non_null(value);
+  assert_non_null(body);
+  memset(value, 'h', HUGE);
+  char key[128], k64[200];
+  snprintf(key, sizeof key, "/rampart/%s/%s", CLUSTER, suffix);
+  b64(key, strlen(key), k64);
+  size_t n = (size_t)sprintf(body, "{\"key\":\"%s\",\"value\":\"", k64);
+  b64(value, HUGE, body + n);
+  n += strlen(body + n);
+  n += (size_t)sprintf(body + n, "\"}");
+  int status = rp_test_http_post(r->etcd.m[0].client_port, "/v3/kv/put", body, n, reply,
+                                 sizeof reply, 10000);
+  print_message("a %u-byte value put at %s: HTTP %d\n", HUGE, key, status);
+  assert_int_equal(status, 200);
+  free(body);
+  free(value);
+}
+
+/* IDs that came and went leave no mark, and values larger than the client's reply
+ * buffer under the prefix, a server's key among them, do not stop the reads. */
 static void test_registry_churn_and_a_huge_key(void **state)
 {
   NEED_ETCD();
@@ -537,26 +561,10 @@ static void test_registry_churn_and_a_huge_key(void **state)
   }
   rp_test_sleep_ms(1000);
   assert_int_equal(rp_etcd_lease_revoke(r->client, lease, err, sizeof err), 0);
-  /* One value of 1.1 MB beside the servers' keys: larger than a reply the device takes. */
-  enum { HUGE = 1100 * 1000 };
-  char *value = malloc(HUGE), *body = malloc(HUGE / 3 * 4 + 1024);
-  assert_non_null(value);
-  assert_non_null(body);
-  memset(value, 'h', HUGE);
-  char key[128], k64[200];
-  snprintf(key, sizeof key, "/rampart/%s/huge", CLUSTER);
-  b64(key, strlen(key), k64);
-  size_t n = (size_t)sprintf(body, "{\"key\":\"%s\",\"value\":\"", k64);
-  b64(value, HUGE, body + n);
-  n += strlen(body + n);
-  n += (size_t)sprintf(body + n, "\"}");
-  int status = rp_test_http_post(r->etcd.m[0].client_port, "/v3/kv/put", body, n, reply,
-                                 sizeof reply, 10000);
-  print_message("1,100 IDs registered and deleted; a %u-byte value put: HTTP %d\n", HUGE,
-                status);
-  assert_int_equal(status, 200);
-  free(body);
-  free(value);
+  /* Values of 1.1 MB, larger than a reply the device takes: one beside the servers'
+   * keys, one among them (not rampart's: skipped). */
+  put_huge(r, "huge");
+  put_huge(r, "servers/huge");
   expect_new_server_takes_pages(r, "a rampartd registered after them", 30000);
   verify_all(r, "after the churn and the huge key, every page");
   rig_stop(r);
