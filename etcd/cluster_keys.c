@@ -76,30 +76,53 @@ void rp_cluster_registry_free(struct rp_cluster_registry *r)
   r->n = r->cap = 0;
 }
 
-static int find_or_add(struct rp_cluster_registry *r, const char *id)
+/* An entry whose ID has neither key any more: it may be given to another ID. */
+static bool gone(const struct rp_cluster_server *s)
 {
-  for (unsigned i = 0; i < r->n; i++)
-    if (strcmp(r->servers[i].id, id) == 0)
-      return (int)i;
-  if (r->n == r->cap || strlen(id) >= RP_CLUSTER_ID_LEN)
-    return -1;
-  struct rp_cluster_server *s = &r->servers[r->n];
-  memset(s, 0, sizeof *s);
-  snprintf(s->id, sizeof s->id, "%s", id);
-  return (int)r->n++;
+  return !s->registered && !s->advertised && !s->unread_server && !s->unread_free;
 }
 
+/* The entry of id; with add, a new one (a gone one reused, else the next): -1 when the
+ * ID is too long or every entry holds a live ID. */
+static int find_or_add(struct rp_cluster_registry *r, const char *id, bool add)
+{
+  int reuse = -1;
+  for (unsigned i = 0; i < r->n; i++) {
+    if (strcmp(r->servers[i].id, id) == 0)
+      return (int)i;
+    if (reuse < 0 && gone(&r->servers[i]))
+      reuse = (int)i;
+  }
+  if (!add || strlen(id) >= RP_CLUSTER_ID_LEN)
+    return -1;
+  if (reuse < 0 && r->n == r->cap)
+    return -1;
+  if (reuse < 0)
+    reuse = (int)r->n++;
+  struct rp_cluster_server *s = &r->servers[reuse];
+  uint32_t generation = s->generation + 1;
+  memset(s, 0, sizeof *s);
+  s->generation = generation;
+  snprintf(s->id, sizeof s->id, "%s", id);
+  return reuse;
+}
+
+/* A value's fields are taken only with the type rampartd writes: text that does not fit
+ * is empty (cut, an address would name another server), a number that is not a
+ * non-negative integer is 0, a flag that is not a boolean is false. */
 static void copy_field(struct json_object *o, const char *name, char *dst, size_t len)
 {
   struct json_object *v;
-  if (json_object_object_get_ex(o, name, &v))
+  dst[0] = '\0';
+  if (json_object_object_get_ex(o, name, &v) && v && json_object_is_type(v, json_type_string) &&
+      strlen(json_object_get_string(v)) < len)
     snprintf(dst, len, "%s", json_object_get_string(v));
 }
 
 static uint64_t number(struct json_object *o, const char *name)
 {
   struct json_object *v;
-  if (!json_object_object_get_ex(o, name, &v))
+  if (!json_object_object_get_ex(o, name, &v) || !v || !json_object_is_type(v, json_type_int))
     return 0;
   int64_t n = json_object_get_int64(v);
   return n < 0 ? 0 : (uint64_t)n;
@@ -108,7 +131,8 @@ static uint64_t number(struct json_object *o, const char *name)
 static bool flag(struct json_object *o, const char *name)
 {
   struct json_object *v;
-  return json_object_object_get_ex(o, name, &v) && json_object_get_boolean(v);
+  return json_object_object_get_ex(o, name, &v) && v &&
+         json_object_is_type(v, json_type_boolean) && json_object_get_boolean(v);
 }
 
 int rp_cluster_registry_take(struct rp_cluster_registry *r, bool deleted, const char *key,
@@ -122,10 +146,14 @@ int rp_cluster_registry_take(struct rp_cluster_registry *r, bool deleted, const 
   bool is_free = strncmp(rest, "free/", 5) == 0;
   if (!is_server && !is_free)
     return -1;
-  int at = find_or_add(r, rest + (is_server ? 8 : 5));
+  int at = find_or_add(r, rest + (is_server ? 8 : 5), !deleted);
   if (at < 0)
     return -1;
   struct rp_cluster_server *s = &r->servers[at];
+  if (is_server)
+    s->unread_server = false;
+  else
+    s->unread_free = false;
   if (deleted) {
     if (is_server)
       s->registered = false;
@@ -158,10 +186,31 @@ static void take_read(void *arg, const char *key, const char *value)
   rp_cluster_registry_take(arg, false, key, value);
 }
 
+/* Reads the servers' keys only (servers/ and free/, each paged), not the rest of the
+ * prefix (devices' records, whatever else is stored there). An entry not seen by the
+ * read loses its flags once the read has succeeded; until then it keeps them, so a read
+ * that fails half way takes nothing away. */
 int rp_cluster_registry_read(struct rp_cluster_registry *r, struct rp_etcd *e,
                              int64_t *revision, char *err, size_t errlen)
 {
-  for (unsigned i = 0; i < r->n; i++)
-    r->servers[i].registered = r->servers[i].advertised = false;
-  return rp_etcd_range_prefix(e, r->prefix, take_read, r, revision, err, errlen);
+  for (unsigned i = 0; i < r->n; i++) {
+    r->servers[i].unread_server = r->servers[i].registered;
+    r->servers[i].unread_free = r->servers[i].advertised;
+  }
+  char servers[sizeof r->prefix + 16], free_prefix[sizeof r->prefix + 16];
+  snprintf(servers, sizeof servers, "%sservers/", r->prefix);
+  snprintf(free_prefix, sizeof free_prefix, "%sfree/", r->prefix);
+  int64_t rev = 0;
+  if (rp_etcd_range_prefix(e, servers, take_read, r, &rev, err, errlen) < 0 ||
+      rp_etcd_range_prefix(e, free_prefix, take_read, r, NULL, err, errlen) < 0)
+    return -1;
+  for (unsigned i = 0; i < r->n; i++) {
+    struct rp_cluster_server *s = &r->servers[i];
+    s->registered = s->registered && !s->unread_server;
+    s->advertised = s->advertised && !s->unread_free;
+    s->unread_server = s->unread_free = false;
+  }
+  if (revision)
+    *revision = rev;
+  return 0;
 }

@@ -49,10 +49,15 @@ struct rp_cluster_server {
   bool pressure, draining;
   bool registered;   /* servers/ID is there (its lease lives) */
   bool advertised;   /* free/ID is there */
+  uint32_t generation; /* bumped when the entry is given to another ID */
+  /* during a read: a flag set before it whose key the read has not seen yet */
+  bool unread_server, unread_free;
 };
 
-/* What etcd holds for one cluster, as a table by ID (entries are never moved, so an
- * index stays valid; a key deleted clears its flag). */
+/* What etcd holds for one cluster, as a table by ID. Entries are never moved; a key
+ * deleted clears its flag, and an entry whose ID has neither key is given to the next
+ * new ID (its generation changes then), so IDs that come and go never fill the table:
+ * it holds cap IDs registered at once. */
 struct rp_cluster_registry {
   char prefix[RP_CLUSTER_NAME_LEN + 16];
   struct rp_cluster_server *servers;
@@ -65,10 +70,13 @@ int rp_cluster_registry_init(struct rp_cluster_registry *r, const char *cluster,
                              unsigned cap, char *err, size_t errlen);
 void rp_cluster_registry_free(struct rp_cluster_registry *r);
 /* Applies one key (from a range read or a watch event). The index of the server it
- * concerns, or -1 when the key is not one of ours, does not parse or the table is full. */
+ * concerns, or -1 when the key is not one of ours, does not parse, is a deletion of an
+ * ID not in the table, or the table is full of live IDs. */
 int rp_cluster_registry_take(struct rp_cluster_registry *r, bool deleted, const char *key,
                              const char *value);
-/* Reads everything under the prefix (the table is emptied first). */
+/* Reads the servers' keys (servers/ and free/ under the prefix, not the devices'
+ * records); entries whose keys are gone lose their flags. *revision (may be NULL) is
+ * where a watch of the prefix starts from. */
 int rp_cluster_registry_read(struct rp_cluster_registry *r, struct rp_etcd *e,
                              int64_t *revision, char *err, size_t errlen);
 

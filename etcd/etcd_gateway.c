@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,8 @@
 
 #include "clock.h"
 #include "etcd_libs.h"
+#include "etcd_reply.h"
+#include "log.h"
 
 #define B64_LEN(n) (((n) + 2) / 3 * 4 + 1)
 #define BODY_MAX (B64_LEN(RP_ETCD_KEY_MAX) * 2 + B64_LEN(RP_ETCD_VALUE_MAX) + 256)
@@ -24,6 +27,8 @@ struct rp_etcd {
   char *reply;            /* reply_max + 1 bytes, preallocated */
   size_t reply_len, reply_max;
   bool reply_overflow;
+  bool overflowed;        /* an endpoint's reply to the last post was larger than reply_max */
+  char lie[200];          /* how the reply being read is of the wrong shape ("": it is not) */
   char body[BODY_MAX];
   char url[RP_ETCD_URL_LEN + 64];
   /* a watch in progress: lines are handed on as they complete */
@@ -35,28 +40,6 @@ struct rp_etcd {
 static void b64_encode(const char *in, size_t len, char *out)
 {
   EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)in, (int)len);
-}
-
-/* Decodes into out (cap bytes, NUL terminated, cut to fit). -1 when not base64. */
-static int b64_decode(const char *in, char *out, size_t cap)
-{
-  size_t n = strlen(in);
-  if (n % 4 != 0)
-    return -1;
-  unsigned char tmp[B64_LEN(RP_ETCD_VALUE_MAX)];
-  if (n / 4 * 3 > sizeof tmp)
-    n = sizeof tmp / 3 * 4;
-  int got = EVP_DecodeBlock(tmp, (const unsigned char *)in, (int)n);
-  if (got < 0)
-    return -1;
-  if (n >= 1 && in[n - 1] == '=')
-    got--;
-  if (n >= 2 && in[n - 2] == '=')
-    got--;
-  size_t take = (size_t)got < cap - 1 ? (size_t)got : cap - 1;
-  memcpy(out, tmp, take);
-  out[take] = '\0';
-  return 0;
 }
 
 /* The first key after every key that starts with prefix (etcd's range_end). */
@@ -184,7 +167,7 @@ static size_t on_reply(char *data, size_t size, size_t nmemb, void *arg)
   e->reply[e->reply_len] = '\0';
   if (e->watch)
     watch_take(e);
-  return n;
+  return e->lie[0] ? 0 : n;
 }
 
 /* The gateway's error body: {"error":"...","code":N,"message":"..."}. */
@@ -207,18 +190,33 @@ static void http_error(const struct rp_etcd *e, long status, const char *path, c
            path, status, msg ? ": " : "", len > 200 ? 200 : len, msg ? msg : "");
 }
 
+/* An endpoint whose reply is of the wrong shape failed like one that cannot be reached:
+ * whatever answers there is not a working etcd (a program that took its port, a broken
+ * proxy). It is named in the log, and the next one is tried. */
+static void lied(struct rp_etcd *e, const char *path, const char *how, char *err,
+                 size_t errlen)
+{
+  snprintf(err, errlen, "etcd at %s answered %s with a reply of the wrong shape (%s): it "
+           "is not a working etcd v3 gateway", e->endpoints[e->current], path, how);
+  rp_log(RP_LOG_WARN, "etcd: %s; trying the next endpoint", err);
+  e->current = (e->current + 1) % e->nendpoints;
+}
+
 /* POSTs e->body to path, trying each endpoint once from the current one: the reply is
- * in e->reply. A transport failure, a 5xx (no leader, a member shutting down) or a 404
- * (no v3 gateway there: not etcd, or an endpoint's port now held by another program)
- * moves to the next endpoint; any other refusal is etcd's answer. */
+ * in e->reply. A transport failure, a 5xx (no leader, a member shutting down), a 404
+ * (no v3 gateway there: not etcd, or an endpoint's port now held by another program),
+ * a reply larger than the buffer or a watch message of the wrong shape moves to the
+ * next endpoint; any other refusal is etcd's answer. */
 static int post(struct rp_etcd *e, const char *path, long timeout_ms, char *err,
                 size_t errlen)
 {
+  e->overflowed = false;
   for (unsigned tries = 0; tries < e->nendpoints; tries++) {
     snprintf(e->url, sizeof e->url, "%s%s", e->endpoints[e->current], path);
     e->reply_len = 0;
     e->reply[0] = '\0';
     e->reply_overflow = false;
+    e->lie[0] = '\0';
     curl_easy_setopt(e->curl, CURLOPT_URL, e->url);
     curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, e->body);
     curl_easy_setopt(e->curl, CURLOPT_POSTFIELDSIZE, (long)strlen(e->body));
@@ -226,10 +224,16 @@ static int post(struct rp_etcd *e, const char *path, long timeout_ms, char *err,
     CURLcode rc = curl_easy_perform(e->curl);
     long status = 0;
     curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
+    if (e->lie[0]) {
+      lied(e, path, e->lie, err, errlen);
+      continue;
+    }
     if (e->reply_overflow) {
+      e->overflowed = true;
       snprintf(err, errlen, "etcd at %s: the reply to %s is larger than the %zu bytes this "
                "client keeps for one", e->endpoints[e->current], path, e->reply_max);
-      return -1;
+      e->current = (e->current + 1) % e->nendpoints;
+      continue;
     }
     if (rc == CURLE_OK && status == 200)
       return 0;
@@ -305,7 +309,7 @@ int rp_etcd_lease_keepalive(struct rp_etcd *e, int64_t lease, int64_t *ttl_left,
     return -1;
   }
   /* An expired lease comes back without a TTL (proto3 leaves out zeros). */
-  if (number_field(e->reply, "TTL", ttl_left) < 0)
+  if (number_field(e->reply, "TTL", ttl_left) < 0 || *ttl_left < 0)
     *ttl_left = 0;
   return 0;
 }
@@ -334,26 +338,34 @@ int rp_etcd_put(struct rp_etcd *e, const char *key, const char *value, int64_t l
   return post(e, "/v3/kv/put", e->timeout_ms, err, errlen);
 }
 
-static int range_body(struct rp_etcd *e, const char *prefix, const char *fmt_tail,
-                      int64_t rev, char *err, size_t errlen)
+enum range_kind { RANGE_READ, RANGE_KEYS_ONLY, RANGE_WATCH };
+
+/* The request body of a range from start (start_len bytes, any of them) to the end
+ * of prefix: a read ({"limit","revision"}, keys only or not) or a watch's
+ * create_request. */
+static int range_body(struct rp_etcd *e, const char *start, size_t start_len,
+                      const char *prefix, unsigned limit, int64_t rev, enum range_kind kind,
+                      char *err, size_t errlen)
 {
   size_t plen = strlen(prefix);
-  if (plen == 0 || plen > RP_ETCD_KEY_MAX) {
+  if (plen == 0 || plen > RP_ETCD_KEY_MAX || start_len > RP_ETCD_KEY_MAX + 1) {
     snprintf(err, errlen, "etcd prefix empty or too long");
     return -1;
   }
   char end[RP_ETCD_KEY_MAX + 1];
   prefix_end(prefix, end, sizeof end);
-  char k64[B64_LEN(RP_ETCD_KEY_MAX)], e64[B64_LEN(RP_ETCD_KEY_MAX)];
-  b64_encode(prefix, plen, k64);
+  char k64[B64_LEN(RP_ETCD_KEY_MAX + 1)], e64[B64_LEN(RP_ETCD_KEY_MAX)];
+  b64_encode(start, start_len, k64);
   b64_encode(end, plen, e64);
   int n;
-  if (fmt_tail)
+  if (kind == RANGE_WATCH)
     n = snprintf(e->body, sizeof e->body, "{\"create_request\":{\"key\":\"%s\","
-                 "\"range_end\":\"%s\",\"start_revision\":\"%" PRId64 "\"}}", k64, e64, rev);
+                 "\"range_end\":\"%s\",\"start_revision\":\"%" PRId64 "\"}}", k64, e64,
+                 rev);
   else
-    n = snprintf(e->body, sizeof e->body, "{\"key\":\"%s\",\"range_end\":\"%s\"}", k64,
-                 e64);
+    n = snprintf(e->body, sizeof e->body, "{\"key\":\"%s\",\"range_end\":\"%s\","
+                 "\"limit\":\"%u\",\"revision\":\"%" PRId64 "\"%s}", k64, e64, limit, rev,
+                 kind == RANGE_KEYS_ONLY ? ",\"keys_only\":true" : "");
   return body_fits(n, err, errlen) ? 0 : -1;
 }
 
@@ -370,55 +382,121 @@ int rp_etcd_delete(struct rp_etcd *e, const char *key, char *err, size_t errlen)
   return post(e, "/v3/kv/deleterange", e->timeout_ms, err, errlen);
 }
 
-/* One kv object of a reply: {"key":B64,"value":B64,...}. */
-static void take_kv(struct json_object *kv, bool deleted, rp_etcd_kv_fn fn,
-                    rp_etcd_event_fn efn, void *arg)
+/* ---- range ------------------------------------------------------------------------------ */
+
+/* The most one kv of rampart's takes in a range reply, base64 and metadata included: a
+ * page asks for as many as the reply buffer holds. */
+#define KV_REPLY_MAX (B64_LEN(RP_ETCD_KEY_MAX) + B64_LEN(RP_ETCD_VALUE_MAX) + 256)
+/* A paged read ends within this many calls' timeouts, whatever an endpoint says. */
+#define RANGE_CALLS_MAX 10u
+
+static int key_cmp(const char *a, size_t alen, const char *b, size_t blen)
 {
-  struct json_object *k, *v;
-  char key[RP_ETCD_KEY_MAX + 1], value[RP_ETCD_VALUE_MAX + 1] = "";
-  if (!json_object_object_get_ex(kv, "key", &k) ||
-      b64_decode(json_object_get_string(k), key, sizeof key) < 0)
-    return;
-  if (json_object_object_get_ex(kv, "value", &v) &&
-      b64_decode(json_object_get_string(v), value, sizeof value) < 0)
-    return;
-  if (fn)
-    fn(arg, key, value);
-  else
-    efn(arg, deleted, key, value);
+  int c = memcmp(a, b, alen < blen ? alen : blen);
+  return c ? c : (alen > blen) - (alen < blen);
 }
 
-static int64_t header_revision(struct json_object *o)
+/* One page from start: a reply of the wrong shape, or one whose last key does not move
+ * the read forward within the prefix, is that endpoint failing. */
+static int range_page(struct rp_etcd *e, const char *start, size_t start_len,
+                      const char *prefix, unsigned limit, int64_t rev, enum range_kind kind,
+                      rp_etcd_kv_fn fn, void *arg, struct rp_etcd_range_page *page,
+                      char *err, size_t errlen)
 {
-  struct json_object *h, *r;
-  if (json_object_object_get_ex(o, "header", &h) &&
-      json_object_object_get_ex(h, "revision", &r))
-    return json_object_get_int64(r);
+  size_t plen = strlen(prefix);
+  for (unsigned tries = 0; tries < e->nendpoints; tries++) {
+    if (range_body(e, start, start_len, prefix, limit, rev, kind, err, errlen) < 0 ||
+        post(e, "/v3/kv/range", e->timeout_ms, err, errlen) < 0)
+      return -1;
+    char how[200];
+    if (rp_etcd_reply_range(e->reply, fn, arg, page, how, sizeof how) < 0) {
+      lied(e, "/v3/kv/range", how, err, errlen);
+      continue;
+    }
+    if (!page->more)
+      return 0;
+    if (key_cmp(page->last_key, page->last_key_len, start, start_len) >= 0 &&
+        page->last_key_len >= plen && memcmp(page->last_key, prefix, plen) == 0)
+      return 0;
+    lied(e, "/v3/kv/range", "its last key is not past the read's start within the prefix",
+         err, errlen);
+  }
+  return -1;
+}
+
+static void no_kv(void *arg, const char *key, const char *value)
+{
+}
+
+/* The page at start did not fit the buffer even alone: its first kv is larger than a
+ * reply may be, so not rampart's. Its key, read alone, is where the read goes on. */
+static int skip_huge_kv(struct rp_etcd *e, const char *start, size_t start_len,
+                        const char *prefix, int64_t rev, struct rp_etcd_range_page *page,
+                        char *err, size_t errlen)
+{
+  if (range_page(e, start, start_len, prefix, 1, rev, RANGE_KEYS_ONLY, no_kv, NULL, page,
+                 err, errlen) < 0)
+    return -1;
+  if (page->count == 0 || page->last_key_len == SIZE_MAX) {
+    snprintf(err, errlen, "etcd at %s: a key under %.100s with a value larger than the %zu "
+             "bytes a reply may take%s", e->endpoints[e->current], prefix, e->reply_max,
+             page->count ? " has a key too long to read past: remove it" : " is gone");
+    return -1;
+  }
+  rp_log(RP_LOG_WARN, "etcd: %.200s holds more than the %zu bytes a reply may take: not "
+         "rampart's, skipped", page->last_key, e->reply_max);
   return 0;
 }
 
 int rp_etcd_range_prefix(struct rp_etcd *e, const char *prefix, rp_etcd_kv_fn fn,
                          void *arg, int64_t *revision, char *err, size_t errlen)
 {
-  if (range_body(e, prefix, NULL, 0, err, errlen) < 0 ||
-      post(e, "/v3/kv/range", e->timeout_ms, err, errlen) < 0)
-    return -1;
-  struct json_object *root = json_tokener_parse(e->reply);
-  if (!root) {
-    snprintf(err, errlen, "etcd at %s: a range reply that is not JSON",
-             e->endpoints[e->current]);
+  size_t plen = strlen(prefix);
+  if (plen == 0 || plen > RP_ETCD_KEY_MAX) {
+    snprintf(err, errlen, "etcd prefix empty or too long");
     return -1;
   }
-  if (revision)
-    *revision = header_revision(root);
-  struct json_object *kvs;
-  if (json_object_object_get_ex(root, "kvs", &kvs)) {
-    size_t n = json_object_array_length(kvs);
-    for (size_t i = 0; i < n; i++)
-      take_kv(json_object_array_get_idx(kvs, i), false, fn, NULL, arg);
+  char start[RP_ETCD_KEY_MAX + 1];
+  size_t start_len = plen;
+  memcpy(start, prefix, plen);
+  unsigned full = e->reply_max / KV_REPLY_MAX ? (unsigned)(e->reply_max / KV_REPLY_MAX) : 1;
+  unsigned limit = full;
+  uint64_t deadline = rp_now_ms() + (uint64_t)RANGE_CALLS_MAX * e->timeout_ms;
+  int64_t at = 0; /* every page at the first one's revision: one snapshot */
+  for (;;) {
+    struct rp_etcd_range_page page;
+    int rc = range_page(e, start, start_len, prefix, limit, at, RANGE_READ, fn, arg, &page,
+                        err, errlen);
+    bool halve = rc < 0 && e->overflowed && limit > 1;
+    if (rc < 0 && e->overflowed && limit == 1) {
+      rc = skip_huge_kv(e, start, start_len, prefix, at, &page, err, errlen);
+      limit = full;
+    }
+    if (rc < 0 && !halve)
+      return -1;
+    if (halve) {
+      limit /= 2; /* a page that does not fit: fewer keys a page from the same start */
+    } else {
+      if (at == 0) {
+        at = page.revision;
+        if (revision)
+          *revision = at;
+      }
+      if (!page.more)
+        return 0;
+      /* The next page starts at the first key after the last: last_key + NUL. */
+      memcpy(start, page.last_key, page.last_key_len);
+      start[page.last_key_len] = '\0';
+      start_len = page.last_key_len + 1;
+    }
+    if (rp_now_ms() >= deadline) {
+      char how[120];
+      snprintf(how, sizeof how, "more keys under %.60s after %u s of pages", prefix,
+               RANGE_CALLS_MAX * e->timeout_ms / 1000u);
+      lied(e, "/v3/kv/range", how, err, errlen);
+      return -1;
+    }
   }
-  json_object_put(root);
-  return 0;
 }
 
 /* ---- watch ------------------------------------------------------------------------------ */
@@ -429,61 +507,33 @@ struct watch_state {
   bool (*stop)(void *arg);
   void *arg;
   uint64_t deadline_ms;
-  int64_t next_revision;
+  int64_t start_revision;
+  struct rp_etcd_watch_reply reply;
   bool canceled;
   char why[200];
 };
 
-static void watch_message(struct watch_state *w, struct json_object *msg)
-{
-  struct json_object *res, *x;
-  if (!json_object_object_get_ex(msg, "result", &res)) {
-    w->canceled = true;
-    snprintf(w->why, sizeof w->why, "%.190s", json_object_to_json_string(msg));
-    return;
-  }
-  int64_t rev = header_revision(res);
-  if (json_object_object_get_ex(res, "created", &x) && json_object_get_boolean(x)) {
-    if (rev > 0 && w->next_revision == 0)
-      w->next_revision = rev + 1;
-    if (w->live)
-      w->live(w->arg);
-  }
-  if (json_object_object_get_ex(res, "canceled", &x) && json_object_get_boolean(x)) {
-    w->canceled = true;
-    if (json_object_object_get_ex(res, "compact_revision", &x))
-      w->next_revision = 0; /* compacted past us: the caller reads everything again */
-    snprintf(w->why, sizeof w->why, "the watch was canceled by etcd");
-  }
-  struct json_object *events;
-  if (json_object_object_get_ex(res, "events", &events)) {
-    size_t n = json_object_array_length(events);
-    for (size_t i = 0; i < n; i++) {
-      struct json_object *ev = json_object_array_get_idx(events, i), *t, *kv;
-      bool deleted = json_object_object_get_ex(ev, "type", &t) &&
-                     strcmp(json_object_get_string(t), "DELETE") == 0;
-      if (json_object_object_get_ex(ev, "kv", &kv)) {
-        take_kv(kv, deleted, NULL, w->fn, w->arg);
-        struct json_object *mr;
-        if (json_object_object_get_ex(kv, "mod_revision", &mr) &&
-            json_object_get_int64(mr) >= w->next_revision)
-          w->next_revision = json_object_get_int64(mr) + 1;
-      }
-    }
-  }
-}
-
-/* The gateway streams one JSON message a line: hand on every complete line. */
+/* The gateway streams one JSON message a line: hand on every complete line. A message
+ * of the wrong shape stops the transfer (e->lie says how) and takes back the revision
+ * that endpoint moved the watch to. */
 static void watch_take(struct rp_etcd *e)
 {
+  struct watch_state *w = e->watch;
   char *start = e->reply;
   char *nl;
   while ((nl = memchr(start, '\n', e->reply_len - (size_t)(start - e->reply)))) {
     *nl = '\0';
-    struct json_object *msg = json_tokener_parse(start);
-    if (msg) {
-      watch_message(e->watch, msg);
-      json_object_put(msg);
+    char why[sizeof w->why];
+    if (rp_etcd_reply_watch(start, w->fn, w->arg, &w->reply, why, sizeof why) < 0) {
+      snprintf(e->lie, sizeof e->lie, "%s", why);
+      w->reply.next_revision = w->start_revision;
+      return;
+    }
+    if (w->reply.created && w->live)
+      w->live(w->arg);
+    if (w->reply.canceled && !w->canceled) {
+      w->canceled = true;
+      snprintf(w->why, sizeof w->why, "%s", why);
     }
     start = nl + 1;
   }
@@ -511,9 +561,16 @@ int rp_etcd_watch_prefix(struct rp_etcd *e, const char *prefix, int64_t start_re
 {
   struct watch_state w = {
     .fn = fn, .live = live, .stop = stop, .arg = arg,
-    .deadline_ms = max_ms ? rp_now_ms() + max_ms : 0, .next_revision = start_revision,
+    .deadline_ms = max_ms ? rp_now_ms() + max_ms : 0, .start_revision = start_revision,
+    .reply.next_revision = start_revision,
   };
-  if (range_body(e, prefix, "watch", start_revision, err, errlen) < 0)
+  if (start_revision < 0 || start_revision == INT64_MAX) {
+    snprintf(err, errlen, "etcd watch from revision %" PRId64 ": not a revision",
+             start_revision);
+    return -1;
+  }
+  if (range_body(e, prefix, strlen(prefix), prefix, 0, start_revision, RANGE_WATCH, err,
+                 errlen) < 0)
     return -1;
   e->watch = &w;
   curl_easy_setopt(e->curl, CURLOPT_NOPROGRESS, 0L);
@@ -522,7 +579,7 @@ int rp_etcd_watch_prefix(struct rp_etcd *e, const char *prefix, int64_t start_re
   int rc = post(e, "/v3/watch", 0, err, errlen);
   curl_easy_setopt(e->curl, CURLOPT_NOPROGRESS, 1L);
   e->watch = NULL;
-  *next_revision = w.next_revision;
+  *next_revision = w.reply.next_revision;
   if (rc == 0 && w.canceled) {
     snprintf(err, errlen, "etcd at %s: %s", e->endpoints[e->current], w.why);
     return -1;

@@ -4,9 +4,11 @@
  *
  * One struct rp_etcd is one blocking HTTP client with its own libcurl handle: it
  * belongs to one thread, never the I/O thread. Every call is bounded by the options'
- * timeout, and a reply larger than the preallocated reply buffer is an error, not a
- * reallocation, so a client's memory is fixed when it is made. A call that cannot reach
- * an endpoint tries the next one of the list before it fails.
+ * timeout, and a reply larger than the preallocated reply buffer is not taken (no
+ * reallocation), so a client's memory is fixed when it is made; a range read is paged
+ * to fit it. A call that cannot reach an endpoint, or whose reply is larger than the
+ * buffer or of the wrong shape (etcd_reply.h; the log names the endpoint and the lie),
+ * tries the next one of the list before it fails.
  *
  * Keys and values are byte strings; the gateway wants them in base64, which this file
  * does (OpenSSL's encoder, already linked for the page seals).
@@ -20,10 +22,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "etcd_reply.h"
+
 #define RP_ETCD_MAX_ENDPOINTS 8
 #define RP_ETCD_URL_LEN 256
-#define RP_ETCD_KEY_MAX 512
-#define RP_ETCD_VALUE_MAX 1024
 
 struct rp_etcd_options {
   const char *endpoints;   /* "http://127.0.0.1:2379,https://10.0.0.2:2379"; a bare
@@ -32,7 +34,8 @@ struct rp_etcd_options {
   const char *cert;        /* TLS client certificate (NULL: none) */
   const char *key;         /* its private key */
   unsigned timeout_ms;     /* a whole call, connect included (0: 3000) */
-  size_t reply_max;        /* largest reply accepted (0: 64 KiB); preallocated */
+  size_t reply_max;        /* largest reply (a range read's page, a watch message)
+                            * accepted (0: 64 KiB); preallocated */
 };
 
 struct rp_etcd;
@@ -57,10 +60,14 @@ int rp_etcd_put(struct rp_etcd *e, const char *key, const char *value, int64_t l
 /* Test API: the tests remove a member's key to see the device notice it. */
 int rp_etcd_delete(struct rp_etcd *e, const char *key, char *err, size_t errlen);
 
-/* Every key under prefix, in key order: fn is called with each key and value (NUL
- * terminated; values longer than RP_ETCD_VALUE_MAX are cut). *revision (may be NULL)
- * gets the store's revision at the read, where a watch starts from. */
-typedef void (*rp_etcd_kv_fn)(void *arg, const char *key, const char *value);
+/* Every key under prefix, in key order, read in pages of as many keys as the reply
+ * buffer holds (reply_max / 2.3 KB, at one revision), with no cap on how many: fn is
+ * called with each key and value (NUL terminated; a key or value longer than
+ * RP_ETCD_KEY_MAX or RP_ETCD_VALUE_MAX, or with a NUL byte, is skipped: not rampart's).
+ * A page that does not fit the buffer is asked for again with half the keys; one kv
+ * that alone does not fit is skipped, named in the log. The pages end within 10
+ * timeouts. *revision (may be NULL) gets the store's revision at
+ * the read, where a watch starts from. */
 int rp_etcd_range_prefix(struct rp_etcd *e, const char *prefix, rp_etcd_kv_fn fn,
                          void *arg, int64_t *revision, char *err, size_t errlen);
 
@@ -70,8 +77,6 @@ int rp_etcd_range_prefix(struct rp_etcd *e, const char *prefix, rp_etcd_kv_fn fn
  * deleted true for a deletion (value ""). live() (may be NULL) is called once the watch
  * is established. 0 when it ended by stop() or max_ms, -1 with err otherwise;
  * *next_revision is the revision to resume from either way. */
-typedef void (*rp_etcd_event_fn)(void *arg, bool deleted, const char *key,
-                                 const char *value);
 int rp_etcd_watch_prefix(struct rp_etcd *e, const char *prefix, int64_t start_revision,
                          rp_etcd_event_fn fn, void (*live)(void *arg),
                          bool (*stop)(void *arg), void *arg, unsigned max_ms,

@@ -18,8 +18,8 @@
 #include "log.h"
 #include "thread_start.h"
 
-#define REGISTRY_MAX 1024u                  /* servers a cluster may register */
-#define REPLY_MAX (1024u * 1024u)           /* a range read of 1,000 servers: ~500 KB */
+#define REGISTRY_MAX 1024u                  /* servers registered at once */
+#define REPLY_MAX (1024u * 1024u)           /* one page of a range read, one watch message */
 #define CALL_TIMEOUT_MS 3000u
 #define WATCH_WINDOW_MS 5000u               /* re-watch (and look at the losses) this often */
 #define REFUSED_RETRY_MS 60000u
@@ -39,9 +39,10 @@ struct cluster_follow {
   bool changed;                             /* an event since the last pass (thread's) */
   struct rp_etcd *etcd;
   struct rp_cluster_registry reg;
-  uint64_t *refused_until_ms;               /* per registry entry */
-  bool *unlisted;                           /* per registry entry: we told the engine */
-  bool *drain_refusal_logged;               /* per registry entry */
+  /* per registry entry, for the ID it holds at generation[i] (reset when it changes) */
+  uint32_t *generation;
+  uint64_t *refused_until_ms;
+  bool *drain_refusal_logged;
   struct rampart_stats *stats;              /* the engine's table, copied each pass */
   char members_written[RAMPART_MAX_SERVERS * RAMPART_ADDRESS_LEN];
   /* devices/CLIENT/DEVICE: which servers this device uses, for operators (rampartctl
@@ -255,6 +256,18 @@ static bool drain_announced(const struct rp_cluster_server *r)
   return r && r->registered && r->advertised && r->draining;
 }
 
+/* An entry given to another ID starts with nothing remembered of the one before. */
+static void forget_reused_entries(struct cluster_follow *f)
+{
+  for (unsigned i = 0; i < f->reg.n; i++) {
+    if (f->generation[i] == f->reg.servers[i].generation)
+      continue;
+    f->generation[i] = f->reg.servers[i].generation;
+    f->refused_until_ms[i] = 0;
+    f->drain_refusal_logged[i] = false;
+  }
+}
+
 /* Members that announced a drain and are not draining yet are asked to (a drain that
  * the others cannot hold is refused, and asked again on a later pass: a server added
  * meanwhile may bring the room). A refusal is logged once a server. */
@@ -282,6 +295,7 @@ static void reconcile(struct cluster_follow *f)
 {
   struct rampart_engine *e = f->e;
   struct rampart_stats *st = f->stats;
+  forget_reused_entries(f);
   request_drains(f);
   rampart_get_stats(e, st);
   bool *taken = calloc(REGISTRY_MAX, sizeof *taken);
@@ -297,14 +311,11 @@ static void reconcile(struct cluster_follow *f)
     if (at >= 0)
       taken[at] = true;
     bool listed = r && r->registered;
-    if (at >= 0 && listed == f->unlisted[at]) {
-      f->unlisted[at] = !listed;
-      f->set_listed(e, m->address, listed);
+    if (f->set_listed(e, m->address, listed))
       rp_log(RP_LOG_INFO, "etcd: %s %s", m->address, listed
              ? "is registered again: it takes new pages again"
              : "left the registry (its lease expired or it stopped): no new pages go "
                "there; it is not declared lost, its pages stay while it answers");
-    }
     if (!m->draining && !drain_announced(r) && listed && m->state == RAMPART_SERVER_UP)
       active++;
   }
@@ -487,8 +498,8 @@ static void follow_free(struct cluster_follow *f)
     return;
   rp_etcd_free(f->etcd);
   rp_cluster_registry_free(&f->reg);
+  free(f->generation);
   free(f->refused_until_ms);
-  free(f->unlisted);
   free(f->drain_refusal_logged);
   free(f->stats);
   free(f);
@@ -508,8 +519,8 @@ int cluster_follow_start(struct rampart_engine *e, const struct rampart_config *
     snprintf(err, errlen, "cluster=etcd://: %s", why);
     goto fail;
   }
-  if (!(f->refused_until_ms = calloc(REGISTRY_MAX, sizeof *f->refused_until_ms)) ||
-      !(f->unlisted = calloc(REGISTRY_MAX, sizeof *f->unlisted)) ||
+  if (!(f->generation = calloc(REGISTRY_MAX, sizeof *f->generation)) ||
+      !(f->refused_until_ms = calloc(REGISTRY_MAX, sizeof *f->refused_until_ms)) ||
       !(f->drain_refusal_logged = calloc(REGISTRY_MAX, sizeof *f->drain_refusal_logged)) ||
       !(f->stats = malloc(sizeof *f->stats))) {
     snprintf(err, errlen, "out of memory for the etcd follower");

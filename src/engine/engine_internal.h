@@ -60,8 +60,9 @@ void engine_reap_tick(struct rampart_engine *e);
 void engine_reap_give_back(struct rampart_engine *e);
 
 /* cluster_follow.c: a server whose etcd registration went (listed false) takes no new
- * pages, and is not declared lost for it; listed true undoes that. */
-void server_membership_set_listed(struct rampart_engine *e, const char *address,
+ * pages, and is not declared lost for it; listed true undoes that. True when that
+ * changed the server. */
+bool server_membership_set_listed(struct rampart_engine *e, const char *address,
                                   bool listed);
 
 /* server_membership.c (on the loop) */

@@ -392,20 +392,23 @@ void server_membership_pass_done(struct rampart_engine *e)
 struct listed_call {
   const char *address;
   bool listed;
+  bool changed;
 };
 
 static void listed_set(struct rampart_engine *e, void *arg)
 {
   struct listed_call *c = arg;
   struct server *s = server_set_find(e, c->address);
+  c->changed = s && s->unlisted == c->listed;
   if (s)
     s->unlisted = !c->listed;
 }
 
-void server_membership_set_listed(struct rampart_engine *e, const char *address, bool listed)
+bool server_membership_set_listed(struct rampart_engine *e, const char *address, bool listed)
 {
   struct listed_call c = { .address = address, .listed = listed };
   engine_call(e, listed_set, &c);
+  return c.changed;
 }
 
 /* ---- reload ------------------------------------------------------------------------------ */

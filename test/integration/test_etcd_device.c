@@ -9,7 +9,12 @@
  *     watch metric says so and the watch resumes; an attach with etcd down uses the set
  *     written down;
  *   - a forged registration (a listener without the cluster key) is refused, named in
- *     the log, and nothing is lost.
+ *     the log, and nothing is lost;
+ *   - a fake gateway listed first answers HTTP 200 with replies of the wrong shape: each
+ *     device attaches and follows through the real members, serves, and the log names
+ *     the lying endpoint and the lie;
+ *   - 1,100 server IDs registered and deleted and two 1.1 MB values left under the
+ *     prefix (one under servers/): a server registered after that still receives pages.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -23,10 +28,12 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <openssl/evp.h>
 
 #include "engine_cluster.h"
 #include "etcd_cluster.h"
 #include "etcd_gateway.h"
+#include "etcd_liar.h"
 #include "rampart.h"
 #include "server_process.h"
 #include "shadow_device.h"
@@ -79,6 +86,8 @@ static bool log_has(const char *a, const char *b)
 
 /* ---- the rig ------------------------------------------------------------------------------ */
 
+static long wait_registered(struct rig *r, const char *address, bool want, unsigned max_ms);
+
 static struct rig *rig_start(unsigned servers, const char *count)
 {
   struct rig *r = calloc(1, sizeof *r);
@@ -106,8 +115,9 @@ static struct rig *rig_start(unsigned servers, const char *count)
   snprintf(r->cache, sizeof r->cache, "%s/cluster.servers", r->cluster.dir);
   snprintf(r->psi, sizeof r->psi, "%s/calm.psi", r->cluster.dir);
   assert_int_equal(rp_test_write_file(r->psi, RP_TEST_PSI_CALM), 0);
-  /* Registered within a second of starting; the device reads the registry once. */
-  rp_test_sleep_ms(1500);
+  /* The device reads the registry once at attach: every server registered first. */
+  for (unsigned i = 0; i < servers; i++)
+    assert_true(wait_registered(r, r->cluster.servers[i].addr, true, 20000) >= 0);
   struct rp_test_cluster view = r->cluster;
   view.n = 0;
   const char *extra[] = { "key", r->cluster.key_path, "tmpdir", r->cluster.dir,
@@ -200,6 +210,19 @@ static long wait_pages_on(struct rig *r, const char *address, unsigned max_ms)
   return -1;
 }
 
+/* One more rampartd registers: the device (three servers, count=4) adds it and it
+ * receives pages within max_ms. */
+static void expect_new_server_takes_pages(struct rig *r, const char *what, unsigned max_ms)
+{
+  uint64_t t0 = rp_test_now_ms();
+  struct rp_test_server *s = start_extra(r, r->cluster.key_path);
+  long took = wait_pages_on(r, s->addr, max_ms);
+  print_message("%s: first page there after %llu ms\n", what,
+                (unsigned long long)(rp_test_now_ms() - t0));
+  assert_true(took >= 0);
+  assert_int_equal(members(r), 4);
+}
+
 static void verify_all(struct rig *r, const char *what)
 {
   struct rp_test_shadow_result res;
@@ -220,21 +243,15 @@ static void test_attach_new_server_and_replacement(void **state)
   assert_int_equal(members(r), 3);
   rp_test_shadow_start(&r->dev, 2, 2, 8, 0x42);
   /* A server registered mid-run is added (count=4 > 3) and takes pages. */
-  uint64_t t0 = rp_test_now_ms();
-  struct rp_test_server *s4 = start_extra(r, r->cluster.key_path);
-  long took = wait_pages_on(r, s4->addr, 20000);
-  print_message("a new rampartd registered: first page there after %llu ms\n",
-                (unsigned long long)(rp_test_now_ms() - t0));
-  assert_true(took >= 0);
-  assert_int_equal(members(r), 4);
+  expect_new_server_takes_pages(r, "a new rampartd registered", 20000);
   /* kill -9 of a member: rebuilt by the data path, its key expires, and a replacement
    * comes from etcd once one is registered. */
   char killed[96];
   snprintf(killed, sizeof killed, "%s", r->cluster.servers[0].addr);
   rp_test_server_kill(&r->cluster.servers[0]);
   struct rp_test_server *s5 = start_extra(r, r->cluster.key_path);
-  t0 = rp_test_now_ms();
-  took = wait_pages_on(r, s5->addr, 30000);
+  uint64_t t0 = rp_test_now_ms();
+  long took = wait_pages_on(r, s5->addr, 30000);
   print_message("replacement after kill -9: first page on the new server after %llu ms\n",
                 (unsigned long long)(rp_test_now_ms() - t0));
   assert_true(took >= 0);
@@ -402,6 +419,157 @@ static void test_forged_registration_refused(void **state)
   rig_stop(r);
 }
 
+/* Replies of the wrong shape, each with what the log must say of it. */
+static const struct lie {
+  const char *path, *body, *how;
+} lies[] = {
+  { "/v3/kv/range",
+    "{\"header\":{\"revision\":\"7\"},\"kvs\":[{\"key\":null,\"value\":\"e30=\"}]}",
+    "a kv's \"key\" is not a string" },
+  { "/v3/kv/range", "{\"header\":{\"revision\":\"7\"},\"kvs\":{\"key\":\"eA==\"}}",
+    "\"kvs\" is not an array" },
+  { "/v3/kv/range", "{\"header\":{\"revision\":\"9223372036854775807\"},\"kvs\":[]}",
+    "\"revision\" is 9223372036854775807, not a revision" },
+  { "/v3/kv/range",
+    "{\"header\":{\"revision\":\"7\"},\"kvs\":[{\"key\":\"eA==\",\"value\":7}]}",
+    "a kv's \"value\" is not a string" },
+  { "/v3/kv/range", "{\"header\":{\"revision\":\"7\"},\"kvs\":[],\"more\":true}",
+    "says more keys follow, and has none" },
+  { "/v3/kv/range", "[\"not\", \"an object\"]", "the reply is not a JSON object" },
+  { "/v3/watch",
+    "{\"result\":{\"header\":{\"revision\":\"7\"},\"events\":{\"type\":\"PUT\"}}}\n",
+    "\"events\" is not an array" },
+  { "/v3/watch", "{\"result\":{\"header\":{\"revision\":\"7\"},\"events\":[{\"type\":null,"
+    "\"kv\":{\"key\":\"eA==\"}}]}}\n", "an event's \"type\" is not a string" },
+  { "/v3/watch", "{\"result\":{\"header\":{\"revision\":\"7\"},\"events\":[{\"kv\":{\"key\":"
+    "\"eA==\",\"mod_revision\":\"9223372036854775807\"}}]}}\n",
+    "\"mod_revision\" is 9223372036854775807, not a revision" },
+  { "/v3/watch", "{\"result\":{\"header\":{\"revision\":\"9223372036854775807\"},"
+    "\"created\":true}}\n", "\"revision\" is 9223372036854775807, not a revision" },
+};
+
+/* A device whose endpoint list starts with a liar: it attaches and watches through the
+ * real members, every byte written is read back, and the log names the liar. */
+static void test_hostile_gateway_listed_first(void **state)
+{
+  NEED_ETCD();
+  struct rig *r = rig_start(3, "3");
+  for (size_t i = 0; i < sizeof lies / sizeof lies[0]; i++) {
+    const struct lie *l = &lies[i];
+    struct rp_test_etcd_liar liar;
+    assert_int_equal(rp_test_etcd_liar_start(&liar, r->etcd.m[0].client_port, l->path,
+                                             l->body), 0);
+    char url[400], cache[800], liar_url[64];
+    const char *real = strchr(r->etcd_url, '/') + 2; /* past "etcd://" */
+    snprintf(url, sizeof url, "etcd://127.0.0.1:%u,%s", liar.port, real);
+    snprintf(cache, sizeof cache, "%s/liar-%zu.servers", r->cluster.dir, i);
+    snprintf(liar_url, sizeof liar_url, "etcd at http://127.0.0.1:%u answered", liar.port);
+    const char *args[] = { "key", r->cluster.key_path, "tmpdir", r->cluster.dir,
+                           "cluster", url, "count", "3", "cluster-cache", cache, NULL };
+    struct rp_test_cluster view = r->cluster;
+    view.n = 0;
+    struct rampart_engine *e = rp_test_engine_open(&view, 256, args);
+    static uint8_t page[RAMPART_PAGE_SIZE], back[RAMPART_PAGE_SIZE];
+    for (unsigned p = 0; p < 64; p++) {
+      memset(page, (int)(0x11 * (i + 1) + p), sizeof page);
+      assert_int_equal(rampart_pwrite(e, page, sizeof page, (uint64_t)p * sizeof page, 0), 0);
+    }
+    for (unsigned p = 0; p < 64; p++) {
+      memset(page, (int)(0x11 * (i + 1) + p), sizeof page);
+      assert_int_equal(rampart_pread(e, back, sizeof back, (uint64_t)p * sizeof page), 0);
+      assert_memory_equal(page, back, sizeof page);
+    }
+    uint64_t until = rp_test_now_ms() + 15000;
+    bool named = false, live = false;
+    while (rp_test_now_ms() < until && !(named && live)) {
+      named = log_has(liar_url, l->how);
+      rampart_get_stats(e, &the_stats);
+      live = the_stats.etcd_watch_live;
+      rp_test_sleep_ms(50);
+    }
+    print_message("%s lie \"%s\": %u told, device served 64 pages, watch %s, log %s\n",
+                  l->path, l->how, atomic_load(&liar.lies), live ? "live" : "NOT live",
+                  named ? "names the liar" : "DOES NOT name the liar");
+    assert_true(atomic_load(&liar.lies) >= 1);
+    assert_true(named);
+    assert_true(live);
+    rampart_get_stats(e, &the_stats);
+    assert_int_equal(the_stats.nservers, 3);
+    rampart_close(e);
+    rp_test_etcd_liar_stop(&liar);
+  }
+  rig_stop(r);
+}
+
+static void b64(const void *in, size_t len, char *out)
+{
+  EVP_EncodeBlock((unsigned char *)out, in, (int)len);
+}
+
+/* A value of 1,100,000 bytes at /rampart/CLUSTER/SUFFIX, put by hand: the client
+ * refuses to send one. */
+static void put_huge(struct rig *r, const char *suffix)
+{
+  enum { HUGE = 1100 * 1000 };
+  char *value = malloc(HUGE), *body = malloc(HUGE / 3 * 4 + 1024), reply[4096];
+  assert_non_null(value);
+  assert_non_null(body);
+  memset(value, 'h', HUGE);
+  char key[128], k64[200];
+  snprintf(key, sizeof key, "/rampart/%s/%s", CLUSTER, suffix);
+  b64(key, strlen(key), k64);
+  size_t n = (size_t)sprintf(body, "{\"key\":\"%s\",\"value\":\"", k64);
+  b64(value, HUGE, body + n);
+  n += strlen(body + n);
+  n += (size_t)sprintf(body + n, "\"}");
+  int status = rp_test_http_post(r->etcd.m[0].client_port, "/v3/kv/put", body, n, reply,
+                                 sizeof reply, 10000);
+  print_message("a %u-byte value put at %s: HTTP %d\n", HUGE, key, status);
+  assert_int_equal(status, 200);
+  free(body);
+  free(value);
+}
+
+/* IDs that came and went leave no mark, and values larger than the client's reply
+ * buffer under the prefix, a server's key among them, do not stop the reads. */
+static void test_registry_churn_and_a_huge_key(void **state)
+{
+  NEED_ETCD();
+  struct rig *r = rig_start(3, "4");
+  assert_int_equal(members(r), 3);
+  char err[300], reply[4096];
+  int64_t lease = 0;
+  assert_int_equal(rp_etcd_lease_grant(r->client, 300, &lease, err, sizeof err), 0);
+  enum { IDS = 1100, PER_TXN = 100 };
+  static char txn[PER_TXN * 512];
+  for (unsigned base = 0; base < IDS; base += PER_TXN) {
+    size_t n = (size_t)snprintf(txn, sizeof txn, "{\"success\":[");
+    for (unsigned i = base; i < base + PER_TXN; i++) {
+      char key[128], value[200], k64[200], v64[300];
+      snprintf(key, sizeof key, "/rampart/%s/servers/gone-%u:7070", CLUSTER, i);
+      snprintf(value, sizeof value, "{\"address\":\"127.0.0.1:%u\",\"domain\":\"gone\","
+               "\"capacity_pages\":1,\"version\":\"0.1.0\"}", 1 + i % 1000);
+      b64(key, strlen(key), k64);
+      b64(value, strlen(value), v64);
+      n += (size_t)snprintf(txn + n, sizeof txn - n, "%s{\"request_put\":{\"key\":\"%s\","
+                            "\"value\":\"%s\",\"lease\":\"%lld\"}}", i > base ? "," : "", k64,
+                            v64, (long long)lease);
+    }
+    n += (size_t)snprintf(txn + n, sizeof txn - n, "]}");
+    assert_int_equal(rp_test_http_post(r->etcd.m[0].client_port, "/v3/kv/txn", txn, n, reply,
+                                       sizeof reply, 10000), 200);
+  }
+  rp_test_sleep_ms(1000);
+  assert_int_equal(rp_etcd_lease_revoke(r->client, lease, err, sizeof err), 0);
+  /* Values of 1.1 MB, larger than a reply the device takes: one beside the servers'
+   * keys, one among them (not rampart's: skipped). */
+  put_huge(r, "huge");
+  put_huge(r, "servers/huge");
+  expect_new_server_takes_pages(r, "a rampartd registered after them", 30000);
+  verify_all(r, "after the churn and the huge key, every page");
+  rig_stop(r);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -409,6 +577,8 @@ int main(void)
     cmocka_unit_test(test_drain_announced),
     cmocka_unit_test(test_etcd_leader_killed_then_all_down),
     cmocka_unit_test(test_forged_registration_refused),
+    cmocka_unit_test(test_hostile_gateway_listed_first),
+    cmocka_unit_test(test_registry_churn_and_a_huge_key),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,8 @@
 /* cluster=etcd:// and its keys (src/engine/config.c), the registry's values (etcd/cluster_keys.c)
  * and the choice at attach (cluster_follow_choose): one per failure domain before a
- * second in any, the most free memory first, nothing under pressure or draining. */
+ * second in any, the most free memory first, nothing under pressure or draining; the
+ * registry's entries of IDs gone given to new ones, and fields of the wrong type not
+ * taken. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -116,12 +118,63 @@ static void test_choice_spreads_over_domains(void **state)
   rp_cluster_registry_free(&r);
 }
 
+/* IDs that came and went leave room for new ones; values of the wrong type are not
+ * taken. */
+static void test_registry_reuses_entries_of_gone_ids(void **state)
+{
+  char err[300];
+  if (rp_etcd_libs_load(err, sizeof err) < 0) {
+    print_message("skipped: %s\n", err);
+    skip();
+  }
+  struct rp_cluster_registry r;
+  assert_int_equal(rp_cluster_registry_init(&r, "t", 4, NULL, 0), 0);
+  char addr[32], key[256];
+  for (unsigned round = 0; round < 3; round++) {
+    for (unsigned i = 0; i < 4; i++) {
+      snprintf(addr, sizeof addr, "r%u-%u:1", round, i);
+      put(&r, addr, "rack-a", 100, false, false);
+    }
+    /* Full of live IDs: a fifth is not taken. */
+    assert_int_equal(rp_cluster_registry_take(&r, false, "/rampart/t/servers/extra:1",
+                                              "{\"address\":\"extra:1\"}"), -1);
+    for (unsigned i = 0; i < 4; i++) {
+      snprintf(addr, sizeof addr, "r%u-%u:1", round, i);
+      snprintf(key, sizeof key, "/rampart/t/servers/%s", addr);
+      assert_true(rp_cluster_registry_take(&r, true, key, "") >= 0);
+      snprintf(key, sizeof key, "/rampart/t/free/%s", addr);
+      assert_true(rp_cluster_registry_take(&r, true, key, "") >= 0);
+    }
+  }
+  assert_int_equal(r.n, 4);
+  /* A deletion of an ID never seen adds nothing. */
+  assert_int_equal(rp_cluster_registry_take(&r, true, "/rampart/t/servers/never:1", ""), -1);
+  /* After them, a new server is taken, and chosen. */
+  put(&r, "new:1", "rack-b", 100, false, false);
+  unsigned out[4];
+  assert_int_equal(cluster_follow_choose(&r, 4, out), 1);
+  assert_string_equal(r.servers[out[0]].address, "new:1");
+  /* Fields of the wrong type: no address (not "(null)"), no pages, no flag. */
+  int at = rp_cluster_registry_take(&r, false, "/rampart/t/servers/odd:1",
+                                    "{\"address\":null,\"domain\":7,\"capacity_pages\":\"9\"}");
+  assert_true(at >= 0);
+  assert_string_equal(r.servers[at].address, "");
+  assert_false(r.servers[at].registered);
+  assert_int_equal(r.servers[at].capacity_pages, 0);
+  assert_true(rp_cluster_registry_take(&r, false, "/rampart/t/free/new:1",
+                                       "{\"free_pages\":-5,\"pressure\":\"yes\"}") >= 0);
+  assert_false(r.servers[out[0]].pressure);
+  assert_int_equal(r.servers[out[0]].free_pages, 0);
+  rp_cluster_registry_free(&r);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_cluster_etcd_parses),
     cmocka_unit_test(test_cluster_etcd_refused),
     cmocka_unit_test(test_choice_spreads_over_domains),
+    cmocka_unit_test(test_registry_reuses_entries_of_gone_ids),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
