@@ -1,7 +1,7 @@
 /* Parsing of what operators type: sizes ("64M"), counts, host:port. Every failure
  * fills err with a sentence that says what was wrong and what to write instead.
  *
- * Errors: -1 with a sentence in err naming what was parsed (docs/CONTRIBUTING.md,
+ * Errors: -1 with a sentence in err naming what was parsed (CONTRIBUTING.md,
  * convention 1).
  */
 #ifndef RAMPART_COMMON_PARSE_H

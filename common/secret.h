@@ -9,7 +9,7 @@
  * A secret on the stack or in a struct is wiped with OPENSSL_cleanse directly (a plain
  * memset may be optimised away): every file holding one links libcrypto already.
  *
- * Errors: rp_secret_alloc returns NULL with errno set (docs/CONTRIBUTING.md).
+ * Errors: rp_secret_alloc returns NULL with errno set (CONTRIBUTING.md).
  */
 #ifndef RAMPART_COMMON_SECRET_H
 #define RAMPART_COMMON_SECRET_H

@@ -2,7 +2,7 @@
  * (mlockall), and every page of a thread's stack then stays resident for the thread's
  * life: helpers that do little get small stacks rather than RLIMIT_STACK's 8 MiB.
  *
- * Errors: pthread's: 0 or the error number, positive (docs/CONTRIBUTING.md names this
+ * Errors: pthread's: 0 or the error number, positive (CONTRIBUTING.md names this
  * exception).
  */
 #ifndef RAMPART_COMMON_THREAD_START_H

@@ -8,7 +8,7 @@
  * written with snprintf (no allocation in the announcing daemon) and read with json-c.
  *
  * Errors: rp_cluster_registry_init and rp_cluster_registry_read are convention 1 (-1
- * with a sentence in err, docs/CONTRIBUTING.md); the key and value writers return 0 or
+ * with a sentence in err, CONTRIBUTING.md); the key and value writers return 0 or
  * -1 when out does not hold the text,
  * rp_cluster_registry_take returns -1 for a key it does not take, and
  * rp_cluster_name_ok returns false.

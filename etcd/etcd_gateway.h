@@ -13,7 +13,7 @@
  * Keys and values are byte strings; the gateway wants them in base64, which this file
  * does (OpenSSL's encoder, already linked for the page seals).
  *
- * Errors: -1 or NULL with a sentence in err (docs/CONTRIBUTING.md, convention 1).
+ * Errors: -1 or NULL with a sentence in err (CONTRIBUTING.md, convention 1).
  */
 #ifndef RAMPART_ETCD_GATEWAY_H
 #define RAMPART_ETCD_GATEWAY_H

@@ -7,7 +7,7 @@
  * would be: the library calls are renamed to the loaded functions, so the code reads as
  * ordinary libcurl and json-c.
  *
- * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1).
+ * Errors: -1 with a sentence in err (CONTRIBUTING.md, convention 1).
  */
 #ifndef RAMPART_ETCD_LIBS_H
 #define RAMPART_ETCD_LIBS_H

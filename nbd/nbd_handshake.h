@@ -5,7 +5,7 @@
  * constants come from the NBD protocol document, and only what a client attaching a
  * block device needs is here.
  *
- * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1).
+ * Errors: -1 with a sentence in err (CONTRIBUTING.md, convention 1).
  */
 #ifndef RAMPART_NBD_HANDSHAKE_H
 #define RAMPART_NBD_HANDSHAKE_H

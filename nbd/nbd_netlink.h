@@ -8,7 +8,7 @@
  * socket, no library: a few fixed messages, built in buffers on the stack.
  *
  * Errors: nbd_netlink_open and nbd_netlink_connect are convention 1 (-1 with a sentence
- * in err, docs/CONTRIBUTING.md); nbd_netlink_reconfigure and nbd_netlink_disconnect
+ * in err, CONTRIBUTING.md); nbd_netlink_reconfigure and nbd_netlink_disconnect
  * return 0 or the driver's negative errno (convention 2); nbd_netlink_read_event
  * returns a device index or an NBD_NETLINK_* value.
  */

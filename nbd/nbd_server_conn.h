@@ -5,7 +5,7 @@
  * writev. So a batch of requests costs one wake, not a thread switch or more per request
  * as a worker thread per request would.
  *
- * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1); the requests'
+ * Errors: -1 with a sentence in err (CONTRIBUTING.md, convention 1); the requests'
  * own errors go to the client as NBD errors.
  */
 #ifndef RAMPART_NBD_SERVER_CONN_H

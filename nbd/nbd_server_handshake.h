@@ -4,7 +4,7 @@
  * NBD_SERVER_MAX_OPTIONS options: a client that trickles bytes or sends options for
  * ever is closed when either runs out. nbd_protocol.h has the wire format.
  *
- * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1).
+ * Errors: -1 with a sentence in err (CONTRIBUTING.md, convention 1).
  */
 #ifndef RAMPART_NBD_SERVER_HANDSHAKE_H
 #define RAMPART_NBD_SERVER_HANDSHAKE_H

@@ -9,7 +9,7 @@
  * code path, no secret.
  *
  * Errors: rp_key_load and rp_key_generate are convention 1 (-1 with a sentence in err,
- * docs/CONTRIBUTING.md); rp_random_bytes returns 0 or -1; rp_mac_matches returns false
+ * CONTRIBUTING.md); rp_random_bytes returns 0 or -1; rp_mac_matches returns false
  * for a MAC that does not match.
  */
 #ifndef RAMPART_PROTO_AUTH_H

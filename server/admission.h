@@ -13,7 +13,7 @@
  * the budgets. No sockets, no loop: tested directly (test/unit/test_admission.c).
  *
  * Errors: rps_addr_counts_create returns NULL and rps_addr_count_add -1 only when out
- * of memory, with no sentence (docs/CONTRIBUTING.md, convention 1's out-of-memory
+ * of memory, with no sentence (CONTRIBUTING.md, convention 1's out-of-memory
  * case); nothing else here fails.
  */
 #ifndef RAMPART_SERVER_ADMISSION_H

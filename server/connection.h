@@ -10,7 +10,7 @@
  * only 4 KiB buffers.
  *
  * Errors: rps_conn_start returns -1 only when out of memory, with no sentence
- * (docs/CONTRIBUTING.md, convention 1's out-of-memory case); a client's failed request
+ * (CONTRIBUTING.md, convention 1's out-of-memory case); a client's failed request
  * is an rp_status in its reply, not an error here.
  */
 #ifndef RAMPART_SERVER_CONNECTION_H

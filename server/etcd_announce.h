@@ -6,7 +6,7 @@
  * request ever waits on etcd, and etcd being down changes nothing here but a log line.
  * The thread's memory is fixed at start: its stack, one curl handle, one reply buffer.
  *
- * Errors: NULL with a sentence in err (docs/CONTRIBUTING.md, convention 1).
+ * Errors: NULL with a sentence in err (CONTRIBUTING.md, convention 1).
  */
 #ifndef RAMPART_SERVER_ETCD_ANNOUNCE_H
 #define RAMPART_SERVER_ETCD_ANNOUNCE_H

@@ -2,7 +2,7 @@
  * cluster key, binding, and naming the bound address (port 0 picks a free port, and the
  * operator or test needs to learn which).
  *
- * Errors: -1 with a sentence in err and an exit code (docs/CONTRIBUTING.md, convention
+ * Errors: -1 with a sentence in err and an exit code (CONTRIBUTING.md, convention
  * 1).
  */
 #ifndef RAMPART_SERVER_LISTENER_H

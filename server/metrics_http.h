@@ -8,7 +8,7 @@
  * path neither allocates nor does any work for it.
  *
  * Errors: rps_metrics_http_start returns NULL only when out of memory, with no sentence
- * (docs/CONTRIBUTING.md, convention 1's out-of-memory case).
+ * (CONTRIBUTING.md, convention 1's out-of-memory case).
  */
 #ifndef RAMPART_SERVER_METRICS_HTTP_H
 #define RAMPART_SERVER_METRICS_HTTP_H

@@ -5,7 +5,7 @@
  * command line wins over the file. Every refusal is a sentence naming the option and
  * what to write instead.
  *
- * Errors: RPS_OPTIONS_BAD with a sentence in err (docs/CONTRIBUTING.md, convention 1,
+ * Errors: RPS_OPTIONS_BAD with a sentence in err (CONTRIBUTING.md, convention 1,
  * as an enum: the caller also needs to tell --help from a run).
  */
 #ifndef RAMPART_SERVER_OPTIONS_H

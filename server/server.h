@@ -2,7 +2,7 @@
  * the listening socket and its connections, the counters behind STAT, and the signals
  * that stop it. One libev loop, one thread: nothing here is locked.
  *
- * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1).
+ * Errors: -1 with a sentence in err (CONTRIBUTING.md, convention 1).
  */
 #ifndef RAMPART_SERVER_SERVER_H
 #define RAMPART_SERVER_SERVER_H

@@ -3,7 +3,7 @@
  * it. Each command is an io_uring URING_CMD whose payload sits in the second half of a
  * 128-byte SQE, which the kernel requires of this device (IORING_SETUP_SQE128).
  *
- * Errors: the kernel's answer as a negative errno (docs/CONTRIBUTING.md, convention 2)
+ * Errors: the kernel's answer as a negative errno (CONTRIBUTING.md, convention 2)
  * and, where a call takes err, also a sentence there that says what to do (convention
  * 1's sentence).
  */

@@ -11,7 +11,7 @@
  * nothing on the I/O path allocates.
  *
  * Errors: ublk_queue_start returns 0 or a negative errno with a sentence in err
- * (docs/CONTRIBUTING.md, conventions 2 and 1 together, as ublk_control.h); a request's
+ * (CONTRIBUTING.md, conventions 2 and 1 together, as ublk_control.h); a request's
  * own result goes back to the driver as bytes done or -errno (convention 2).
  */
 #ifndef RAMPART_UBLK_QUEUE_H

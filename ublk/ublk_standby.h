@@ -11,7 +11,7 @@
  * pidfd, which needs nothing allocated to wake it (src/engine/pager_standby.c, shared with
  * nbdkit rampart standby=true).
  *
- * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1); 0 and 1 are
+ * Errors: -1 with a sentence in err (CONTRIBUTING.md, convention 1); 0 and 1 are
  * the two ways the wait ends.
  */
 #ifndef RAMPART_UBLK_STANDBY_H

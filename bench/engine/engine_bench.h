@@ -1,7 +1,7 @@
 /* bench/engine: the rampart engine alone, driven the way rampart-ublk's queue thread
  * drives it, against real rampartd processes it starts and stops itself (README.md).
  *
- * Errors: bench_cluster_start: -1 with a sentence in err (docs/CONTRIBUTING.md,
+ * Errors: bench_cluster_start: -1 with a sentence in err (CONTRIBUTING.md,
  * convention 1); bench_load_prefill and bench_load_run: 0 or the engine's negative
  * errno (convention 2); bench_load_new: NULL only when out of memory.
  */

@@ -2,7 +2,7 @@
  * process's RAM over loopback TCP (README.md). Shared by the client (the measuring
  * process) and the server it forks.
  *
- * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1) where a call
+ * Errors: -1 with a sentence in err (CONTRIBUTING.md, convention 1) where a call
  * takes err; the socket calls, floor_sealer_init and floor_client_goodbye return -1
  * with nothing more, floor_open returns false, floor_serve puts its sentence in
  * shared->error, and floor_client_new returns NULL when out of memory.

@@ -2,7 +2,7 @@
  * memory, fills all of it from a seed, computes, and checks its own answer, so that a
  * page lost or corrupted on the way through swap shows up as a failed verification.
  *
- * Errors: -1 or NULL with a sentence in result->detail (docs/CONTRIBUTING.md,
+ * Errors: -1 or NULL with a sentence in result->detail (CONTRIBUTING.md,
  * convention 1, the buffer being the result's); a failed verification is not an error
  * but result->verified.
  */

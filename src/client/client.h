@@ -11,7 +11,7 @@
  * lives until its callback runs, and is tracked by the connection through an intrusive
  * table keyed by request id.
  *
- * Errors: struct rp_error (docs/CONTRIBUTING.md, convention 3): calls return 0 or -1
+ * Errors: struct rp_error (CONTRIBUTING.md, convention 3): calls return 0 or -1
  * and fill a non-NULL struct rp_error with an rp_status and a sentence; a request's
  * completion carries its rp_status.
  */

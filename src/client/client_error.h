@@ -3,7 +3,7 @@
  * both halves of a connection (client_conn.c, client_handshake.c) use it without
  * including each other.
  *
- * Errors: struct rp_error (docs/CONTRIBUTING.md, convention 3).
+ * Errors: struct rp_error (CONTRIBUTING.md, convention 3).
  */
 #ifndef RAMPART_CLIENT_ERROR_H
 #define RAMPART_CLIENT_ERROR_H

@@ -1,7 +1,7 @@
 /* Internal to the client library (client_conn.c and client_handshake.c): connecting and
  * the handshake, and the few helpers both halves use. Not part of client.h's API.
  *
- * Errors: struct rp_error, as client.h (docs/CONTRIBUTING.md, convention 3).
+ * Errors: struct rp_error, as client.h (CONTRIBUTING.md, convention 3).
  */
 #ifndef RAMPART_CLIENT_HANDSHAKE_H
 #define RAMPART_CLIENT_HANDSHAKE_H

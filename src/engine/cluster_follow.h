@@ -19,7 +19,7 @@
  * The data path never waits on etcd: an add connects in this thread, and etcd down only
  * stops the changes (rampart_pager_etcd_watch_live says so).
  *
- * Errors: NULL or -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1);
+ * Errors: NULL or -1 with a sentence in err (CONTRIBUTING.md, convention 1);
  * nothing else here fails.
  */
 #ifndef RAMPART_CLUSTER_FOLLOW_H

@@ -2,7 +2,7 @@
  * keys). Internal: frontends see only struct rampart_config as an opaque type. The
  * struct itself is engine_settings.h's, since the engine's state holds it.
  *
- * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1).
+ * Errors: -1 with a sentence in err (CONTRIBUTING.md, convention 1).
  */
 #ifndef RAMPART_CONFIG_H
 #define RAMPART_CONFIG_H

@@ -1,6 +1,6 @@
 /* The control= socket (control_socket.c): rampartctl's commands to a running device.
  *
- * Errors: opening: NULL with a sentence in err (docs/CONTRIBUTING.md, convention 1); a
+ * Errors: opening: NULL with a sentence in err (CONTRIBUTING.md, convention 1); a
  * command's failure is a line of text sent back to rampartctl.
  */
 #ifndef RAMPART_CONTROL_SOCKET_H

@@ -5,7 +5,7 @@
  * folder's README, the layers in src/README.md, and the design in docs/engine.md.
  *
  * Errors: set-up calls (server_set_open, ...) return -1 with a sentence in err
- * (docs/CONTRIBUTING.md, convention 1); I/O calls (engine_run_sync) 0 or negative errno
+ * (CONTRIBUTING.md, convention 1); I/O calls (engine_run_sync) 0 or negative errno
  * (convention 2); allocators 0 or -1 (out of memory).
  */
 #ifndef RAMPART_ENGINE_INTERNAL_H

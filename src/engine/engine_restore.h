@@ -1,7 +1,7 @@
 /* state= (engine_restore.c, docs/recovery.md): the pager's state segment opened,
  * taken over and closed. The record kept while the engine runs is state_record.h.
  *
- * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1).
+ * Errors: -1 with a sentence in err (CONTRIBUTING.md, convention 1).
  */
 #ifndef RAMPART_ENGINE_RESTORE_H
 #define RAMPART_ENGINE_RESTORE_H

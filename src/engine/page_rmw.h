@@ -1,7 +1,7 @@
 /* Reads and writes of part of one page (page_rmw.c), from frontend threads: a sub-page
  * write holds its page's stripe lock from its read to the end of its write-back.
  *
- * Errors: 0 or negative errno, as rampart.h's I/O calls (docs/CONTRIBUTING.md,
+ * Errors: 0 or negative errno, as rampart.h's I/O calls (CONTRIBUTING.md,
  * convention 2).
  */
 #ifndef RAMPART_PAGE_RMW_H

@@ -18,7 +18,7 @@
  * cannot be read correctly is never returned as wrong data), -EINVAL for misaligned or
  * out-of-range requests, -ENOSPC when neither servers nor the spill store have room.
  *
- * Errors: two conventions (docs/CONTRIBUTING.md): configuration and rampart_open return
+ * Errors: two conventions (CONTRIBUTING.md): configuration and rampart_open return
  * -1 (or NULL) with a sentence in err, for the operator; I/O returns 0 or negative
  * errno, as above, for the kernel.
  */

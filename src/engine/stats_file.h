@@ -10,7 +10,7 @@
  * so readers never see half a report, with plain system calls: nothing here allocates
  * after the start.
  *
- * Errors: starting: NULL with a sentence in err (docs/CONTRIBUTING.md, convention 1); a
+ * Errors: starting: NULL with a sentence in err (CONTRIBUTING.md, convention 1); a
  * failed write of a report is logged once, and the next report is written anyway.
  */
 #ifndef RAMPART_STATS_FILE_H

@@ -9,7 +9,7 @@
  *   LOCAL   slot in the standalone RAM store
  * Owned by the engine's I/O thread; no locking.
  *
- * Errors: page_map_init returns 0 or -1 (out of memory; docs/CONTRIBUTING.md,
+ * Errors: page_map_init returns 0 or -1 (out of memory; CONTRIBUTING.md,
  * convention 1 without a sentence); lookups cannot fail.
  */
 #ifndef RAMPART_PAGE_MAP_H

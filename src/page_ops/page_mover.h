@@ -8,7 +8,7 @@
  * (the holder of its lock), like the rest of the engine.
  *
  * Errors: page_mover_init returns 0 or -1 (out of memory); a move that fails is retried
- * or counted, never returned (docs/CONTRIBUTING.md).
+ * or counted, never returned (CONTRIBUTING.md).
  */
 #ifndef RAMPART_PAGE_MOVER_H
 #define RAMPART_PAGE_MOVER_H

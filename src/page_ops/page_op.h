@@ -30,7 +30,7 @@
  * means two paths think they own the op, and going on would complete some request
  * with another one's bytes.
  *
- * Errors: an op completes with 0 or negative errno (docs/CONTRIBUTING.md, convention
+ * Errors: an op completes with 0 or negative errno (CONTRIBUTING.md, convention
  * 2): -EIO for a page that cannot be read correctly, -ENOSPC when nothing has room.
  */
 #ifndef RAMPART_PAGE_OP_H

@@ -2,7 +2,7 @@
  * the spill store, each copy verified.
  *
  * Errors: a read's op completes with 0 or negative errno (page_op.h;
- * docs/CONTRIBUTING.md, convention 2).
+ * CONTRIBUTING.md, convention 2).
  */
 #ifndef RAMPART_PAGE_READ_H
 #define RAMPART_PAGE_READ_H

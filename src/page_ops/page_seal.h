@@ -19,7 +19,7 @@
  *
  * Owned by the engine's I/O thread; no locking.
  *
- * Errors: set-up: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1);
+ * Errors: set-up: -1 with a sentence in err (CONTRIBUTING.md, convention 1);
  * page_unseal: false when the page fails verification (the caller reads another copy or
  * fails -EIO).
  */

@@ -14,7 +14,7 @@
  * reads in page_read.c, releases in page_write.c. Only the tables name them.
  *
  * Errors: none here; a read or write through a table ends its op with 0 or a negative
- * errno (page_op.h; docs/CONTRIBUTING.md, convention 2).
+ * errno (page_op.h; CONTRIBUTING.md, convention 2).
  */
 #ifndef RAMPART_PAGE_STORE_OPS_H
 #define RAMPART_PAGE_STORE_OPS_H

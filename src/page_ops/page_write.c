@@ -1,4 +1,4 @@
-/* Writing a page: seed 002's parity logging (docs/engine.md, "Paths").
+/* Writing a page: parity logging (docs/engine.md, "Paths").
  *
  * A page is never bound to a place. Each write takes the next member of the open group
  * on the next server round-robin, is XORed into the group's parity buffer, and marks

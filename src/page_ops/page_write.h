@@ -2,7 +2,7 @@
  * versions a write replaces and when their slots go back (reclaim).
  *
  * Errors: a write's op completes with 0 or negative errno (page_op.h;
- * docs/CONTRIBUTING.md, convention 2).
+ * CONTRIBUTING.md, convention 2).
  */
 #ifndef RAMPART_PAGE_WRITE_H
 #define RAMPART_PAGE_WRITE_H

@@ -1,6 +1,6 @@
 /* The parity log: groups (stripe rows) of pages and the XOR that protects them.
  *
- * Seed 002's parity logging, generalised so every redundancy policy is a kind of group
+ * The parity-logging design, generalised so every redundancy policy is a kind of group
  * (docs/engine.md): a group collects up to `capacity` data members, each a version of
  * some logical page stored at (server, slot); the client XORs each member into the
  * group's parity buffer while the group is open, and when it is full the parity is
@@ -11,7 +11,7 @@
  * This file is pure bookkeeping and arithmetic: no sockets, no threads. The engine's I/O
  * thread owns the table.
  *
- * Errors: the table's set-up returns 0 or -1 (out of memory; docs/CONTRIBUTING.md);
+ * Errors: the table's set-up returns 0 or -1 (out of memory; CONTRIBUTING.md);
  * group operations cannot fail.
  */
 #ifndef RAMPART_PARITY_GROUP_H

@@ -24,7 +24,7 @@ enum rampart_redundancy {
   RAMPART_REDUNDANCY_AUTO = 0,    /* parity-log with 3+ servers, mirror with 2, none with 1 */
   RAMPART_REDUNDANCY_NONE,        /* striping only: a lost server loses its pages */
   RAMPART_REDUNDANCY_MIRROR,      /* two servers per page */
-  RAMPART_REDUNDANCY_PARITY_LOG,  /* seed 002's parity logging: 1 + 1/S transfers per page */
+  RAMPART_REDUNDANCY_PARITY_LOG,  /* parity logging: 1 + 1/S transfers per page */
   RAMPART_REDUNDANCY_WRITE_THROUGH, /* remote plus local disk: survives any server losses */
 };
 

@@ -6,7 +6,7 @@
  * back, the ops waiting until a server changes state, the counters) is
  * struct server_health_shared, defined in server_health.c alone.
  *
- * Errors: allocation returns 0 or -1 (out of memory; docs/CONTRIBUTING.md); a server's
+ * Errors: allocation returns 0 or -1 (out of memory; CONTRIBUTING.md); a server's
  * failure is a state change and a log line, and a request it holds completes as
  * page_op.h says.
  */

@@ -3,7 +3,7 @@
  * health is server_health.c's, membership server_membership.c's.
  *
  * Errors: set-up calls (server_set_open, server_set_pool_new) return -1 with a sentence
- * in err (docs/CONTRIBUTING.md, convention 1).
+ * in err (CONTRIBUTING.md, convention 1).
  */
 #ifndef RAMPART_SERVER_SET_H
 #define RAMPART_SERVER_SET_H

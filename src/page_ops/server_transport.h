@@ -21,7 +21,7 @@
  * rp_conn in server_set.c, server_health.c and server_membership.c.
  *
  * Errors: none returned: a request's failure reaches its op's completion (page_op.h,
- * negative errno; docs/CONTRIBUTING.md, convention 2).
+ * negative errno; CONTRIBUTING.md, convention 2).
  */
 #ifndef RAMPART_SERVER_TRANSPORT_H
 #define RAMPART_SERVER_TRANSPORT_H

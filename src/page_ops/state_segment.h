@@ -13,7 +13,7 @@
  * state_segment_layout.h, and what an attach checks before it uses anything inside is
  * state_segment_check.h. The engine decides what goes where inside.
  *
- * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1).
+ * Errors: -1 with a sentence in err (CONTRIBUTING.md, convention 1).
  */
 #ifndef RAMPART_STATE_SEGMENT_H
 #define RAMPART_STATE_SEGMENT_H

@@ -8,7 +8,7 @@
  * (a larger server reservation) is the only call that allocates, off the per-page path.
  *
  * Errors: 0 or -1 (out of memory, no free slot, or a slot that was not in use), as
- * each call says (docs/CONTRIBUTING.md).
+ * each call says (CONTRIBUTING.md).
  */
 #ifndef RAMPART_SLOT_ALLOCATOR_H
 #define RAMPART_SLOT_ALLOCATOR_H

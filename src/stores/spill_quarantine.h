@@ -12,7 +12,7 @@
  *
  * Owned by the engine's I/O thread.
  *
- * Errors: spill_quarantine_init returns 0 or -1 (out of memory; docs/CONTRIBUTING.md);
+ * Errors: spill_quarantine_init returns 0 or -1 (out of memory; CONTRIBUTING.md);
  * the rest cannot fail.
  */
 #ifndef RAMPART_SPILL_QUARANTINE_H

@@ -8,7 +8,7 @@
  * signalled on an eventfd, which the engine's libev loop watches; spill_store_reap()
  * then runs the callbacks on that thread.
  *
- * Errors: opening: NULL with a sentence in err (docs/CONTRIBUTING.md, convention 1);
+ * Errors: opening: NULL with a sentence in err (CONTRIBUTING.md, convention 1);
  * I/O: 0 or negative errno in a completion's result (convention 2).
  */
 #ifndef RAMPART_SPILL_STORE_H

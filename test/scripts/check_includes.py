@@ -12,7 +12,7 @@ own, with no allow-list: none of them has a cycle.
 
 It fails on an edge between two modules of one cycle that
 test/scripts/include_cycles.allow does not list. That file listed the edges inside the
-cycles src/ had; since issue 40 it is empty, so any cycle fails. It only shrinks: when a
+cycles src/ had; it is empty now, so any cycle fails. It only shrinks: when a
 change breaks an edge out of a cycle, this prints that its line can go.
 
 The same for layers: each of src/README.md's layers is a folder of src/ (LAYERS below),
