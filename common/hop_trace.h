@@ -11,7 +11,7 @@
  * fresh for each measured run. Stamps are claimed with one atomic add, so any thread of
  * any process may stamp.
  *
- * Errors: rp_hop_trace_start: -1 with a sentence in err (docs/CONTRIBUTING.md,
+ * Errors: rp_hop_trace_start: -1 with a sentence in err (CONTRIBUTING.md,
  * convention 1); an unset variable is 0, tracing off.
  */
 #ifndef RAMPART_COMMON_HOP_TRACE_H

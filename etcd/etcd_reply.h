@@ -13,7 +13,7 @@
  * json-c must be loaded first (rp_etcd_libs_load).
  *
  * Errors: 0, or -1 with a sentence in why saying how the reply is wrong (convention 1
- * of docs/CONTRIBUTING.md, for a reply instead of a setting).
+ * of CONTRIBUTING.md, for a reply instead of a setting).
  */
 #ifndef RAMPART_ETCD_REPLY_H
 #define RAMPART_ETCD_REPLY_H

@@ -5,7 +5,7 @@
  * process that wrote it and a bug or a stray write can leave anything there: a check
  * that fails is a refusal naming the field, never an access out of bounds.
  *
- * Errors: -1 with a sentence in err (docs/CONTRIBUTING.md, convention 1).
+ * Errors: -1 with a sentence in err (CONTRIBUTING.md, convention 1).
  */
 #ifndef RAMPART_STATE_SEGMENT_CHECK_H
 #define RAMPART_STATE_SEGMENT_CHECK_H
