@@ -380,7 +380,7 @@ static bool replay_settled(struct recovered_write *w, struct rp_request *req, pa
       return false;
     }
     if (server < e->set.nservers && e->set.servers[server]->state != RAMPART_SERVER_LOST)
-      page_write_member_lost(e, id);
+      page_write_member_lost(e, id, page_entry_member(entry));
   }
   w->replays--;
   return true;
