@@ -158,8 +158,8 @@ static void copy_failed_verification(struct page_op *op)
   char why[240];
   if (op->stage == PAGE_OP_REBUILDING) {
     /* Rebuilt from every other piece of its group and still not the page: nothing is
-     * left to try. */
-    op->bad_copies = 2;
+     * left to try, whatever its group could spare. */
+    op->bad_copies = (uint8_t)(1u + group_parity_count(group_get(&e->groups, op->group)));
     snprintf(why, sizeof why, "rebuilt from its parity group (its own server %s being gone "
              "or having returned it altered) it failed verification too",
              e->set.servers[op->server]->address);

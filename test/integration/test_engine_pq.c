@@ -20,17 +20,25 @@
 
 #define PAGE RAMPART_PAGE_SIZE
 
-/* Parity-log S+2 on n fresh servers; a dead server is lost after a second. */
-static void start_pq_device(struct rp_test_cluster *c, struct rp_test_device *d, unsigned n,
-                            const char *group, uint64_t pages, uint64_t seed)
+/* Parity-log S+2 on n fresh servers (faults: rp_test_cluster_start's); a dead server is
+ * lost after a second. */
+static void start_pq_device_with(struct rp_test_cluster *c, struct rp_test_device *d,
+                                 unsigned n, const char *const *faults, const char *group,
+                                 uint64_t pages, uint64_t seed)
 {
-  assert_int_equal(rp_test_cluster_start(c, n, "64M", NULL), 0);
+  assert_int_equal(rp_test_cluster_start(c, n, "64M", faults), 0);
   const char *extra[] = { "redundancy", "parity-log", "group", group, "parity", "2",
                           "lease", "1", "timeout", "1000", NULL };
   rp_test_device_init(d, rp_test_engine_open(c, pages, extra), pages, seed);
   struct rampart_stats st;
   rp_test_device_stats(d, &st);
   assert_int_equal(st.parity, 2);
+}
+
+static void start_pq_device(struct rp_test_cluster *c, struct rp_test_device *d, unsigned n,
+                            const char *group, uint64_t pages, uint64_t seed)
+{
+  start_pq_device_with(c, d, n, NULL, group, pages, seed);
 }
 
 /* The device read back in full while servers a and b are away, then again once both
@@ -141,6 +149,34 @@ static void test_a_stalled_server_and_a_killed_one(void **state)
   rp_test_cluster_stop(&c);
 }
 
+/* A server that alters every page it returns, and another killed: every copy read from
+ * the first fails verification and is rebuilt from its group, with the killed server's
+ * piece missing too where the group has one there (P and Q then both needed). */
+static void test_a_corrupting_server_and_a_killed_one(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  struct rp_test_device d;
+  const char *faults[] = { NULL, "flip", NULL, NULL, NULL, NULL, NULL, NULL };
+  start_pq_device_with(&c, &d, 8, faults, "4", 2048, 97);
+  rp_test_device_workload(&d, 100, 90, 0);
+  rp_test_server_kill(&c.servers[4]);
+  rp_test_device_workload(&d, 40, 50, 0);
+  rp_test_device_verify(&d, false);
+  struct rampart_stats st;
+  rp_test_device_stats(&d, &st);
+  print_message("a corrupting server and a killed one: %llu copies failed verification, "
+                "%llu degraded reads, %llu read errors\n",
+                (unsigned long long)st.integrity_failures,
+                (unsigned long long)st.pages_degraded_reads,
+                (unsigned long long)st.read_errors);
+  assert_true(st.integrity_failures > 0);
+  assert_int_equal(st.read_errors, 0);
+  assert_int_equal(st.pages_lost, 0);
+  rp_test_device_free(&d);
+  rp_test_cluster_stop(&c);
+}
+
 /* Three servers of eight killed at once: groups with three pieces on them cannot come
  * back. The engine says so before any read (groups with no loss to spare), the mover
  * marks exactly their lost members lost, and the reads fail with EIO for exactly those
@@ -207,6 +243,7 @@ int main(void)
     cmocka_unit_test(test_8_plus_2_on_12_survives_two_killed_at_once),
     cmocka_unit_test(test_a_second_loss_during_the_first_rebuild),
     cmocka_unit_test(test_a_stalled_server_and_a_killed_one),
+    cmocka_unit_test(test_a_corrupting_server_and_a_killed_one),
     cmocka_unit_test(test_a_third_loss_is_eio_for_exactly_the_pages_counted),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
