@@ -115,12 +115,15 @@ static void test_a_second_loss_during_the_first_rebuild(void **state)
   rp_test_device_workload(&d, 200, 80, 5);
   rp_test_server_kill(&c.servers[2]);
   rp_test_device_wait_noticed(&d, 2, 10);
+  /* Polled, not between batches: the rebuild of a few thousand pages takes a few
+   * hundred milliseconds, and a batch could step over it. */
   struct rampart_stats st;
   bool rebuilding = false;
-  for (unsigned i = 0; i < 400 && !rebuilding; i++) {
-    rp_test_device_workload(&d, 1, 70, 5);
+  for (unsigned i = 0; i < 10000 && !rebuilding; i++) {
     rp_test_device_stats(&d, &st);
     rebuilding = st.rebuild_running && st.servers[2].state == RAMPART_SERVER_LOST;
+    if (!rebuilding)
+      usleep(1000);
   }
   assert_true(rebuilding);
   rp_test_server_kill(&c.servers[5]);
