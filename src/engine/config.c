@@ -506,11 +506,6 @@ int rampart_config_check(const struct rampart_config *c, char *err, size_t errle
              "parity= or set redundancy=parity-log", c->parity, rampart_redundancy_name(r));
     return -1;
   }
-  if (c->parity > 1 && c->state_path[0]) {
-    snprintf(err, errlen, "parity=%u does not take state= yet: the state segment keeps one "
-             "parity page per open group; drop state= or use parity=1", c->parity);
-    return -1;
-  }
   unsigned parities = parity ? (r == RAMPART_REDUNDANCY_PARITY_LOG ? c->parity : 1u) : 0u;
   unsigned needed = parity ? s + parities : 1;
   if (parity && nservers < needed && c->redundancy != RAMPART_REDUNDANCY_AUTO) {

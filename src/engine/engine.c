@@ -902,9 +902,13 @@ static int engine_alloc_pools(struct rampart_engine *e)
                                    : alloc_pages((size_t)2 * ENGINE_PARITY_BUFFERS *
                                                  RAMPART_PAGE_SIZE);
   e->parity_pages = parity_pages;
-  /* Q's pages are not in the state: config.c refuses parity=2 with state=. */
-  if (e->parities > 1 &&
-      !(e->parity_q_pages = alloc_pages((size_t)2 * ENGINE_PARITY_BUFFERS * RAMPART_PAGE_SIZE)))
+  /* Q's too, with state= whatever parity= is: a device taken over may hold parity=2
+   * groups still open. */
+  if (e->state)
+    e->parity_q_pages = e->state->parity_q_pages;
+  else if (e->parities > 1 &&
+           !(e->parity_q_pages = alloc_pages((size_t)2 * ENGINE_PARITY_BUFFERS *
+                                             RAMPART_PAGE_SIZE)))
     return -1;
   if (!e->ops || !e->op_scratch || !e->degraded || !e->parity || !e->frees || !dr_pages ||
       !parity_pages)
@@ -940,7 +944,7 @@ static void engine_free_pools(struct rampart_engine *e)
            (size_t)ENGINE_DEGRADED_READS * DEGRADED_PIECES * RAMPART_PAGE_SIZE);
   if (e->parity_pages && !e->state)
     munmap(e->parity_pages, (size_t)2 * ENGINE_PARITY_BUFFERS * RAMPART_PAGE_SIZE);
-  if (e->parity_q_pages)
+  if (e->parity_q_pages && !e->state)
     munmap(e->parity_q_pages, (size_t)2 * ENGINE_PARITY_BUFFERS * RAMPART_PAGE_SIZE);
   if (e->op_scratch && !e->state)
     munmap(e->op_scratch, (size_t)ENGINE_PAGE_OPS * RAMPART_PAGE_SIZE);

@@ -8,6 +8,7 @@
  * parity. When no server can take a page, it goes to the spill store.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "crash_point.h"
@@ -525,6 +526,12 @@ static enum open_result open_new_group(struct rampart_engine *e)
       parity_buffer_put(e, &e->parity[buffer]);
     }
     return NO_SERVERS;
+  }
+  if (e->parities > 1) {
+    struct group *g = group_get(&e->groups, id);
+    g->slot[GROUP_Q_RESERVED] = e->placement.open_q_slot;
+    atomic_signal_fence(memory_order_release); /* a restart finds a whole entry */
+    g->server[GROUP_Q_RESERVED] = e->placement.open_q_server;
   }
   e->placement.open_group = id;
   state_record_group_opened(e, id);

@@ -195,6 +195,10 @@ void group_begin_seal_with(struct group_table *t, uint32_t id, const server_inde
 {
   struct group *g = group_get(t, id);
   assert(g->state == GROUP_OPEN && g->has_parity);
+  /* Q's reservation moves to its place (capacity + 1): the entries past the parities
+   * are nobody's. */
+  for (unsigned k = g->capacity; k < GROUP_MAX_DATA + GROUP_MAX_PARITY; k++)
+    g->server[k] = SERVER_INDEX_NONE;
   for (unsigned j = 0; j < g->parities; j++) {
     g->server[g->capacity + j] = server[j];
     g->slot[g->capacity + j] = slot[j];

@@ -26,6 +26,7 @@
 
 #define GROUP_MAX_DATA 8u          /* largest group=S */
 #define GROUP_MAX_PARITY 2u        /* parity=2: P and Q (parity_code.h) */
+#define GROUP_Q_RESERVED (GROUP_MAX_DATA + 1u) /* an open group's entry for Q's slot */
 #define GROUP_NO_BUFFER 0xffffu
 #define GROUP_NONE UINT32_MAX
 
@@ -52,7 +53,8 @@ struct group {
   uint16_t buffer;              /* parity buffer index while OPEN/SEALING */
   server_index server[GROUP_MAX_DATA + GROUP_MAX_PARITY]; /* [i] data member i; [capacity]
                                    the parity P, [capacity + 1] Q (SERVER_INDEX_NONE: not
-                                   stored) */
+                                   stored). While open, [GROUP_Q_RESERVED] is the slot Q
+                                   reserved at open, where a restart finds it */
   uint32_t slot[GROUP_MAX_DATA + GROUP_MAX_PARITY];
   uint32_t page[GROUP_MAX_DATA];      /* logical page each member holds a version of */
   uint32_t next_free;

@@ -104,7 +104,7 @@ const char *state_segment_layout(void)
 uint64_t state_segment_bytes(uint64_t pages)
 {
   return STATE_HEADER_BYTES + map_bytes(pages) + seals_bytes(pages) +
-         (uint64_t)(2 * STATE_SEGMENT_PARITY_BUFFERS + STATE_SEGMENT_WRITES) * 4096u;
+         (uint64_t)(STATE_SEGMENT_PARITY_PAGES + STATE_SEGMENT_WRITES) * 4096u;
 }
 
 /* ---- the anchor file ------------------------------------------------------------------ */
@@ -239,6 +239,7 @@ static void point_into(struct state_segment *st)
   st->writes = h->writes;
   st->parity = h->parity;
   st->parity_pages = (uint8_t *)st->base + h->parity_offset;
+  st->parity_q_pages = st->parity_pages + (size_t)2 * STATE_SEGMENT_PARITY_BUFFERS * 4096u;
   st->op_pages = (uint8_t *)st->base + h->op_pages_offset;
   st->rebuild = &h->rebuild;
   st->open_group = &h->open_group;
@@ -292,7 +293,7 @@ static int create_state(struct state_segment *st, const struct state_segment_fin
   h->map_offset = STATE_HEADER_BYTES;
   h->seals_offset = STATE_HEADER_BYTES + map_bytes(fp->pages);
   h->parity_offset = h->seals_offset + seals_bytes(fp->pages);
-  h->op_pages_offset = h->parity_offset + (uint64_t)2 * STATE_SEGMENT_PARITY_BUFFERS * 4096u;
+  h->op_pages_offset = h->parity_offset + (uint64_t)STATE_SEGMENT_PARITY_PAGES * 4096u;
   h->open_group = UINT32_MAX;
   h->total_bytes = bytes;
   for (unsigned i = 0; i < STATE_SEGMENT_MAX_CHUNKS; i++)
@@ -648,6 +649,7 @@ void state_segment_detach(struct state_segment *st)
   st->writes = NULL;
   st->parity = NULL;
   st->parity_pages = NULL;
+  st->parity_q_pages = NULL;
   st->op_pages = NULL;
   st->open_group = st->open_parity_server = st->open_parity_slot = NULL;
   st->rebuild = NULL;

@@ -43,6 +43,9 @@ struct state_segment_fingerprint {
 #define STATE_SEGMENT_SERVERS 4096u    /* the engine's server table, incarnations included */
 #define STATE_SEGMENT_WRITES 512u      /* page operations in flight at once */
 #define STATE_SEGMENT_PARITY_BUFFERS 64u /* open and sealing groups at once */
+/* Each buffer's two pages of P, then each buffer's two of Q (parity=2's, kept whatever
+ * parity= is, so a device's groups can be taken over under either setting). */
+#define STATE_SEGMENT_PARITY_PAGES (4u * STATE_SEGMENT_PARITY_BUFFERS)
 #define STATE_SEGMENT_ADDRESS_LEN 80u
 #define STATE_SEGMENT_TOKEN_LEN 32u
 
@@ -119,7 +122,8 @@ struct state_segment {
   struct state_segment_server *servers; /* STATE_SEGMENT_SERVERS */
   struct state_segment_write *writes;   /* STATE_SEGMENT_WRITES */
   struct state_segment_parity *parity;  /* STATE_SEGMENT_PARITY_BUFFERS */
-  uint8_t *parity_pages;              /* 2 * STATE_SEGMENT_PARITY_BUFFERS pages of 4 KiB */
+  uint8_t *parity_pages;              /* 2 * STATE_SEGMENT_PARITY_BUFFERS pages of 4 KiB: P */
+  uint8_t *parity_q_pages;            /* as many again, after them: Q */
   uint8_t *op_pages;                  /* STATE_SEGMENT_WRITES pages: each page op's bytes
                                          as sealed, so a write in flight can be sent
                                          again after a crash */
