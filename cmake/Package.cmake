@@ -22,7 +22,7 @@ Ships systemd units for both roles, rampartctl, and example configuration in
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION admin)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
-# Shared libraries (libev, libssl3, libprotobuf-c1, liburing2) come from dpkg-shlibdeps;
+# Shared libraries (libev, libssl3, libprotobuf-c1, liburing2, libisal2) come from dpkg-shlibdeps;
 # the programs rampart-swap runs are named here: nbdkit (with its plugin directory),
 # nbd-client to attach, kmod for 'modprobe nbd', procps for sysctl, adduser for the
 # system user. nbdfuse (libnbd-bin) is the fallback where the kernel has no NBD driver.

@@ -287,6 +287,21 @@ static int set_group(struct rampart_config *c, const char *key, const char *v, c
                      err, errlen);
 }
 
+static int set_parity(struct rampart_config *c, const char *key, const char *v, char *err,
+                      size_t errlen)
+{
+  unsigned n;
+  if (set_unsigned(&n, key, v, GROUP_MAX_PARITY, err, errlen) < 0)
+    return -1;
+  if (n == 0) {
+    snprintf(err, errlen, "parity=0: a parity-log group keeps 1 or 2 parity pages; for no "
+             "parity at all use redundancy=none");
+    return -1;
+  }
+  c->parity = n;
+  return 0;
+}
+
 static int set_spill_size(struct rampart_config *c, const char *key, const char *v,
                           char *err, size_t errlen)
 {
@@ -423,7 +438,7 @@ void rampart_config_effective(const struct rampart_config *c, enum rampart_redun
     break;
   case RAMPART_REDUNDANCY_PARITY_LOG:
     if (!s)
-      s = nservers > 1 ? nservers - 1 : 1;
+      s = nservers > c->parity ? nservers - c->parity : 1;
     if (s > 4 && !c->group)
       s = 4;
     break;
@@ -493,7 +508,13 @@ int rampart_config_check(const struct rampart_config *c, char *err, size_t errle
   /* A group's members and its parity (mirror: its one member and the copy) each need a
    * server of their own. */
   bool parity = redundancy_policy_of(r)->parity;
-  unsigned needed = parity ? s + 1 : 1;
+  if (c->parity > 1 && r != RAMPART_REDUNDANCY_PARITY_LOG) {
+    snprintf(err, errlen, "parity=%u needs redundancy=parity-log (this device is %s): drop "
+             "parity= or set redundancy=parity-log", c->parity, rampart_redundancy_name(r));
+    return -1;
+  }
+  unsigned parities = parity ? (r == RAMPART_REDUNDANCY_PARITY_LOG ? c->parity : 1u) : 0u;
+  unsigned needed = parity ? s + parities : 1;
   if (parity && nservers < needed && c->redundancy != RAMPART_REDUNDANCY_AUTO) {
     snprintf(err, errlen, "redundancy=%s with group=%u needs at least %u servers, %u given: "
              "list more servers or choose a smaller group", rampart_redundancy_name(r), s,

@@ -50,6 +50,9 @@
     "                          3+ servers, mirror with 2, none with 1)\n") \
   X("group", set_group, NULL, \
     "group=S                   data pages per parity group (default: up to 4)\n") \
+  X("parity", set_parity, "1", \
+    "parity=1|2                parity pages per group with parity-log: 2 (P and Q) survives\n" \
+    "                          any two lost servers of a group (default 1)\n") \
   X("spill", set_spill, NULL, \
     "spill=PATH                local disk store, file or partition (default: temp file)\n") \
   X("spill-size", set_spill_size, NULL, \

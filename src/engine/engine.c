@@ -719,6 +719,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->device_pages = e->pages;
   st->redundancy = e->policy;
   st->group_size = e->group_size;
+  st->parity = e->parities;
   st->server_entries = e->set.nservers;
   uint64_t *live = e->set.live, *at_risk = e->set.at_risk;
   page_mover_live_by_server(e, live, at_risk);
@@ -736,11 +737,12 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
     snprintf(ss->address, sizeof ss->address, "%s", s->address);
     ss->state = s->state;
     ss->pages_live = live[i];
-    /* The open group's parity slot is taken when the group opens but written only when
-     * it seals: the server does not hold that page yet. */
-    bool parity_reserved = e->redundancy->parity && e->placement.open_group != GROUP_NONE &&
-                           e->placement.open_parity_server == i;
-    ss->pages_stored = s->slots.in_use - (parity_reserved ? 1u : 0u);
+    /* The open group's parity slots are taken when the group opens but written only
+     * when it seals: the server does not hold those pages yet. */
+    bool group_open = e->redundancy->parity && e->placement.open_group != GROUP_NONE;
+    unsigned parity_reserved = group_open && e->placement.open_parity_server == i;
+    parity_reserved += group_open && e->parities > 1 && e->placement.open_q_server == i;
+    ss->pages_stored = s->slots.in_use - parity_reserved;
     ss->pages_reserved = s->reserved_pages;
     ss->suspect = s->suspect;
     ss->integrity_failures = s->integrity_failures;
@@ -760,6 +762,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->pages_degraded_reads = e->counters.degraded_reads;
   st->pages_lost = e->counters.pages_lost;
   st->pages_unprotected = group_table_unprotected_live(&e->groups);
+  page_mover_groups_by_spare(e, &st->groups_one_spare, &st->groups_no_spare);
   st->read_errors = e->counters.read_errors;
   st->integrity_failures = e->counters.integrity_failures;
   st->encrypted = e->sealer.encrypt;
@@ -791,9 +794,10 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->frontend_requests = atomic_load_explicit(&e->frontend_waiting, memory_order_relaxed);
   st->client_memory_fixed_bytes =
     (uint64_t)ENGINE_PAGE_OPS * (sizeof(struct page_op) + RAMPART_PAGE_SIZE) +
-    (uint64_t)ENGINE_PARITY_BUFFERS * (sizeof(struct parity_buffer) + RAMPART_PAGE_SIZE) +
+    (uint64_t)ENGINE_PARITY_BUFFERS * (sizeof(struct parity_buffer) +
+                                       (e->parities > 1 ? 3u : 1u) * RAMPART_PAGE_SIZE) +
     (uint64_t)ENGINE_DEGRADED_READS * (sizeof(struct degraded_read) +
-                                       (GROUP_MAX_DATA + 1) * RAMPART_PAGE_SIZE) +
+                                       DEGRADED_PIECES * RAMPART_PAGE_SIZE) +
     (uint64_t)ENGINE_FREE_REQUESTS * sizeof(struct free_request) + sizeof *e +
     rampart_event_arena_bytes() + rp_conn_pool_bytes(e->set.conn_pool) +
     (uint64_t)e->set.nservers * (sizeof(struct server) + server_health_attempt_bytes()) +
@@ -894,13 +898,21 @@ static int engine_alloc_pools(struct rampart_engine *e)
   e->degraded = calloc(ENGINE_DEGRADED_READS, sizeof *e->degraded);
   e->parity = calloc(ENGINE_PARITY_BUFFERS, sizeof *e->parity);
   e->frees = calloc(ENGINE_FREE_REQUESTS, sizeof *e->frees);
-  uint8_t *dr_pages = alloc_pages((size_t)ENGINE_DEGRADED_READS * (GROUP_MAX_DATA + 1) *
+  uint8_t *dr_pages = alloc_pages((size_t)ENGINE_DEGRADED_READS * DEGRADED_PIECES *
                                   RAMPART_PAGE_SIZE);
   /* With state= the parity of the open group lives in the state, to survive a crash. */
   uint8_t *parity_pages = e->state ? e->state->parity_pages
                                    : alloc_pages((size_t)2 * ENGINE_PARITY_BUFFERS *
                                                  RAMPART_PAGE_SIZE);
   e->parity_pages = parity_pages;
+  /* Q's too, with state= whatever parity= is: a device taken over may hold parity=2
+   * groups still open. */
+  if (e->state)
+    e->parity_q_pages = e->state->parity_q_pages;
+  else if (e->parities > 1 &&
+           !(e->parity_q_pages = alloc_pages((size_t)2 * ENGINE_PARITY_BUFFERS *
+                                             RAMPART_PAGE_SIZE)))
+    return -1;
   if (!e->ops || !e->op_scratch || !e->degraded || !e->parity || !e->frees || !dr_pages ||
       !parity_pages)
     return -1;
@@ -910,7 +922,7 @@ static int engine_alloc_pools(struct rampart_engine *e)
     e->free_ops = &e->ops[i];
   }
   for (unsigned i = ENGINE_DEGRADED_READS; i-- > 0;) {
-    e->degraded[i].pages = dr_pages + (size_t)i * (GROUP_MAX_DATA + 1) * RAMPART_PAGE_SIZE;
+    e->degraded[i].pages = dr_pages + (size_t)i * DEGRADED_PIECES * RAMPART_PAGE_SIZE;
     e->degraded[i].next = e->free_degraded;
     e->free_degraded = &e->degraded[i];
   }
@@ -932,9 +944,11 @@ static void engine_free_pools(struct rampart_engine *e)
 {
   if (e->degraded && e->degraded[0].pages)
     munmap(e->degraded[0].pages,
-           (size_t)ENGINE_DEGRADED_READS * (GROUP_MAX_DATA + 1) * RAMPART_PAGE_SIZE);
+           (size_t)ENGINE_DEGRADED_READS * DEGRADED_PIECES * RAMPART_PAGE_SIZE);
   if (e->parity_pages && !e->state)
     munmap(e->parity_pages, (size_t)2 * ENGINE_PARITY_BUFFERS * RAMPART_PAGE_SIZE);
+  if (e->parity_q_pages && !e->state)
+    munmap(e->parity_q_pages, (size_t)2 * ENGINE_PARITY_BUFFERS * RAMPART_PAGE_SIZE);
   if (e->op_scratch && !e->state)
     munmap(e->op_scratch, (size_t)ENGINE_PAGE_OPS * RAMPART_PAGE_SIZE);
   free(e->ops);
@@ -1099,6 +1113,8 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
   e->reap.event_fd = -1;
   rampart_config_effective(config, &e->policy, &e->group_size);
   e->redundancy = redundancy_policy_of(e->policy);
+  e->parities = !e->redundancy->parity ? 0u
+                : e->policy == RAMPART_REDUNDANCY_PARITY_LOG ? config->parity : 1u;
   e->pages = config->size / RAMPART_PAGE_SIZE;
   e->placement.open_group = GROUP_NONE;
   /* The parts with state of their own, before anything can fail: every later failure

@@ -191,13 +191,20 @@ static void take_over_unfinished_group(struct rampart_engine *e, uint32_t id, bo
     e->groups.reclaimed--; /* never held anything */
     return;
   }
+  /* parity=2: Q's slot, reserved when the group opened, is in the group. */
+  server_index parity_server[GROUP_MAX_PARITY] = { (server_index)*st->open_parity_server,
+                                                   g->server[GROUP_Q_RESERVED] };
+  uint32_t parity_slot[GROUP_MAX_PARITY] = { *st->open_parity_slot,
+                                             g->slot[GROUP_Q_RESERVED] };
+  bool reserved = *st->open_parity_server < e->set.nservers &&
+                  (g->parities < 2 || parity_server[1] < e->set.nservers);
   if (g->state == GROUP_OPEN && g->has_parity && trusted && id == *st->open_group &&
-      *st->open_parity_server < e->set.nservers) {
-    /* Sealed short at once, its parity to the slot reserved when it opened: every
+      reserved) {
+    /* Sealed short at once, its parities to the slots reserved when it opened: every
      * server is only reconnecting now, and a group left open would be closed without
      * parity by the first write that finds no server to place on. */
     g->capacity = g->members;
-    group_begin_seal(&e->groups, id, (server_index)*st->open_parity_server, *st->open_parity_slot);
+    group_begin_seal_with(&e->groups, id, parity_server, parity_slot);
     in_use[g->buffer] = true;
     return;
   }
@@ -205,13 +212,13 @@ static void take_over_unfinished_group(struct rampart_engine *e, uint32_t id, bo
     in_use[g->buffer] = true;
     return;
   }
-  if (g->has_parity) {
+  if (g->has_parity)
     group_drop_parity(&e->groups, id);
-    g->server[g->capacity] = SERVER_INDEX_NONE; /* its slot is not counted as used below */
-  }
   g->buffer = GROUP_NO_BUFFER;
-  /* Sealed short, as a group closed early is: the parity entry sits at capacity. */
-  g->server[g->members] = SERVER_INDEX_NONE;
+  /* Sealed short, as a group closed early is, with no parity: the entries from
+   * capacity on (its parities, Q's reservation) hold no slot counted as used below. */
+  for (unsigned k = g->members; k < GROUP_MAX_DATA + GROUP_MAX_PARITY; k++)
+    g->server[k] = SERVER_INDEX_NONE;
   g->capacity = g->members;
   g->state = GROUP_SEALED;
 }
@@ -243,8 +250,9 @@ static int rebuild_allocators(struct rampart_engine *e)
     for (unsigned m = 0; m < g->members; m++)
       if (g->server[m] != SERVER_INDEX_NONE)
         mark_used(used, e, g->server[m], g->slot[m]);
-    if (g->has_parity && g->server[g->capacity] != SERVER_INDEX_NONE)
-      mark_used(used, e, g->server[g->capacity], g->slot[g->capacity]);
+    for (unsigned j = 0; j < group_parity_count(g); j++)
+      if (g->server[g->capacity + j] != SERVER_INDEX_NONE)
+        mark_used(used, e, g->server[g->capacity + j], g->slot[g->capacity + j]);
   }
   for (unsigned i = 0; i < e->set.nservers && r == 0; i++)
     slot_allocator_rebuild(&e->set.servers[i]->slots, used[i]);
@@ -380,7 +388,7 @@ static bool replay_settled(struct recovered_write *w, struct rp_request *req, pa
       return false;
     }
     if (server < e->set.nservers && e->set.servers[server]->state != RAMPART_SERVER_LOST)
-      page_write_member_lost(e, id);
+      page_write_member_lost(e, id, page_entry_member(entry));
   }
   w->replays--;
   return true;

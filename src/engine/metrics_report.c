@@ -31,6 +31,15 @@ static void device_metrics(struct prom_out *o, const struct rampart_stats *st)
   prom_metric(o, "rampart_pager_unprotected_pages", "gauge",
          "Live pages one server loss from gone until the mover rewrites them.",
          (double)st->pages_unprotected);
+  const struct prom_sample spare[] = {
+    { "1", st->groups_one_spare },
+    { "0", st->groups_no_spare },
+  };
+  prom_labelled(o, "rampart_pager_groups_by_spare", "gauge",
+                "Groups holding live pages by the server losses they can still take.",
+                "spare", spare, sizeof spare / sizeof spare[0]);
+  prom_metric(o, "rampart_pager_parity_pages", "gauge",
+         "Parity pages per group (parity=; 0 without parity).", (double)st->parity);
   prom_metric(o, "rampart_pager_spill_used_pages", "gauge", "Pages used in the spill store.",
          (double)st->spill_used_pages);
   prom_metric(o, "rampart_pager_spill_capacity_pages", "gauge", "Capacity of the spill store.",

@@ -51,6 +51,8 @@ struct rampart_engine;
  *   key=FILE              cluster key (required when servers are not on loopback)
  *   redundancy=none|mirror|parity-log|write-through   (default: auto)
  *   group=S               data pages per parity group (default: min(4, servers-1))
+ *   parity=1|2            parity pages per group with parity-log: 2 survives any two
+ *                         lost servers of a group (default 1)
  *   spill=PATH            local disk store (default: a temporary file)
  *   spill-size=SIZE       its capacity (default: the device size)
  *   tmpdir=DIR            where the temporary spill file goes (default: $TMPDIR or

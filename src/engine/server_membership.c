@@ -318,7 +318,7 @@ static void drain_start(struct rampart_engine *e, void *arg)
   uint64_t need = (uint64_t)((double)e->groups.live_pages *
                              engine_slots_per_page(e, engine_group_width(e, others)) + 0.999);
   uint64_t usable = room - room / 20;
-  unsigned needed_servers = redundancy_policy_servers_needed(e->redundancy);
+  unsigned needed_servers = engine_servers_needed(e);
   if (others < needed_servers) {
     rp_msgf(c->msg, c->msglen, "cannot %s %s: %u other server%s can take pages, and %s needs "
             "%u to keep every page recoverable. Add a server first (rampartctl device SOCKET "

@@ -27,10 +27,10 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
       n += (size_t)snprintf(buf + n, buflen - n, __VA_ARGS__);                \
   } while (0)
   char a[32], b[32];
-  OUT("device          %s (%llu pages), redundancy %s, group %u\n",
+  OUT("device          %s (%llu pages), redundancy %s, group %u, parity %u\n",
       rp_format_bytes(st->device_pages * RAMPART_PAGE_SIZE, a, sizeof a),
       (unsigned long long)st->device_pages, rampart_redundancy_name(st->redundancy),
-      st->group_size);
+      st->group_size, st->parity);
   OUT("pages           remote %llu, spilled %llu, local RAM %llu, zero %llu\n",
       (unsigned long long)st->pages_remote, (unsigned long long)st->pages_spilled,
       (unsigned long long)st->pages_local_ram, (unsigned long long)st->pages_zero);
@@ -42,8 +42,9 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
       "failed verification %llu\n",
       (unsigned long long)st->pages_degraded_reads, (unsigned long long)st->pages_lost,
       (unsigned long long)st->read_errors, (unsigned long long)st->integrity_failures);
-  OUT("protection      %llu live pages unprotected (one loss from gone until moved)\n",
-      (unsigned long long)st->pages_unprotected);
+  OUT("protection      %llu live pages unprotected (one loss from gone until moved); "
+      "groups with one loss to spare %u, with none %u\n",
+      (unsigned long long)st->pages_unprotected, st->groups_one_spare, st->groups_no_spare);
   OUT("pages sealed    %s\n", st->encrypted ? "AES-256-GCM (encrypted and authenticated)"
                                             : "checksum only (encrypt=off: servers see plaintext)");
   OUT("moves           done %llu, in flight %u, rebuild pending %llu, ops waiting %u%s\n",

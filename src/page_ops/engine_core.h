@@ -29,6 +29,7 @@
 #include "local_store.h"
 #include "page_map.h"
 #include "page_seal.h"
+#include "parity_code.h"
 #include "parity_group.h"
 #include "placement_order.h"
 #include "rampart_types.h"
@@ -167,6 +168,9 @@ struct server {
   struct server_health health;
 };
 
+/* A degraded read's pieces: every member but the lost one, and up to two parities. */
+#define DEGRADED_PIECES (GROUP_MAX_DATA + GROUP_MAX_PARITY)
+
 struct degraded_read {
   struct degraded_read *next;
   struct page_op *op;
@@ -177,12 +181,14 @@ struct degraded_read {
   bool unanswered;              /* a piece failed with its server coming back: its
                                    connection dropped, or it refused and reconnects */
   unsigned pieces;
-  uint8_t piece_member[GROUP_MAX_DATA + 1]; /* member index per piece; capacity = parity */
-  server_index piece_server[GROUP_MAX_DATA + 1]; /* where each piece was sent: the group's own
+  unsigned covered;             /* data members the parity pieces cover (the code's k) */
+  bool xor_only;                /* one member missing, rebuilt from P: the XOR of all */
+  uint8_t piece_id[DEGRADED_PIECES]; /* per piece: a member index, PARITY_PIECE_P or _Q */
+  server_index piece_server[DEGRADED_PIECES]; /* where each piece was sent: the group's own
                                    entry may be cleared meanwhile (group_member_lost drops
                                    its parity server) */
-  struct rp_request reqs[GROUP_MAX_DATA + 1];
-  uint8_t *pages;               /* (GROUP_MAX_DATA + 1) * 4 KiB scratch */
+  struct rp_request reqs[DEGRADED_PIECES];
+  uint8_t *pages;               /* DEGRADED_PIECES * 4 KiB scratch */
 };
 
 /* The parity of an open or sealing group. A member is XORed from `page` into `spare`,
@@ -193,10 +199,15 @@ struct parity_buffer {
   struct rampart_engine *engine;
   uint8_t *page;                /* the XOR of the members added so far */
   uint8_t *spare;               /* the next XOR is written here */
+  uint8_t *q_page, *q_spare;    /* parity=2: Q of the members so far, and its next; they
+                                   swap with `page` and `spare` (parity_code.h) */
   unsigned current;             /* which of the buffer's two pages `page` is (0 or 1) */
   uint32_t group;
   struct page_op *waiter;       /* mirror: the write that completes once this copy is stored */
-  struct rp_request req;
+  struct rp_request req;        /* P's write */
+  struct rp_request q_req;      /* Q's write, under parity=2 */
+  unsigned writes_out;          /* parity writes not yet answered for good */
+  bool write_failed;            /* one of them was not stored */
 };
 
 struct free_request {
@@ -284,6 +295,8 @@ struct write_placement {
   uint32_t open_group;          /* GROUP_NONE when none */
   server_index open_parity_server;
   uint32_t open_parity_slot;
+  server_index open_q_server;   /* parity=2: Q's server and slot, reserved at open too */
+  uint32_t open_q_slot;
 };
 
 /* What the engine counts, for stats-file=, metrics-file= and rampartctl (engine.c
@@ -316,6 +329,7 @@ struct rampart_engine {
   enum rampart_redundancy policy;
   const struct redundancy_policy *redundancy; /* the policy's behaviour (its table row) */
   unsigned group_size;
+  unsigned parities;            /* parity pages per group: 0, 1, or 2 under parity=2 */
   uint64_t pages;
 
   struct rp_key *key;           /* the cluster key, on a secret page (common/secret.h) */
@@ -343,6 +357,7 @@ struct rampart_engine {
   struct degraded_read *free_degraded;
   struct parity_buffer *parity;
   uint8_t *parity_pages;                      /* two pages per parity buffer */
+  uint8_t *parity_q_pages;                    /* parity=2: two more per buffer, for Q */
   struct parity_buffer *free_parity;
   struct free_request *frees;
   struct free_request *free_frees;
@@ -440,13 +455,20 @@ struct rampart_engine {
   struct page_rmw *rmw;
 };
 
-/* The data width new groups get with `placeable` servers to place on: group=, or one
- * fewer than the servers when fewer than group + 1 are left (the parity needs its own). */
+/* The data width new groups get with `placeable` servers to place on: group=, or the
+ * servers less the parities when fewer than group + parities are left (each parity needs
+ * a server of its own). */
 static inline unsigned engine_group_width(const struct rampart_engine *e, unsigned placeable)
 {
-  if (e->redundancy->parity && placeable >= 2 && placeable - 1 < e->group_size)
-    return placeable - 1;
+  if (e->parities && placeable > e->parities && placeable - e->parities < e->group_size)
+    return placeable - e->parities;
   return e->group_size;
+}
+
+/* Placeable servers a new group needs: one member's, and each parity's own. */
+static inline unsigned engine_servers_needed(const struct rampart_engine *e)
+{
+  return 1u + e->parities;
 }
 
 /* io-timeout=: the longest a request waits, for a server or for anything else (a
@@ -458,10 +480,10 @@ static inline uint64_t engine_io_timeout_ns(const struct rampart_engine *e)
 }
 
 /* Server slots one live page needs in groups of `width` data pages: the page, and its
- * share of the parity page. */
+ * share of the parity pages. */
 static inline double engine_slots_per_page(const struct rampart_engine *e, unsigned width)
 {
-  return 1.0 + (e->redundancy->parity ? 1.0 / width : 0.0);
+  return 1.0 + (double)e->parities / width;
 }
 
 #endif

@@ -22,6 +22,7 @@ struct rampart_config {
   char key_path[4096];
   enum rampart_redundancy redundancy;
   unsigned group;             /* 0: default */
+  unsigned parity;            /* parity=: parity pages per parity-log group, 1 or 2 */
   char spill_path[4096];      /* "": temporary file */
   char temp_dir[4096];        /* "": $TMPDIR or /var/tmp */
   char stats_path[4096];      /* "": no stats file */

@@ -31,6 +31,7 @@
 #include "page_write_pending.h"
 #include "state_segment.h"
 #include "server_set.h"
+#include "server_transport.h"
 
 #define GROUPS_PER_TICK 4096u
 #define SPILL_PAGES_PER_TICK 65536u
@@ -309,9 +310,9 @@ static void update_rebalancing(struct rampart_engine *e)
 static bool group_on_full_server(struct rampart_engine *e, const struct group *g)
 {
   double threshold = e->mover->rebalance_threshold;
-  unsigned slots = g->members + (g->has_parity ? 1u : 0u);
+  unsigned slots = g->members + group_parity_count(g);
   for (unsigned k = 0; k < slots; k++) {
-    server_index srv = g->server[k < g->members ? k : g->capacity];
+    server_index srv = g->server[group_piece_entry(g, k)];
     if (srv != SERVER_INDEX_NONE && server_takes_rebalance(e->set.servers[srv]) &&
         server_fill(e->set.servers[srv]) > threshold)
       return true;
@@ -325,9 +326,9 @@ static enum rampart_move_reason group_move_reason(struct rampart_engine *e,
                                                   const struct group *g)
 {
   enum rampart_move_reason why = RAMPART_MOVE_REASONS;
-  unsigned slots = g->members + (g->has_parity ? 1u : 0u);
+  unsigned slots = g->members + group_parity_count(g);
   for (unsigned k = 0; k < slots; k++) {
-    server_index srv = g->server[k < g->members ? k : g->capacity];
+    server_index srv = g->server[group_piece_entry(g, k)];
     bool none_yet = why == RAMPART_MOVE_REASONS;
     if (server_is_lost(e, srv)) {
       e->mover->lost_seen[srv] = true;
@@ -344,7 +345,7 @@ static enum rampart_move_reason group_move_reason(struct rampart_engine *e,
   }
   if (why != RAMPART_MOVE_REASONS)
     return why;
-  if (g->unprotected && server_set_placeable(e) >= 2)
+  if ((g->unprotected || g->absent) && server_set_placeable(e) >= 2)
     return RAMPART_MOVE_PROTECT;
   if (cleaning_now(e) && g->live <= e->mover->clean_live_max && g->live < g->members)
     return RAMPART_MOVE_CLEAN;
@@ -421,12 +422,12 @@ void page_mover_live_by_server(const struct rampart_engine *e, uint64_t *live,
     }
     if (!g->has_parity)
       continue;
-    server_index touched[GROUP_MAX_DATA + 1];
+    server_index touched[GROUP_MAX_DATA + GROUP_MAX_PARITY];
     unsigned ntouched = 0;
-    for (unsigned k = 0; k <= g->members; k++) {
-      if (k == g->members && g->state == GROUP_OPEN)
-        break; /* an open group's parity is still in the client */
-      server_index srv = g->server[k < g->members ? k : g->capacity];
+    for (unsigned k = 0; k < g->members + group_parity_count(g); k++) {
+      if (k >= g->members && g->state == GROUP_OPEN)
+        break; /* an open group's parities are still in the client */
+      server_index srv = g->server[group_piece_entry(g, k)];
       bool seen = srv == SERVER_INDEX_NONE;
       for (unsigned t = 0; t < ntouched && !seen; t++)
         seen = touched[t] == srv;
@@ -537,7 +538,7 @@ static void scan_spill(struct rampart_engine *e)
 {
   if (!e->spill || !e->redundancy->spilled_pages_move_back || e->set.nservers == 0)
     return;
-  if (server_set_placeable(e) < redundancy_policy_servers_needed(e->redundancy) ||
+  if (server_set_placeable(e) < engine_servers_needed(e) ||
       (e->mover->cleaning && e->mover->clean_pressure) || spill_store_used(e->spill) == 0)
     return;
   for (unsigned n = 0; n < SPILL_PAGES_PER_TICK && e->mover->moves_in_flight < ENGINE_MOVES; n++) {
@@ -560,7 +561,7 @@ static bool mover_has_work(const struct rampart_engine *e)
     return true;
   /* Unprotected groups are one loss from gone, and nothing else may be under way to
    * bring the mover round to them. */
-  if (e->groups.unprotected > 0 && server_set_placeable(e) >= 2)
+  if ((e->groups.unprotected > 0 || e->groups.short_groups > 0) && server_set_placeable(e) >= 2)
     return true;
   for (unsigned i = 0; i < e->set.nservers; i++) {
     const struct server *s = e->set.servers[i];
@@ -604,6 +605,8 @@ bool page_mover_should_throttle(struct rampart_engine *e)
   return (double)slots_held(e) > e->mover->clean_target;
 }
 
+static int group_spare(const struct rampart_engine *e, const struct group *g, bool now);
+
 /* A move that could not read its page: is the page gone for good? It is when the copies
  * its group can spare are used up: one (no parity) or two, counting copies on lost
  * servers and copies that failed verification (op->bad_copies). A copy on a server that
@@ -614,11 +617,43 @@ static bool page_is_unrecoverable(struct rampart_engine *e, const struct page_op
   if (op->group == GROUP_NONE)
     return gone >= 1; /* a spill copy is the page's only one */
   const struct group *g = group_get(&e->groups, op->group);
+  return (int)gone > group_spare(e, g, false);
+}
+
+/* Whether the piece at entry k of g is gone: absent, or on a lost server (now: on any
+ * server that cannot be read from now). */
+static bool piece_gone(const struct rampart_engine *e, const struct group *g, unsigned k,
+                       bool now)
+{
+  server_index srv = g->server[k];
+  if (group_piece_absent(g, k) || server_is_lost(e, srv))
+    return true;
+  return now && srv != SERVER_INDEX_NONE && !server_usable_for_reads(e->set.servers[srv]);
+}
+
+/* Pieces group g can still lose: its parities, less its pieces gone (negative: more are
+ * gone than it spares). An open group's parities are in the client. */
+static int group_spare(const struct rampart_engine *e, const struct group *g, bool now)
+{
+  unsigned parities = group_parity_count(g), gone = 0;
   for (unsigned m = 0; m < g->members; m++)
-    gone += server_is_lost(e, g->server[m]);
-  if (!g->has_parity)
-    return gone >= 1;
-  return gone + server_is_lost(e, g->server[g->capacity]) >= 2;
+    gone += piece_gone(e, g, m, now);
+  for (unsigned j = 0; j < parities && g->state != GROUP_OPEN; j++)
+    gone += piece_gone(e, g, g->capacity + j, now);
+  return (int)parities - (int)gone;
+}
+
+void page_mover_groups_by_spare(const struct rampart_engine *e, uint32_t *one, uint32_t *none)
+{
+  *one = *none = 0;
+  for (uint32_t id = 0; id < e->groups.count; id++) {
+    const struct group *g = group_get(&e->groups, id);
+    if (g->state == GROUP_FREE || g->live == 0)
+      continue;
+    int spare = group_spare(e, g, true);
+    *one += spare == 1;
+    *none += spare <= 0;
+  }
 }
 
 /* The move's read ended (result < 0: it could not read the page). */
@@ -637,7 +672,8 @@ static void move_read_ended(struct page_op *op, int result)
         rp_log(RP_LOG_ERROR, "page %llu is lost: %s; reads of it return EIO until it is "
                "written again", (unsigned long long)op->page,
                op->bad_copies ? "the copies left to rebuild it from failed verification or "
-                                "are gone" : "two servers of its parity group are gone");
+                                "are gone" : "more servers of its parity group are gone than its parities "
+                                "stand in for");
     }
     page_op_finished(op, result);
     return;

@@ -52,6 +52,10 @@ void page_mover_live_by_server(const struct rampart_engine *e, uint64_t *live,
                                uint64_t *at_risk);
 uint64_t page_mover_at_risk(const struct rampart_engine *e, unsigned i);
 
+/* Groups holding live pages that can take one more loss, and none (st->groups_one_spare,
+ * groups_no_spare), in one scan of the group table. */
+void page_mover_groups_by_spare(const struct rampart_engine *e, uint32_t *one, uint32_t *none);
+
 /* The mover's part of rampart_get_stats: cleaning, moves, rebuild. */
 void page_mover_stats(const struct rampart_engine *e, struct rampart_stats *st);
 

@@ -124,8 +124,9 @@ struct page_op {
                                    whose version the map already names but whose bytes
                                    may not have landed: a copy that fails verification
                                    then is read again, not blamed */
-  uint8_t bad_copies;           /* moves: copies that failed verification (2: the rebuilt
-                                   page too), for the mover's verdict on a failed move */
+  uint8_t bad_copies;           /* moves: copies that failed verification (one more than
+                                   the group's parities: the rebuilt page too), for the
+                                   mover's verdict on a failed move */
   page_entry read_entry;        /* reads: the map entry being read */
   uint64_t wait_since_ns;       /* first waited for a reconnecting server (0: never) */
   uint64_t write_wait_since_ns; /* reads: first waited for a write of its page (0: never) */

@@ -3,9 +3,10 @@
  * A degraded read XORs the group's other members with its parity: the parity stored on
  * its server once the group is sealed, or a snapshot of the client's buffer while the
  * group is still open or sealing (members added after the snapshot are left out, since
- * the snapshot does not cover them). If any piece is unavailable too, that is a second
- * loss in the group: the read fails with EIO and is counted, never answered with wrong
- * bytes. Under write-through the disk copy answers instead.
+ * the snapshot does not cover them). Under parity=2 a group spares two pieces: with P or
+ * a member gone too, the page comes back from the rest and Q (parity_code.h). Losses
+ * past what the group spares fail the read with EIO, counted, never wrong bytes. Under
+ * write-through the disk copy answers instead.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -36,25 +37,28 @@ static bool read_waits_for_servers(struct page_op *op, const struct group *g)
 {
   struct rampart_engine *e = op->engine;
   bool own_returns = e->set.servers[g->server[op->member]]->state == RAMPART_SERVER_RECONNECTING;
-  bool piece_returns = false, piece_lost = false, rebuildable = g->has_parity;
+  /* The group can spare as many pieces as it has parities; this page's own is one. */
+  unsigned spare = group_parity_count(g), away = 0, lost = 0;
   if (g->has_parity) {
-    unsigned pieces = g->members + (g->state == GROUP_SEALED ? 1u : 0u);
+    unsigned pieces = g->members + (g->state == GROUP_SEALED ? spare : 0u);
     for (unsigned k = 0; k < pieces; k++) {
       if (k == op->member)
         continue;
-      server_index srv = g->server[k < g->members ? k : g->capacity];
-      if (srv != SERVER_INDEX_NONE && server_usable_for_reads(e->set.servers[srv]))
+      unsigned entry = group_piece_entry(g, k);
+      server_index srv = g->server[entry];
+      if (srv != SERVER_INDEX_NONE && server_usable_for_reads(e->set.servers[srv]) &&
+          !group_piece_absent(g, entry))
         continue;
-      rebuildable = false;
-      if (srv != SERVER_INDEX_NONE && e->set.servers[srv]->state == RAMPART_SERVER_RECONNECTING)
-        piece_returns = true;
-      else
-        piece_lost = true;
+      away++;
+      if (srv == SERVER_INDEX_NONE || group_piece_absent(g, entry) ||
+          e->set.servers[srv]->state != RAMPART_SERVER_RECONNECTING)
+        lost++;
     }
   }
-  if (rebuildable)
+  if (g->has_parity && 1u + away <= spare)
     return false;
-  bool worth_it = own_returns || (piece_returns && !piece_lost);
+  bool piece_returns = away > lost;
+  bool worth_it = own_returns || (piece_returns && 1u + lost <= spare);
   return worth_it && server_health_park(e, op);
 }
 
@@ -154,8 +158,8 @@ static void copy_failed_verification(struct page_op *op)
   char why[240];
   if (op->stage == PAGE_OP_REBUILDING) {
     /* Rebuilt from every other piece of its group and still not the page: nothing is
-     * left to try. */
-    op->bad_copies = 2;
+     * left to try, whatever its group could spare. */
+    op->bad_copies = (uint8_t)(1u + group_parity_count(group_get(&e->groups, op->group)));
     snprintf(why, sizeof why, "rebuilt from its parity group (its own server %s being gone "
              "or having returned it altered) it failed verification too",
              e->set.servers[op->server]->address);
@@ -255,12 +259,20 @@ static void degraded_complete(struct degraded_read *dr)
   g->pins--;
   bool failed = dr->failed;
   bool unanswered = dr->unanswered;
-  if (!failed) {
+  if (!failed && dr->xor_only) {
     memcpy(op->buf, dr->pages, RAMPART_PAGE_SIZE);
     for (unsigned k = 1; k < dr->pieces; k++)
       parity_xor_page(op->buf, dr->pages + (size_t)k * RAMPART_PAGE_SIZE);
-    e->counters.degraded_reads++;
+  } else if (!failed) {
+    const uint8_t *piece[DEGRADED_PIECES];
+    for (unsigned k = 0; k < dr->pieces; k++)
+      piece[k] = dr->pages + (size_t)k * RAMPART_PAGE_SIZE;
+    /* Cannot fail: the pieces are distinct and as many as the members covered. */
+    failed = parity_code_recover(dr->covered, dr->piece_id, piece, dr->lost_member,
+                                 op->buf) < 0;
   }
+  if (!failed)
+    e->counters.degraded_reads++;
   if (group_is_reclaimable(g))
     page_write_reclaim(e, dr->group);
   degraded_put(e, dr);
@@ -293,6 +305,41 @@ static void on_piece_read(struct rp_request *req)
     degraded_complete(dr);
 }
 
+/* The pieces a degraded read of member `lost` of g can use: every member whose server
+ * answers reads, then the parities that answer (from the client's buffers while the
+ * group is open or sealing), as many as the members that are missing. Fills dr's
+ * piece ids; false, with `why`, when too few are left. */
+static bool degraded_choose_pieces(struct rampart_engine *e, const struct group *g,
+                                   unsigned lost, struct degraded_read *dr, const char **why)
+{
+  unsigned missing = 0;
+  dr->pieces = 0;
+  for (unsigned m = 0; m < g->members; m++) {
+    if (m == lost || !server_usable_for_reads(e->set.servers[g->server[m]]) ||
+        group_piece_absent(g, m))
+      missing++;
+    else
+      dr->piece_id[dr->pieces++] = (uint8_t)m;
+  }
+  bool parity_in_client = g->state != GROUP_SEALED;
+  unsigned parities = group_parity_count(g), found = 0;
+  for (unsigned j = 0; j < parities && found < missing; j++) {
+    server_index srv = g->server[g->capacity + j];
+    if (parity_in_client ||
+        (srv != SERVER_INDEX_NONE && server_usable_for_reads(e->set.servers[srv]) &&
+         !group_piece_absent(g, g->capacity + j))) {
+      dr->piece_id[dr->pieces++] = (uint8_t)(PARITY_PIECE_P + j);
+      found++;
+    }
+  }
+  if (found == missing)
+    return true;
+  *why = missing > parities ? "more members of its parity group are unavailable than its "
+                              "parities stand in for"
+                            : "its server and its group's parity servers are unavailable";
+  return false;
+}
+
 static void degraded_start(struct page_op *op, uint32_t id, unsigned lost)
 {
   struct rampart_engine *e = op->engine;
@@ -303,20 +350,15 @@ static void degraded_start(struct page_op *op, uint32_t id, unsigned lost)
     read_failed(op, why);
     return;
   }
-  /* Check every piece before taking a context: two losses fail at once. */
-  bool parity_in_client = g->state != GROUP_SEALED;
-  for (unsigned m = 0; m < g->members; m++)
-    if (m != lost && !server_usable_for_reads(e->set.servers[g->server[m]])) {
-      read_failed(op, "two servers of its parity group are unavailable");
-      return;
-    }
-  if (!parity_in_client && !server_usable_for_reads(e->set.servers[g->server[g->capacity]])) {
-    read_failed(op, "its server and its group's parity server are both unavailable");
-    return;
-  }
   struct degraded_read *dr = e->free_degraded;
   if (!dr) {
     page_op_wait(e, op, PAGE_OP_WAITS_FOR_BUFFER);
+    return;
+  }
+  /* Check every piece before taking the context: too many losses fail at once. */
+  const char *why = NULL;
+  if (!degraded_choose_pieces(e, g, lost, dr, &why)) {
+    read_failed(op, why);
     return;
   }
   e->free_degraded = dr->next;
@@ -324,42 +366,48 @@ static void degraded_start(struct page_op *op, uint32_t id, unsigned lost)
   page_op_enter(op, PAGE_OP_REBUILDING);
   dr->op = op;
   dr->group = id;
+  dr->lost_member = lost;
+  dr->covered = g->members;
   dr->failed = false;
   dr->unanswered = false;
-  dr->pieces = 0;
   dr->pending = 0;
+  /* One member missing and P at hand (the last piece chosen): the XOR of the pieces is
+   * the page. */
+  dr->xor_only = dr->piece_id[dr->pieces - 1] == PARITY_PIECE_P;
   g->pins++; /* pins the group: its slots must not be reused while we read them */
 
-  /* Piece 0 is the parity; the rest are the surviving members. */
-  unsigned members = g->members;
-  if (parity_in_client) {
-    memcpy(dr->pages, e->parity[g->buffer].page, RAMPART_PAGE_SIZE);
-  } else {
-    dr->piece_member[0] = (uint8_t)g->capacity;
+  /* The parities of an open or sealing group are the client's buffers: copied now, they
+   * cover exactly the members there are now. */
+  bool parity_in_client = g->state != GROUP_SEALED;
+  for (unsigned k = 0; k < dr->pieces; k++) {
+    uint8_t pid = dr->piece_id[k];
+    if (pid < PARITY_PIECE_P || !parity_in_client)
+      continue;
+    const struct parity_buffer *pb = &e->parity[g->buffer];
+    memcpy(dr->pages + (size_t)k * RAMPART_PAGE_SIZE,
+           pid == PARITY_PIECE_P ? pb->page : pb->q_page, RAMPART_PAGE_SIZE);
   }
-  dr->pieces = 1;
-  for (unsigned m = 0; m < members; m++)
-    if (m != lost)
-      dr->piece_member[dr->pieces++] = (uint8_t)m;
-
   /* Count every request before submitting any: a submit may complete at once. */
-  unsigned first = parity_in_client ? 1 : 0;
-  dr->pending = dr->pieces - first;
+  for (unsigned k = 0; k < dr->pieces; k++)
+    dr->pending += !(parity_in_client && dr->piece_id[k] >= PARITY_PIECE_P);
   if (dr->pending == 0) {
     degraded_complete(dr); /* mirror member lost while its copy is still in the client */
     return;
   }
-  for (unsigned k = first; k < dr->pieces; k++) {
-    unsigned m = dr->piece_member[k];
+  for (unsigned k = 0; k < dr->pieces; k++) {
+    uint8_t pid = dr->piece_id[k];
+    if (parity_in_client && pid >= PARITY_PIECE_P)
+      continue;
+    unsigned entry = pid < PARITY_PIECE_P ? pid : g->capacity + (pid - PARITY_PIECE_P);
     struct rp_request *req = &dr->reqs[k];
     memset(req, 0, sizeof *req);
     req->op = RP_OP_READ;
-    req->slot = g->slot[m];
+    req->slot = g->slot[entry];
     req->page = dr->pages + (size_t)k * RAMPART_PAGE_SIZE;
     req->done = on_piece_read;
     req->user = dr;
-    dr->piece_server[k] = g->server[m];
-    server_transport_send(e, g->server[m], req);
+    dr->piece_server[k] = g->server[entry];
+    server_transport_send(e, g->server[entry], req);
   }
 }
 
@@ -408,8 +456,8 @@ void page_store_local_read(struct page_op *op, page_entry entry)
 void page_store_spill_read(struct page_op *op, page_entry entry)
 {
   if (entry == PAGE_ENTRY_LOST) {
-    read_failed(op, "it was lost: two copies of its parity group were gone or failed "
-                "verification");
+    read_failed(op, "it was lost: more copies of its parity group were gone or failed "
+                "verification than its parities stand in for");
     return;
   }
   read_from_spill(op, page_entry_slot_of(entry));
@@ -422,7 +470,8 @@ void page_store_remote_read(struct page_op *op, page_entry entry)
   op->member = (uint8_t)page_entry_member(entry);
   struct group *g = group_get(&e->groups, op->group);
   struct server *s = e->set.servers[g->server[op->member]];
-  if (!server_usable_for_reads(s)) {
+  /* An absent member's slot holds something else: its group stands in for it. */
+  if (!server_usable_for_reads(s) || group_piece_absent(g, op->member)) {
     if (e->redundancy->second_copy == SECOND_COPY_DISK)
       read_from_spill(op, op->page);
     else if (!read_waits_for_servers(op, g))

@@ -8,6 +8,7 @@
  * parity. When no server can take a page, it goes to the spill store.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "crash_point.h"
@@ -92,14 +93,25 @@ static void install_version(struct page_op *op, page_entry entry)
 
 /* ---- reclaim and retire -------------------------------------------------------------- */
 
+/* Gives back the slots of a group's parities (P, and Q under parity=2) and forgets them. */
+static void release_parity_slots(struct rampart_engine *e, struct group *g)
+{
+  for (unsigned j = 0; j < g->parities; j++) {
+    unsigned k = g->capacity + j;
+    if (g->server[k] != SERVER_INDEX_NONE)
+      server_release_slot(e, g->server[k], g->slot[k]);
+    g->server[k] = SERVER_INDEX_NONE;
+  }
+}
+
 void page_write_reclaim(struct rampart_engine *e, uint32_t id)
 {
   struct group *g = group_get(&e->groups, id);
   for (unsigned m = 0; m < g->members; m++)
     if (g->server[m] != SERVER_INDEX_NONE)
       server_release_slot(e, g->server[m], g->slot[m]);
-  if (g->has_parity && g->server[g->capacity] != SERVER_INDEX_NONE)
-    server_release_slot(e, g->server[g->capacity], g->slot[g->capacity]);
+  if (g->has_parity)
+    release_parity_slots(e, g);
   group_release(&e->groups, id);
 }
 
@@ -172,6 +184,11 @@ void parity_buffer_use_page(struct rampart_engine *e, struct parity_buffer *pb,
   pb->current = current;
   pb->page = pages + (size_t)current * RAMPART_PAGE_SIZE;
   pb->spare = pages + (size_t)(current ^ 1u) * RAMPART_PAGE_SIZE;
+  if (e->parity_q_pages) {
+    uint8_t *q = e->parity_q_pages + (size_t)(pb - e->parity) * 2 * RAMPART_PAGE_SIZE;
+    pb->q_page = q + (size_t)current * RAMPART_PAGE_SIZE;
+    pb->q_spare = q + (size_t)(current ^ 1u) * RAMPART_PAGE_SIZE;
+  }
 }
 
 /* The steps of a member write a test may crash at (crash_point.h), for a first placement
@@ -196,10 +213,31 @@ static void parity_buffer_add(struct rampart_engine *e, struct parity_buffer *pb
                               const uint8_t *member, unsigned covered, bool retry)
 {
   parity_xor_pages(pb->spare, pb->page, member);
+  if (e->parities > 1) {
+    memcpy(pb->q_spare, pb->q_page, RAMPART_PAGE_SIZE);
+    parity_code_q_add(pb->q_spare, covered - 1u, member);
+  }
   member_write_crash_point(retry, STEP_PARITY_COMPUTED);
   parity_buffer_use_page(e, pb, pb->current ^ 1u);
   state_record_parity_published(e, (uint16_t)(pb - e->parity), pb->current, covered);
   member_write_crash_point(retry, STEP_PARITY_PUBLISHED);
+}
+
+/* A piece of group g whose write failed, its server still there: under parity=2 the
+ * group can go on without it while it has a loss to spare (group_mark_absent). False
+ * when it cannot: the caller drops the parity. */
+static bool piece_may_be_absent(struct rampart_engine *e, uint32_t id, unsigned entry)
+{
+  struct group *g = group_get(&e->groups, id);
+  if (g->parities < 2 || !g->has_parity)
+    return false;
+  unsigned gone = 0;
+  for (unsigned k = 0; k < GROUP_MAX_DATA + GROUP_MAX_PARITY; k++)
+    gone += group_piece_absent(g, k) && k != entry;
+  if (gone + 1u >= g->parities)
+    return false; /* the last spare: the group is unprotected instead, and moved */
+  group_mark_absent(&e->groups, id, entry);
+  return true;
 }
 
 static void parity_buffer_put(struct rampart_engine *e, struct parity_buffer *pb)
@@ -217,7 +255,7 @@ static void on_parity_written(struct rp_request *req)
   struct rampart_engine *e = pb->engine;
   uint32_t id = pb->group;
   struct group *g = group_get(&e->groups, id);
-  unsigned pserver = g->server[g->capacity];
+  unsigned pserver = g->server[g->capacity + (req == &pb->q_req ? 1u : 0u)];
   bool stored = req->status == RP_OK;
   /* A parity write its server never answered is sent again when the server's session
    * resumes (server_health.c); the group stays SEALING, with its buffer, until then.
@@ -225,6 +263,19 @@ static void on_parity_written(struct rp_request *req)
    * one they cannot reclaim. */
   if (!stored && server_request_failed(e, pserver, req, true))
     return;
+  /* Under parity=2 the group seals once both P and Q are answered. One not stored on a
+   * lost server is a piece on a lost server, as a member there is; one not stored on a
+   * server still there is absent while the group has a loss to spare. Otherwise the
+   * group is unprotected, as one parity not stored makes it under parity=1. */
+  if (!stored && g->parities > 1) {
+    unsigned entry = g->capacity + (req == &pb->q_req ? 1u : 0u);
+    stored = e->set.servers[pserver]->state == RAMPART_SERVER_LOST ||
+             piece_may_be_absent(e, id, entry);
+  }
+  pb->write_failed |= !stored;
+  if (--pb->writes_out > 0)
+    return;
+  stored = !pb->write_failed;
   struct page_op *waiter = pb->waiter;
   pb->waiter = NULL;
   /* The group's own bookkeeping is finished (and the group reclaimed if nothing lives in
@@ -236,9 +287,8 @@ static void on_parity_written(struct rp_request *req)
     group_drop_parity(&e->groups, id); /* unprotected (counted) until the mover moves it */
   if (!g->has_parity) {
     /* Failed, or a member's copy was lost while the parity was in flight: the parity
-     * protects nothing, so its slot goes back now. */
-    server_release_slot(e, pserver, g->slot[g->capacity]);
-    g->server[g->capacity] = SERVER_INDEX_NONE;
+     * protects nothing, so its slots go back now. */
+    release_parity_slots(e, g);
   }
   /* A mirror write completes once both its copies are stored. If this one was not, and
    * the write still lives in this group, it is placed again (sub_done) on two servers
@@ -256,13 +306,15 @@ static void on_parity_written(struct rp_request *req)
   }
 }
 
-/* Another server for the parity of group g, when the one reserved at open has failed:
- * any placeable server that holds no member of g. */
-static int choose_parity_server(struct rampart_engine *e, const struct group *g)
+/* Another server for a parity of group g, when the one reserved at open has failed:
+ * any placeable server that holds no member of g and is not `other`, the server of
+ * its other parity (SERVER_INDEX_NONE: none). */
+static int choose_parity_server(struct rampart_engine *e, const struct group *g,
+                                unsigned other)
 {
   for (unsigned k = 0; k < e->set.nservers; k++) {
     unsigned i = (e->placement.open_parity_server + k) % e->set.nservers;
-    if (!server_usable_for_placement(e->set.servers[i]))
+    if (!server_usable_for_placement(e->set.servers[i]) || i == other)
       continue;
     bool in_group = false;
     for (unsigned m = 0; m < g->members; m++)
@@ -278,19 +330,33 @@ static void submit_parity(struct rampart_engine *e, uint32_t id, struct parity_b
                           struct page_op *waiter)
 {
   struct group *g = group_get(&e->groups, id);
-  unsigned server = g->server[g->capacity];
-  memset(&pb->req, 0, sizeof pb->req);
   pb->group = id;
   pb->waiter = waiter;
   if (waiter)
     waiter->pending++; /* counted before the submit, which may complete at once */
-  pb->req.op = RP_OP_WRITE;
-  pb->req.slot = g->slot[g->capacity];
-  pb->req.page = pb->page;
-  pb->req.done = on_parity_written;
-  pb->req.user = pb;
-  e->counters.wire_bytes_written += RP_HEADER_SIZE + RAMPART_PAGE_SIZE;
-  server_transport_send(e, server, &pb->req);
+  /* Both counted before either is sent, for the same reason. */
+  pb->writes_out = g->parities;
+  pb->write_failed = false;
+  struct rp_request *reqs[GROUP_MAX_PARITY] = { &pb->req, &pb->q_req };
+  uint8_t *pages[GROUP_MAX_PARITY] = { pb->page, pb->q_page };
+  unsigned n = g->parities;
+  for (unsigned j = 0; j < n; j++) {
+    struct rp_request *req = reqs[j];
+    memset(req, 0, sizeof *req);
+    req->op = RP_OP_WRITE;
+    req->slot = g->slot[g->capacity + j];
+    req->page = pages[j];
+    req->done = on_parity_written;
+    req->user = pb;
+    e->counters.wire_bytes_written += RP_HEADER_SIZE + RAMPART_PAGE_SIZE;
+  }
+  /* The server of each is read before any is sent: a send may complete at once, and
+   * the last completion may reclaim the group. */
+  unsigned servers[GROUP_MAX_PARITY];
+  for (unsigned j = 0; j < n; j++)
+    servers[j] = g->server[g->capacity + j];
+  for (unsigned j = 0; j < n; j++)
+    server_transport_send(e, servers[j], reqs[j]);
 }
 
 void page_write_reseal(struct rampart_engine *e, uint32_t id)
@@ -317,20 +383,32 @@ static void seal_open_group(struct rampart_engine *e, struct page_op *waiter)
     return;
   }
   struct parity_buffer *pb = &e->parity[g->buffer];
-  /* The parity's slot was reserved when the group opened, so a parity server that has
-   * since come under pressure or run out of room still takes it (pressure stops new
-   * placements, not the slots a client already holds). Only a server that has failed
-   * meanwhile cannot: then any other server that holds no member, if one can. */
-  int p = e->placement.open_parity_server;
-  int64_t slot = e->placement.open_parity_slot;
-  if (!server_usable_for_reads(e->set.servers[p])) {
-    server_release_slot(e, (unsigned)p, (uint32_t)slot);
-    p = choose_parity_server(e, g);
-    slot = p >= 0 ? slot_allocator_alloc(&e->set.servers[p]->slots) : -1;
+  /* The parities' slots were reserved when the group opened, so a parity server that
+   * has since come under pressure or run out of room still takes its page (pressure
+   * stops new placements, not the slots a client already holds). Only a server that has
+   * failed meanwhile cannot: then any other server that holds no member nor the other
+   * parity, if one can. */
+  server_index server[GROUP_MAX_PARITY] = { e->placement.open_parity_server,
+                                            e->placement.open_q_server };
+  int64_t slot[GROUP_MAX_PARITY] = { e->placement.open_parity_slot,
+                                     e->placement.open_q_slot };
+  bool placed = true;
+  for (unsigned j = 0; j < g->parities; j++) {
+    if (server_usable_for_reads(e->set.servers[server[j]]))
+      continue;
+    server_release_slot(e, server[j], (uint32_t)slot[j]);
+    unsigned other = g->parities > 1 ? server[j ^ 1u] : SERVER_INDEX_NONE;
+    int p = choose_parity_server(e, g, other);
+    slot[j] = p >= 0 ? slot_allocator_alloc(&e->set.servers[p]->slots) : -1;
+    server[j] = p >= 0 ? (server_index)p : SERVER_INDEX_NONE;
+    placed &= slot[j] >= 0;
   }
-  if (slot < 0) {
-    /* Nowhere to put the parity: seal unprotected, counted, and the mover rewrites the
+  if (!placed) {
+    /* Nowhere to put a parity: seal unprotected, counted, and the mover rewrites the
      * pages into whole groups as soon as two servers can take them. */
+    for (unsigned j = 0; j < g->parities; j++)
+      if (slot[j] >= 0)
+        server_release_slot(e, server[j], (uint32_t)slot[j]);
     if (waiter)
       waiter->copy_failed = true;
     group_drop_parity(&e->groups, id);
@@ -341,8 +419,17 @@ static void seal_open_group(struct rampart_engine *e, struct page_op *waiter)
     parity_buffer_put(e, pb); /* last: it may run waiting ops */
     return;
   }
-  group_begin_seal(&e->groups, id, (server_index)p, (uint32_t)slot);
+  uint32_t slots[GROUP_MAX_PARITY] = { (uint32_t)slot[0], (uint32_t)slot[1] };
+  group_begin_seal_with(&e->groups, id, server, slots);
   submit_parity(e, id, pb, waiter);
+}
+
+/* The slots the open group's parities reserved at open, given back unused. */
+static void release_open_parity_slots(struct rampart_engine *e)
+{
+  server_release_slot(e, e->placement.open_parity_server, e->placement.open_parity_slot);
+  if (e->parities > 1)
+    server_release_slot(e, e->placement.open_q_server, e->placement.open_q_slot);
 }
 
 void page_write_close_open_group(struct rampart_engine *e)
@@ -360,7 +447,7 @@ void page_write_close_open_group(struct rampart_engine *e)
     group_release(&e->groups, id);
     e->groups.reclaimed--; /* never held anything: not a reclaim */
     if (parity) {
-      server_release_slot(e, e->placement.open_parity_server, e->placement.open_parity_slot);
+      release_open_parity_slots(e);
       parity_buffer_put(e, &e->parity[buffer]);
     }
     return;
@@ -381,15 +468,41 @@ static double room_share(const struct server *s)
 
 enum open_result { OPENED, NO_SERVERS, NO_BUFFER };
 
+/* Rotates a parity server over the placeable servers, as RAID-5 rotates (the next one
+ * from the cursor with about the most room, as for members), and takes the parity's
+ * slot there now: the group must not find at sealing time that its parity server has
+ * come under pressure or filled up. `other`: the group's other parity's server, which
+ * this one must not be (SERVER_INDEX_NONE: none). The caller checked that enough
+ * servers are placeable. */
+static server_index reserve_parity_slot(struct rampart_engine *e, unsigned other,
+                                        uint32_t *slot)
+{
+  double most = 0.0;
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    if (i != other && server_usable_for_placement(e->set.servers[i]) &&
+        room_share(e->set.servers[i]) > most)
+      most = room_share(e->set.servers[i]);
+  int best = -1;
+  for (unsigned k = 0; k < e->set.nservers && best < 0; k++) {
+    unsigned i = (e->placement.parity_cursor + k) % e->set.nservers;
+    if (i != other && server_usable_for_placement(e->set.servers[i]) &&
+        room_share(e->set.servers[i]) >= most * 7.0 / 8.0)
+      best = (int)i;
+  }
+  e->placement.parity_cursor = (unsigned)best + 1;
+  *slot = (uint32_t)slot_allocator_alloc(&e->set.servers[best]->slots);
+  return (server_index)best;
+}
+
 static enum open_result open_new_group(struct rampart_engine *e)
 {
   unsigned usable = server_set_placeable(e);
   bool parity = e->redundancy->parity;
-  if (usable < redundancy_policy_servers_needed(e->redundancy))
+  if (usable < engine_servers_needed(e))
     return NO_SERVERS;
   unsigned capacity = e->group_size;
-  if (capacity > usable - (parity ? 1u : 0u))
-    capacity = usable - (parity ? 1u : 0u);
+  if (capacity > usable - e->parities)
+    capacity = usable - e->parities;
   uint16_t buffer = GROUP_NO_BUFFER;
   if (parity) {
     struct parity_buffer *pb = e->free_parity;
@@ -397,34 +510,28 @@ static enum open_result open_new_group(struct rampart_engine *e)
       return NO_BUFFER;
     e->free_parity = pb->next;
     memset(pb->page, 0, RAMPART_PAGE_SIZE);
+    if (e->parities > 1)
+      memset(pb->q_page, 0, RAMPART_PAGE_SIZE);
     buffer = (uint16_t)(pb - e->parity);
-    /* Rotate the parity server over the placeable servers, as RAID-5 rotates (the next
-     * one from the cursor with about the most room, as for members), and take the
-     * parity's slot there now: the group must not find at sealing time that its parity
-     * server has come under pressure or filled up. */
-    double most = 0.0;
-    for (unsigned i = 0; i < e->set.nservers; i++)
-      if (server_usable_for_placement(e->set.servers[i]) && room_share(e->set.servers[i]) > most)
-        most = room_share(e->set.servers[i]);
-    int best = -1;
-    for (unsigned k = 0; k < e->set.nservers && best < 0; k++) {
-      unsigned i = (e->placement.parity_cursor + k) % e->set.nservers;
-      if (server_usable_for_placement(e->set.servers[i]) &&
-          room_share(e->set.servers[i]) >= most * 7.0 / 8.0)
-        best = (int)i;
-    }
-    e->placement.open_parity_server = (server_index)best;
-    e->placement.parity_cursor = (unsigned)best + 1;
-    e->placement.open_parity_slot =
-      (uint32_t)slot_allocator_alloc(&e->set.servers[e->placement.open_parity_server]->slots);
+    e->placement.open_parity_server = reserve_parity_slot(e, SERVER_INDEX_NONE,
+                                                          &e->placement.open_parity_slot);
+    if (e->parities > 1)
+      e->placement.open_q_server = reserve_parity_slot(e, e->placement.open_parity_server,
+                                                       &e->placement.open_q_slot);
   }
-  uint32_t id = group_open(&e->groups, capacity, parity, buffer);
+  uint32_t id = group_open_with(&e->groups, capacity, e->parities, buffer);
   if (id == GROUP_NONE) {
     if (parity) {
-      server_release_slot(e, e->placement.open_parity_server, e->placement.open_parity_slot);
+      release_open_parity_slots(e);
       parity_buffer_put(e, &e->parity[buffer]);
     }
     return NO_SERVERS;
+  }
+  if (e->parities > 1) {
+    struct group *g = group_get(&e->groups, id);
+    g->slot[GROUP_Q_RESERVED] = e->placement.open_q_slot;
+    atomic_signal_fence(memory_order_release); /* a restart finds a whole entry */
+    g->server[GROUP_Q_RESERVED] = e->placement.open_q_server;
   }
   e->placement.open_group = id;
   state_record_group_opened(e, id);
@@ -437,6 +544,8 @@ static bool member_candidate(const struct rampart_engine *e, const struct group 
   if (!server_usable_for_placement(e->set.servers[i]))
     return false;
   if (g->has_parity && i == e->placement.open_parity_server)
+    return false;
+  if (g->parities > 1 && i == e->placement.open_q_server)
     return false;
   for (unsigned m = 0; m < g->members; m++)
     if (g->server[m] == i)
@@ -617,8 +726,9 @@ static void sub_done(struct page_op *op, int result)
 /* A member of group `id` never reached its server. The group's parity covers bytes no
  * server holds, so it can rebuild none of its other members: it is unprotected from now
  * (counted, and the mover rewrites its live pages into whole groups), whether or not the
- * page itself is placed again. */
-void page_write_member_lost(struct rampart_engine *e, uint32_t id)
+ * page itself is placed again. Under parity=2 Q stands in for the member while the
+ * group has a loss to spare: the member is absent, and the group moved all the same. */
+void page_write_member_lost(struct rampart_engine *e, uint32_t id, unsigned member)
 {
   struct group *g = group_get(&e->groups, id);
   if (!g->has_parity)
@@ -627,12 +737,13 @@ void page_write_member_lost(struct rampart_engine *e, uint32_t id)
     page_write_close_open_group(e); /* no more members into a group that is not whole */
   if (!g->has_parity)
     return; /* it sealed without parity: already unprotected */
+  if (piece_may_be_absent(e, id, member))
+    return;
   bool parity_stored = g->state == GROUP_SEALED;
   group_drop_parity(&e->groups, id);
-  if (parity_stored) {
-    server_release_slot(e, g->server[g->capacity], g->slot[g->capacity]);
-    g->server[g->capacity] = SERVER_INDEX_NONE;
-  } /* else its parity write is in flight: on_parity_written releases the slot */
+  if (parity_stored)
+    release_parity_slots(e, g);
+  /* else its parity writes are in flight: on_parity_written releases the slots */
 }
 
 static void group_unpin(struct rampart_engine *e, uint32_t id)
@@ -664,7 +775,7 @@ static void on_member_written(struct rp_request *req)
    * parity rebuilds exactly the bytes meant for this one; a server still there holds in
    * that slot what it held before, or maybe this, which the parity does not match. */
   if (e->set.servers[op->server]->state != RAMPART_SERVER_LOST)
-    page_write_member_lost(e, id);
+    page_write_member_lost(e, id, page_entry_member(op->placed));
   group_unpin(e, id);
   /* The member's server failed before storing it. If the page has not been rewritten
    * meanwhile, place it again: the caller's buffer is still ours until we complete. (The

@@ -33,7 +33,7 @@ void page_write_op_recycled(struct page_op *op);
 void page_write_reclaim(struct rampart_engine *e, uint32_t group);
 /* A member of `group` never reached its server (and the server is not lost): the
  * group's parity covers bytes no server holds, so it goes unprotected. */
-void page_write_member_lost(struct rampart_engine *e, uint32_t group);
+void page_write_member_lost(struct rampart_engine *e, uint32_t group, unsigned member);
 void page_write_close_open_group(struct rampart_engine *e);
 /* A SEALING group's parity write is sent again from its buffer (a restart: the dead
  * process's write may not have landed). */

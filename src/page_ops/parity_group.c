@@ -103,6 +103,8 @@ int group_table_adopt(struct group_table *t, struct group **chunks, uint32_t nch
     t->in_use++;
     if (g->unprotected)
       t->unprotected++;
+    if (g->absent)
+      t->short_groups++;
   }
   for (uint64_t p = 0; p < map->pages; p++) {
     page_entry e = page_map_get(map, p);
@@ -136,7 +138,14 @@ static void sealed_live_moved(struct group_table *t, unsigned from, unsigned to)
 
 uint32_t group_open(struct group_table *t, unsigned capacity, bool has_parity, uint16_t buffer)
 {
-  assert(capacity >= 1 && capacity <= GROUP_MAX_DATA);
+  return group_open_with(t, capacity, has_parity ? 1u : 0u, buffer);
+}
+
+uint32_t group_open_with(struct group_table *t, unsigned capacity, unsigned parities,
+                         uint16_t buffer)
+{
+  assert(capacity >= 1 && capacity <= GROUP_MAX_DATA && parities <= GROUP_MAX_PARITY);
+  bool has_parity = parities > 0;
   /* Growing is the only allocation here; the engine sizes the table at open for the
    * device's usual needs, so this happens only when cleaning falls behind. */
   if (t->free_head == GROUP_NONE && group_table_add_chunk(t) < 0)
@@ -145,11 +154,12 @@ uint32_t group_open(struct group_table *t, unsigned capacity, bool has_parity, u
   struct group *g = group_get(t, id);
   t->free_head = g->next_free;
   memset(g, 0, sizeof *g);
-  for (unsigned i = 0; i <= GROUP_MAX_DATA; i++)
+  for (unsigned i = 0; i < GROUP_MAX_DATA + GROUP_MAX_PARITY; i++)
     g->server[i] = SERVER_INDEX_NONE;
   g->state = GROUP_OPEN;
   g->capacity = (uint8_t)capacity;
   g->has_parity = has_parity;
+  g->parities = (uint8_t)parities;
   g->buffer = has_parity ? buffer : GROUP_NO_BUFFER;
   g->next_free = GROUP_NONE;
   t->in_use++;
@@ -177,10 +187,22 @@ unsigned group_add_member(struct group_table *t, uint32_t id, server_index serve
 
 void group_begin_seal(struct group_table *t, uint32_t id, server_index server, uint32_t slot)
 {
+  group_begin_seal_with(t, id, &server, &slot);
+}
+
+void group_begin_seal_with(struct group_table *t, uint32_t id, const server_index *server,
+                           const uint32_t *slot)
+{
   struct group *g = group_get(t, id);
   assert(g->state == GROUP_OPEN && g->has_parity);
-  g->server[g->capacity] = server;
-  g->slot[g->capacity] = slot;
+  /* Q's reservation moves to its place (capacity + 1): the entries past the parities
+   * are nobody's. */
+  for (unsigned k = g->capacity; k < GROUP_MAX_DATA + GROUP_MAX_PARITY; k++)
+    g->server[k] = SERVER_INDEX_NONE;
+  for (unsigned j = 0; j < g->parities; j++) {
+    g->server[g->capacity + j] = server[j];
+    g->slot[g->capacity + j] = slot[j];
+  }
   atomic_signal_fence(memory_order_release); /* a restart reseals to the slot named */
   g->state = GROUP_SEALING;
 }
@@ -204,6 +226,15 @@ void group_seal_without_parity(struct group_table *t, uint32_t id)
   g->state = GROUP_SEALED;
   t->sealed++;
   sealed_live_moved(t, GROUP_MAX_DATA + 1, g->live);
+}
+
+void group_mark_absent(struct group_table *t, uint32_t id, unsigned entry)
+{
+  struct group *g = group_get(t, id);
+  assert(entry < GROUP_MAX_DATA + GROUP_MAX_PARITY);
+  if (!g->absent)
+    t->short_groups++;
+  g->absent |= (uint16_t)(1u << entry);
 }
 
 void group_drop_parity(struct group_table *t, uint32_t id)
@@ -253,6 +284,8 @@ void group_release(struct group_table *t, uint32_t id)
   assert(g->state != GROUP_FREE);
   if (g->unprotected)
     t->unprotected--;
+  if (g->absent)
+    t->short_groups--;
   if (g->state == GROUP_SEALED)
     sealed_live_moved(t, g->live, GROUP_MAX_DATA + 1);
   g->state = GROUP_FREE;
@@ -267,7 +300,7 @@ unsigned group_stored_pages(const struct group *g)
   if (g->state == GROUP_FREE)
     return 0;
   bool parity_stored = g->has_parity && g->state != GROUP_OPEN;
-  return g->members + (parity_stored ? 1u : 0u);
+  return g->members + (parity_stored ? g->parities : 0u);
 }
 
 double group_table_live_ratio(const struct group_table *t)

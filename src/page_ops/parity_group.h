@@ -25,6 +25,8 @@
 #include "server_index.h"
 
 #define GROUP_MAX_DATA 8u          /* largest group=S */
+#define GROUP_MAX_PARITY 2u        /* parity=2: P and Q (parity_code.h) */
+#define GROUP_Q_RESERVED (GROUP_MAX_DATA + 1u) /* an open group's entry for Q's slot */
 #define GROUP_NO_BUFFER 0xffffu
 #define GROUP_NONE UINT32_MAX
 
@@ -44,10 +46,16 @@ struct group {
   uint8_t live;                 /* members the page map still points at */
   uint8_t pins;                 /* operations in flight on its slots (moves, degraded reads,
                                    member writes): it is not reclaimed until they end */
+  uint8_t parities;             /* parity pages it carries while has_parity: 1 (P), or 2
+                                   (P and Q) under parity=2 */
+  uint16_t absent;              /* bit k: the piece at server[k] does not hold what the
+                                   parities cover (its write failed); parity=2 only */
   uint16_t buffer;              /* parity buffer index while OPEN/SEALING */
-  server_index server[GROUP_MAX_DATA + 1]; /* [i] data member i; [capacity] the parity
-                                             (SERVER_INDEX_NONE: not stored) */
-  uint32_t slot[GROUP_MAX_DATA + 1];
+  server_index server[GROUP_MAX_DATA + GROUP_MAX_PARITY]; /* [i] data member i; [capacity]
+                                   the parity P, [capacity + 1] Q (SERVER_INDEX_NONE: not
+                                   stored). While open, [GROUP_Q_RESERVED] is the slot Q
+                                   reserved at open, where a restart finds it */
+  uint32_t slot[GROUP_MAX_DATA + GROUP_MAX_PARITY];
   uint32_t page[GROUP_MAX_DATA];      /* logical page each member holds a version of */
   uint32_t next_free;
 };
@@ -75,6 +83,7 @@ struct group_table {
   uint32_t free_head;   /* GROUP_NONE when the free list is empty */
   uint64_t live_pages;  /* sum of every group's live count */
   uint32_t unprotected; /* groups that dropped their parity and are not yet reclaimed */
+  uint32_t short_groups; /* groups with an absent piece, not yet reclaimed */
   /* Sealed groups by live count: what cleaning would pay (pages to rewrite) and gain
    * (slots freed) at each threshold, without a scan of the table (page_mover.c). */
   uint32_t sealed_by_live[GROUP_MAX_DATA + 1];
@@ -98,6 +107,9 @@ void group_table_destroy(struct group_table *t);
 /* A new OPEN group taking `capacity` members (1..GROUP_MAX_DATA), or GROUP_NONE when the
  * table cannot grow (ENOMEM). The parity server is chosen by the caller, at seal time. */
 uint32_t group_open(struct group_table *t, unsigned capacity, bool has_parity, uint16_t buffer);
+/* The same with `parities` parity pages (0, 1 or 2; GROUP_MAX_PARITY at most). */
+uint32_t group_open_with(struct group_table *t, unsigned capacity, unsigned parities,
+                         uint16_t buffer);
 
 static inline struct group *group_get(const struct group_table *t, uint32_t id)
 {
@@ -114,8 +126,24 @@ static inline bool group_is_full(const struct group *g)
   return g->members == g->capacity;
 }
 
+/* Parity pages the group stores or will store: 0 once it dropped its parity. */
+static inline unsigned group_parity_count(const struct group *g)
+{
+  return g->has_parity ? g->parities : 0u;
+}
+
+/* Where piece k of the group is: data member k for k < members, else its parity
+ * k - members (P, then Q). Its entry in server[] and slot[]. */
+static inline unsigned group_piece_entry(const struct group *g, unsigned k)
+{
+  return k < g->members ? k : g->capacity + (k - g->members);
+}
+
 /* Records where the parity went and moves the group to SEALING. */
 void group_begin_seal(struct group_table *t, uint32_t id, server_index server, uint32_t slot);
+/* The same for each of the group's parities: server[j] and slot[j] for parity j. */
+void group_begin_seal_with(struct group_table *t, uint32_t id, const server_index *server,
+                           const uint32_t *slot);
 /* Parity stored: SEALED. Returns the parity buffer index to release. */
 uint16_t group_finish_seal(struct group_table *t, uint32_t id);
 /* A group without parity (none, write-through) is sealed as soon as it is full. */
@@ -127,6 +155,17 @@ void group_seal_without_parity(struct group_table *t, uint32_t id);
  * so the mover knows to rewrite its live pages into whole groups. No-op for a group that
  * has no parity. */
 void group_drop_parity(struct group_table *t, uint32_t id);
+
+/* Under parity=2, a write of the piece at entry k (a member, or parity j at capacity + j)
+ * failed, its server still there: the slot holds something the parities do not cover.
+ * The group goes on with one loss fewer to spare, that piece counted as gone, and is
+ * short until reclaimed, so the mover rewrites its live pages into whole groups. */
+void group_mark_absent(struct group_table *t, uint32_t id, unsigned entry);
+
+static inline bool group_piece_absent(const struct group *g, unsigned entry)
+{
+  return (g->absent >> entry) & 1u;
+}
 
 /* Live pages in unprotected groups: one loss from gone until the mover rewrites them. */
 uint64_t group_table_unprotected_live(const struct group_table *t);
@@ -155,7 +194,7 @@ void group_table_count_sealed(struct group_table *t);
 void group_release(struct group_table *t, uint32_t id);
 
 /* Test API (test_parity_group): slots the group holds on servers, data members plus the
- * parity once sealing. */
+ * parities once sealing. */
 unsigned group_stored_pages(const struct group *g);
 
 /* Live data pages / data pages held, over sealed groups (1.0 when none). */

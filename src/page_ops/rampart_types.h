@@ -104,6 +104,7 @@ struct rampart_stats {
   uint64_t device_pages;
   enum rampart_redundancy redundancy;
   uint32_t group_size;
+  uint32_t parity;             /* parity pages per group (parity=; 0 without parity) */
   uint32_t nservers;           /* entries in servers[] */
   uint32_t server_entries;     /* entries in the engine's server table: nservers, or more
                                   when some were left out (RAMPART_MAX_INCARNATIONS) */
@@ -122,6 +123,10 @@ struct rampart_stats {
    * or covers a copy that never reached its server): one loss from gone until the mover
    * rewrites them into whole groups. */
   uint64_t pages_unprotected;
+  /* Groups holding live pages by the losses they can still take: one more (a parity=2
+   * group that lost one piece, or any whole parity=1 group), and none (one more loss and
+   * their pages on it are gone: unprotected, or as many pieces lost as parities). */
+  uint32_t groups_one_spare, groups_no_spare;
   uint64_t integrity_failures; /* stored pages that failed verification (bad server?) */
   bool encrypted;              /* encrypt=on */
   uint64_t rebuild_pages_done, rebuild_pages_pending;

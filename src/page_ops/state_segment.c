@@ -198,6 +198,7 @@ void state_segment_view(struct state_segment *st, void *base)
   st->writes = h->writes;
   st->parity = h->parity;
   st->parity_pages = (uint8_t *)base + r->parity_pages;
+  st->parity_q_pages = st->parity_pages + (size_t)2 * STATE_SEGMENT_PARITY_BUFFERS * 4096u;
   st->op_pages = (uint8_t *)base + r->op_pages;
   st->rebuild = &h->rebuild;
   st->open_group = &h->open_group;
@@ -220,6 +221,7 @@ static void state_segment_view_clear(struct state_segment *st)
   st->writes = NULL;
   st->parity = NULL;
   st->parity_pages = NULL;
+  st->parity_q_pages = NULL;
   st->op_pages = NULL;
   st->open_group = st->open_parity_server = st->open_parity_slot = NULL;
   st->rebuild = NULL;

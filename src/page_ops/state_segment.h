@@ -43,7 +43,8 @@ struct state_segment {
   struct state_segment_server *servers; /* STATE_SEGMENT_SERVERS */
   struct state_segment_write *writes;   /* STATE_SEGMENT_WRITES */
   struct state_segment_parity *parity;  /* STATE_SEGMENT_PARITY_BUFFERS */
-  uint8_t *parity_pages;              /* 2 * STATE_SEGMENT_PARITY_BUFFERS pages of 4 KiB */
+  uint8_t *parity_pages;              /* 2 * STATE_SEGMENT_PARITY_BUFFERS pages of 4 KiB: P */
+  uint8_t *parity_q_pages;            /* as many again, after them: Q */
   uint8_t *op_pages;                  /* STATE_SEGMENT_WRITES pages: each page op's bytes
                                          as sealed, so a write in flight can be sent
                                          again after a crash */

@@ -238,6 +238,10 @@ static void group_field_out_of_bounds(const struct record_bounds *b, const struc
     what = "members";
   else if (g->has_parity > 1)
     what = "has_parity";
+  else if (g->parities > GROUP_MAX_PARITY)
+    what = "parities";
+  else if (g->absent >> (g->capacity + GROUP_MAX_PARITY))
+    what = "absent";
   else if (g->unprotected > 1)
     what = "unprotected";
   else if ((g->state == GROUP_OPEN || g->state == GROUP_SEALING) &&
@@ -256,9 +260,14 @@ static void group_field_out_of_bounds(const struct record_bounds *b, const struc
       return;
     }
   }
-  if (g->has_parity && (what = check_placement(b, g->server[g->capacity],
-                                               g->slot[g->capacity])) != NULL)
+  if (!g->has_parity)
+    return;
+  /* P, then Q under parity=2; an open group keeps the slot it reserved for Q aside. */
+  unsigned q = g->state == GROUP_OPEN ? GROUP_Q_RESERVED : g->capacity + 1u;
+  if ((what = check_placement(b, g->server[g->capacity], g->slot[g->capacity])) != NULL)
     snprintf(field, fieldlen, "%s[%u] (its parity)", what, g->capacity);
+  else if (g->parities == 2 && (what = check_placement(b, g->server[q], g->slot[q])) != NULL)
+    snprintf(field, fieldlen, "%s[%u] (its Q)", what, q);
 }
 
 static int check_group(const struct record_bounds *b, uint32_t id, char *err, size_t errlen)

@@ -35,6 +35,9 @@ struct state_segment_fingerprint {
 #define STATE_SEGMENT_SERVERS 4096u    /* the engine's server table, incarnations included */
 #define STATE_SEGMENT_WRITES 512u      /* page operations in flight at once */
 #define STATE_SEGMENT_PARITY_BUFFERS 64u /* open and sealing groups at once */
+/* Each buffer's two pages of P, then each buffer's two of Q (parity=2's, kept whatever
+ * parity= is, so a device's groups can be taken over under either setting). */
+#define STATE_SEGMENT_PARITY_PAGES (4u * STATE_SEGMENT_PARITY_BUFFERS)
 #define STATE_SEGMENT_ADDRESS_LEN 80u
 #define STATE_SEGMENT_TOKEN_LEN 32u
 
@@ -109,7 +112,7 @@ struct state_segment_write {
 struct state_segment_regions {
   uint64_t map;          /* fingerprint.pages page entries */
   uint64_t seals;        /* fingerprint.pages seals */
-  uint64_t parity_pages; /* 2 * STATE_SEGMENT_PARITY_BUFFERS pages */
+  uint64_t parity_pages; /* STATE_SEGMENT_PARITY_PAGES pages: P's, then Q's */
   uint64_t op_pages;     /* STATE_SEGMENT_WRITES pages */
   uint64_t total;
 };
@@ -160,7 +163,7 @@ static inline struct state_segment_regions state_segment_regions_of(uint64_t pag
   r.map = STATE_HEADER_BYTES;
   r.seals = r.map + state_segment_round_to_page(pages * sizeof(page_entry));
   r.parity_pages = r.seals + state_segment_round_to_page(pages * sizeof(struct page_seal));
-  r.op_pages = r.parity_pages + (uint64_t)2 * STATE_SEGMENT_PARITY_BUFFERS * STATE_PAGE_BYTES;
+  r.op_pages = r.parity_pages + (uint64_t)STATE_SEGMENT_PARITY_PAGES * STATE_PAGE_BYTES;
   r.total = r.op_pages + (uint64_t)STATE_SEGMENT_WRITES * STATE_PAGE_BYTES;
   return r;
 }

@@ -30,15 +30,6 @@ static void cluster_start(struct rp_test_cluster *c, unsigned n, const char *con
   assert_int_equal(rp_test_cluster_start(c, n, "64M", faults), 0);
 }
 
-static void print_stats(struct rp_test_device *d)
-{
-  static char report[16384];
-  struct rampart_stats st;
-  rp_test_device_stats(d, &st);
-  rampart_format_stats(&st, report, sizeof report);
-  print_message("%s", report);
-}
-
 /* Waits until every server is up, nothing moves, nothing waits and no live page is
  * unprotected, for half a second running; fails the test after timeout_s. */
 static void wait_quiet(struct rp_test_device *d, unsigned timeout_s)
@@ -55,7 +46,7 @@ static void wait_quiet(struct rp_test_device *d, unsigned timeout_s)
     usleep(100000);
   }
   if (quiet < 5) {
-    print_stats(d);
+    rp_test_device_print_stats(d);
     fail_msg("the engine did not settle in %u s", timeout_s);
   }
 }
@@ -154,7 +145,7 @@ static void test_a_corrupting_server_is_suspect_and_emptied(void **state)
                 "verification\n", (unsigned long long)st.servers[2].pages_stored,
                 (unsigned long long)st.integrity_failures);
   if (!emptied)
-    print_stats(&d);
+    rp_test_device_print_stats(&d);
   assert_true(emptied);
   rp_test_device_workload(&d, 20, 100, 0);
   rp_test_device_stats(&d, &st);
@@ -230,7 +221,7 @@ static void test_a_move_whose_destination_write_fails_leaves_nothing_unprotected
       drained &= s == 1 || st.servers[s].state == RAMPART_SERVER_UP;
   }
   if (!drained)
-    print_stats(&d);
+    rp_test_device_print_stats(&d);
   assert_true(drained);
   rp_test_server_kill(&c.servers[0]);
   uint64_t eio = rp_test_device_verify(&d, true);

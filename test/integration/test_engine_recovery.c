@@ -58,6 +58,7 @@ struct rig {
   char enckey[700];
   char size[32];
   const char *group;            /* group= (NULL: 4) */
+  const char *parity;           /* parity= (NULL: 1) */
   struct ledger *ledger;
 };
 
@@ -127,6 +128,7 @@ static struct rampart_engine *open_engine(struct rig *r, const char *enckey, cha
   const char *kv[][2] = {
     { "size", r->size }, { "servers", servers }, { "key", r->cluster.key_path },
     { "redundancy", "parity-log" }, { "group", r->group ? r->group : "4" },
+    { "parity", r->parity ? r->parity : "1" },
     { "state", r->state_path },
     { "enckey", enckey }, { "lease", "30" },
   };
@@ -416,6 +418,20 @@ static void test_a_server_lost_while_the_pager_was_down_is_rebuilt(void **state)
   struct rig *r = *state;
   kill_pager_while_writing(r, 4000);
   take_over_with_a_server_lost(r, 2);
+}
+
+/* parity=2, 3+2 on the five servers: the pager killed while it writes, then two servers
+ * lost while it is down (restarted empty: their sessions gone). The takeover seals the
+ * open group with the P and Q the state kept, and every page reads back through P and
+ * Q, before the rebuild and after it. */
+static void test_a_parity_2_device_taken_over_survives_two_servers_lost(void **state)
+{
+  struct rig *r = *state;
+  r->group = "3";
+  r->parity = "2";
+  kill_pager_while_writing(r, 4000);
+  assert_int_equal(rp_test_cluster_restart(&r->cluster, 1, NULL), 0);
+  take_over_with_a_server_lost(r, 3);
 }
 
 /* The same, with the pager dead at each step of a member write, and each server lost
@@ -815,6 +831,8 @@ int main(void)
     cmocka_unit_test_setup_teardown(test_a_restart_with_another_key_or_device_is_refused,
                                     rig_setup, rig_teardown),
     cmocka_unit_test_setup_teardown(test_a_server_lost_while_the_pager_was_down_is_rebuilt,
+                                    rig_setup, rig_teardown),
+    cmocka_unit_test_setup_teardown(test_a_parity_2_device_taken_over_survives_two_servers_lost,
                                     rig_setup, rig_teardown),
     cmocka_unit_test_setup_teardown(test_a_crash_at_each_step_of_a_member_write_with_a_server_lost,
                                     rig_setup, rig_teardown),

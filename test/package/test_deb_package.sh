@@ -26,7 +26,7 @@ version=$(field Version)
 depends=$(field Depends)
 # What rampart-swap and the postinst run, and the libraries dpkg-shlibdeps must find.
 for dep in nbdkit nbd-client kmod procps adduser libc6 libev4 libssl3 libprotobuf-c1 \
-    liburing2; do
+    liburing2 libisal2; do
   [[ ", $depends," == *", $dep"[\ ,]* ]] || fail "Depends lacks $dep: $depends"
 done
 log "control: rampart $version amd64; Depends: $depends"

@@ -41,6 +41,15 @@ void rp_test_device_stats(struct rp_test_device *d, struct rampart_stats *st)
   rampart_get_stats(d->engine, st);
 }
 
+void rp_test_device_print_stats(struct rp_test_device *d)
+{
+  static char report[16384];
+  struct rampart_stats st;
+  rp_test_device_stats(d, &st);
+  rampart_format_stats(&st, report, sizeof report);
+  print_message("%s", report);
+}
+
 struct batch {
   pthread_mutex_t lock;
   pthread_cond_t cond;

@@ -669,6 +669,8 @@ static const struct corruption corruptions[] = {
   { "group members", GROUP_AT(RECORD_GROUP, members), GROUP_MAX_DATA + 1, "field groups[3].members" },
   { "group members past capacity", GROUP_AT(OPEN_GROUP, members), 3, "field groups[4].members" },
   { "group has_parity", GROUP_AT(RECORD_GROUP, has_parity), 2, "field groups[3].has_parity" },
+  { "group parities", GROUP_AT(RECORD_GROUP, parities), GROUP_MAX_PARITY + 1, "field groups[3].parities" },
+  { "group absent", GROUP_AT(RECORD_GROUP, absent), 0x8000, "field groups[3].absent" },
   { "group buffer", GROUP_AT(OPEN_GROUP, buffer), STATE_SEGMENT_PARITY_BUFFERS, "field groups[4].buffer" },
   { "group server", GROUP_AT(RECORD_GROUP, server[1]), 1, "field groups[3].server[1]" },
   { "group parity server", GROUP_AT(RECORD_GROUP, server[2]), 4000, "field groups[3].server[2]" },

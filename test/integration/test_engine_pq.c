@@ -1,0 +1,253 @@
+/* parity=2: each parity-log group carries P and Q, so any two of its servers may be lost
+ * at once and every byte still reads back, through degraded reads and after the
+ * rebuild; a third loss in a group is EIO for exactly the pages the engine counts lost,
+ * never wrong bytes. Real rampartd processes on loopback, killed (SIGKILL) or stalled
+ * (SIGSTOP) under a write and read load that the harness checks against a shadow copy.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "engine_cluster.h"
+#include "engine_device.h"
+#include "rampart.h"
+
+#define PAGE RAMPART_PAGE_SIZE
+
+/* Parity-log S+2 on n fresh servers (faults: rp_test_cluster_start's); a dead server is
+ * lost after a second. */
+static void start_pq_device_with(struct rp_test_cluster *c, struct rp_test_device *d,
+                                 unsigned n, const char *const *faults, const char *group,
+                                 uint64_t pages, uint64_t seed)
+{
+  assert_int_equal(rp_test_cluster_start(c, n, "64M", faults), 0);
+  const char *extra[] = { "redundancy", "parity-log", "group", group, "parity", "2",
+                          "lease", "1", "timeout", "1000", NULL };
+  rp_test_device_init(d, rp_test_engine_open(c, pages, extra), pages, seed);
+  struct rampart_stats st;
+  rp_test_device_stats(d, &st);
+  assert_int_equal(st.parity, 2);
+}
+
+static void start_pq_device(struct rp_test_cluster *c, struct rp_test_device *d, unsigned n,
+                            const char *group, uint64_t pages, uint64_t seed)
+{
+  start_pq_device_with(c, d, n, NULL, group, pages, seed);
+}
+
+/* The device read back in full while servers a and b are away, then again once both
+ * are noticed and rebuilt: nothing lost, nothing failed verification. */
+static void whole_through_the_rebuild(struct rp_test_device *d, unsigned a, unsigned b)
+{
+  rp_test_device_verify(d, false);
+  rp_test_device_wait_noticed(d, a, 10);
+  rp_test_device_wait_noticed(d, b, 10);
+  rp_test_device_wait_rebuilt(d, 60);
+  rp_test_device_verify(d, false);
+  struct rampart_stats st;
+  rp_test_device_stats(d, &st);
+  if (st.read_errors || st.pages_lost || st.integrity_failures)
+    rp_test_device_print_stats(d);
+  assert_int_equal(st.read_errors, 0);
+  assert_int_equal(st.pages_lost, 0);
+  assert_int_equal(st.integrity_failures, 0);
+}
+
+/* Two servers killed at the same instant in the middle of the load: the load goes on
+ * (its reads checked), the whole device reads back while degraded, and again after the
+ * rebuild. */
+static void two_killed_at_once(unsigned n, const char *group, uint64_t seed)
+{
+  struct rp_test_cluster c;
+  struct rp_test_device d;
+  start_pq_device(&c, &d, n, group, 4096, seed);
+  rp_test_device_workload(&d, 150, 80, 5);
+  rp_test_server_kill(&c.servers[1]);
+  rp_test_server_kill(&c.servers[4]);
+  rp_test_device_workload(&d, 100, 60, 5);
+  struct rampart_stats st;
+  rp_test_device_stats(&d, &st);
+  print_message("%s+2 on %u, two killed: %u groups with one loss to spare, %u with none\n",
+                group, n, st.groups_one_spare, st.groups_no_spare);
+  whole_through_the_rebuild(&d, 1, 4);
+  rp_test_device_workload(&d, 40, 60, 5);
+  rp_test_device_stats(&d, &st);
+  print_message("after the rebuild: %llu degraded reads, %llu pages moved, wire %.3f "
+                "pages per page written; groups with no loss to spare %u\n",
+                (unsigned long long)st.pages_degraded_reads,
+                (unsigned long long)st.rebuild_pages_done,
+                (double)st.wire_bytes_written / (double)st.pages_written / (PAGE + 32),
+                st.groups_no_spare);
+  assert_true(st.pages_degraded_reads > 0);
+  assert_true(st.rebuild_pages_done > 0);
+  assert_int_equal(st.groups_no_spare, 0);
+  assert_int_equal(st.read_errors, 0);
+  rp_test_device_free(&d);
+  rp_test_cluster_stop(&c);
+}
+
+static void test_4_plus_2_on_8_survives_two_killed_at_once(void **state)
+{
+  (void)state;
+  two_killed_at_once(8, "4", 71);
+}
+
+static void test_8_plus_2_on_12_survives_two_killed_at_once(void **state)
+{
+  (void)state;
+  two_killed_at_once(12, "8", 73);
+}
+
+/* The second loss lands while the first one's rebuild runs: groups that had moved are
+ * whole again, the rest spare one more loss, and nothing is lost. */
+static void test_a_second_loss_during_the_first_rebuild(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  struct rp_test_device d;
+  start_pq_device(&c, &d, 8, "4", 4096, 79);
+  rp_test_device_workload(&d, 200, 80, 5);
+  rp_test_server_kill(&c.servers[2]);
+  rp_test_device_wait_noticed(&d, 2, 10);
+  /* Polled, not between batches: the rebuild of a few thousand pages takes a few
+   * hundred milliseconds, and a batch could step over it. */
+  struct rampart_stats st;
+  bool rebuilding = false;
+  for (unsigned i = 0; i < 10000 && !rebuilding; i++) {
+    rp_test_device_stats(&d, &st);
+    rebuilding = st.rebuild_running && st.servers[2].state == RAMPART_SERVER_LOST;
+    if (!rebuilding)
+      usleep(1000);
+  }
+  assert_true(rebuilding);
+  rp_test_server_kill(&c.servers[5]);
+  rp_test_device_workload(&d, 60, 60, 5);
+  whole_through_the_rebuild(&d, 2, 5);
+  rp_test_device_free(&d);
+  rp_test_cluster_stop(&c);
+}
+
+/* One server stalled (SIGSTOP: its connection stays open, silent) and another killed:
+ * reads that need the stalled one are rebuilt from the rest, and the stalled one,
+ * declared lost in turn, is rebuilt too. */
+static void test_a_stalled_server_and_a_killed_one(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  struct rp_test_device d;
+  start_pq_device(&c, &d, 8, "4", 4096, 83);
+  rp_test_device_workload(&d, 150, 80, 5);
+  assert_int_equal(rp_test_server_pause(&c.servers[3]), 0);
+  rp_test_server_kill(&c.servers[6]);
+  rp_test_device_workload(&d, 80, 60, 5);
+  whole_through_the_rebuild(&d, 3, 6);
+  assert_int_equal(rp_test_server_resume(&c.servers[3]), 0);
+  rp_test_device_free(&d);
+  rp_test_cluster_stop(&c);
+}
+
+/* A server that alters every page it returns, and another killed: every copy read from
+ * the first fails verification and is rebuilt from its group, with the killed server's
+ * piece missing too where the group has one there (P and Q then both needed). */
+static void test_a_corrupting_server_and_a_killed_one(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  struct rp_test_device d;
+  const char *faults[] = { NULL, "flip", NULL, NULL, NULL, NULL, NULL, NULL };
+  start_pq_device_with(&c, &d, 8, faults, "4", 2048, 97);
+  rp_test_device_workload(&d, 100, 90, 0);
+  rp_test_server_kill(&c.servers[4]);
+  rp_test_device_workload(&d, 40, 50, 0);
+  rp_test_device_verify(&d, false);
+  struct rampart_stats st;
+  rp_test_device_stats(&d, &st);
+  print_message("a corrupting server and a killed one: %llu copies failed verification, "
+                "%llu degraded reads, %llu read errors\n",
+                (unsigned long long)st.integrity_failures,
+                (unsigned long long)st.pages_degraded_reads,
+                (unsigned long long)st.read_errors);
+  assert_true(st.integrity_failures > 0);
+  assert_int_equal(st.read_errors, 0);
+  assert_int_equal(st.pages_lost, 0);
+  rp_test_device_free(&d);
+  rp_test_cluster_stop(&c);
+}
+
+/* Three servers of eight killed at once: groups with three pieces on them cannot come
+ * back. The engine says so before any read (groups with no loss to spare), the mover
+ * marks exactly their lost members lost, and the reads fail with EIO for exactly those
+ * pages; every other byte reads back as written. */
+static void test_a_third_loss_is_eio_for_exactly_the_pages_counted(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  struct rp_test_device d;
+  start_pq_device(&c, &d, 8, "4", 4096, 89);
+  rp_test_device_fill(&d, 0, 4096);
+  rp_test_server_kill(&c.servers[0]);
+  rp_test_server_kill(&c.servers[3]);
+  rp_test_server_kill(&c.servers[5]);
+  rp_test_device_wait_noticed(&d, 0, 10);
+  rp_test_device_wait_noticed(&d, 3, 10);
+  rp_test_device_wait_noticed(&d, 5, 10);
+  struct rampart_stats st;
+  rp_test_device_stats(&d, &st);
+  uint32_t no_spare = st.groups_no_spare;
+  rp_test_device_wait_rebuilt(&d, 60);
+  uint64_t eio = rp_test_device_verify(&d, true);
+  rp_test_device_stats(&d, &st);
+  print_message("three of eight lost: %u groups had no loss to spare, %llu pages lost, "
+                "%llu read EIO\n", no_spare, (unsigned long long)st.pages_lost,
+                (unsigned long long)eio);
+  assert_true(no_spare > 0);
+  assert_true(eio > 0);
+  assert_int_equal(eio, st.pages_lost);
+  assert_int_equal(st.integrity_failures, 0);
+  rp_test_device_free(&d);
+  rp_test_cluster_stop(&c);
+}
+
+/* parity=2 is parity-log's alone, and needs a server for each parity. */
+static void test_parity_2_is_refused_where_it_cannot_work(void **state)
+{
+  (void)state;
+  struct rampart_config *cfg = rampart_config_new();
+  char err[512];
+  assert_non_null(cfg);
+  assert_int_equal(rampart_config_set(cfg, "size", "16M", err, sizeof err), 0);
+  assert_int_equal(rampart_config_set(cfg, "servers", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,"
+                                      "127.0.0.1:4,127.0.0.1:5", err, sizeof err), 0);
+  assert_int_equal(rampart_config_set(cfg, "parity", "3", err, sizeof err), -1);
+  assert_int_equal(rampart_config_set(cfg, "parity", "2", err, sizeof err), 0);
+  assert_int_equal(rampart_config_set(cfg, "redundancy", "mirror", err, sizeof err), 0);
+  assert_int_equal(rampart_config_check(cfg, err, sizeof err), -1);
+  assert_non_null(strstr(err, "parity-log"));
+  assert_int_equal(rampart_config_set(cfg, "redundancy", "parity-log", err, sizeof err), 0);
+  assert_int_equal(rampart_config_set(cfg, "group", "4", err, sizeof err), 0);
+  assert_int_equal(rampart_config_check(cfg, err, sizeof err), -1);
+  assert_non_null(strstr(err, "needs at least 6 servers"));
+  assert_int_equal(rampart_config_set(cfg, "group", "3", err, sizeof err), 0);
+  assert_int_equal(rampart_config_check(cfg, err, sizeof err), 0);
+  rampart_config_free(cfg);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_parity_2_is_refused_where_it_cannot_work),
+    cmocka_unit_test(test_4_plus_2_on_8_survives_two_killed_at_once),
+    cmocka_unit_test(test_8_plus_2_on_12_survives_two_killed_at_once),
+    cmocka_unit_test(test_a_second_loss_during_the_first_rebuild),
+    cmocka_unit_test(test_a_stalled_server_and_a_killed_one),
+    cmocka_unit_test(test_a_corrupting_server_and_a_killed_one),
+    cmocka_unit_test(test_a_third_loss_is_eio_for_exactly_the_pages_counted),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
