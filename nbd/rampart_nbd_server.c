@@ -61,21 +61,6 @@ struct options {
   bool standby;
 };
 
-static int parse_bool(const char *key, const char *value, bool *out)
-{
-  if (strcmp(value, "true") == 0 || strcmp(value, "on") == 0 || strcmp(value, "1") == 0 ||
-      strcmp(value, "yes") == 0) {
-    *out = true;
-  } else if (strcmp(value, "false") == 0 || strcmp(value, "off") == 0 ||
-             strcmp(value, "0") == 0 || strcmp(value, "no") == 0) {
-    *out = false;
-  } else {
-    fprintf(stderr, "rampart-nbd-server: %s=%s: give true or false\n", key, value);
-    return -1;
-  }
-  return 0;
-}
-
 /* One of the daemon's own arguments (struct rampart_frontend_args's option). */
 static int take_option(void *ctx, const char *a, const char *value)
 {
@@ -102,8 +87,12 @@ static int take_option(void *ctx, const char *a, const char *value)
   if (strncmp(a, "mlock=", 6) == 0 || strncmp(a, "standby=", 8) == 0) {
     /* the plugin's own switches, taken here too; every other key is the engine's */
     bool mlock = a[0] == 'm';
-    return parse_bool(mlock ? "mlock" : "standby", strchr(a, '=') + 1,
-                      mlock ? &o->lock_memory : &o->standby) < 0 ? -1 : 1;
+    if (rp_parse_bool(mlock ? "mlock" : "standby", strchr(a, '=') + 1,
+                      mlock ? &o->lock_memory : &o->standby, err, sizeof err) < 0) {
+      fprintf(stderr, "rampart-nbd-server: %s\n", err);
+      return -1;
+    }
+    return 1;
   }
   return 0;
 }

@@ -557,11 +557,7 @@ static void test_a_standby_takes_over_a_killed_server(void **state)
 static void test_arguments_refused_with_a_reason(void **state)
 {
   (void)state;
-  static char out[4096];
-  struct {
-    const char *argv[6];
-    const char *says;
-  } cases[] = {
+  static const struct rp_test_refusal cases[] = {
     { { "--unix", "/tmp/x.sock", "--depth", "lots", "size=1M", NULL }, "--depth 'lots': give a number" },
     { { "size=1M", NULL }, "give one of --unix PATH or --tcp HOST:PORT" },
     { { "--unix", "/tmp/x.sock", "size=lots", NULL }, "size" },
@@ -570,15 +566,7 @@ static void test_arguments_refused_with_a_reason(void **state)
     { { "--unix", "/tmp/x.sock", "mlock=maybe", "size=1M", NULL }, "mlock=maybe: give true or false" },
     { { "--unix", "/tmp/x.sock", "standby=true", "size=1M", NULL }, "standby=true needs state=PATH" },
   };
-  for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    const char *argv[8] = { server_path() };
-    for (unsigned k = 0; cases[i].argv[k]; k++)
-      argv[k + 1] = cases[i].argv[k];
-    int status = rp_test_run_program(argv, out, sizeof out, 10000);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 2 || !strstr(out, cases[i].says))
-      fail_msg("case %u: status %d, expected exit 2 saying '%s'; it said: %s", i, status,
-               cases[i].says, out);
-  }
+  rp_test_expect_refusals(server_path(), cases, sizeof cases / sizeof cases[0]);
 }
 
 int main(void)
