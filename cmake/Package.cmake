@@ -25,7 +25,8 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 # Shared libraries (libev, libssl3, libprotobuf-c1, liburing2, libisal2) come from dpkg-shlibdeps;
 # the programs rampart-swap runs are named here: nbdkit (with its plugin directory),
 # nbd-client to attach, kmod for 'modprobe nbd', procps for sysctl, adduser for the
-# system user. nbdfuse (libnbd-bin) is the fallback where the kernel has no NBD driver.
+# system user. Where the kernel has neither NBD nor ublk, rampart-fuse (libfuse3-3, which
+# dpkg-shlibdeps adds) is the fall-back; nbdfuse (libnbd-bin) only for other plugins.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "nbdkit, nbd-client, kmod, procps, adduser")
 # libcurl4 and libjson-c5 are loaded (dlopen) only by rampartd --etcd and devices with

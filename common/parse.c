@@ -22,6 +22,19 @@ static int parse_digits(const char *s, uint64_t *out, const char **end)
   return 0;
 }
 
+int rp_parse_bool(const char *what, const char *s, bool *out, char *err, size_t errlen)
+{
+  static const char *const yes[] = { "true", "on", "yes", "1" }, *const no[] = { "false", "off", "no", "0" };
+  for (unsigned i = 0; s && i < 4; i++) {
+    if (strcmp(s, yes[i]) == 0 || strcmp(s, no[i]) == 0) {
+      *out = strcmp(s, yes[i]) == 0;
+      return 0;
+    }
+  }
+  snprintf(err, errlen, "%s=%s: give true or false", what, s ? s : "");
+  return -1;
+}
+
 int rp_parse_uint(const char *what, const char *s, uint64_t max, uint64_t *out, char *err,
                   size_t errlen)
 {

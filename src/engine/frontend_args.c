@@ -7,22 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "parse.h"
 #include "rampart.h"
-
-static int parse_switch_value(const char *key, const char *value, bool *out, char *err,
-                              size_t errlen)
-{
-  static const char *const yes[] = { "true", "on", "yes", "1" };
-  static const char *const no[] = { "false", "off", "no", "0" };
-  for (unsigned i = 0; i < sizeof yes / sizeof yes[0]; i++) {
-    if (strcmp(value, yes[i]) == 0 || strcmp(value, no[i]) == 0) {
-      *out = strcmp(value, yes[i]) == 0;
-      return 0;
-    }
-  }
-  snprintf(err, errlen, "%s=%.80s: give true or false", key, value);
-  return -1;
-}
 
 int rampart_frontend_switch(struct rampart_frontend_switches *switches, const char *key,
                             const char *value, char *err, size_t errlen)
@@ -32,7 +18,7 @@ int rampart_frontend_switch(struct rampart_frontend_switches *switches, const ch
                                              : NULL;
   if (!flag)
     return 0;
-  return parse_switch_value(key, value, flag, err, errlen) < 0 ? -1 : 1;
+  return rp_parse_bool(key, value, flag, err, errlen) < 0 ? -1 : 1;
 }
 
 int rampart_frontend_switches_check(const struct rampart_frontend_switches *switches,

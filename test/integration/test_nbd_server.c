@@ -995,11 +995,7 @@ static void test_handshake_bounds(void **state)
 static void test_arguments_refused_with_a_reason(void **state)
 {
   (void)state;
-  static char out[4096];
-  struct {
-    const char *argv[6];
-    const char *says;
-  } cases[] = {
+  static const struct rp_test_refusal cases[] = {
     { { "--unix", "/tmp/x.sock", "--depth", "lots", "size=1M", NULL }, "--depth 'lots': give a number" },
     { { "size=1M", NULL }, "give one of --unix PATH or --tcp HOST:PORT" },
     { { "--unix", "/tmp/x.sock", "size=lots", NULL }, "size" },
@@ -1010,15 +1006,7 @@ static void test_arguments_refused_with_a_reason(void **state)
     { { "--unix", "/tmp/x.sock", "--max-buffered", "1M", "size=1M", NULL }, "at least 32M" },
     { { "--unix", "/tmp/x.sock", "--stall-timeout", "0", "size=1M", NULL }, "whole seconds from 1" },
   };
-  for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    const char *argv[8] = { server_path() };
-    for (unsigned k = 0; cases[i].argv[k]; k++)
-      argv[k + 1] = cases[i].argv[k];
-    int status = rp_test_run_program(argv, out, sizeof out, 10000);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 2 || !strstr(out, cases[i].says))
-      fail_msg("case %u: status %d, expected exit 2 saying '%s'; it said: %s", i, status,
-               cases[i].says, out);
-  }
+  rp_test_expect_refusals(server_path(), cases, sizeof cases / sizeof cases[0]);
 }
 
 int main(void)

@@ -26,7 +26,7 @@ version=$(field Version)
 depends=$(field Depends)
 # What rampart-swap and the postinst run, and the libraries dpkg-shlibdeps must find.
 for dep in nbdkit nbd-client kmod procps adduser libc6 libev4 libssl3 libprotobuf-c1 \
-    liburing2 libisal2; do
+    liburing2 libisal2 libfuse3-3; do
   [[ ", $depends," == *", $dep"[\ ,]* ]] || fail "Depends lacks $dep: $depends"
 done
 log "control: rampart $version amd64; Depends: $depends"
@@ -43,6 +43,7 @@ expect_file -rwxr-xr-x /usr/sbin/rampart-swap
 expect_file -rwxr-xr-x /usr/sbin/rampart-ublk
 expect_file -rwxr-xr-x /usr/sbin/rampart-nbd-attach
 expect_file -rwxr-xr-x /usr/sbin/rampart-nbd-server
+expect_file -rwxr-xr-x /usr/sbin/rampart-fuse
 expect_file -rw-r--r-- "$plugindir/nbdkit-rampart-plugin.so"
 expect_file -rw-r--r-- /lib/systemd/system/rampartd.service
 expect_file -rw-r--r-- /lib/systemd/system/rampart-swap.service
@@ -77,7 +78,7 @@ grep -qx 'User=rampart' "$unit" || fail "rampartd.service does not name User=ram
 grep -q '^ExecStart=/usr/sbin/rampart-swap on' "$work/root/lib/systemd/system/rampart-swap.service" ||
   fail "rampart-swap.service does not run /usr/sbin/rampart-swap"
 ! grep -rq '@[A-Z]*DIR@' "$work/root/lib/systemd/system" || fail "a unit still holds an @...DIR@"
-for b in usr/bin/rampartd usr/bin/rampartctl usr/sbin/rampart-ublk usr/sbin/rampart-nbd-attach usr/sbin/rampart-nbd-server "${plugindir#/}/nbdkit-rampart-plugin.so"; do
+for b in usr/bin/rampartd usr/bin/rampartctl usr/sbin/rampart-ublk usr/sbin/rampart-nbd-attach usr/sbin/rampart-nbd-server usr/sbin/rampart-fuse "${plugindir#/}/nbdkit-rampart-plugin.so"; do
   ! readelf -S "$work/root/$b" | grep -q '\.symtab' || fail "$b is not stripped"
 done
 "$work/root/usr/bin/rampartd" --version >"$work/version" 2>&1 || fail "rampartd --version: $(cat "$work/version")"

@@ -7,7 +7,10 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <setjmp.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdbool.h>
@@ -18,6 +21,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <cmocka.h>
 
 #define LISTEN_LINE "rampartd: listening on "
 #define START_TIMEOUT_MS 10000
@@ -542,4 +547,19 @@ void rp_test_print_file(const char *path, const char *prefix)
   if (f)
     fclose(f);
   fflush(stdout);
+}
+
+void rp_test_expect_refusals(const char *program, const struct rp_test_refusal *cases,
+                             unsigned n)
+{
+  static char out[4096];
+  for (unsigned i = 0; i < n; i++) {
+    const char *argv[9] = { program };
+    for (unsigned k = 0; k < 7 && cases[i].argv[k]; k++)
+      argv[k + 1] = cases[i].argv[k];
+    int status = rp_test_run_program(argv, out, sizeof out, 10000);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 2 || !strstr(out, cases[i].says))
+      fail_msg("case %u: status %d, expected exit 2 saying '%s'; it said: %s", i, status,
+               cases[i].says, out);
+  }
 }

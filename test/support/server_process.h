@@ -113,6 +113,17 @@ int rp_test_run_rampartd(const char *const *args, char *out, size_t outlen,
 /* Runs any program (argv[0] is the path) the same way. */
 int rp_test_run_program(const char *const *argv, char *out, size_t outlen, uint32_t timeout_ms);
 
+/* A daemon's command line it must refuse: its arguments (NULL-terminated) and what its
+ * output must say. */
+struct rp_test_refusal {
+  const char *argv[7];
+  const char *says;
+};
+/* Runs program with each case's arguments; fails the running cmocka test, naming the
+ * case and what the program said, unless each exits 2 saying what the case expects. */
+void rp_test_expect_refusals(const char *program, const struct rp_test_refusal *cases,
+                             unsigned n);
+
 /* Opens a librampart connection to s (key may be NULL); asserts nothing: returns NULL
  * with err filled on failure. */
 struct rp_conn *rp_test_connect(const struct rp_test_server *s, const struct rp_key *key,

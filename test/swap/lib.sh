@@ -1,6 +1,7 @@
 # Sourced by the swap tests (test/swap/test_*.sh): the real kernel swap path on this host,
 # with a local cluster, a device attached by rampart-swap, and cleanup by PID on any exit.
-# ctest passes RAMPARTD, RAMPARTCTL, RAMPART_PLUGIN, RAMPART_WORKLOAD, RAMPART_SWAP and,
+# ctest passes RAMPARTD, RAMPARTCTL, RAMPART_PLUGIN, RAMPART_WORKLOAD, RAMPART_SWAP,
+# RAMPART_FUSE and,
 # in sanitizer builds, RAMPART_ASAN_RUNTIME.
 set -euo pipefail
 
@@ -25,8 +26,7 @@ export RAMPARTD
 require_swap_host() {
   [[ $(id -u) == 0 ]] || skip "needs root for swapon, loop devices and cgroups"
   [[ -e /dev/fuse ]] || modprobe fuse 2>/dev/null || true
-  [[ -e /dev/fuse ]] || skip "no /dev/fuse, so nbdfuse cannot expose the export"
-  command -v nbdfuse >/dev/null || skip "nbdfuse is missing (package libnbd-bin)"
+  [[ -e /dev/fuse ]] || skip "no /dev/fuse, so rampart-fuse cannot expose the device"
   losetup -f >/dev/null 2>&1 || skip "no free loop device (losetup -f failed)"
   memcg_path x >/dev/null || skip "no memory cgroup controller under /sys/fs/cgroup"
 }
@@ -66,7 +66,7 @@ swap_test_cleanup() {
     rc=1
   fi
   if ((rc != 0 && rc != SKIP)); then
-    for f in "$work"/rampartd-*.log "$work"/*-nbdkit*.log "$work"/*-ublk-*.log "$work"/*-nbd-attach.log "$work"/*-keeper.log "$work"/*-nbdfuse.log "$work"/*.out; do
+    for f in "$work"/rampartd-*.log "$work"/*-nbdkit*.log "$work"/*-ublk-*.log "$work"/*-nbd-attach.log "$work"/*-keeper.log "$work"/*-nbdfuse.log "$work"/*-fuse.log "$work"/*.out; do
       [[ -s $f ]] || continue
       echo "---- $f (last lines) ----" >&2
       tail -n 20 "$f" >&2

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A workload three times its memory cgroup's limit pages through a rampart swap device
-# (nbdfuse + loop + swapon on this host, 5 servers, parity-log 4+1) and verifies its result.
+# (rampart-fuse + loop + swapon on this host, 5 servers, parity-log 4+1) and verifies its result.
 . "$(dirname "$0")/lib.sh"
 require_swap_host
 
@@ -29,7 +29,7 @@ log "engine: $(grep '^wire' "$work/stats")"
 ((${written:-0} >= 49152)) || fail "the engine saw ${written:-0} page writes; the swap did not go through rampart"
 grep -q 'lost pages 0' "$work/stats" || fail "pages were lost: $(grep '^failures' "$work/stats")"
 
-# What backs the device (a loop device: our nbdfuse file), so that the check after 'off'
+# What backs the device (a loop device: our FUSE file), so that the check after 'off'
 # is about this device, not a /dev/loop0 another job on the machine set up since.
 back=$(losetup -n -O BACK-FILE "$dev" 2>/dev/null || true)
 "$RAMPART_SWAP" off --name wl || fail "rampart-swap off failed"

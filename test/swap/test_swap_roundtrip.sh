@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # 'rampartctl swap on' then 'off', twice in a row, each leaving nothing behind: no swap
-# entry, loop device, FUSE mount, daemon (pager, standby, keeper, nbdfuse, the notify
-# listener, supervisor), state directory. A second 'on' while the device is on and served takes it back as it
+# entry, loop device, FUSE mount, daemon (pager, standby, keeper, nbdfuse or the FUSE
+# daemon, the notify listener, supervisor), state directory. A second 'on' while the device is on and served takes it back as it
 # is. Bad input to 'on' fails with a message that names the problem, and also leaves
 # nothing behind. On a host without the ublk or NBD driver, '--frontend ublk' or
 # '--frontend nbd' is refused, saying why, before anything starts, and the default
-# falls back to nbdfuse + loop saying that a pager crash is then not survived.
+# falls back to rampart-fuse + loop saying that a pager crash is then not survived.
 . "$(dirname "$0")/lib.sh"
 require_swap_host
 
@@ -29,7 +29,7 @@ nothing_left() { # name what-just-happened
 
 # Every daemon 'on' recorded, for nothing_left.
 daemon_pids() {
-  sed -n 's/^\(nbdkit\|nbdfuse\|pager\|standby\|keeper\|attach\|notify\|supervisor\)_pid=//p' \
+  sed -n 's/^\(nbdkit\|nbdfuse\|fuse\|pager\|standby\|keeper\|attach\|notify\|supervisor\)_pid=//p' \
     "$RAMPART_RUN_DIR/$1/state" | sort -u | tr '\n' ' '
 }
 kernel_has() { # ublk|nbd: the driver is there or loads
@@ -59,7 +59,7 @@ for round in 1 2; do
     # The default with neither driver: the FUSE path, and the warning that says what it
     # costs.
     grep -q "via fuse" "$work/status.out" || fail "round $round: neither driver, yet not the fuse frontend"
-    grep -q "warning: this host has neither ublk (.*) nor NBD (.*): attaching through nbdfuse .*a crash of the pager is then NOT survived" "$work/on.out" ||
+    grep -q "warning: this host has neither ublk (.*) nor NBD (.*): attaching through rampart-fuse .*a crash of the pager is then NOT survived" "$work/on.out" ||
       { cat "$work/on.out"; fail "round $round: the fall-back to fuse does not warn what it costs"; }
   fi
   # 'on' for a device that is on and served (what a refused 'off' leaves, under systemd a

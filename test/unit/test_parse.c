@@ -105,6 +105,30 @@ static void test_uint(void **state)
   assert_true(strlen(err) > 0);
 }
 
+static void test_bool(void **state)
+{
+  (void)state;
+  char err[256] = "";
+  static const char *yes[] = { "true", "on", "yes", "1" }, *no[] = { "false", "off", "no", "0" };
+  for (size_t i = 0; i < 4; i++) {
+    bool v = false;
+    assert_int_equal(rp_parse_bool("mlock", yes[i], &v, err, sizeof err), 0);
+    assert_true(v);
+    assert_int_equal(rp_parse_bool("mlock", no[i], &v, err, sizeof err), 0);
+    assert_false(v);
+  }
+  static const char *bad[] = { "maybe", "", "TRUE ", "2", NULL };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    bool v = true;
+    if (rp_parse_bool("mlock", bad[i], &v, err, sizeof err) != -1)
+      fail_msg("'%s' accepted", bad[i] ? bad[i] : "(null)");
+    assert_true(v);
+    assert_non_null(strstr(err, "give true or false"));
+  }
+  assert_int_equal(rp_parse_bool("standby", "maybe", &(bool){ false }, err, sizeof err), -1);
+  assert_string_equal(err, "standby=maybe: give true or false");
+}
+
 static void hp_ok(const char *s, const char *want_host, const char *want_port)
 {
   char host[256], port[16], err[256] = "";
@@ -206,6 +230,7 @@ int main(void)
     cmocka_unit_test(test_sizes),
     cmocka_unit_test(test_bad_sizes),
     cmocka_unit_test(test_uint),
+    cmocka_unit_test(test_bool),
     cmocka_unit_test(test_hostport),
     cmocka_unit_test(test_bad_hostport),
     cmocka_unit_test(test_hostport_buffers),
