@@ -22,30 +22,30 @@
 #include <stddef.h>
 
 #define DLIST_PUSH(head, item, prev, next) \
-  do {                                     \
-    (item)->prev = NULL;                   \
-    (item)->next = (head);                 \
-    if (head)                              \
-      (head)->prev = (item);               \
-    (head) = (item);                       \
+  do { \
+    (item)->prev = NULL; \
+    (item)->next = (head); \
+    if (head) \
+      (head)->prev = (item); \
+    (head) = (item); \
   } while (0)
 
 #define DLIST_UNLINK(head, item, prev, next) \
-  do {                                       \
-    if ((item)->prev)                        \
-      (item)->prev->next = (item)->next;     \
-    else                                     \
-      (head) = (item)->next;                 \
-    if ((item)->next)                        \
-      (item)->next->prev = (item)->prev;     \
-    (item)->prev = (item)->next = NULL;      \
+  do { \
+    if ((item)->prev) \
+      (item)->prev->next = (item)->next; \
+    else \
+      (head) = (item)->next; \
+    if ((item)->next) \
+      (item)->next->prev = (item)->prev; \
+    (item)->prev = (item)->next = NULL; \
   } while (0)
 
 #define DLIST_PUSH_HEAD(head, tail, item, prev, next) \
-  do {                                                \
-    if (!(head))                                      \
-      (tail) = (item);                                \
-    DLIST_PUSH(head, item, prev, next);               \
+  do { \
+    if (!(head)) \
+      (tail) = (item); \
+    DLIST_PUSH(head, item, prev, next); \
   } while (0)
 
 /* Appending is pushing at the head of the list read backwards. */
@@ -53,10 +53,10 @@
   DLIST_PUSH_HEAD(tail, head, item, next, prev)
 
 #define DLIST_REMOVE(head, tail, item, prev, next) \
-  do {                                             \
-    if (!(item)->next)                             \
-      (tail) = (item)->prev;                       \
-    DLIST_UNLINK(head, item, prev, next);          \
+  do { \
+    if (!(item)->next) \
+      (tail) = (item)->prev; \
+    DLIST_UNLINK(head, item, prev, next); \
   } while (0)
 
 #endif

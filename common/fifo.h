@@ -18,30 +18,30 @@
 #include <stddef.h>
 
 #define FIFO_APPEND(head, tail, item, link) \
-  do {                                       \
-    (item)->link = NULL;                     \
-    if (tail)                                \
-      (tail)->link = (item);                 \
-    else                                     \
-      (head) = (item);                       \
-    (tail) = (item);                         \
+  do { \
+    (item)->link = NULL; \
+    if (tail) \
+      (tail)->link = (item); \
+    else \
+      (head) = (item); \
+    (tail) = (item); \
   } while (0)
 
 #define FIFO_POP(head, tail, item, link) \
-  do {                                    \
-    (item) = (head);                      \
-    if (item) {                           \
-      (head) = (item)->link;              \
-      if (!(head))                        \
-        (tail) = NULL;                    \
-      (item)->link = NULL;                \
-    }                                     \
+  do { \
+    (item) = (head); \
+    if (item) { \
+      (head) = (item)->link; \
+      if (!(head)) \
+        (tail) = NULL; \
+      (item)->link = NULL; \
+    } \
   } while (0)
 
 #define FIFO_TAKE_ALL(head, tail, list) \
-  do {                                  \
-    (list) = (head);                    \
-    (head) = (tail) = NULL;             \
+  do { \
+    (list) = (head); \
+    (head) = (tail) = NULL; \
   } while (0)
 
 #endif

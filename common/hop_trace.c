@@ -60,7 +60,8 @@ int rp_hop_trace_start(char *err, size_t errlen)
   void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (m == MAP_FAILED) {
-    snprintf(err, errlen, "%s=%s: cannot map it: %s", RP_HOP_TRACE_ENV, path, strerror(errno));
+    snprintf(err, errlen, "%s=%s: cannot map it: %s", RP_HOP_TRACE_ENV, path,
+             strerror(errno));
     return -1;
   }
   struct rp_hop_trace_file *t = m;

@@ -27,14 +27,14 @@
 
 /* The hops of one request, in the order it passes them. */
 enum rp_hop {
-  RP_HOP_FRONTEND_IN,   /* the frontend has the request (NBD header read, ublk/bench submit) */
+  RP_HOP_FRONTEND_IN, /* the frontend has the request (NBD header read, ublk/bench submit) */
   RP_HOP_ENGINE_SUBMIT, /* rampart_submit / rampart_submit_list entered */
   RP_HOP_WIRE_OUT,      /* the client library calls sendmsg with the frame */
   RP_HOP_SERVER_IN,     /* rampartd's read() returned the frame */
   RP_HOP_SERVER_OUT,    /* rampartd calls send() with the reply */
   RP_HOP_ENGINE_REPLY,  /* the client library matched the reply to its request */
-  RP_HOP_ENGINE_DONE,   /* the engine completed the frontend's request (page checked, opened) */
-  RP_HOP_FRONTEND_OUT,  /* the frontend handed the answer back (NBD reply sent) */
+  RP_HOP_ENGINE_DONE, /* the engine completed the frontend's request (page checked, opened) */
+  RP_HOP_FRONTEND_OUT, /* the frontend handed the answer back (NBD reply sent) */
   RP_HOP_COUNT
 };
 

@@ -11,9 +11,18 @@ static enum rp_log_level max_level = RP_LOG_INFO;
 static const char *program = "rampart";
 static void (*log_sink)(enum rp_log_level, const char *);
 
-void rp_log_set_level(enum rp_log_level level) { max_level = level; }
-void rp_log_set_program(const char *name) { program = name; }
-void rp_log_set_sink(void (*sink)(enum rp_log_level, const char *)) { log_sink = sink; }
+void rp_log_set_level(enum rp_log_level level)
+{
+  max_level = level;
+}
+void rp_log_set_program(const char *name)
+{
+  program = name;
+}
+void rp_log_set_sink(void (*sink)(enum rp_log_level, const char *))
+{
+  log_sink = sink;
+}
 
 void rp_log(enum rp_log_level level, const char *fmt, ...)
 {

@@ -9,7 +9,8 @@
 
 enum rp_log_level { RP_LOG_ERROR, RP_LOG_WARN, RP_LOG_INFO, RP_LOG_DEBUG };
 
-void rp_log(enum rp_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void rp_log(enum rp_log_level level, const char *fmt, ...)
+  __attribute__((format(printf, 2, 3)));
 void rp_log_set_level(enum rp_log_level level);
 /* Prefix every line with this program name (default "rampart"). */
 void rp_log_set_program(const char *name);

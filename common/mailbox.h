@@ -28,8 +28,8 @@ struct rp_mailbox {
   pthread_mutex_t lock;
   void **items; /* under lock; cap of them, NULL before init */
   unsigned n;
-  int event_fd;       /* written by the first post since the last take, and by a wake */
-  atomic_bool woken;  /* set after each write of event_fd: see rp_mailbox_take_woken */
+  int event_fd;      /* written by the first post since the last take, and by a wake */
+  atomic_bool woken; /* set after each write of event_fd: see rp_mailbox_take_woken */
 };
 
 /* nonblocking: event_fd is O_NONBLOCK, for an owner that reads it itself

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 
-void rp_msgf(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void rp_msgf(char *out, size_t len, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
 
 #endif

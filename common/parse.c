@@ -24,7 +24,9 @@ static int parse_digits(const char *s, uint64_t *out, const char **end)
 
 int rp_parse_bool(const char *what, const char *s, bool *out, char *err, size_t errlen)
 {
-  static const char *const yes[] = { "true", "on", "yes", "1" }, *const no[] = { "false", "off", "no", "0" };
+  static const char *const yes[] = { "true", "on", "yes", "1" }, *const no[] = { "false",
+                                                                                 "off", "no",
+                                                                                 "0" };
   for (unsigned i = 0; s && i < 4; i++) {
     if (strcmp(s, yes[i]) == 0 || strcmp(s, no[i]) == 0) {
       *out = strcmp(s, yes[i]) == 0;
@@ -41,8 +43,8 @@ int rp_parse_uint(const char *what, const char *s, uint64_t max, uint64_t *out, 
   const char *end;
   uint64_t v;
   if (!s || parse_digits(s, &v, &end) < 0 || *end != '\0') {
-    snprintf(err, errlen, "%s '%s' is not a number: write a whole number such as 60",
-             what, s ? s : "");
+    snprintf(err, errlen, "%s '%s' is not a number: write a whole number such as 60", what,
+             s ? s : "");
     return -1;
   }
   if (v > max) {
@@ -59,21 +61,35 @@ int rp_parse_size(const char *what, const char *s, uint64_t *out, char *err, siz
   const char *end;
   uint64_t v;
   if (!s || parse_digits(s, &v, &end) < 0) {
-    snprintf(err, errlen, "%s '%s' is not a size: write a number with an optional K, M, "
-             "G or T suffix, such as 64M", what, s ? s : "");
+    snprintf(err, errlen,
+             "%s '%s' is not a size: write a number with an optional K, M, "
+             "G or T suffix, such as 64M",
+             what, s ? s : "");
     return -1;
   }
   unsigned shift = 0;
   switch (toupper((unsigned char)*end)) {
-  case '\0': break;
-  case 'K': shift = 10; break;
-  case 'M': shift = 20; break;
-  case 'G': shift = 30; break;
-  case 'T': shift = 40; break;
-  case 'B': break;
+  case '\0':
+    break;
+  case 'K':
+    shift = 10;
+    break;
+  case 'M':
+    shift = 20;
+    break;
+  case 'G':
+    shift = 30;
+    break;
+  case 'T':
+    shift = 40;
+    break;
+  case 'B':
+    break;
   default:
-    snprintf(err, errlen, "%s '%s' has an unknown unit: use K, M, G or T (powers of 1024), "
-             "such as 64M", what, s);
+    snprintf(err, errlen,
+             "%s '%s' has an unknown unit: use K, M, G or T (powers of 1024), "
+             "such as 64M",
+             what, s);
     return -1;
   }
   if (*end) {
@@ -83,8 +99,10 @@ int rp_parse_size(const char *what, const char *s, uint64_t *out, char *err, siz
       end += strlen(end);
   }
   if (*end != '\0') {
-    snprintf(err, errlen, "%s '%s' has trailing characters: write a number with an "
-             "optional K, M, G or T suffix, such as 64M", what, s);
+    snprintf(err, errlen,
+             "%s '%s' has trailing characters: write a number with an "
+             "optional K, M, G or T suffix, such as 64M",
+             what, s);
     return -1;
   }
   if (shift && v > (UINT64_MAX >> shift)) {
@@ -129,8 +147,10 @@ int rp_parse_hostport(const char *s, char *host, size_t hostlen, char *port, siz
   memcpy(port, p, pl + 1);
   return 0;
 bad:
-  snprintf(err, errlen, "'%s' is not HOST:PORT: write it as 127.0.0.1:7070, "
-           "myhost:7070 or [::1]:7070", s ? s : "");
+  snprintf(err, errlen,
+           "'%s' is not HOST:PORT: write it as 127.0.0.1:7070, "
+           "myhost:7070 or [::1]:7070",
+           s ? s : "");
   return -1;
 }
 

@@ -36,8 +36,10 @@ int rp_cluster_key(char *out, size_t len, const char *cluster, const char *kind,
 int rp_cluster_server_value(char *out, size_t len, const char *address, const char *domain,
                             uint64_t capacity_pages, const char *version)
 {
-  int n = snprintf(out, len, "{\"address\":\"%s\",\"domain\":\"%s\",\"capacity_pages\":%"
-                   PRIu64 ",\"version\":\"%s\"}", address, domain, capacity_pages, version);
+  int n = snprintf(out, len,
+                   "{\"address\":\"%s\",\"domain\":\"%s\",\"capacity_pages\":%" PRIu64
+                   ",\"version\":\"%s\"}",
+                   address, domain, capacity_pages, version);
   return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
@@ -49,13 +51,14 @@ int rp_cluster_free_value(char *out, size_t len, uint64_t free_pages, bool press
   return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
-int rp_cluster_registry_init(struct rp_cluster_registry *r, const char *cluster,
-                             unsigned cap, char *err, size_t errlen)
+int rp_cluster_registry_init(struct rp_cluster_registry *r, const char *cluster, unsigned cap,
+                             char *err, size_t errlen)
 {
   memset(r, 0, sizeof *r);
   if (rp_etcd_libs_load(err, errlen) < 0)
     return -1;
-  if (!rp_cluster_name_ok(cluster) || rp_cluster_prefix(r->prefix, sizeof r->prefix, cluster) < 0) {
+  if (!rp_cluster_name_ok(cluster) ||
+      rp_cluster_prefix(r->prefix, sizeof r->prefix, cluster) < 0) {
     snprintf(err, errlen, "cluster name '%s': use letters, digits, '-', '_' and '.' only",
              cluster);
     return -1;
@@ -114,8 +117,8 @@ static void copy_field(struct json_object *o, const char *name, char *dst, size_
 {
   struct json_object *v;
   dst[0] = '\0';
-  if (json_object_object_get_ex(o, name, &v) && v && json_object_is_type(v, json_type_string) &&
-      strlen(json_object_get_string(v)) < len)
+  if (json_object_object_get_ex(o, name, &v) && v &&
+      json_object_is_type(v, json_type_string) && strlen(json_object_get_string(v)) < len)
     snprintf(dst, len, "%s", json_object_get_string(v));
 }
 

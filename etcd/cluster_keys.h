@@ -47,8 +47,8 @@ struct rp_cluster_server {
   uint64_t capacity_pages;
   uint64_t free_pages;
   bool pressure, draining;
-  bool registered;   /* servers/ID is there (its lease lives) */
-  bool advertised;   /* free/ID is there */
+  bool registered;     /* servers/ID is there (its lease lives) */
+  bool advertised;     /* free/ID is there */
   uint32_t generation; /* bumped when the entry is given to another ID */
   /* during a read: a flag set before it whose key the read has not seen yet */
   bool unread_server, unread_free;
@@ -66,8 +66,8 @@ struct rp_cluster_registry {
 
 /* -1 with a sentence in err when libcurl or json-c cannot be loaded, the cluster's name
  * is not one rampart takes, or memory runs out. */
-int rp_cluster_registry_init(struct rp_cluster_registry *r, const char *cluster,
-                             unsigned cap, char *err, size_t errlen);
+int rp_cluster_registry_init(struct rp_cluster_registry *r, const char *cluster, unsigned cap,
+                             char *err, size_t errlen);
 void rp_cluster_registry_free(struct rp_cluster_registry *r);
 /* Applies one key (from a range read or a watch event). The index of the server it
  * concerns, or -1 when the key is not one of ours, does not parse, is a deletion of an

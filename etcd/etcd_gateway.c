@@ -24,11 +24,11 @@ struct rp_etcd {
   char endpoints[RP_ETCD_MAX_ENDPOINTS][RP_ETCD_URL_LEN];
   unsigned nendpoints, current;
   unsigned timeout_ms;
-  char *reply;            /* reply_max + 1 bytes, preallocated */
+  char *reply; /* reply_max + 1 bytes, preallocated */
   size_t reply_len, reply_max;
   bool reply_overflow;
-  bool overflowed;        /* an endpoint's reply to the last post was larger than reply_max */
-  char lie[200];          /* how the reply being read is of the wrong shape ("": it is not) */
+  bool overflowed; /* an endpoint's reply to the last post was larger than reply_max */
+  char lie[200];   /* how the reply being read is of the wrong shape ("": it is not) */
   char body[BODY_MAX];
   char url[RP_ETCD_URL_LEN + 64];
   /* a watch in progress: lines are handed on as they complete */
@@ -75,8 +75,10 @@ static int parse_endpoints(struct rp_etcd *e, const char *list, char *err, size_
       }
       char *ep = e->endpoints[e->nendpoints];
       if (strncmp(ep, "http://", 7) != 0 && strncmp(ep, "https://", 8) != 0) {
-        snprintf(err, errlen, "etcd endpoint '%s': use http://HOST:PORT or "
-                 "https://HOST:PORT", ep);
+        snprintf(err, errlen,
+                 "etcd endpoint '%s': use http://HOST:PORT or "
+                 "https://HOST:PORT",
+                 ep);
         return -1;
       }
       size_t el = strlen(ep);
@@ -89,7 +91,8 @@ static int parse_endpoints(struct rp_etcd *e, const char *list, char *err, size_
       p++;
   }
   if (e->nendpoints == 0) {
-    snprintf(err, errlen, "no etcd endpoint given: list them as "
+    snprintf(err, errlen,
+             "no etcd endpoint given: list them as "
              "http://HOST:2379,http://HOST2:2379");
     return -1;
   }
@@ -120,7 +123,7 @@ struct rp_etcd *rp_etcd_new(const struct rp_etcd_options *o, char *err, size_t e
     return NULL;
   }
   CURL *c = e->curl;
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);   /* threads: no SIGALRM for DNS timeouts */
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L); /* threads: no SIGALRM for DNS timeouts */
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, e->headers);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_reply);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, e);
@@ -181,7 +184,8 @@ static void http_error(const struct rp_etcd *e, long status, const char *path, c
     len = (int)strcspn(msg, "\"");
   }
   if (status == 404 && !msg) {
-    snprintf(err, errlen, "%s answered %s with HTTP 404: no etcd v3 gateway there (check "
+    snprintf(err, errlen,
+             "%s answered %s with HTTP 404: no etcd v3 gateway there (check "
              "the endpoint's host and port, and that etcd is 3.4 or newer)",
              e->endpoints[e->current], path);
     return;
@@ -196,8 +200,10 @@ static void http_error(const struct rp_etcd *e, long status, const char *path, c
 static void lied(struct rp_etcd *e, const char *path, const char *how, char *err,
                  size_t errlen)
 {
-  snprintf(err, errlen, "etcd at %s answered %s with a reply of the wrong shape (%s): it "
-           "is not a working etcd v3 gateway", e->endpoints[e->current], path, how);
+  snprintf(err, errlen,
+           "etcd at %s answered %s with a reply of the wrong shape (%s): it "
+           "is not a working etcd v3 gateway",
+           e->endpoints[e->current], path, how);
   rp_log(RP_LOG_WARN, "etcd: %s; trying the next endpoint", err);
   e->current = (e->current + 1) % e->nendpoints;
 }
@@ -230,8 +236,10 @@ static int post(struct rp_etcd *e, const char *path, long timeout_ms, char *err,
     }
     if (e->reply_overflow) {
       e->overflowed = true;
-      snprintf(err, errlen, "etcd at %s: the reply to %s is larger than the %zu bytes this "
-               "client keeps for one", e->endpoints[e->current], path, e->reply_max);
+      snprintf(err, errlen,
+               "etcd at %s: the reply to %s is larger than the %zu bytes this "
+               "client keeps for one",
+               e->endpoints[e->current], path, e->reply_max);
       e->current = (e->current + 1) % e->nendpoints;
       continue;
     }
@@ -331,8 +339,10 @@ int rp_etcd_put(struct rp_etcd *e, const char *key, const char *value, int64_t l
   char k64[B64_LEN(RP_ETCD_KEY_MAX)], v64[B64_LEN(RP_ETCD_VALUE_MAX)];
   b64_encode(key, klen, k64);
   b64_encode(value, vlen, v64);
-  int n = snprintf(e->body, sizeof e->body, "{\"key\":\"%s\",\"value\":\"%s\",\"lease\":"
-                   "\"%" PRId64 "\"}", k64, v64, lease);
+  int n = snprintf(e->body, sizeof e->body,
+                   "{\"key\":\"%s\",\"value\":\"%s\",\"lease\":"
+                   "\"%" PRId64 "\"}",
+                   k64, v64, lease);
   if (!body_fits(n, err, errlen))
     return -1;
   return post(e, "/v3/kv/put", e->timeout_ms, err, errlen);
@@ -359,13 +369,15 @@ static int range_body(struct rp_etcd *e, const char *start, size_t start_len,
   b64_encode(end, plen, e64);
   int n;
   if (kind == RANGE_WATCH)
-    n = snprintf(e->body, sizeof e->body, "{\"create_request\":{\"key\":\"%s\","
-                 "\"range_end\":\"%s\",\"start_revision\":\"%" PRId64 "\"}}", k64, e64,
-                 rev);
+    n = snprintf(e->body, sizeof e->body,
+                 "{\"create_request\":{\"key\":\"%s\","
+                 "\"range_end\":\"%s\",\"start_revision\":\"%" PRId64 "\"}}",
+                 k64, e64, rev);
   else
-    n = snprintf(e->body, sizeof e->body, "{\"key\":\"%s\",\"range_end\":\"%s\","
-                 "\"limit\":\"%u\",\"revision\":\"%" PRId64 "\"%s}", k64, e64, limit, rev,
-                 kind == RANGE_KEYS_ONLY ? ",\"keys_only\":true" : "");
+    n = snprintf(e->body, sizeof e->body,
+                 "{\"key\":\"%s\",\"range_end\":\"%s\","
+                 "\"limit\":\"%u\",\"revision\":\"%" PRId64 "\"%s}",
+                 k64, e64, limit, rev, kind == RANGE_KEYS_ONLY ? ",\"keys_only\":true" : "");
   return body_fits(n, err, errlen) ? 0 : -1;
 }
 
@@ -400,8 +412,8 @@ static int key_cmp(const char *a, size_t alen, const char *b, size_t blen)
  * the read forward within the prefix, is that endpoint failing. */
 static int range_page(struct rp_etcd *e, const char *start, size_t start_len,
                       const char *prefix, unsigned limit, int64_t rev, enum range_kind kind,
-                      rp_etcd_kv_fn fn, void *arg, struct rp_etcd_range_page *page,
-                      char *err, size_t errlen)
+                      rp_etcd_kv_fn fn, void *arg, struct rp_etcd_range_page *page, char *err,
+                      size_t errlen)
 {
   size_t plen = strlen(prefix);
   for (unsigned tries = 0; tries < e->nendpoints; tries++) {
@@ -434,22 +446,26 @@ static int skip_huge_kv(struct rp_etcd *e, const char *start, size_t start_len,
                         const char *prefix, int64_t rev, struct rp_etcd_range_page *page,
                         char *err, size_t errlen)
 {
-  if (range_page(e, start, start_len, prefix, 1, rev, RANGE_KEYS_ONLY, no_kv, NULL, page,
-                 err, errlen) < 0)
+  if (range_page(e, start, start_len, prefix, 1, rev, RANGE_KEYS_ONLY, no_kv, NULL, page, err,
+                 errlen) < 0)
     return -1;
   if (page->count == 0 || page->last_key_len == SIZE_MAX) {
-    snprintf(err, errlen, "etcd at %s: a key under %.100s with a value larger than the %zu "
-             "bytes a reply may take%s", e->endpoints[e->current], prefix, e->reply_max,
+    snprintf(err, errlen,
+             "etcd at %s: a key under %.100s with a value larger than the %zu "
+             "bytes a reply may take%s",
+             e->endpoints[e->current], prefix, e->reply_max,
              page->count ? " has a key too long to read past: remove it" : " is gone");
     return -1;
   }
-  rp_log(RP_LOG_WARN, "etcd: %.200s holds more than the %zu bytes a reply may take: not "
-         "rampart's, skipped", page->last_key, e->reply_max);
+  rp_log(RP_LOG_WARN,
+         "etcd: %.200s holds more than the %zu bytes a reply may take: not "
+         "rampart's, skipped",
+         page->last_key, e->reply_max);
   return 0;
 }
 
-int rp_etcd_range_prefix(struct rp_etcd *e, const char *prefix, rp_etcd_kv_fn fn,
-                         void *arg, int64_t *revision, char *err, size_t errlen)
+int rp_etcd_range_prefix(struct rp_etcd *e, const char *prefix, rp_etcd_kv_fn fn, void *arg,
+                         int64_t *revision, char *err, size_t errlen)
 {
   size_t plen = strlen(prefix);
   if (plen == 0 || plen > RP_ETCD_KEY_MAX) {
@@ -560,8 +576,12 @@ int rp_etcd_watch_prefix(struct rp_etcd *e, const char *prefix, int64_t start_re
                          int64_t *next_revision, char *err, size_t errlen)
 {
   struct watch_state w = {
-    .fn = fn, .live = live, .stop = stop, .arg = arg,
-    .deadline_ms = max_ms ? rp_now_ms() + max_ms : 0, .start_revision = start_revision,
+    .fn = fn,
+    .live = live,
+    .stop = stop,
+    .arg = arg,
+    .deadline_ms = max_ms ? rp_now_ms() + max_ms : 0,
+    .start_revision = start_revision,
     .reply.next_revision = start_revision,
   };
   if (start_revision < 0 || start_revision == INT64_MAX) {

@@ -28,13 +28,13 @@
 #define RP_ETCD_URL_LEN 256
 
 struct rp_etcd_options {
-  const char *endpoints;   /* "http://127.0.0.1:2379,https://10.0.0.2:2379"; a bare
+  const char *endpoints; /* "http://127.0.0.1:2379,https://10.0.0.2:2379"; a bare
                             * HOST:PORT means http:// */
-  const char *cacert;      /* TLS: the CA that signed etcd's certificates (NULL: system) */
-  const char *cert;        /* TLS client certificate (NULL: none) */
-  const char *key;         /* its private key */
-  unsigned timeout_ms;     /* a whole call, connect included (0: 3000) */
-  size_t reply_max;        /* largest reply (a range read's page, a watch message)
+  const char *cacert;    /* TLS: the CA that signed etcd's certificates (NULL: system) */
+  const char *cert;      /* TLS client certificate (NULL: none) */
+  const char *key;       /* its private key */
+  unsigned timeout_ms;   /* a whole call, connect included (0: 3000) */
+  size_t reply_max;      /* largest reply (a range read's page, a watch message)
                             * accepted (0: 64 KiB); preallocated */
 };
 
@@ -48,11 +48,11 @@ void rp_etcd_free(struct rp_etcd *e);
 const char *rp_etcd_endpoint(const struct rp_etcd *e);
 
 /* Each returns 0 or -1 with err saying what failed and where. */
-int rp_etcd_lease_grant(struct rp_etcd *e, unsigned ttl_seconds, int64_t *lease,
-                        char *err, size_t errlen);
+int rp_etcd_lease_grant(struct rp_etcd *e, unsigned ttl_seconds, int64_t *lease, char *err,
+                        size_t errlen);
 /* *ttl_left is 0 when etcd no longer knows the lease (it expired). */
-int rp_etcd_lease_keepalive(struct rp_etcd *e, int64_t lease, int64_t *ttl_left,
-                            char *err, size_t errlen);
+int rp_etcd_lease_keepalive(struct rp_etcd *e, int64_t lease, int64_t *ttl_left, char *err,
+                            size_t errlen);
 int rp_etcd_lease_revoke(struct rp_etcd *e, int64_t lease, char *err, size_t errlen);
 /* lease 0: no lease. */
 int rp_etcd_put(struct rp_etcd *e, const char *key, const char *value, int64_t lease,
@@ -68,8 +68,8 @@ int rp_etcd_delete(struct rp_etcd *e, const char *key, char *err, size_t errlen)
  * that alone does not fit is skipped, named in the log. The pages end within 10
  * timeouts. *revision (may be NULL) gets the store's revision at
  * the read, where a watch starts from. */
-int rp_etcd_range_prefix(struct rp_etcd *e, const char *prefix, rp_etcd_kv_fn fn,
-                         void *arg, int64_t *revision, char *err, size_t errlen);
+int rp_etcd_range_prefix(struct rp_etcd *e, const char *prefix, rp_etcd_kv_fn fn, void *arg,
+                         int64_t *revision, char *err, size_t errlen);
 
 /* Watches prefix from start_revision (0: from now) until stop() returns true, the
  * stream ends, an error, or max_ms pass (0: no limit; the caller re-watches from

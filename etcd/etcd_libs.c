@@ -37,9 +37,10 @@ static void load(void)
     curl = dlopen(curl_names[i], RTLD_NOW | RTLD_LOCAL);
   void *json = dlopen("libjson-c.so.5", RTLD_NOW | RTLD_LOCAL);
   if (!curl || !json) {
-    snprintf(load_error, sizeof load_error, "etcd needs %s, which cannot be loaded (%s): "
-             "apt-get install %s", curl ? "json-c" : "libcurl", dlerror(),
-             curl ? "libjson-c5" : "libcurl4");
+    snprintf(load_error, sizeof load_error,
+             "etcd needs %s, which cannot be loaded (%s): "
+             "apt-get install %s",
+             curl ? "json-c" : "libcurl", dlerror(), curl ? "libjson-c5" : "libcurl4");
     return;
   }
   bool ok = SYM(curl, global_init, "curl_global_init") &&

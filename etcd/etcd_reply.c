@@ -45,8 +45,8 @@ static int member(struct json_object *o, const char *name, enum json_type type,
   if (*out && json_object_is_type(*out, type))
     return 1;
   static const char *const names[] = {
-    [json_type_null] = "null", [json_type_boolean] = "a boolean",
-    [json_type_double] = "a number", [json_type_int] = "a number",
+    [json_type_null] = "null",        [json_type_boolean] = "a boolean",
+    [json_type_double] = "a number",  [json_type_int] = "a number",
     [json_type_object] = "an object", [json_type_array] = "an array",
     [json_type_string] = "a string",
   };
@@ -158,8 +158,8 @@ static int range_walk(struct json_object *root, const struct kv_sink *to,
 {
   struct json_object *kvs, *more;
   int has_kvs = member(root, "kvs", json_type_array, &kvs, "the reply's", why, whylen);
-  if (has_kvs < 0 || member(root, "more", json_type_boolean, &more, "the reply's", why,
-                            whylen) < 0)
+  if (has_kvs < 0 ||
+      member(root, "more", json_type_boolean, &more, "the reply's", why, whylen) < 0)
     return -1;
   page->count = has_kvs ? (unsigned)json_object_array_length(kvs) : 0;
   page->last_key_len = 0;
@@ -186,7 +186,9 @@ int rp_etcd_reply_range(const char *json, rp_etcd_kv_fn fn, void *arg,
   struct kv_sink apply = { .apply = true, .kv_fn = fn, .arg = arg };
   struct json_object *more;
   int rc = header_revision(root, &page->revision, true, why, whylen) < 0 ||
-           range_walk(root, &check, page, why, whylen) < 0 ? -1 : 0;
+               range_walk(root, &check, page, why, whylen) < 0
+             ? -1
+             : 0;
   if (rc == 0 && page->revision == 0) {
     snprintf(why, whylen, "the header's revision is 0: etcd's store starts at 1");
     rc = -1;
@@ -194,8 +196,9 @@ int rp_etcd_reply_range(const char *json, rp_etcd_kv_fn fn, void *arg,
   page->more = rc == 0 && json_object_object_get_ex(root, "more", &more) &&
                json_object_get_boolean(more);
   if (rc == 0 && page->more && (page->count == 0 || page->last_key_len == SIZE_MAX)) {
-    snprintf(why, whylen, page->count == 0 ? "the reply says more keys follow, and has none"
-                                           : "more keys follow a key longer than %u bytes",
+    snprintf(why, whylen,
+             page->count == 0 ? "the reply says more keys follow, and has none"
+                              : "more keys follow a key longer than %u bytes",
              RP_ETCD_KEY_MAX);
     rc = -1;
   }
@@ -308,9 +311,9 @@ int rp_etcd_reply_watch(const char *line, rp_etcd_event_fn fn, void *arg,
     rc = -1;
   } else {
     int has = member(msg, "result", json_type_object, &res, "the message's", why, whylen);
-    rc = has < 0 ? -1
-       : has == 0 ? watch_error(msg, w, why, whylen)
-       : watch_result(res, fn, arg, w, why, whylen);
+    rc = has < 0    ? -1
+         : has == 0 ? watch_error(msg, w, why, whylen)
+                    : watch_result(res, fn, arg, w, why, whylen);
   }
   json_object_put(msg);
   return rc;

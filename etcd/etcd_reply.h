@@ -28,14 +28,13 @@
 /* A key and its value, NUL terminated: a range read's. */
 typedef void (*rp_etcd_kv_fn)(void *arg, const char *key, const char *value);
 /* A watch's event: deleted true for a deletion (value ""). */
-typedef void (*rp_etcd_event_fn)(void *arg, bool deleted, const char *key,
-                                 const char *value);
+typedef void (*rp_etcd_event_fn)(void *arg, bool deleted, const char *key, const char *value);
 
 /* What one page of a range read says besides its keys. */
 struct rp_etcd_range_page {
-  int64_t revision;      /* the store's revision at the read, 1 to INT64_MAX - 1 */
-  bool more;             /* keys after last_key remain */
-  unsigned count;        /* kvs in this page, skipped ones included */
+  int64_t revision; /* the store's revision at the read, 1 to INT64_MAX - 1 */
+  bool more;        /* keys after last_key remain */
+  unsigned count;   /* kvs in this page, skipped ones included */
   /* the page's last key, raw, where the next page starts (plus a NUL byte) */
   char last_key[RP_ETCD_KEY_MAX + 1];
   size_t last_key_len;

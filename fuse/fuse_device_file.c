@@ -91,7 +91,8 @@ static void device_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     fuse_reply_err(req, ENOENT);
     return;
   }
-  struct fuse_entry_param e = { .ino = FILE_INODE, .attr_timeout = ATTR_TIMEOUT,
+  struct fuse_entry_param e = { .ino = FILE_INODE,
+                                .attr_timeout = ATTR_TIMEOUT,
                                 .entry_timeout = ATTR_TIMEOUT };
   fill_attr(f, FILE_INODE, &e.attr);
   fuse_reply_entry(req, &e);
@@ -113,7 +114,8 @@ static void device_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, in
                            struct fuse_file_info *fi)
 {
   struct fuse_device_file *f = device_of(req);
-  if ((to_set & FUSE_SET_ATTR_SIZE) && (ino != FILE_INODE || (uint64_t)attr->st_size != f->size)) {
+  if ((to_set & FUSE_SET_ATTR_SIZE) &&
+      (ino != FILE_INODE || (uint64_t)attr->st_size != f->size)) {
     fuse_reply_err(req, EPERM);
     return;
   }

@@ -22,8 +22,8 @@
 struct fuse_device_file {
   struct rampart_engine *engine;
   uint64_t size;
-  const char *name;           /* the file's name in the mount's root */
-  unsigned max_background;    /* asynchronous requests the kernel keeps in flight */
+  const char *name;        /* the file's name in the mount's root */
+  unsigned max_background; /* asynchronous requests the kernel keeps in flight */
 };
 
 /* The low-level operations over `file`, the session's userdata. */

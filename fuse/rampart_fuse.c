@@ -77,9 +77,11 @@ static int take_option(void *ctx, const char *a, const char *value)
   if (strcmp(a, "--background") == 0)
     return parse_count(a, value, 65535, &o->background);
   if (strncmp(a, "standby=", 8) == 0) {
-    fprintf(stderr, "rampart-fuse: %s: a FUSE mount cannot be handed to a standby (its "
+    fprintf(stderr,
+            "rampart-fuse: %s: a FUSE mount cannot be handed to a standby (its "
             "requests in flight die with the process that read them); use rampart-ublk or "
-            "rampart-nbd-server where the kernel has ublk or NBD\n", a);
+            "rampart-nbd-server where the kernel has ublk or NBD\n",
+            a);
     return -1;
   }
   return 0;
@@ -91,7 +93,7 @@ static int check_options(void *ctx, const struct rampart_config *config)
   const struct options *o = ctx;
   if (!o->mount) {
     fprintf(stderr, "rampart-fuse: give --mount DIR, the directory to mount the device "
-            "file on\n");
+                    "file on\n");
     return -1;
   }
   if (strchr(o->file, '/') || strcmp(o->file, ".") == 0 || strcmp(o->file, "..") == 0) {
@@ -101,7 +103,8 @@ static int check_options(void *ctx, const struct rampart_config *config)
   }
   struct stat st;
   const char *wrong = stat(o->mount, &st) < 0 ? strerror(errno)
-                    : !S_ISDIR(st.st_mode)   ? "not a directory" : NULL;
+                      : !S_ISDIR(st.st_mode)  ? "not a directory"
+                                              : NULL;
   if (wrong) {
     fprintf(stderr, "rampart-fuse: --mount %s: %s: give an empty directory\n", o->mount,
             wrong);
@@ -126,9 +129,11 @@ static struct fuse_session *mount_device(const struct options *o, struct fuse_de
     return NULL;
   }
   if (fuse_set_signal_handlers(se) != 0 || fuse_session_mount(se, o->mount) != 0) {
-    fprintf(stderr, "rampart-fuse: cannot mount on %s (libfuse's message is above): it "
+    fprintf(stderr,
+            "rampart-fuse: cannot mount on %s (libfuse's message is above): it "
             "needs root or fusermount3, /dev/fuse (modprobe fuse) and an empty "
-            "directory\n", o->mount);
+            "directory\n",
+            o->mount);
     fuse_remove_signal_handlers(se);
     fuse_session_destroy(se);
     return NULL;
@@ -160,10 +165,12 @@ static int serve(struct fuse_session *se, const struct options *o)
 
 int main(int argc, char **argv)
 {
-  struct options o = { .file = "device", .threads = 8, .background = 64,
+  struct options o = { .file = "device",
+                       .threads = 8,
+                       .background = 64,
                        .switches = RAMPART_FRONTEND_SWITCHES_DEFAULT };
   const struct rampart_frontend_args args = { "rampart-fuse", usage, take_option,
-                                              check_options, &o, &o.switches };
+                                              check_options,  &o,    &o.switches };
   int status;
   struct rampart_config *config = rampart_config_from_arguments(&args, argc, argv, &status);
   if (!config)
@@ -180,8 +187,10 @@ int main(int argc, char **argv)
     rampart_config_free(config);
     return 1;
   }
-  struct fuse_device_file file = { .engine = engine, .size = rampart_size(engine),
-                                   .name = o.file, .max_background = o.background };
+  struct fuse_device_file file = { .engine = engine,
+                                   .size = rampart_size(engine),
+                                   .name = o.file,
+                                   .max_background = o.background };
   struct fuse_session *se = mount_device(&o, &file);
   int result = 1;
   if (se) {

@@ -14,9 +14,8 @@ bool nbd_buffer_budget_take(struct nbd_buffer_budget *b, uint64_t bytes)
   do {
     if (bytes > b->limit - used)
       return false;
-  } while (!atomic_compare_exchange_weak_explicit(&b->used, &used, used + bytes,
-                                                  memory_order_relaxed,
-                                                  memory_order_relaxed));
+  } while (!atomic_compare_exchange_weak_explicit(
+    &b->used, &used, used + bytes, memory_order_relaxed, memory_order_relaxed));
   return true;
 }
 

@@ -58,7 +58,8 @@ int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char 
   uint16_t server_flags = be16toh(greeting.flags);
   if (be64toh(greeting.option_magic) != NBD_OPTION_MAGIC ||
       !(server_flags & NBD_HANDSHAKE_FIXED_NEWSTYLE)) {
-    snprintf(err, errlen, "the server does not speak fixed-newstyle NBD (nbdkit and "
+    snprintf(err, errlen,
+             "the server does not speak fixed-newstyle NBD (nbdkit and "
              "qemu-nbd do; use one of them)");
     return -1;
   }
@@ -89,8 +90,8 @@ int nbd_handshake(int fd, const char *export_name, struct nbd_export *out, char 
       uint32_t keep = length < sizeof message - 1 ? length : (uint32_t)sizeof message - 1;
       if (rp_read_full(fd, message, keep) < 0 || rp_read_skip(fd, length - keep) < 0)
         message[0] = '\0';
-      snprintf(err, errlen, "the server refused export '%s' (NBD error %u)%s%s",
-               export_name, type & ~NBD_REP_FLAG_ERROR, message[0] ? ": " : "", message);
+      snprintf(err, errlen, "the server refused export '%s' (NBD error %u)%s%s", export_name,
+               type & ~NBD_REP_FLAG_ERROR, message[0] ? ": " : "", message);
       return -1;
     }
     if (type == NBD_REP_ACK) {

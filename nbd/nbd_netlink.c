@@ -45,8 +45,14 @@ static struct nlattr *put(struct message *m, uint16_t type, const void *data, si
   return a;
 }
 
-static void put_u32(struct message *m, uint16_t type, uint32_t v) { put(m, type, &v, 4); }
-static void put_u64(struct message *m, uint16_t type, uint64_t v) { put(m, type, &v, 8); }
+static void put_u32(struct message *m, uint16_t type, uint32_t v)
+{
+  put(m, type, &v, 4);
+}
+static void put_u64(struct message *m, uint16_t type, uint64_t v)
+{
+  put(m, type, &v, 8);
+}
 
 static void nest_end(struct message *m, struct nlattr *nest)
 {
@@ -80,8 +86,14 @@ static void each_attr(const uint8_t *data, size_t len,
   }
 }
 
-static const void *attr_data(const struct nlattr *a) { return (const uint8_t *)a + NLA_HDRLEN; }
-static size_t attr_len(const struct nlattr *a) { return a->nla_len - NLA_HDRLEN; }
+static const void *attr_data(const struct nlattr *a)
+{
+  return (const uint8_t *)a + NLA_HDRLEN;
+}
+static size_t attr_len(const struct nlattr *a)
+{
+  return a->nla_len - NLA_HDRLEN;
+}
 
 /* Sends m and reads until the driver's acknowledgement. Each reply message before it
  * goes to on_reply. 0 or the negative errno answered. */
@@ -200,15 +212,16 @@ int nbd_netlink_open(struct nbd_netlink *nl, char *err, size_t errlen)
   }
   nl->family = f.id;
   if (!f.group_found) {
-    snprintf(err, errlen, "the kernel's NBD driver has no '%s' multicast group (Linux "
-             "4.12 or later has it)", NBD_GENL_MCAST_GROUP_NAME);
+    snprintf(err, errlen,
+             "the kernel's NBD driver has no '%s' multicast group (Linux "
+             "4.12 or later has it)",
+             NBD_GENL_MCAST_GROUP_NAME);
     nbd_netlink_close(nl);
     return -1;
   }
   nl->events_fd = netlink_socket();
-  if (nl->events_fd < 0 ||
-      setsockopt(nl->events_fd, SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, &f.group,
-                 sizeof f.group) < 0) {
+  if (nl->events_fd < 0 || setsockopt(nl->events_fd, SOL_NETLINK, NETLINK_ADD_MEMBERSHIP,
+                                      &f.group, sizeof f.group) < 0) {
     snprintf(err, errlen, "cannot join the NBD driver's multicast group: %s",
              strerror(errno));
     nbd_netlink_close(nl);
@@ -251,11 +264,15 @@ int nbd_netlink_connect(struct nbd_netlink *nl, struct nbd_device_settings *s, i
   int r = transact(nl, &m, on_index, &index);
   if (r < 0) {
     if (r == -EBUSY)
-      snprintf(err, errlen, "/dev/nbd%d is in use: detach it first ('nbd-client -d "
-               "/dev/nbd%d'), or name another with --device", s->index, s->index);
+      snprintf(err, errlen,
+               "/dev/nbd%d is in use: detach it first ('nbd-client -d "
+               "/dev/nbd%d'), or name another with --device",
+               s->index, s->index);
     else
-      snprintf(err, errlen, "the NBD driver refused to attach the device: %s (dmesg "
-               "says why)", strerror(-r));
+      snprintf(err, errlen,
+               "the NBD driver refused to attach the device: %s (dmesg "
+               "says why)",
+               strerror(-r));
     return -1;
   }
   if (index == UINT32_MAX) {

@@ -19,20 +19,20 @@
 #include <stdint.h>
 
 struct nbd_netlink {
-  int fd;               /* requests and their replies */
-  int events_fd;        /* the driver's multicast group: NBD_CMD_LINK_DEAD */
+  int fd;        /* requests and their replies */
+  int events_fd; /* the driver's multicast group: NBD_CMD_LINK_DEAD */
   uint16_t family;
   uint32_t seq;
 };
 
 struct nbd_device_settings {
-  int index;            /* /dev/nbdN, or -1 for the first free one */
+  int index; /* /dev/nbdN, or -1 for the first free one */
   uint64_t size;
   uint64_t block_size;
-  uint64_t server_flags;   /* the export's transmission flags */
-  uint64_t timeout_s;      /* a request unanswered this long is sent again */
+  uint64_t server_flags;        /* the export's transmission flags */
+  uint64_t timeout_s;           /* a request unanswered this long is sent again */
   uint64_t dead_conn_timeout_s; /* how long requests wait for a new connection */
-  const char *backend;     /* NBD_ATTR_BACKEND_IDENTIFIER: a reconfigure must match it */
+  const char *backend;          /* NBD_ATTR_BACKEND_IDENTIFIER: a reconfigure must match it */
 };
 
 /* Finds the driver's family and joins its multicast group. -1 with err. */

@@ -75,7 +75,7 @@ struct nbd_server_conn {
   unsigned depth;
   uint64_t buffered; /* bytes of owned buffers, in flight or kept (charge, uncharge) */
   struct request *requests, *free_requests;
-  uint8_t *pages; /* FIRST_BUFFER bytes per request */
+  uint8_t *pages;       /* FIRST_BUFFER bytes per request */
   unsigned outstanding; /* taken from the free list, reply not sent yet */
   /* Replies ready (struct request *), in the order they completed: those completed on
    * this thread, and those another thread completed, posted to `done` and moved here. */
@@ -88,10 +88,10 @@ struct nbd_server_conn {
   struct request *filling;
   uint32_t filled;
   uint32_t discarding; /* payload bytes of a refused write, still to be read and dropped */
-  uint64_t last_receive_ms; /* when bytes last came, or reading resumed: a half-sent
+  uint64_t last_receive_ms;  /* when bytes last came, or reading resumed: a half-sent
                                request's clock */
   uint64_t stop_deadline_ms; /* once stopping: replies unsent after this are dropped */
-  bool waiting_for_buffer; /* the next header's buffer does not fit the budgets yet */
+  bool waiting_for_buffer;   /* the next header's buffer does not fit the budgets yet */
   bool closing;
   bool send_failed;
   atomic_bool stop_asked, ended;
@@ -109,15 +109,24 @@ static void say(const struct nbd_server_conn *c, const char *what)
 static uint32_t nbd_error_of(int result)
 {
   switch (-result) {
-  case 0: return 0;
-  case EPERM: return NBD_EPERM;
-  case ENOMEM: return NBD_ENOMEM;
-  case EINVAL: return NBD_EINVAL;
-  case ENOSPC: return NBD_ENOSPC;
-  case EOVERFLOW: return NBD_EOVERFLOW;
-  case EOPNOTSUPP: return NBD_ENOTSUP;
-  case ESHUTDOWN: return NBD_ESHUTDOWN;
-  default: return NBD_EIO;
+  case 0:
+    return 0;
+  case EPERM:
+    return NBD_EPERM;
+  case ENOMEM:
+    return NBD_ENOMEM;
+  case EINVAL:
+    return NBD_EINVAL;
+  case ENOSPC:
+    return NBD_ENOSPC;
+  case EOVERFLOW:
+    return NBD_EOVERFLOW;
+  case EOPNOTSUPP:
+    return NBD_ENOTSUP;
+  case ESHUTDOWN:
+    return NBD_ESHUTDOWN;
+  default:
+    return NBD_EIO;
   }
 }
 
@@ -243,8 +252,8 @@ static void decode_header(const uint8_t *p, struct request_header *h)
     uint32_t length;
   } w;
   memcpy(&w, p, sizeof w);
-  *h = (struct request_header){ be32toh(w.magic), be16toh(w.flags), be16toh(w.type),
-                                w.handle, be64toh(w.offset), be32toh(w.length) };
+  *h = (struct request_header){ be32toh(w.magic), be16toh(w.flags),  be16toh(w.type),
+                                w.handle,         be64toh(w.offset), be32toh(w.length) };
 }
 
 /* The error a well-formed request is refused with before the engine sees it, or 0: an
@@ -317,9 +326,10 @@ static enum take take_request(struct nbd_server_conn *c, const struct request_he
   if (data && h->length > c->export.max_block) {
     if (write) {
       char why[160];
-      snprintf(why, sizeof why, "a write of %u bytes, over the %u this server takes "
-               "(NBD_INFO_BLOCK_SIZE): its payload cannot be taken; closing", h->length,
-               c->export.max_block);
+      snprintf(why, sizeof why,
+               "a write of %u bytes, over the %u this server takes "
+               "(NBD_INFO_BLOCK_SIZE): its payload cannot be taken; closing",
+               h->length, c->export.max_block);
       say(c, why);
       c->closing = true;
       return TAKE_ANSWERED;
@@ -489,11 +499,15 @@ static bool wait_writable(struct nbd_server_conn *c, uint64_t since_ms)
     if (now >= deadline) {
       char why[160];
       if (atomic_load(&c->stop_asked))
-        snprintf(why, sizeof why, "stopping, and the client has not read its replies for "
-                 "%llu ms; closing", (unsigned long long)(now - since_ms));
+        snprintf(why, sizeof why,
+                 "stopping, and the client has not read its replies for "
+                 "%llu ms; closing",
+                 (unsigned long long)(now - since_ms));
       else
-        snprintf(why, sizeof why, "the client has not read its replies for %u s "
-                 "(--stall-timeout); closing", c->limits->stall_ms / 1000);
+        snprintf(why, sizeof why,
+                 "the client has not read its replies for %u s "
+                 "(--stall-timeout); closing",
+                 c->limits->stall_ms / 1000);
       say(c, why);
       return false;
     }
@@ -505,7 +519,8 @@ static bool wait_writable(struct nbd_server_conn *c, uint64_t since_ms)
 }
 
 /* iov's bytes, all of them unless the client stops reading them (then send_failed). */
-static void send_all(struct nbd_server_conn *c, struct iovec *iov, unsigned niov, size_t bytes)
+static void send_all(struct nbd_server_conn *c, struct iovec *iov, unsigned niov,
+                     size_t bytes)
 {
   uint64_t stuck_since_ms = 0;
   while (bytes > 0 && !c->send_failed) {
@@ -610,8 +625,10 @@ static int idle_wait_ms(struct nbd_server_conn *c)
     uint64_t waited = rp_now_ms() - c->last_receive_ms;
     if (waited >= c->limits->stall_ms) {
       char why[160];
-      snprintf(why, sizeof why, "the client left a request half sent for %u s "
-               "(--stall-timeout); closing", c->limits->stall_ms / 1000);
+      snprintf(why, sizeof why,
+               "the client left a request half sent for %u s "
+               "(--stall-timeout); closing",
+               c->limits->stall_ms / 1000);
       say(c, why);
       c->closing = true;
       return 0;

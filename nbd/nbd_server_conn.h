@@ -28,17 +28,17 @@ struct nbd_server_conn;
  * connection can be idle for hours, and closing it would fail the swap device's next
  * request. */
 struct nbd_server_limits {
-  unsigned depth;                /* requests in the engine at once */
-  uint64_t connection_buffers;   /* request buffer bytes one connection may hold; at
+  unsigned depth;                        /* requests in the engine at once */
+  uint64_t connection_buffers;           /* request buffer bytes one connection may hold; at
                                     least the export's max_block, so any request fits */
-  uint64_t unshared_buffers;     /* of those, what it holds without drawing on
+  uint64_t unshared_buffers;             /* of those, what it holds without drawing on
                                     all_buffers: the buffers it keeps for its next
                                     requests stay within this, so an idle connection
                                     holds none of all_buffers */
   struct nbd_buffer_budget *all_buffers; /* every connection's past unshared_buffers */
-  unsigned handshake_ms;         /* for the whole handshake */
-  unsigned stall_ms;             /* a request half sent, or replies unread, this long */
-  unsigned stopping_ms;          /* once stopping: replies unread this long */
+  unsigned handshake_ms;                 /* for the whole handshake */
+  unsigned stall_ms;    /* a request half sent, or replies unread, this long */
+  unsigned stopping_ms; /* once stopping: replies unread this long */
 };
 
 /* Starts serving the connected socket fd (the handshake first) on a new thread, within

@@ -95,8 +95,8 @@ static int write_full(const struct peer *p, const void *buf, size_t len)
   return 0;
 }
 
-static int send_reply(const struct peer *p, uint32_t option, uint32_t type,
-                      const void *data, uint32_t length)
+static int send_reply(const struct peer *p, uint32_t option, uint32_t type, const void *data,
+                      uint32_t length)
 {
   struct __attribute__((packed)) {
     uint64_t magic;
@@ -107,7 +107,8 @@ static int send_reply(const struct peer *p, uint32_t option, uint32_t type,
   return length ? write_full(p, data, length) : 0;
 }
 
-static int send_export_info(const struct peer *p, uint32_t option, const struct nbd_server_export *ex)
+static int send_export_info(const struct peer *p, uint32_t option,
+                            const struct nbd_server_export *ex)
 {
   struct __attribute__((packed)) {
     uint16_t type;
@@ -117,7 +118,8 @@ static int send_export_info(const struct peer *p, uint32_t option, const struct 
   return send_reply(p, option, NBD_REP_INFO, &info, sizeof info);
 }
 
-static int send_block_size(const struct peer *p, uint32_t option, const struct nbd_server_export *ex)
+static int send_block_size(const struct peer *p, uint32_t option,
+                           const struct nbd_server_export *ex)
 {
   struct __attribute__((packed)) {
     uint16_t type;
@@ -130,8 +132,8 @@ static int send_block_size(const struct peer *p, uint32_t option, const struct n
 /* NBD_OPT_INFO or NBD_OPT_GO's data: a name, then a count of 16-bit info requests. Sends
  * the export (and its block sizes when asked) and an ACK; 1 when the data was
  * malformed and refused as such, 0 when answered, -1 on a socket error. */
-static int answer_info(const struct peer *p, uint32_t option, const uint8_t *data, uint32_t length,
-                       const struct nbd_server_export *ex)
+static int answer_info(const struct peer *p, uint32_t option, const uint8_t *data,
+                       uint32_t length, const struct nbd_server_export *ex)
 {
   uint32_t name_len;
   uint16_t nrequests;
@@ -178,13 +180,17 @@ int nbd_server_handshake(int fd, int cancel_fd, const struct nbd_server_export *
   }
   client_flags = be32toh(client_flags);
   if (!(client_flags & NBD_HANDSHAKE_FIXED_NEWSTYLE)) {
-    snprintf(err, errlen, "the client does not speak fixed-newstyle NBD (client flags "
-             "0x%x); use nbd-client 3.10 or later, libnbd or qemu", client_flags);
+    snprintf(err, errlen,
+             "the client does not speak fixed-newstyle NBD (client flags "
+             "0x%x); use nbd-client 3.10 or later, libnbd or qemu",
+             client_flags);
     return -1;
   }
   if (client_flags & ~(NBD_HANDSHAKE_FIXED_NEWSTYLE | NBD_HANDSHAKE_NO_ZEROES)) {
-    snprintf(err, errlen, "the client set NBD client flags this server does not know "
-             "(0x%x): the protocol says to close", client_flags);
+    snprintf(err, errlen,
+             "the client set NBD client flags this server does not know "
+             "(0x%x): the protocol says to close",
+             client_flags);
     return -1;
   }
   bool no_zeroes = client_flags & NBD_HANDSHAKE_NO_ZEROES;
@@ -199,13 +205,16 @@ int nbd_server_handshake(int fd, int cancel_fd, const struct nbd_server_export *
     }
     uint32_t option = be32toh(h.option), length = be32toh(h.length);
     if (be64toh(h.magic) != NBD_OPTION_MAGIC) {
-      snprintf(err, errlen, "the client sent an option without NBD's option magic: not an "
+      snprintf(err, errlen,
+               "the client sent an option without NBD's option magic: not an "
                "NBD client, or out of step");
       return -1;
     }
     if (options == NBD_SERVER_MAX_OPTIONS) {
-      snprintf(err, errlen, "the client sent more than %u options in the NBD handshake "
-               "without choosing the export; closing", NBD_SERVER_MAX_OPTIONS);
+      snprintf(err, errlen,
+               "the client sent more than %u options in the NBD handshake "
+               "without choosing the export; closing",
+               NBD_SERVER_MAX_OPTIONS);
       return -1;
     }
     uint8_t data[MAX_OPTION_DATA];

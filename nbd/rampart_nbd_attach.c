@@ -43,7 +43,8 @@ static const char usage[] =
   "usage: rampart-nbd-attach [--device /dev/nbdN] [--export NAME] [--timeout S]\n"
   "                          [--dead-timeout S] SOCKET [STANDBY-SOCKET...]\n"
   "  Attaches an NBD device to the nbdkit listening on SOCKET (a unix socket), prints\n"
-  "  it, and stays in the foreground (a line 'DEVICE reconnected SOCKET' on each move). When that nbdkit dies, the device's requests wait (up to\n"
+  "  it, and stays in the foreground (a line 'DEVICE reconnected SOCKET' on each move). When "
+  "that nbdkit dies, the device's requests wait (up to\n"
   "  --dead-timeout, default 120 s) while this connects to the first of the sockets\n"
   "  that answers, normally a standby's (nbdkit rampart standby=true state=...), and\n"
   "  the device carries on there. SIGTERM or SIGINT detaches the device and exits.\n"
@@ -58,12 +59,12 @@ static const char usage[] =
 struct attach {
   const char *sockets[MAX_SOCKETS];
   unsigned nsockets;
-  unsigned serving;     /* index into sockets of the one the device uses */
+  unsigned serving; /* index into sockets of the one the device uses */
   const char *export_name;
   struct nbd_device_settings device;
   struct nbd_netlink nl;
   int signal_fd;
-  int daemon_pidfd;     /* the serving nbdkit, -1 when it cannot be watched that way */
+  int daemon_pidfd; /* the serving nbdkit, -1 when it cannot be watched that way */
   pid_t daemon_pid;
   char backend[128];
 };
@@ -115,8 +116,10 @@ static int parse_args(struct attach *a, int argc, char **argv)
         uint64_t *target = arg[2] == 't' ? &a->device.timeout_s
                                          : &a->device.dead_conn_timeout_s;
         if (!parse_seconds(value, target)) {
-          fprintf(stderr, "rampart-nbd-attach: %s %s is not a number of seconds from 1 "
-                  "to 86400\n", arg, value);
+          fprintf(stderr,
+                  "rampart-nbd-attach: %s %s is not a number of seconds from 1 "
+                  "to 86400\n",
+                  arg, value);
           return 2;
         }
       } else {
@@ -129,7 +132,7 @@ static int parse_args(struct attach *a, int argc, char **argv)
       fprintf(stderr, "rampart-nbd-attach: at most %u sockets\n", MAX_SOCKETS);
       return 2;
     }
-    if (strlen(arg) >= sizeof ((struct sockaddr_un *)0)->sun_path) {
+    if (strlen(arg) >= sizeof((struct sockaddr_un *)0)->sun_path) {
       fprintf(stderr, "rampart-nbd-attach: the socket path %s is too long\n", arg);
       return 2;
     }
@@ -207,7 +210,8 @@ static bool reconnect(struct attach *a, const char *why)
   uint64_t start = rp_now_ms();
   char err[512] = "";
   /* A handshake that hangs longer holds up the next socket in the list. */
-  unsigned wait_s = (unsigned)(a->device.dead_conn_timeout_s < 30 ? a->device.dead_conn_timeout_s : 30);
+  unsigned wait_s =
+    (unsigned)(a->device.dead_conn_timeout_s < 30 ? a->device.dead_conn_timeout_s : 30);
   for (unsigned attempt = 0;; attempt++) {
     for (unsigned k = 0; k < a->nsockets; k++) {
       unsigned i = (a->serving + k) % a->nsockets;
@@ -217,8 +221,10 @@ static bool reconnect(struct attach *a, const char *why)
       if (fd < 0)
         continue;
       if (export.size != a->device.size) {
-        snprintf(err, sizeof err, "%s serves %llu bytes, the device has %llu: not that "
-                 "one", a->sockets[i], (unsigned long long)export.size,
+        snprintf(err, sizeof err,
+                 "%s serves %llu bytes, the device has %llu: not that "
+                 "one",
+                 a->sockets[i], (unsigned long long)export.size,
                  (unsigned long long)a->device.size);
         close(fd);
         continue;
@@ -233,8 +239,9 @@ static bool reconnect(struct attach *a, const char *why)
       a->serving = i;
       watch_daemon(a, peer);
       deferred_log("/dev/nbd%d reconnected to %s (pid %d) %llu ms "
-              "after %s", a->device.index, a->sockets[i], (int)peer,
-              (unsigned long long)(rp_now_ms() - start), why);
+                   "after %s",
+                   a->device.index, a->sockets[i], (int)peer,
+                   (unsigned long long)(rp_now_ms() - start), why);
       /* stdout, for scripts: the device once attached, then a line per reconnect. */
       printf("/dev/nbd%d reconnected %s", a->device.index, a->sockets[i]);
       fflush(stdout);
@@ -242,9 +249,9 @@ static bool reconnect(struct attach *a, const char *why)
     }
     if (attempt % 50 == 0)
       deferred_log("/dev/nbd%d: no daemon answers yet (%s); the "
-              "device's requests wait up to %llu s: start nbdkit rampart with the same "
-              "state= on one of the sockets", a->device.index, err,
-              (unsigned long long)a->device.dead_conn_timeout_s);
+                   "device's requests wait up to %llu s: start nbdkit rampart with the same "
+                   "state= on one of the sockets",
+                   a->device.index, err, (unsigned long long)a->device.dead_conn_timeout_s);
     if (wait_or_stop(a, rp_now_ms() - start < 10000 ? 100 : 1000))
       return false;
   }
@@ -306,8 +313,7 @@ static int serve(struct attach *a)
       continue;
     }
     if (n == 0 && !device_still_attached(a)) {
-      deferred_log("/dev/nbd%d was detached: exiting",
-              a->device.index);
+      deferred_log("/dev/nbd%d was detached: exiting", a->device.index);
       return 2;
     }
   }
@@ -376,9 +382,10 @@ int main(int argc, char **argv)
   rampart_notify(RAMPART_NOTICE_SERVING, device);
   deferred_log_start("rampart-nbd-attach");
   deferred_log("/dev/nbd%d attached to %s (pid %d): %llu bytes; "
-          "requests wait up to %llu s for a new daemon if it dies", a.device.index,
-          a.sockets[a.serving], (int)peer, (unsigned long long)a.device.size,
-          (unsigned long long)a.device.dead_conn_timeout_s);
+               "requests wait up to %llu s for a new daemon if it dies",
+               a.device.index, a.sockets[a.serving], (int)peer,
+               (unsigned long long)a.device.size,
+               (unsigned long long)a.device.dead_conn_timeout_s);
   int status = serve(&a);
   if (status == 0) {
     int r = nbd_netlink_disconnect(&a.nl, a.device.index);

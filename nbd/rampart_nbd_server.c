@@ -124,7 +124,8 @@ static int take_option(void *ctx, const char *a, const char *value)
   if (strcmp(a, "--max-buffered") == 0) {
     uint64_t v;
     if (!value || rp_parse_size(a, value, &v, err, sizeof err) < 0 || v < MAX_REQUEST) {
-      fprintf(stderr, "rampart-nbd-server: --max-buffered '%s': give a size of at least "
+      fprintf(stderr,
+              "rampart-nbd-server: --max-buffered '%s': give a size of at least "
               "32M (one request of the longest this server takes), e.g. 128M\n",
               value ? value : "");
       return -1;
@@ -152,11 +153,13 @@ static struct rampart_engine *open_engine(const struct options *o,
                                           const struct rampart_config *config)
 {
   char err[512];
-  struct rampart_engine *engine =
-    o->switches.standby ? rampart_open_standby("rampart-nbd-server", config, err, sizeof err)
-                        : rampart_open(config, err, sizeof err);
+  struct rampart_engine *engine = o->switches.standby
+                                    ? rampart_open_standby("rampart-nbd-server", config, err,
+                                                           sizeof err)
+                                    : rampart_open(config, err, sizeof err);
   if (!engine)
-    fprintf(stderr, "rampart-nbd-server: %s%s\n", o->switches.standby ? "standby: " : "", err);
+    fprintf(stderr, "rampart-nbd-server: %s%s\n", o->switches.standby ? "standby: " : "",
+            err);
   return engine;
 }
 
@@ -227,8 +230,8 @@ static unsigned join_ended(struct nbd_server_conn **conns, unsigned n)
 
 static void accept_one(int listen_fd, struct rampart_engine *engine,
                        const struct nbd_server_export *export,
-                       const struct nbd_server_limits *limits,
-                       struct nbd_server_conn **conns, unsigned *n)
+                       const struct nbd_server_limits *limits, struct nbd_server_conn **conns,
+                       unsigned *n)
 {
   int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
   if (fd < 0)
@@ -252,11 +255,14 @@ static void accept_one(int listen_fd, struct rampart_engine *engine,
 
 int main(int argc, char **argv)
 {
-  struct options o = { .depth = 256, .max_buffered = 128u << 20, .handshake_s = 10,
-                       .stall_s = 30, .switches = RAMPART_FRONTEND_SWITCHES_DEFAULT };
+  struct options o = { .depth = 256,
+                       .max_buffered = 128u << 20,
+                       .handshake_s = 10,
+                       .stall_s = 30,
+                       .switches = RAMPART_FRONTEND_SWITCHES_DEFAULT };
   char err[512];
   const struct rampart_frontend_args args = { "rampart-nbd-server", usage, take_option,
-                                              check_options, &o, &o.switches };
+                                              check_options,        &o,    &o.switches };
   int status;
   struct rampart_config *config = rampart_config_from_arguments(&args, argc, argv, &status);
   if (!config)
@@ -291,14 +297,19 @@ int main(int argc, char **argv)
     .transmission_flags = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH | NBD_FLAG_SEND_FUA |
                           NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES |
                           NBD_FLAG_CAN_MULTI_CONN, /* a flush covers every connection */
-    .min_block = 4096, .preferred_block = 4096, .max_block = MAX_REQUEST,
+    .min_block = 4096,
+    .preferred_block = 4096,
+    .max_block = MAX_REQUEST,
   };
   struct nbd_buffer_budget all_buffers;
   nbd_buffer_budget_init(&all_buffers, o.max_buffered);
   const struct nbd_server_limits limits = {
-    .depth = (unsigned)o.depth, .connection_buffers = MAX_REQUEST,
-    .unshared_buffers = UNSHARED_BUFFERS, .all_buffers = &all_buffers,
-    .handshake_ms = o.handshake_s * 1000u, .stall_ms = o.stall_s * 1000u,
+    .depth = (unsigned)o.depth,
+    .connection_buffers = MAX_REQUEST,
+    .unshared_buffers = UNSHARED_BUFFERS,
+    .all_buffers = &all_buffers,
+    .handshake_ms = o.handshake_s * 1000u,
+    .stall_ms = o.stall_s * 1000u,
     .stopping_ms = STOPPING_MS,
   };
   printf("%s\n", o.unix_path ? o.unix_path : o.tcp);
@@ -306,7 +317,8 @@ int main(int argc, char **argv)
   if (!o.switches.standby) /* a standby said it took over */
     rampart_notify(RAMPART_NOTICE_SERVING, o.unix_path ? o.unix_path : o.tcp);
   char buffered[32];
-  fprintf(stderr, "rampart-nbd-server: serving %llu bytes on %s, %lu requests in flight "
+  fprintf(stderr,
+          "rampart-nbd-server: serving %llu bytes on %s, %lu requests in flight "
           "per connection, %s of request buffers in all, handshake %u s, stall %u s\n",
           (unsigned long long)export.size, o.unix_path ? o.unix_path : o.tcp, o.depth,
           rp_format_bytes(o.max_buffered, buffered, sizeof buffered), o.handshake_s,
@@ -321,12 +333,14 @@ int main(int argc, char **argv)
     n = join_ended(conns, n);
     if (r > 0 && p[1].revents) {
       struct signalfd_siginfo si;
-      sig = read(signal_fd, &si, sizeof si) == (ssize_t)sizeof si ? (int)si.ssi_signo : SIGTERM;
+      sig = read(signal_fd, &si, sizeof si) == (ssize_t)sizeof si ? (int)si.ssi_signo
+                                                                  : SIGTERM;
     } else if (r > 0 && p[0].revents) {
       accept_one(listen_fd, engine, &export, &limits, conns, &n);
     }
   }
-  fprintf(stderr, "rampart-nbd-server: %s: stopping once the %u connection(s) answered "
+  fprintf(stderr,
+          "rampart-nbd-server: %s: stopping once the %u connection(s) answered "
           "what is in flight (a client that does not read its replies: %u s)\n",
           strsignal(sig), n, STOPPING_MS / 1000);
   rampart_notify(RAMPART_NOTICE_STOPPING, o.unix_path ? o.unix_path : o.tcp);

@@ -120,17 +120,32 @@ static int64_t plugin_get_size(void *handle)
 static int plugin_block_size(void *handle, uint32_t *minimum, uint32_t *preferred,
                              uint32_t *maximum)
 {
-  *minimum = 1;                  /* the engine read-modify-writes partial pages */
+  *minimum = 1; /* the engine read-modify-writes partial pages */
   *preferred = RAMPART_PAGE_SIZE;
   *maximum = 0xffffffff;
   return 0;
 }
 
-static int plugin_can_multi_conn(void *handle) { return 1; }
-static int plugin_can_trim(void *handle) { return 1; }
-static int plugin_can_zero(void *handle) { return 1; }
-static int plugin_can_flush(void *handle) { return 1; }
-static int plugin_can_fua(void *handle) { return NBDKIT_FUA_EMULATE; }
+static int plugin_can_multi_conn(void *handle)
+{
+  return 1;
+}
+static int plugin_can_trim(void *handle)
+{
+  return 1;
+}
+static int plugin_can_zero(void *handle)
+{
+  return 1;
+}
+static int plugin_can_flush(void *handle)
+{
+  return 1;
+}
+static int plugin_can_fua(void *handle)
+{
+  return NBDKIT_FUA_EMULATE;
+}
 
 /* nbdkit maps unknown errno values to EINVAL; the engine returns only EIO, EINVAL and
  * ENOSPC, which NBD carries as they are. */
@@ -190,9 +205,9 @@ static struct nbdkit_plugin plugin = {
   .config_complete = plugin_config_complete,
   .dump_plugin = plugin_dump_plugin,
   .config_help = RAMPART_SETTINGS_HELP
-                 "mlock=BOOL                lock the daemon's memory (default true)\n"
-                 "standby=BOOL              wait beside the nbdkit serving the same state=,\n"
-                 "                          take it over when that one dies",
+  "mlock=BOOL                lock the daemon's memory (default true)\n"
+  "standby=BOOL              wait beside the nbdkit serving the same state=,\n"
+  "                          take it over when that one dies",
   .magic_config_key = "size",
   .after_fork = plugin_after_fork,
   .open = plugin_open,

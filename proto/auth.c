@@ -41,22 +41,26 @@ static int check_key_file(int fd, const char *path, char *err, size_t errlen)
     return -1;
   }
   if (!S_ISREG(st.st_mode)) {
-    snprintf(err, errlen, "key file %s is %s; a key is a plain file (make one with "
-             "'rampartctl keygen FILE')", path, file_kind(st.st_mode));
+    snprintf(err, errlen,
+             "key file %s is %s; a key is a plain file (make one with "
+             "'rampartctl keygen FILE')",
+             path, file_kind(st.st_mode));
     return -1;
   }
   uid_t me = geteuid();
   if (st.st_uid != me && st.st_uid != 0) {
-    snprintf(err, errlen, "key file %s is owned by uid %u, neither this user (uid %u) nor "
+    snprintf(err, errlen,
+             "key file %s is owned by uid %u, neither this user (uid %u) nor "
              "root, so its owner could replace the key: 'chown %u %s' or make a new one "
-             "with 'rampartctl keygen FILE'", path, (unsigned)st.st_uid, (unsigned)me,
-             (unsigned)me, path);
+             "with 'rampartctl keygen FILE'",
+             path, (unsigned)st.st_uid, (unsigned)me, (unsigned)me, path);
     return -1;
   }
   if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-    snprintf(err, errlen, "key file %s has mode %04o: its group or other users can read "
-             "or change the cluster key; run 'chmod 600 %s'", path,
-             (unsigned)(st.st_mode & 07777), path);
+    snprintf(err, errlen,
+             "key file %s has mode %04o: its group or other users can read "
+             "or change the cluster key; run 'chmod 600 %s'",
+             path, (unsigned)(st.st_mode & 07777), path);
     return -1;
   }
   return 0;
@@ -68,8 +72,10 @@ int rp_key_load(const char *path, struct rp_key *key, char *err, size_t errlen)
   /* O_NONBLOCK: a FIFO put where the key should be must be refused, not waited on. */
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
-    snprintf(err, errlen, "cannot open key file %s: %s (create one with "
-             "'rampartctl keygen %s')", path, strerror(errno), path);
+    snprintf(err, errlen,
+             "cannot open key file %s: %s (create one with "
+             "'rampartctl keygen %s')",
+             path, strerror(errno), path);
     return -1;
   }
   if (check_key_file(fd, path, err, errlen) < 0) {
@@ -95,18 +101,20 @@ int rp_key_load(const char *path, struct rp_key *key, char *err, size_t errlen)
   }
   close(fd);
   bool filled = got == sizeof buf;
-  while (got > 0 && (buf[got - 1] == '\n' || buf[got - 1] == '\r' ||
-                     buf[got - 1] == ' ' || buf[got - 1] == '\t'))
+  while (got > 0 && (buf[got - 1] == '\n' || buf[got - 1] == '\r' || buf[got - 1] == ' ' ||
+                     buf[got - 1] == '\t'))
     got--;
   if (filled || got > RP_KEY_MAX_LEN) {
-    snprintf(err, errlen, "key file %s is longer than %u bytes: is it really a key?",
-             path, RP_KEY_MAX_LEN);
+    snprintf(err, errlen, "key file %s is longer than %u bytes: is it really a key?", path,
+             RP_KEY_MAX_LEN);
     OPENSSL_cleanse(buf, sizeof buf);
     return -1;
   }
   if (got < RP_KEY_MIN_LEN) {
-    snprintf(err, errlen, "key file %s holds %zu bytes; a cluster key needs at least %u "
-             "(make one with 'rampartctl keygen FILE')", path, got, RP_KEY_MIN_LEN);
+    snprintf(err, errlen,
+             "key file %s holds %zu bytes; a cluster key needs at least %u "
+             "(make one with 'rampartctl keygen FILE')",
+             path, got, RP_KEY_MIN_LEN);
     OPENSSL_cleanse(buf, sizeof buf);
     return -1;
   }
@@ -171,8 +179,8 @@ static void labelled_mac(const struct rp_key *key, const char *label, const uint
                          const uint8_t *second, uint8_t mac[RP_MAC_LEN])
 {
   _Static_assert(RP_MAC_LEN == RP_HMAC_SHA256_LEN, "the MAC is HMAC-SHA256");
-  const uint8_t *parts[] = {(const uint8_t *)label, first, second};
-  const size_t lens[] = {strlen(label), RP_NONCE_LEN, RP_NONCE_LEN};
+  const uint8_t *parts[] = { (const uint8_t *)label, first, second };
+  const size_t lens[] = { strlen(label), RP_NONCE_LEN, RP_NONCE_LEN };
   rp_hmac_sha256(key->bytes, key->len, parts, lens, 3, mac);
 }
 

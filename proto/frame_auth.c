@@ -19,12 +19,13 @@ static void derive_one(const struct rp_key *key, const char *label,
                        uint8_t out[RP_SESSION_KEY_LEN])
 {
   _Static_assert(RP_SESSION_KEY_LEN == RP_HMAC_SHA256_LEN, "a session key is one HMAC");
-  const uint8_t *parts[] = {(const uint8_t *)label, cn, sn};
-  const size_t lens[] = {strlen(label), RP_NONCE_LEN, RP_NONCE_LEN};
+  const uint8_t *parts[] = { (const uint8_t *)label, cn, sn };
+  const size_t lens[] = { strlen(label), RP_NONCE_LEN, RP_NONCE_LEN };
   rp_hmac_sha256(key->bytes, key->len, parts, lens, 3, out);
 }
 
-void rp_session_keys_derive(const struct rp_key *key, const uint8_t client_nonce[RP_NONCE_LEN],
+void rp_session_keys_derive(const struct rp_key *key,
+                            const uint8_t client_nonce[RP_NONCE_LEN],
                             const uint8_t server_nonce[RP_NONCE_LEN],
                             struct rp_session_keys *out)
 {
@@ -134,7 +135,7 @@ static int compute(struct rp_frame_auth *fa, const uint8_t *header, const uint8_
   struct frame_gmac *g = fa->keyed ? fa->ctx : NULL;
   if (!g)
     return -1;
-  uint8_t iv[GCM_IV_LEN] = {0};
+  uint8_t iv[GCM_IV_LEN] = { 0 };
   uint64_t seq = fa->seq++;
   for (int i = 0; i < 8; i++)
     iv[GCM_IV_LEN - 1 - i] = (uint8_t)(seq >> (8 * i));

@@ -35,7 +35,7 @@
 #include "auth.h"
 #include "wire.h"
 
-#define RP_TAG_LEN         16u /* AES-256-GMAC */
+#define RP_TAG_LEN 16u         /* AES-256-GMAC */
 #define RP_SESSION_KEY_LEN 32u /* AES-256 */
 
 struct rp_session_keys {
@@ -44,7 +44,8 @@ struct rp_session_keys {
 };
 
 /* Derives both directions' keys from the cluster key and the handshake's nonces. */
-void rp_session_keys_derive(const struct rp_key *key, const uint8_t client_nonce[RP_NONCE_LEN],
+void rp_session_keys_derive(const struct rp_key *key,
+                            const uint8_t client_nonce[RP_NONCE_LEN],
                             const uint8_t server_nonce[RP_NONCE_LEN],
                             struct rp_session_keys *out);
 /* Wipes the keys (OPENSSL_cleanse). */

@@ -13,7 +13,7 @@
 void rp_hmac_sha256(const uint8_t *key, size_t key_len, const uint8_t *const *parts,
                     const size_t *part_lens, size_t nparts, uint8_t out[RP_HMAC_SHA256_LEN])
 {
-  uint8_t k[BLOCK] = {0};
+  uint8_t k[BLOCK] = { 0 };
   SHA256_CTX ctx;
   if (key_len > BLOCK) { /* a key longer than a block is hashed first */
     SHA256_Init(&ctx);

@@ -23,7 +23,7 @@ size_t rp_frame_build(uint8_t *out, size_t cap, const struct rp_header *h,
  * formatted from fmt. Returns the frame size, or 0 if it does not fit. */
 size_t rp_frame_build_error(uint8_t *out, size_t cap, const struct rp_header *req,
                             enum rp_status status, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+  __attribute__((format(printf, 5, 6)));
 
 /* A request header for op with id (slot/count 0, length filled by rp_frame_build). */
 struct rp_header rp_request_header(enum rp_op op, uint64_t id);

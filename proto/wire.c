@@ -59,9 +59,16 @@ void rp_header_encode(const struct rp_header *h, uint8_t out[RP_HEADER_SIZE])
 bool rp_op_is_known(uint8_t op)
 {
   switch (op) {
-  case RP_OP_HELLO: case RP_OP_AUTH: case RP_OP_RESERVE: case RP_OP_STAT:
-  case RP_OP_ADVISE: case RP_OP_PING: case RP_OP_GOODBYE:
-  case RP_OP_WRITE: case RP_OP_READ: case RP_OP_FREE:
+  case RP_OP_HELLO:
+  case RP_OP_AUTH:
+  case RP_OP_RESERVE:
+  case RP_OP_STAT:
+  case RP_OP_ADVISE:
+  case RP_OP_PING:
+  case RP_OP_GOODBYE:
+  case RP_OP_WRITE:
+  case RP_OP_READ:
+  case RP_OP_FREE:
     return true;
   default:
     return false;
@@ -175,40 +182,68 @@ void rp_header_reply(struct rp_header *reply, const struct rp_header *req,
 const char *rp_op_name(uint8_t op)
 {
   switch (op) {
-  case RP_OP_HELLO:   return "HELLO";
-  case RP_OP_AUTH:    return "AUTH";
-  case RP_OP_RESERVE: return "RESERVE";
-  case RP_OP_STAT:    return "STAT";
-  case RP_OP_ADVISE:  return "ADVISE";
-  case RP_OP_PING:    return "PING";
-  case RP_OP_GOODBYE: return "GOODBYE";
-  case RP_OP_WRITE:   return "WRITE";
-  case RP_OP_READ:    return "READ";
-  case RP_OP_FREE:    return "FREE";
-  default:            return "UNKNOWN";
+  case RP_OP_HELLO:
+    return "HELLO";
+  case RP_OP_AUTH:
+    return "AUTH";
+  case RP_OP_RESERVE:
+    return "RESERVE";
+  case RP_OP_STAT:
+    return "STAT";
+  case RP_OP_ADVISE:
+    return "ADVISE";
+  case RP_OP_PING:
+    return "PING";
+  case RP_OP_GOODBYE:
+    return "GOODBYE";
+  case RP_OP_WRITE:
+    return "WRITE";
+  case RP_OP_READ:
+    return "READ";
+  case RP_OP_FREE:
+    return "FREE";
+  default:
+    return "UNKNOWN";
   }
 }
 
 const char *rp_status_name(uint16_t status)
 {
   switch (status) {
-  case RP_OK:                return "ok";
-  case RP_ERR_BAD_FRAME:     return "bad frame";
-  case RP_ERR_UNKNOWN_OP:    return "unknown op";
-  case RP_ERR_VERSION:       return "version mismatch";
-  case RP_ERR_AUTH:          return "authentication failed";
-  case RP_ERR_NOT_AUTHED:    return "not authenticated";
-  case RP_ERR_NO_SPACE:      return "no space";
-  case RP_ERR_PRESSURE:      return "server under memory pressure";
-  case RP_ERR_OUT_OF_RANGE:  return "slot out of range";
-  case RP_ERR_NOT_FOUND:     return "no page at slot";
-  case RP_ERR_TOO_BIG:       return "frame too big";
-  case RP_ERR_SHUTTING_DOWN: return "server shutting down";
-  case RP_ERR_INTERNAL:      return "internal server error";
-  case RP_ERR_TIMEOUT:       return "timed out";
-  case RP_ERR_DISCONNECTED:  return "disconnected";
-  case RP_ERR_CONNECT:       return "cannot connect";
-  default:                   return "unknown status";
+  case RP_OK:
+    return "ok";
+  case RP_ERR_BAD_FRAME:
+    return "bad frame";
+  case RP_ERR_UNKNOWN_OP:
+    return "unknown op";
+  case RP_ERR_VERSION:
+    return "version mismatch";
+  case RP_ERR_AUTH:
+    return "authentication failed";
+  case RP_ERR_NOT_AUTHED:
+    return "not authenticated";
+  case RP_ERR_NO_SPACE:
+    return "no space";
+  case RP_ERR_PRESSURE:
+    return "server under memory pressure";
+  case RP_ERR_OUT_OF_RANGE:
+    return "slot out of range";
+  case RP_ERR_NOT_FOUND:
+    return "no page at slot";
+  case RP_ERR_TOO_BIG:
+    return "frame too big";
+  case RP_ERR_SHUTTING_DOWN:
+    return "server shutting down";
+  case RP_ERR_INTERNAL:
+    return "internal server error";
+  case RP_ERR_TIMEOUT:
+    return "timed out";
+  case RP_ERR_DISCONNECTED:
+    return "disconnected";
+  case RP_ERR_CONNECT:
+    return "cannot connect";
+  default:
+    return "unknown status";
   }
 }
 

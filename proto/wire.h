@@ -34,14 +34,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RP_FRAME_MAGIC      0x464d5052u /* "RPMF" as bytes on the wire */
-#define RP_HELLO_MAGIC      0x52414d50u /* "PMAR": Hello.magic, a second check */
+#define RP_FRAME_MAGIC 0x464d5052u /* "RPMF" as bytes on the wire */
+#define RP_HELLO_MAGIC 0x52414d50u /* "PMAR": Hello.magic, a second check */
 #define RP_PROTOCOL_VERSION 2u
-#define RP_HEADER_SIZE      32u
-#define RP_PAGE_SIZE        4096u
-#define RP_NONCE_LEN        32u
-#define RP_TOKEN_LEN        32u
-#define RP_MAC_LEN          32u /* HMAC-SHA256 */
+#define RP_HEADER_SIZE 32u
+#define RP_PAGE_SIZE 4096u
+#define RP_NONCE_LEN 32u
+#define RP_TOKEN_LEN 32u
+#define RP_MAC_LEN 32u /* HMAC-SHA256 */
 /* Control messages are small; anything bigger is an attack or a bug. */
 #define RP_MAX_CONTROL_PAYLOAD 65536u
 /* One FREE may release at most this many slots (1 GiB of pages). */
@@ -53,42 +53,42 @@
 #define RP_FLAGS_KNOWN RP_FLAG_REPLY
 
 enum rp_op {
-  RP_OP_HELLO   = 1,  /* C->S Hello;       reply Challenge */
-  RP_OP_AUTH    = 2,  /* C->S Auth;        reply Welcome */
-  RP_OP_RESERVE = 3,  /* C->S Reserve;     reply ReserveReply */
-  RP_OP_STAT    = 4,  /* C->S StatRequest; reply Stat */
-  RP_OP_ADVISE  = 5,  /* S->C Advise, unsolicited, id 0, flag REPLY */
-  RP_OP_PING    = 6,  /* C->S empty;       reply empty (liveness) */
-  RP_OP_GOODBYE = 7,  /* C->S empty;       reply empty; frees the session now */
-  RP_OP_WRITE   = 16, /* C->S page at slot; reply empty */
-  RP_OP_READ    = 17, /* C->S empty;       reply page */
-  RP_OP_FREE    = 18, /* C->S empty, slots [slot, slot+count); reply empty */
+  RP_OP_HELLO = 1,   /* C->S Hello;       reply Challenge */
+  RP_OP_AUTH = 2,    /* C->S Auth;        reply Welcome */
+  RP_OP_RESERVE = 3, /* C->S Reserve;     reply ReserveReply */
+  RP_OP_STAT = 4,    /* C->S StatRequest; reply Stat */
+  RP_OP_ADVISE = 5,  /* S->C Advise, unsolicited, id 0, flag REPLY */
+  RP_OP_PING = 6,    /* C->S empty;       reply empty (liveness) */
+  RP_OP_GOODBYE = 7, /* C->S empty;       reply empty; frees the session now */
+  RP_OP_WRITE = 16,  /* C->S page at slot; reply empty */
+  RP_OP_READ = 17,   /* C->S empty;       reply page */
+  RP_OP_FREE = 18,   /* C->S empty, slots [slot, slot+count); reply empty */
 };
 
 enum rp_status {
-  RP_OK                  = 0,
-  RP_ERR_BAD_FRAME       = 1,  /* malformed header or payload; connection is closed */
-  RP_ERR_UNKNOWN_OP      = 2,
-  RP_ERR_VERSION         = 3,  /* protocol version or hello magic mismatch */
-  RP_ERR_AUTH            = 4,  /* wrong key */
-  RP_ERR_NOT_AUTHED      = 5,  /* op before the handshake finished */
-  RP_ERR_NO_SPACE        = 6,  /* reservation past what the server can give */
-  RP_ERR_PRESSURE        = 7,  /* server host under memory pressure: no new capacity */
-  RP_ERR_OUT_OF_RANGE    = 8,  /* slot outside the session's reservation */
-  RP_ERR_NOT_FOUND       = 9,  /* READ of a slot that holds no page */
-  RP_ERR_TOO_BIG         = 10, /* length past the op's limit */
-  RP_ERR_SHUTTING_DOWN   = 11,
-  RP_ERR_INTERNAL        = 12,
+  RP_OK = 0,
+  RP_ERR_BAD_FRAME = 1, /* malformed header or payload; connection is closed */
+  RP_ERR_UNKNOWN_OP = 2,
+  RP_ERR_VERSION = 3,      /* protocol version or hello magic mismatch */
+  RP_ERR_AUTH = 4,         /* wrong key */
+  RP_ERR_NOT_AUTHED = 5,   /* op before the handshake finished */
+  RP_ERR_NO_SPACE = 6,     /* reservation past what the server can give */
+  RP_ERR_PRESSURE = 7,     /* server host under memory pressure: no new capacity */
+  RP_ERR_OUT_OF_RANGE = 8, /* slot outside the session's reservation */
+  RP_ERR_NOT_FOUND = 9,    /* READ of a slot that holds no page */
+  RP_ERR_TOO_BIG = 10,     /* length past the op's limit */
+  RP_ERR_SHUTTING_DOWN = 11,
+  RP_ERR_INTERNAL = 12,
   /* Local to the client library, never on the wire: */
-  RP_ERR_TIMEOUT         = 100, /* no reply within the request timeout */
-  RP_ERR_DISCONNECTED    = 101, /* the connection dropped with the request in flight */
-  RP_ERR_CONNECT         = 102, /* could not reach the server */
+  RP_ERR_TIMEOUT = 100,      /* no reply within the request timeout */
+  RP_ERR_DISCONNECTED = 101, /* the connection dropped with the request in flight */
+  RP_ERR_CONNECT = 102,      /* could not reach the server */
 };
 
 struct rp_header {
   uint32_t magic;
-  uint8_t  op;
-  uint8_t  flags;
+  uint8_t op;
+  uint8_t flags;
   uint16_t status;
   uint32_t length;
   uint32_t count;

@@ -41,18 +41,18 @@
 #include "rps_server.h"
 #include "server_stat.h"
 
-#define IN_BUF_SIZE        (256u * 1024u)
-#define HS_BUF_SIZE        4096u           /* both buffers, before the key is proven */
-#define OUT_INITIAL        (256u * 1024u)  /* what a drained reply buffer goes back to */
-#define OUT_KEEP           (1u << 20)      /* a buffer this size or less is kept as is */
-#define OUT_HIGH_WATER     (8u << 20)
-#define OUT_LOW_WATER      (OUT_HIGH_WATER / 2)
-#define FRAME_TIMEOUT      30.0
+#define IN_BUF_SIZE (256u * 1024u)
+#define HS_BUF_SIZE 4096u          /* both buffers, before the key is proven */
+#define OUT_INITIAL (256u * 1024u) /* what a drained reply buffer goes back to */
+#define OUT_KEEP (1u << 20)        /* a buffer this size or less is kept as is */
+#define OUT_HIGH_WATER (8u << 20)
+#define OUT_LOW_WATER (OUT_HIGH_WATER / 2)
+#define FRAME_TIMEOUT 30.0
 #define WRITE_STALL_TIMEOUT 60.0
-#define CLOSE_LINGER       5.0
+#define CLOSE_LINGER 5.0
 #define CLOSE_LINGER_UNAUTHED 1.0
-#define ERROR_FRAME_MAX    (RP_HEADER_SIZE + 640u) /* Error text is at most 511 bytes */
-#define ERROR_FRAME_ROOM   (ERROR_FRAME_MAX + RP_TAG_LEN)
+#define ERROR_FRAME_MAX (RP_HEADER_SIZE + 640u) /* Error text is at most 511 bytes */
+#define ERROR_FRAME_ROOM (ERROR_FRAME_MAX + RP_TAG_LEN)
 
 enum conn_state { ST_HELLO, ST_AUTH, ST_READY, ST_CLOSING };
 
@@ -60,10 +60,10 @@ struct rps_conn {
   struct rps_server *srv;
   int fd;
   enum conn_state state;
-  bool dead;            /* free on the way out of the current callback */
-  bool throttled;       /* reading paused: too many replies queued */
+  bool dead;      /* free on the way out of the current callback */
+  bool throttled; /* reading paused: too many replies queued */
   bool shut_wr;
-  bool authed;          /* proved the key; no longer counted as unauthenticated */
+  bool authed; /* proved the key; no longer counted as unauthenticated */
   ev_io rio, wio;
   ev_timer deadline;
   ev_tstamp accepted_at, frame_started, write_waiting_since, closing_since;
@@ -72,7 +72,7 @@ struct rps_conn {
   size_t in_start, in_end, in_cap;
   uint8_t *out;
   size_t out_start, out_end, out_cap;
-  size_t out_peak;      /* largest out_cap since the buffer was last shrunk */
+  size_t out_peak; /* largest out_cap since the buffer was last shrunk */
 
   uint8_t client_nonce[RP_NONCE_LEN];
   uint8_t server_nonce[RP_NONCE_LEN];
@@ -140,9 +140,10 @@ static void out_shrink(struct rps_conn *c)
     return;
   free(c->out);
   c->out = p;
-  rp_log(c->srv->opt->verbose ? RP_LOG_INFO : RP_LOG_DEBUG, "%s (%s): reply buffer back to "
-         "%u KiB after a burst that needed %zu KiB", c->peer, c->client_name,
-         OUT_INITIAL / 1024, c->out_peak / 1024);
+  rp_log(c->srv->opt->verbose ? RP_LOG_INFO : RP_LOG_DEBUG,
+         "%s (%s): reply buffer back to "
+         "%u KiB after a burst that needed %zu KiB",
+         c->peer, c->client_name, OUT_INITIAL / 1024, c->out_peak / 1024);
   c->out_cap = OUT_INITIAL;
   c->out_peak = OUT_INITIAL;
 }
@@ -170,8 +171,10 @@ static void out_commit(struct rps_conn *c, uint8_t *p, size_t n)
 {
   if (c->tagging_out) {
     if (rp_frame_tag(&c->tx, p, p + RP_HEADER_SIZE, n - RP_HEADER_SIZE, p + n) < 0) {
-      rp_log(RP_LOG_ERROR, "%s: cannot compute a frame's authentication tag (libcrypto "
-             "failed); closing", c->peer);
+      rp_log(RP_LOG_ERROR,
+             "%s: cannot compute a frame's authentication tag (libcrypto "
+             "failed); closing",
+             c->peer);
       c->dead = true;
       return;
     }
@@ -227,7 +230,8 @@ static void flush_out(struct rps_conn *c)
   if (out_pending(c) > 0)
     rp_hop(RP_HOP_SERVER_OUT);
   while (out_pending(c) > 0) {
-    ssize_t n = send(c->fd, c->out + c->out_start, out_pending(c), MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = send(c->fd, c->out + c->out_start, out_pending(c),
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       c->out_start += (size_t)n;
       c->srv->stats.bytes_out += (uint64_t)n;
@@ -378,7 +382,8 @@ static bool start_frame_auth(struct rps_conn *c)
   return ok;
 }
 
-static void handle_hello(struct rps_conn *c, const struct rp_header *h, const uint8_t *payload)
+static void handle_hello(struct rps_conn *c, const struct rp_header *h,
+                         const uint8_t *payload)
 {
   struct rps_server *srv = c->srv;
   Rampart__Hello *m = rampart__hello__unpack(NULL, h->length, payload);
@@ -388,18 +393,22 @@ static void handle_hello(struct rps_conn *c, const struct rp_header *h, const ui
   }
   if (m->magic != RP_HELLO_MAGIC || m->version != RP_PROTOCOL_VERSION) {
     srv->stats.errors_protocol++;
-    rp_log(RP_LOG_WARN, "%s: client speaks protocol version %u (hello magic %#x); we "
-           "speak %u; closing", c->peer, m->version, m->magic, RP_PROTOCOL_VERSION);
-    send_error(c, h, RP_ERR_VERSION, "this rampartd speaks protocol version %u and the "
-               "client sent version %u (hello magic %#x): %s", RP_PROTOCOL_VERSION,
-               m->version, m->magic, rp_status_advice(RP_ERR_VERSION));
+    rp_log(RP_LOG_WARN,
+           "%s: client speaks protocol version %u (hello magic %#x); we "
+           "speak %u; closing",
+           c->peer, m->version, m->magic, RP_PROTOCOL_VERSION);
+    send_error(c, h, RP_ERR_VERSION,
+               "this rampartd speaks protocol version %u and the "
+               "client sent version %u (hello magic %#x): %s",
+               RP_PROTOCOL_VERSION, m->version, m->magic, rp_status_advice(RP_ERR_VERSION));
     begin_closing(c);
   } else if (m->client_nonce.len != RP_NONCE_LEN) {
     protocol_error(c, h, RP_ERR_BAD_FRAME, "Hello.client_nonce is not 32 bytes");
   } else {
     memcpy(c->client_nonce, m->client_nonce.data, RP_NONCE_LEN);
     size_t n = 0;
-    for (const char *p = m->client_name ? m->client_name : ""; *p && n < sizeof c->client_name - 1; p++)
+    for (const char *p = m->client_name ? m->client_name : "";
+         *p && n < sizeof c->client_name - 1; p++)
       c->client_name[n++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
     c->client_name[n] = '\0';
     if (rp_random_bytes(c->server_nonce, RP_NONCE_LEN) < 0) {
@@ -459,16 +468,20 @@ static const char *over_limit(struct rps_conn *c, struct rps_session *resuming, 
   struct rps_server *srv = c->srv;
   const struct rps_options *o = srv->opt;
   if (!(resuming && resuming->conn) && srv->nauth >= o->max_connections) {
-    snprintf(why, whylen, "rampartd already serves %u authenticated connections "
+    snprintf(why, whylen,
+             "rampartd already serves %u authenticated connections "
              "(--max-connections): try again later, use another server, or raise the "
-             "limit", srv->nauth);
+             "limit",
+             srv->nauth);
     return why;
   }
   if (!resuming && rps_sessions_count(srv->sessions) >= o->max_sessions_per_key) {
     /* Short: the client library keeps the first 200 characters. */
-    snprintf(why, whylen, "this key holds %u sessions here (--max-sessions-per-key): "
+    snprintf(why, whylen,
+             "this key holds %u sessions here (--max-sessions-per-key): "
              "reconnect by resuming a session, wait %llu s for old leases, or raise the "
-             "limit", rps_sessions_count(srv->sessions), (unsigned long long)o->lease_seconds);
+             "limit",
+             rps_sessions_count(srv->sessions), (unsigned long long)o->lease_seconds);
     return why;
   }
   return NULL;
@@ -485,16 +498,19 @@ static bool bind_session(struct rps_conn *c, struct rps_session *s, bool *resume
     if (old) {
       /* The client gave up on that connection (it is resuming elsewhere): it is
        * half-open, and must not detach the session when it finally goes. */
-      rp_log(RP_LOG_INFO, "%s: session %s resumed from a new connection; closing the old "
-             "one from %s", c->peer, s->id, old->peer);
+      rp_log(RP_LOG_INFO,
+             "%s: session %s resumed from a new connection; closing the old "
+             "one from %s",
+             c->peer, s->id, old->peer);
       old->session = NULL;
       conn_free(old);
     }
   } else {
     if (c->want_resume)
-      rp_log(RP_LOG_INFO, "%s (%s): asked to resume a session that is gone (lease "
-             "expired or server restarted); starting a new, empty one", c->peer,
-             c->client_name);
+      rp_log(RP_LOG_INFO,
+             "%s (%s): asked to resume a session that is gone (lease "
+             "expired or server restarted); starting a new, empty one",
+             c->peer, c->client_name);
     s = rps_session_create(t, c, c->client_name);
     if (!s)
       return false;
@@ -531,19 +547,20 @@ static void handle_auth(struct rps_conn *c, const struct rp_header *h, const uin
     return;
   }
   struct rps_session *resuming =
-      c->want_resume ? rps_session_find(srv->sessions, c->resume_token, RP_TOKEN_LEN) : NULL;
+    c->want_resume ? rps_session_find(srv->sessions, c->resume_token, RP_TOKEN_LEN) : NULL;
   char why[400];
   if (over_limit(c, resuming, why, sizeof why)) {
     srv->stats.errors_refused++;
-    rp_log(RP_LOG_WARN, "%s (%s): refused after authenticating: %s", c->peer,
-           c->client_name, why);
+    rp_log(RP_LOG_WARN, "%s (%s): refused after authenticating: %s", c->peer, c->client_name,
+           why);
     send_error(c, h, RP_ERR_NO_SPACE, "%s", why);
     begin_closing(c);
     return;
   }
   bool resumed;
   if (!bind_session(c, resuming, &resumed)) {
-    send_error(c, h, RP_ERR_INTERNAL, "the server could not create a session (out of "
+    send_error(c, h, RP_ERR_INTERNAL,
+               "the server could not create a session (out of "
                "memory)");
     begin_closing(c);
     return;
@@ -565,9 +582,11 @@ static void handle_auth(struct rps_conn *c, const struct rp_header *h, const uin
   c->state = ST_READY;
   unauth_leave(c);
   srv->nauth++;
-  rp_log(srv->opt->verbose ? RP_LOG_INFO : RP_LOG_DEBUG, "%s (%s): authenticated, %s session "
-         "%s with %llu pages", c->peer, c->client_name, resumed ? "resumed" : "new",
-         c->session->id, (unsigned long long)rps_account_stored(c->session->acct));
+  rp_log(srv->opt->verbose ? RP_LOG_INFO : RP_LOG_DEBUG,
+         "%s (%s): authenticated, %s session "
+         "%s with %llu pages",
+         c->peer, c->client_name, resumed ? "resumed" : "new", c->session->id,
+         (unsigned long long)rps_account_stored(c->session->acct));
 }
 
 /* ---- ops -------------------------------------------------------------------------- */
@@ -578,12 +597,13 @@ static void refused(struct rps_conn *c, const struct rp_header *h, enum rp_statu
   if (st == RP_ERR_NO_SPACE || st == RP_ERR_PRESSURE || st == RP_ERR_OUT_OF_RANGE)
     c->srv->stats.errors_refused++;
   if (c->srv->opt->verbose)
-    rp_log(RP_LOG_INFO, "%s (%s): %s refused: %s", c->peer, c->client_name,
-           rp_op_name(h->op), msg);
+    rp_log(RP_LOG_INFO, "%s (%s): %s refused: %s", c->peer, c->client_name, rp_op_name(h->op),
+           msg);
   send_error(c, h, st, "%s", msg);
 }
 
-static void handle_reserve(struct rps_conn *c, const struct rp_header *h, const uint8_t *payload)
+static void handle_reserve(struct rps_conn *c, const struct rp_header *h,
+                           const uint8_t *payload)
 {
   struct rps_server *srv = c->srv;
   Rampart__Reserve *m = rampart__reserve__unpack(NULL, h->length, payload);
@@ -621,7 +641,8 @@ static void handle_stat(struct rps_conn *c, const struct rp_header *h, const uin
   send_msg(c, h, &st.base);
 }
 
-static void handle_write(struct rps_conn *c, const struct rp_header *h, const uint8_t *payload)
+static void handle_write(struct rps_conn *c, const struct rp_header *h,
+                         const uint8_t *payload)
 {
   char msg[400];
   c->srv->stats.ops_write++;
@@ -678,8 +699,10 @@ static void handle_free(struct rps_conn *c, const struct rp_header *h)
 
 static void handle_goodbye(struct rps_conn *c, const struct rp_header *h)
 {
-  rp_log(c->srv->opt->verbose ? RP_LOG_INFO : RP_LOG_DEBUG, "%s (%s): goodbye; freeing "
-         "session %s and its %llu pages", c->peer, c->client_name, c->session->id,
+  rp_log(c->srv->opt->verbose ? RP_LOG_INFO : RP_LOG_DEBUG,
+         "%s (%s): goodbye; freeing "
+         "session %s and its %llu pages",
+         c->peer, c->client_name, c->session->id,
          (unsigned long long)rps_account_stored(c->session->acct));
   rps_session_destroy(c->srv->sessions, c->session);
   c->session = NULL;
@@ -687,16 +710,31 @@ static void handle_goodbye(struct rps_conn *c, const struct rp_header *h)
   begin_closing(c);
 }
 
-static void dispatch_ready(struct rps_conn *c, const struct rp_header *h, const uint8_t *payload)
+static void dispatch_ready(struct rps_conn *c, const struct rp_header *h,
+                           const uint8_t *payload)
 {
   switch (h->op) {
-  case RP_OP_WRITE:   handle_write(c, h, payload); break;
-  case RP_OP_READ:    handle_read(c, h); break;
-  case RP_OP_FREE:    handle_free(c, h); break;
-  case RP_OP_RESERVE: handle_reserve(c, h, payload); break;
-  case RP_OP_STAT:    handle_stat(c, h, payload); break;
-  case RP_OP_PING:    send_msg(c, h, NULL); break;
-  case RP_OP_GOODBYE: handle_goodbye(c, h); break;
+  case RP_OP_WRITE:
+    handle_write(c, h, payload);
+    break;
+  case RP_OP_READ:
+    handle_read(c, h);
+    break;
+  case RP_OP_FREE:
+    handle_free(c, h);
+    break;
+  case RP_OP_RESERVE:
+    handle_reserve(c, h, payload);
+    break;
+  case RP_OP_STAT:
+    handle_stat(c, h, payload);
+    break;
+  case RP_OP_PING:
+    send_msg(c, h, NULL);
+    break;
+  case RP_OP_GOODBYE:
+    handle_goodbye(c, h);
+    break;
   case RP_OP_HELLO:
   case RP_OP_AUTH:
     protocol_error(c, h, RP_ERR_BAD_FRAME, "HELLO or AUTH after the handshake finished");
@@ -716,9 +754,10 @@ static void dispatch(struct rps_conn *c, const struct rp_header *h, const uint8_
     c->srv->stats.errors_protocol++;
     rp_log(RP_LOG_WARN, "%s: %s before the handshake finished; closing", c->peer,
            rp_op_name(h->op));
-    send_error(c, h, RP_ERR_NOT_AUTHED, "%s sent before the handshake finished (expected "
-               "%s): %s", rp_op_name(h->op), rp_op_name(expected),
-               rp_status_advice(RP_ERR_NOT_AUTHED));
+    send_error(c, h, RP_ERR_NOT_AUTHED,
+               "%s sent before the handshake finished (expected "
+               "%s): %s",
+               rp_op_name(h->op), rp_op_name(expected), rp_status_advice(RP_ERR_NOT_AUTHED));
     begin_closing(c);
   } else if (h->op == RP_OP_HELLO) {
     handle_hello(c, h, payload);
@@ -739,16 +778,20 @@ static void tag_failed(struct rps_conn *c, const struct rp_header *h)
 {
   c->srv->stats.errors_auth++;
   if (c->state == ST_AUTH) {
-    rp_log(RP_LOG_WARN, "%s (%s): AUTH failed its authentication tag: wrong cluster key; "
-           "closing", c->peer, c->client_name);
+    rp_log(RP_LOG_WARN,
+           "%s (%s): AUTH failed its authentication tag: wrong cluster key; "
+           "closing",
+           c->peer, c->client_name);
     send_error(c, h, RP_ERR_AUTH, "wrong cluster key: %s", rp_status_advice(RP_ERR_AUTH));
     begin_closing(c);
     return;
   }
-  rp_log(RP_LOG_WARN, "%s (%s): a %s frame (id %llu) failed its authentication tag: "
+  rp_log(RP_LOG_WARN,
+         "%s (%s): a %s frame (id %llu) failed its authentication tag: "
          "injected, replayed, reordered or altered on the way; dropping the connection "
-         "(session %s stays for its lease)", c->peer, c->client_name, rp_op_name(h->op),
-         (unsigned long long)h->id, c->session ? c->session->id : "-");
+         "(session %s stays for its lease)",
+         c->peer, c->client_name, rp_op_name(h->op), (unsigned long long)h->id,
+         c->session ? c->session->id : "-");
   c->dead = true;
 }
 
@@ -777,10 +820,11 @@ static void process_input(struct rps_conn *c)
        * authenticated refusal of a request the client did send. Drop the connection
        * unanswered, as for a failed tag: the client resumes and resends. */
       c->srv->stats.errors_protocol++;
-      rp_log(RP_LOG_WARN, "%s (%s): a frame header that does not decode (%s) after the "
+      rp_log(RP_LOG_WARN,
+             "%s (%s): a frame header that does not decode (%s) after the "
              "handshake: altered on the way, or a client that is not rampart; dropping "
-             "the connection (session %s stays for its lease)", c->peer, c->client_name,
-             why, c->session ? c->session->id : "-");
+             "the connection (session %s stays for its lease)",
+             c->peer, c->client_name, why, c->session ? c->session->id : "-");
       c->dead = true;
       break;
     }
@@ -871,7 +915,8 @@ static void on_readable(struct ev_loop *loop, ev_io *w, int revents)
       /* A client hangs up after our challenge when our MAC did not check out: the
        * server proves the key first, so a key mismatch shows here. */
       c->srv->stats.errors_auth++;
-      rp_log(RP_LOG_WARN, "%s (%s): the client hung up after our challenge without "
+      rp_log(RP_LOG_WARN,
+             "%s (%s): the client hung up after our challenge without "
              "AUTH: it holds another cluster key (or none), or it is not a rampart client",
              c->peer, c->client_name);
     }
@@ -985,8 +1030,10 @@ bool rps_conn_drop_oldest_unauthenticated(struct rps_server *srv)
   struct rps_conn *c = srv->unauth_oldest;
   if (!c)
     return false;
-  rp_log(RP_LOG_DEBUG, "%s: dropped before finishing its handshake, to make room under "
-         "--max-unauthenticated", c->peer);
+  rp_log(RP_LOG_DEBUG,
+         "%s: dropped before finishing its handshake, to make room under "
+         "--max-unauthenticated",
+         c->peer);
   conn_free(c);
   return true;
 }

@@ -42,13 +42,13 @@ struct snapshot {
 
 struct rps_announce {
   struct rps_server *srv;
-  ev_timer feed;                 /* the loop's side: copies numbers once a second */
+  ev_timer feed; /* the loop's side: copies numbers once a second */
   pthread_t thread;
   pthread_mutex_t lock;
   pthread_cond_t wake;
-  bool stopping;                 /* under lock */
-  struct snapshot latest;        /* under lock */
-  bool changed;                  /* under lock */
+  bool stopping;          /* under lock */
+  struct snapshot latest; /* under lock */
+  bool changed;           /* under lock */
   /* the thread's own */
   struct rp_etcd *etcd;
   int64_t lease;
@@ -67,7 +67,8 @@ static struct snapshot take_snapshot(struct rps_server *srv)
   struct rps_store_stats ss;
   rps_store_get_stats(srv->store, &ss);
   return (struct snapshot){
-    .capacity_pages = ss.capacity_pages, .free_pages = ss.free_pages,
+    .capacity_pages = ss.capacity_pages,
+    .free_pages = ss.free_pages,
     .pressure = rps_pressure_active(srv->pressure),
     .draining = rps_pressure_draining(srv->pressure),
   };
@@ -91,8 +92,10 @@ static void log_down(struct rps_announce *a, const char *what)
   if (a->down_logged)
     return;
   a->down_logged = true;
-  rp_log(RP_LOG_WARN, "etcd: cannot %s: %s; serving goes on, and this server keeps trying "
-         "to register", what, a->err);
+  rp_log(RP_LOG_WARN,
+         "etcd: cannot %s: %s; serving goes on, and this server keeps trying "
+         "to register",
+         what, a->err);
 }
 
 static int put_free(struct rps_announce *a, const struct snapshot *s)
@@ -103,7 +106,7 @@ static int put_free(struct rps_announce *a, const struct snapshot *s)
     return -1;
   if (s->draining && !a->published.draining)
     rp_log(RP_LOG_INFO, "etcd: draining published: devices that follow the cluster move "
-           "their pages off this server");
+                        "their pages off this server");
   a->published = *s;
   a->free_put_ms = rp_now_ms();
   a->free_put_once = true;
@@ -118,8 +121,9 @@ static int register_now(struct rps_announce *a, const struct snapshot *s)
   }
   rp_cluster_server_value(a->server_value, sizeof a->server_value, a->advertise,
                           a->srv->opt->failure_domain, s->capacity_pages, RAMPARTD_VERSION);
-  if (rp_etcd_put(a->etcd, a->server_key, a->server_value, a->lease, a->err,
-                  sizeof a->err) < 0 || put_free(a, s) < 0) {
+  if (rp_etcd_put(a->etcd, a->server_key, a->server_value, a->lease, a->err, sizeof a->err) <
+        0 ||
+      put_free(a, s) < 0) {
     char ignored[128];
     rp_etcd_lease_revoke(a->etcd, a->lease, ignored, sizeof ignored);
     a->lease = 0;
@@ -139,8 +143,8 @@ static bool free_is_due(const struct rps_announce *a, const struct snapshot *s)
     return true;
   uint64_t step = s->capacity_pages * FREE_STEP_PERCENT / 100u;
   uint64_t moved = s->free_pages > a->published.free_pages
-                   ? s->free_pages - a->published.free_pages
-                   : a->published.free_pages - s->free_pages;
+                     ? s->free_pages - a->published.free_pages
+                     : a->published.free_pages - s->free_pages;
   return moved > 0 && moved >= step && rp_now_ms() - a->free_put_ms >= FREE_MIN_INTERVAL_MS;
 }
 
@@ -155,8 +159,10 @@ static void keep_alive(struct rps_announce *a)
     return;
   }
   if (ttl == 0) {
-    rp_log(RP_LOG_WARN, "etcd: the registration's lease expired (etcd was out of reach "
-           "longer than %u s); registering again", LEASE_TTL_S);
+    rp_log(RP_LOG_WARN,
+           "etcd: the registration's lease expired (etcd was out of reach "
+           "longer than %u s); registering again",
+           LEASE_TTL_S);
     a->lease = 0;
     return;
   }
@@ -223,8 +229,10 @@ static void *announce_thread(void *arg)
     if (rp_etcd_lease_revoke(a->etcd, a->lease, a->err, sizeof a->err) == 0)
       rp_log(RP_LOG_INFO, "etcd: registration withdrawn (%s)", a->server_key);
     else
-      rp_log(RP_LOG_WARN, "etcd: cannot withdraw the registration: %s; it expires within "
-             "%u s", a->err, LEASE_TTL_S);
+      rp_log(RP_LOG_WARN,
+             "etcd: cannot withdraw the registration: %s; it expires within "
+             "%u s",
+             a->err, LEASE_TTL_S);
   }
   return NULL;
 }
@@ -240,16 +248,20 @@ struct rps_announce *rps_announce_start(struct rps_server *srv, const char *adve
   }
   a->srv = srv;
   snprintf(a->advertise, sizeof a->advertise, "%s", advertise);
-  if (rp_cluster_key(a->server_key, sizeof a->server_key, o->cluster, "servers",
-                     advertise) < 0 ||
+  if (rp_cluster_key(a->server_key, sizeof a->server_key, o->cluster, "servers", advertise) <
+        0 ||
       rp_cluster_key(a->free_key, sizeof a->free_key, o->cluster, "free", advertise) < 0) {
     snprintf(err, errlen, "--cluster or --advertise too long");
     free(a);
     return NULL;
   }
   struct rp_etcd_options eo = {
-    .endpoints = o->etcd_endpoints, .cacert = o->etcd_cacert, .cert = o->etcd_cert,
-    .key = o->etcd_key, .timeout_ms = CALL_TIMEOUT_MS, .reply_max = REPLY_MAX,
+    .endpoints = o->etcd_endpoints,
+    .cacert = o->etcd_cacert,
+    .cert = o->etcd_cert,
+    .key = o->etcd_key,
+    .timeout_ms = CALL_TIMEOUT_MS,
+    .reply_max = REPLY_MAX,
   };
   char why[512];
   a->etcd = rp_etcd_new(&eo, why, sizeof why);

@@ -34,9 +34,9 @@ static uint64_t writes_seen; /* refuse-writes: WRITEs received */
  * mapping of capacity pages: only slots that get a copy cost memory. */
 static struct {
   bool map_failed;
-  uint64_t capacity;               /* pages */
-  uint8_t *copies;                 /* capacity * RP_PAGE_SIZE bytes; NULL until mapped */
-  uint8_t *has_copy;               /* bitmap: capacity bits */
+  uint64_t capacity; /* pages */
+  uint8_t *copies;   /* capacity * RP_PAGE_SIZE bytes; NULL until mapped */
+  uint8_t *has_copy; /* bitmap: capacity bits */
   uint8_t last_write[RP_PAGE_SIZE];
   bool have_last_write;
 } replay;
@@ -60,11 +60,15 @@ const char *rps_fault_name(enum rps_fault_mode mode)
 void rps_fault_announce(enum rps_fault_mode mode)
 {
   if (mode == RPS_FAULT_REFUSE_WRITES)
-    rp_log(RP_LOG_WARN, "test-fault=%s: this server deliberately refuses one WRITE in %u; "
-           "for tests only", rps_fault_name(mode), RPS_FAULT_REFUSE_EVERY);
+    rp_log(RP_LOG_WARN,
+           "test-fault=%s: this server deliberately refuses one WRITE in %u; "
+           "for tests only",
+           rps_fault_name(mode), RPS_FAULT_REFUSE_EVERY);
   else if (mode != RPS_FAULT_NONE)
-    rp_log(RP_LOG_WARN, "test-fault=%s: this server deliberately corrupts pages it "
-           "returns; for tests only", rps_fault_name(mode));
+    rp_log(RP_LOG_WARN,
+           "test-fault=%s: this server deliberately corrupts pages it "
+           "returns; for tests only",
+           rps_fault_name(mode));
 }
 
 static void *map_zeroed(size_t bytes)
@@ -99,8 +103,10 @@ bool rps_fault_refuses_write(enum rps_fault_mode mode, char *msg, size_t msglen)
     return false;
   if (++writes_seen % RPS_FAULT_REFUSE_EVERY != 0)
     return false;
-  snprintf(msg, msglen, "test-fault=refuse-writes: WRITE %llu refused as if this host could "
-           "not map a page", (unsigned long long)writes_seen);
+  snprintf(msg, msglen,
+           "test-fault=refuse-writes: WRITE %llu refused as if this host could "
+           "not map a page",
+           (unsigned long long)writes_seen);
   return true;
 }
 

@@ -29,10 +29,10 @@ struct rps_store;
 struct rps_account;
 
 enum rps_fault_mode {
-  RPS_FAULT_NONE,    /* an honest server (the default) */
-  RPS_FAULT_FLIP,    /* byte slot % 4096 of every READ reply is XORed with 0x01 */
-  RPS_FAULT_SWAP,    /* a READ of slot s returns slot s^1's page when that slot has one */
-  RPS_FAULT_REPLAY,  /* a READ of slot s returns the write received just before s's
+  RPS_FAULT_NONE,   /* an honest server (the default) */
+  RPS_FAULT_FLIP,   /* byte slot % 4096 of every READ reply is XORed with 0x01 */
+  RPS_FAULT_SWAP,   /* a READ of slot s returns slot s^1's page when that slot has one */
+  RPS_FAULT_REPLAY, /* a READ of slot s returns the write received just before s's
                         last write, when there was one */
   RPS_FAULT_REFUSE_WRITES, /* every RPS_FAULT_REFUSE_EVERY-th WRITE is refused (not stored)
                               with RP_ERR_INTERNAL, as when the host cannot map a page */

@@ -49,7 +49,8 @@ static int bind_one(const struct addrinfo *ai, char *err, size_t errlen, const c
   int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                   ai->ai_protocol);
   if (fd < 0) {
-    snprintf(err, errlen, "cannot create a socket for %s:%s: %s", host, port, strerror(errno));
+    snprintf(err, errlen, "cannot create a socket for %s:%s: %s", host, port,
+             strerror(errno));
     return -1;
   }
   int one = 1;
@@ -58,7 +59,8 @@ static int bind_one(const struct addrinfo *ai, char *err, size_t errlen, const c
     int saved = errno;
     snprintf(err, errlen, "cannot listen on %s:%s: %s%s", host, port, strerror(saved),
              saved == EADDRINUSE ? " (another rampartd, or another program, has that "
-             "port: pick another --listen port)" : "");
+                                   "port: pick another --listen port)"
+                                 : "");
     close(fd);
     return -1;
   }
@@ -81,10 +83,12 @@ int rps_listener_open(const char *host, const char *port, bool have_key, char *b
   }
   for (const struct addrinfo *ai = res; ai; ai = ai->ai_next) {
     if (!have_key && !is_loopback(ai->ai_addr)) {
-      snprintf(err, errlen, "refusing to listen on %s without a cluster key: anyone who "
+      snprintf(err, errlen,
+               "refusing to listen on %s without a cluster key: anyone who "
                "can reach it could read and overwrite the pages stored here. Create a key "
                "with 'rampartctl keygen FILE', copy it to every client, and start rampartd "
-               "with --key FILE (or listen on 127.0.0.1 only)", host);
+               "with --key FILE (or listen on 127.0.0.1 only)",
+               host);
       freeaddrinfo(res);
       *exit_code = 2;
       return -1;

@@ -141,10 +141,11 @@ static void raise_nofile(const struct rps_options *opt)
     setrlimit(RLIMIT_NOFILE, &rl);
   }
   if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
-    rp_log(RP_LOG_WARN, "RLIMIT_NOFILE is %llu, less than the %llu descriptors "
+    rp_log(RP_LOG_WARN,
+           "RLIMIT_NOFILE is %llu, less than the %llu descriptors "
            "--max-connections and --max-unauthenticated may need: raise it (systemd: "
-           "LimitNOFILE=) or lower those limits", (unsigned long long)rl.rlim_cur,
-           (unsigned long long)need);
+           "LimitNOFILE=) or lower those limits",
+           (unsigned long long)rl.rlim_cur, (unsigned long long)need);
 }
 
 /* A reply buffer that grew during a burst is freed when drained (connection.c); glibc
@@ -183,11 +184,13 @@ static int check_memlock(const struct rps_options *opt, char *err, size_t errlen
       !has_cap_ipc_lock()) {
     char lim[32];
     rp_format_bytes((uint64_t)rl.rlim_cur, lim, sizeof lim);
-    snprintf(err, errlen, "--mlock: RLIMIT_MEMLOCK is %s, but the %s of --memory (and the "
+    snprintf(err, errlen,
+             "--mlock: RLIMIT_MEMLOCK is %s, but the %s of --memory (and the "
              "connection buffers) must be lockable: under systemd set LimitMEMLOCK=infinity "
              "(rampartd.service does), in a shell run 'ulimit -l unlimited' as root, or give "
              "rampartd CAP_IPC_LOCK; or run without --mlock, accepting that stored pages "
-             "may be swapped to this host's disk", lim, mem);
+             "may be swapped to this host's disk",
+             lim, mem);
     return -1;
   }
   return 0;
@@ -199,8 +202,10 @@ static int check_memlock(const struct rps_options *opt, char *err, size_t errlen
 static int lock_memory(char *err, size_t errlen)
 {
   if (mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) < 0) {
-    snprintf(err, errlen, "--mlock: mlockall failed: %s (RLIMIT_MEMLOCK too low? under "
-             "systemd set LimitMEMLOCK=infinity; or run without --mlock)", strerror(errno));
+    snprintf(err, errlen,
+             "--mlock: mlockall failed: %s (RLIMIT_MEMLOCK too low? under "
+             "systemd set LimitMEMLOCK=infinity; or run without --mlock)",
+             strerror(errno));
     return -1;
   }
   return 0;
@@ -213,8 +218,10 @@ static struct rps_announce *start_announcing(struct rps_server *srv, const char 
   const char *advertise = srv->opt->advertise[0] ? srv->opt->advertise : bound;
   if (!srv->opt->advertise[0] &&
       (strncmp(bound, "0.0.0.0:", 8) == 0 || strncmp(bound, "[::]:", 5) == 0)) {
-    rp_log(RP_LOG_ERROR, "--etcd: this server listens on every address (%s); say which one "
-           "devices should use with --advertise HOST:PORT", bound);
+    rp_log(RP_LOG_ERROR,
+           "--etcd: this server listens on every address (%s); say which one "
+           "devices should use with --advertise HOST:PORT",
+           bound);
     return NULL;
   }
   char err[600];

@@ -15,20 +15,20 @@
 #include "log.h"
 #include "metrics_render.h"
 
-#define METRICS_CLIENTS 8          /* scrapers served at once; more are closed at accept */
-#define METRICS_REQUEST_MAX 2048   /* request line and headers */
+#define METRICS_CLIENTS 8        /* scrapers served at once; more are closed at accept */
+#define METRICS_REQUEST_MAX 2048 /* request line and headers */
 #define METRICS_RESPONSE_MAX (64 * 1024)
-#define METRICS_IDLE_SECONDS 5.0   /* a client that neither finishes nor reads is closed */
+#define METRICS_IDLE_SECONDS 5.0 /* a client that neither finishes nor reads is closed */
 
 struct metrics_client {
-  int fd;                          /* -1: slot free */
+  int fd; /* -1: slot free */
   ev_io io;
   ev_timer idle;
   struct rps_metrics_http *owner;
   size_t req_len;
   size_t resp_len, resp_sent;
   char req[METRICS_REQUEST_MAX + 1];
-  char *resp;                      /* METRICS_RESPONSE_MAX, allocated at start */
+  char *resp; /* METRICS_RESPONSE_MAX, allocated at start */
 };
 
 struct rps_metrics_http {
@@ -36,7 +36,7 @@ struct rps_metrics_http {
   struct rps_server *srv;
   int listen_fd;
   ev_io listen_io;
-  char *body;                      /* the rendered text, before the headers go in front */
+  char *body; /* the rendered text, before the headers go in front */
   struct metrics_client clients[METRICS_CLIENTS];
 };
 
@@ -57,7 +57,8 @@ static void respond(struct metrics_client *c, const char *status, const char *bo
                    "HTTP/1.1 %s\r\n"
                    "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
                    "Content-Length: %zu\r\n"
-                   "Connection: close\r\n\r\n", status, body_len);
+                   "Connection: close\r\n\r\n",
+                   status, body_len);
   size_t len = n > 0 ? (size_t)n : 0;
   if (!head_only && len + body_len <= METRICS_RESPONSE_MAX) {
     memcpy(c->resp + len, body, body_len);

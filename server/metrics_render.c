@@ -31,7 +31,8 @@ static void session_metrics(struct prom_out *o, const Rampart__Stat *st)
   };
   prom_labelled(o, "rampart_server_sessions", "gauge",
                 "Client sessions: attached to a connection, or detached and kept for their "
-                "lease.", "state", sessions, sizeof sessions / sizeof sessions[0]);
+                "lease.",
+                "state", sessions, sizeof sessions / sizeof sessions[0]);
   prom_metric(o, "rampart_server_sessions_expired_total", "counter",
               "Sessions whose lease ran out: their pages were freed.",
               (double)st->sessions_expired);
@@ -71,7 +72,8 @@ static void pressure_metrics(struct prom_out *o, const Rampart__Stat *st)
 {
   prom_metric(o, "rampart_server_memory_pressure", "gauge",
               "1 while this host counts as under memory pressure (clients are advised to "
-              "move away).", st->pressure ? 1.0 : 0.0);
+              "move away).",
+              st->pressure ? 1.0 : 0.0);
   prom_metric(o, "rampart_server_draining", "gauge",
               "1 once SIGUSR1 asked this server to drain.", st->draining ? 1.0 : 0.0);
   prom_metric(o, "rampart_server_memory_psi_some_avg10_ratio", "gauge",
@@ -91,7 +93,8 @@ size_t rps_metrics_render(struct rps_server *srv, char *buf, size_t buflen)
   prom_begin(&o, buf, buflen);
   char name[200];
   prom_escape_label(st.server_name ? st.server_name : "", name, sizeof name);
-  prom_header(&o, "rampart_server_info", "gauge", "The server's --name and protocol version.");
+  prom_header(&o, "rampart_server_info", "gauge",
+              "The server's --name and protocol version.");
   prom_put(&o, "rampart_server_info{name=\"%s\",protocol_version=\"%u\"} 1\n", name,
            st.version);
   prom_metric(&o, "rampart_server_uptime_seconds", "gauge",

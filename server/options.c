@@ -15,8 +15,18 @@
 #include "parse.h"
 #include "wire.h"
 
-enum kind { K_LISTEN, K_METRICS, K_SIZE, K_PATH, K_UINT, K_DOUBLE, K_FLAG, K_NAME, K_FAULT,
-             K_TEXT };
+enum kind {
+  K_LISTEN,
+  K_METRICS,
+  K_SIZE,
+  K_PATH,
+  K_UINT,
+  K_DOUBLE,
+  K_FLAG,
+  K_NAME,
+  K_FAULT,
+  K_TEXT
+};
 
 struct option_def {
   const char *name;
@@ -175,8 +185,10 @@ static int parse_hostport0(const char *what, const char *value, char *host, size
     snprintf(port, portlen, "0");
   return 0;
 bad:
-  snprintf(err, errlen, "%s '%s' is not HOST:PORT: write it as 127.0.0.1:7070, [::1]:7070 "
-           "or 0.0.0.0:7070 (port 0 picks a free port)", what, value);
+  snprintf(err, errlen,
+           "%s '%s' is not HOST:PORT: write it as 127.0.0.1:7070, [::1]:7070 "
+           "or 0.0.0.0:7070 (port 0 picks a free port)",
+           what, value);
   return -1;
 }
 
@@ -201,7 +213,8 @@ static int parse_metrics(const char *what, const char *value, struct rps_options
   }
   if (parse_hostport0(what, value, o->metrics_host, sizeof o->metrics_host, o->metrics_port,
                       sizeof o->metrics_port, err, errlen) < 0) {
-    snprintf(err, errlen, "%s '%s' is not PORT or HOST:PORT: write it as 9470 (loopback), "
+    snprintf(err, errlen,
+             "%s '%s' is not PORT or HOST:PORT: write it as 9470 (loopback), "
              "127.0.0.1:9470, or 0.0.0.0:9470 to let a Prometheus server elsewhere scrape it",
              what, value);
     return -1;
@@ -209,9 +222,11 @@ static int parse_metrics(const char *what, const char *value, struct rps_options
   return 0;
 }
 
-static int parse_flag(const char *what, const char *value, bool *out, char *err, size_t errlen)
+static int parse_flag(const char *what, const char *value, bool *out, char *err,
+                      size_t errlen)
 {
-  static const char *yes[] = { "1", "true", "yes", "on" }, *no[] = { "0", "false", "no", "off" };
+  static const char *yes[] = { "1", "true", "yes", "on" },
+                    *no[] = { "0", "false", "no", "off" };
   for (size_t i = 0; i < 4; i++) {
     if (strcasecmp(value, yes[i]) == 0) {
       *out = true;
@@ -233,8 +248,10 @@ static int parse_percent(const char *what, const char *value, double *out, char 
   errno = 0;
   double v = isdigit((unsigned char)value[0]) ? strtod(value, &end) : NAN;
   if (isnan(v) || errno || *end != '\0' || v < 0.0 || v > 100.0) {
-    snprintf(err, errlen, "%s '%s' is not a percentage: write a number from 0 to 100, "
-             "such as 10 or 12.5", what, value);
+    snprintf(err, errlen,
+             "%s '%s' is not a percentage: write a number from 0 to 100, "
+             "such as 10 or 12.5",
+             what, value);
     return -1;
   }
   *out = v;
@@ -286,22 +303,25 @@ static int apply(struct rps_options *o, const struct option_def *d, const char *
     return 0;
   case K_PATH:
   case K_NAME: {
-    char *dst = strcmp(d->name, "key") == 0 ? o->key_path
-              : strcmp(d->name, "etcd-cacert") == 0 ? o->etcd_cacert
-              : strcmp(d->name, "etcd-cert") == 0 ? o->etcd_cert
-              : strcmp(d->name, "etcd-key") == 0 ? o->etcd_key
-              : strcmp(d->name, "pressure-file") == 0 ? o->pressure_file
-              : strcmp(d->name, "meminfo-file") == 0 ? o->meminfo_file
-              : strcmp(d->name, "pid-file") == 0 ? o->pid_file : o->name;
+    char *dst = strcmp(d->name, "key") == 0             ? o->key_path
+                : strcmp(d->name, "etcd-cacert") == 0   ? o->etcd_cacert
+                : strcmp(d->name, "etcd-cert") == 0     ? o->etcd_cert
+                : strcmp(d->name, "etcd-key") == 0      ? o->etcd_key
+                : strcmp(d->name, "pressure-file") == 0 ? o->pressure_file
+                : strcmp(d->name, "meminfo-file") == 0  ? o->meminfo_file
+                : strcmp(d->name, "pid-file") == 0      ? o->pid_file
+                                                        : o->name;
     size_t cap = d->kind == K_NAME ? sizeof o->name : PATH_MAX;
     return copy_string(what, value, dst, cap, err, errlen);
   }
   case K_TEXT: {
-    char *dst = strcmp(d->name, "etcd") == 0 ? o->etcd_endpoints
-              : strcmp(d->name, "cluster") == 0 ? o->cluster
-              : strcmp(d->name, "advertise") == 0 ? o->advertise : o->failure_domain;
-    size_t cap = strcmp(d->name, "etcd") == 0 ? sizeof o->etcd_endpoints
-               : strcmp(d->name, "advertise") == 0 ? sizeof o->advertise : sizeof o->cluster;
+    char *dst = strcmp(d->name, "etcd") == 0        ? o->etcd_endpoints
+                : strcmp(d->name, "cluster") == 0   ? o->cluster
+                : strcmp(d->name, "advertise") == 0 ? o->advertise
+                                                    : o->failure_domain;
+    size_t cap = strcmp(d->name, "etcd") == 0        ? sizeof o->etcd_endpoints
+                 : strcmp(d->name, "advertise") == 0 ? sizeof o->advertise
+                                                     : sizeof o->cluster;
     return copy_string(what, value, dst, cap, err, errlen);
   }
   case K_UINT:
@@ -323,15 +343,18 @@ static int apply(struct rps_options *o, const struct option_def *d, const char *
     return parse_percent(what, value, &o->psi_threshold, err, errlen);
   case K_FAULT:
     if (!rps_fault_compiled_in()) {
-      snprintf(err, errlen, "%s: this rampartd has no fault injection (production build); "
+      snprintf(err, errlen,
+               "%s: this rampartd has no fault injection (production build); "
                "the test suite's lying servers are the separate test binary "
                "rampartd-faults, built with -DRAMPART_TEST_FAULTS=ON and never installed",
                what);
       return -1;
     }
     if (rps_fault_parse(value, &o->test_fault) < 0) {
-      snprintf(err, errlen, "%s '%s': use flip, swap, replay or refuse-writes (test-only: "
-               "makes this server corrupt what it returns or refuse writes)", what, value);
+      snprintf(err, errlen,
+               "%s '%s': use flip, swap, replay or refuse-writes (test-only: "
+               "makes this server corrupt what it returns or refuse writes)",
+               what, value);
       return -1;
     }
     return 0;
@@ -385,8 +408,10 @@ static int load_config(const char *path, struct rps_options *o, char *err, size_
         *k = '-';
     const struct option_def *d = find_def(key);
     if (!d) {
-      snprintf(err, errlen, "%s line %d: unknown setting '%s' (see rampartd --help for "
-               "the names)", path, lineno, key);
+      snprintf(err, errlen,
+               "%s line %d: unknown setting '%s' (see rampartd --help for "
+               "the names)",
+               path, lineno, key);
       rc = -1;
       break;
     }
@@ -408,8 +433,10 @@ static int split_arg(int argc, char **argv, int *i, char *name, size_t namelen,
 {
   const char *arg = argv[*i];
   if (strncmp(arg, "--", 2) != 0 || !arg[2]) {
-    snprintf(err, errlen, "unexpected argument '%s': options start with --, see "
-             "rampartd --help", arg);
+    snprintf(err, errlen,
+             "unexpected argument '%s': options start with --, see "
+             "rampartd --help",
+             arg);
     return -1;
   }
   const char *eq = strchr(arg + 2, '=');
@@ -422,7 +449,8 @@ static int split_arg(int argc, char **argv, int *i, char *name, size_t namelen,
   name[n] = '\0';
   *value = eq ? eq + 1 : NULL;
   bool is_flag = strcmp(name, "foreground") == 0 || strcmp(name, "verbose") == 0 ||
-                 strcmp(name, "mlock") == 0 || strcmp(name, "help") == 0 || strcmp(name, "version") == 0;
+                 strcmp(name, "mlock") == 0 || strcmp(name, "help") == 0 ||
+                 strcmp(name, "version") == 0;
   if (!eq && !is_flag) {
     if (*i + 1 >= argc) {
       snprintf(err, errlen, "--%s needs a value: see rampartd --help", name);
@@ -438,21 +466,23 @@ static int check_etcd(struct rps_options *o, char *err, size_t errlen)
 {
   if (!o->etcd_endpoints[0]) {
     if (o->cluster[0] || o->advertise[0] || o->etcd_cert[0] || o->etcd_cacert[0]) {
-      snprintf(err, errlen, "--cluster, --advertise and --etcd-* announce this server in "
+      snprintf(err, errlen,
+               "--cluster, --advertise and --etcd-* announce this server in "
                "etcd: give --etcd http://HOST:2379 too, or leave them out");
       return -1;
     }
     return 0;
   }
   if (!rp_cluster_name_ok(o->cluster)) {
-    snprintf(err, errlen, "--etcd needs --cluster NAME (letters, digits, '-', '_', '.'; at "
+    snprintf(err, errlen,
+             "--etcd needs --cluster NAME (letters, digits, '-', '_', '.'; at "
              "most 63): the devices that use this server name the same cluster");
     return -1;
   }
   if (o->advertise[0]) {
     char host[256], port[16];
-    if (rp_parse_hostport(o->advertise, host, sizeof host, port, sizeof port, err,
-                          errlen) < 0)
+    if (rp_parse_hostport(o->advertise, host, sizeof host, port, sizeof port, err, errlen) <
+        0)
       return -1;
   }
   if ((o->etcd_cert[0] != 0) != (o->etcd_key[0] != 0)) {
@@ -467,17 +497,20 @@ static int check_etcd(struct rps_options *o, char *err, size_t errlen)
 static int check_final(struct rps_options *o, char *err, size_t errlen)
 {
   if (!o->listen_host[0]) {
-    snprintf(err, errlen, "rampartd needs --listen HOST:PORT, such as --listen "
+    snprintf(err, errlen,
+             "rampartd needs --listen HOST:PORT, such as --listen "
              "127.0.0.1:7070");
     return -1;
   }
   if (o->memory < RP_PAGE_SIZE) {
-    snprintf(err, errlen, "rampartd needs --memory SIZE of at least 4K (one page), such "
+    snprintf(err, errlen,
+             "rampartd needs --memory SIZE of at least 4K (one page), such "
              "as --memory 4G");
     return -1;
   }
   if (o->memory / RP_PAGE_SIZE > RP_MAX_SLOT + 1) {
-    snprintf(err, errlen, "--memory is larger than the protocol can address (2^48 "
+    snprintf(err, errlen,
+             "--memory is larger than the protocol can address (2^48 "
              "pages): write a smaller size");
     return -1;
   }

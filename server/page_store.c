@@ -59,8 +59,8 @@
 
 struct chunk {
   uint8_t *base;
-  uint64_t index;         /* position in store->chunks */
-  uint32_t npages;        /* RPS_CHUNK_PAGES, or fewer for the pool's last chunk */
+  uint64_t index;  /* position in store->chunks */
+  uint32_t npages; /* RPS_CHUNK_PAGES, or fewer for the pool's last chunk */
   uint32_t nfree;
   struct chunk *prev, *next; /* on store's list of chunks with free pages */
   uint16_t free_stack[RPS_CHUNK_PAGES];
@@ -70,20 +70,20 @@ struct rps_store {
   uint64_t capacity;
   uint64_t reserved;
   uint64_t stored;
-  uint64_t nchunks;        /* length of chunks[]: enough for capacity pages */
-  struct chunk **chunks;   /* NULL where not mapped */
-  uint64_t first_unmapped; /* no NULL entry in chunks[] below this index */
+  uint64_t nchunks;                      /* length of chunks[]: enough for capacity pages */
+  struct chunk **chunks;                 /* NULL where not mapped */
+  uint64_t first_unmapped;               /* no NULL entry in chunks[] below this index */
   struct chunk *avail_head, *avail_tail; /* chunks with at least one free page */
   uint64_t chunks_mapped;
-  uint64_t empty_chunks;   /* mapped chunks with every page free */
-  uint64_t meta_bytes;     /* every byte of metadata we allocated */
-  bool locked;             /* the process runs under mlockall: free with DONTNEED_LOCKED */
-  bool dontneed_refused;   /* the kernel lacks DONTNEED_LOCKED: stop asking */
+  uint64_t empty_chunks; /* mapped chunks with every page free */
+  uint64_t meta_bytes;   /* every byte of metadata we allocated */
+  bool locked;           /* the process runs under mlockall: free with DONTNEED_LOCKED */
+  bool dontneed_refused; /* the kernel lacks DONTNEED_LOCKED: stop asking */
   /* Freed pages kept mapped for the next writes (ids + 1, a stack: the most recently
    * freed page is the likeliest still in the CPU's caches). */
   uint64_t *warm;
   uint32_t warm_count, warm_max;
-  bool warm_off;           /* memory pressure: keep none */
+  bool warm_off; /* memory pressure: keep none */
   /* Freed pages not yet given back: one run of adjacent pages of one chunk, so that a
    * FREE of many slots, a shrink or a session's end costs one madvise per run rather
    * than one per page. Empty (NULL chunk) whenever a public function returns, as a page
@@ -100,7 +100,7 @@ struct leaf {
 struct rps_account {
   uint64_t reserved;
   uint64_t stored;
-  uint64_t nleaves;   /* ceil(reserved / LEAF_SLOTS) */
+  uint64_t nleaves; /* ceil(reserved / LEAF_SLOTS) */
   struct leaf **root;
 };
 
@@ -301,7 +301,7 @@ struct rps_store *rps_store_create(uint64_t capacity_pages)
   s->nchunks = (capacity_pages + RPS_CHUNK_PAGES - 1) / RPS_CHUNK_PAGES;
   s->chunks = calloc(s->nchunks, sizeof *s->chunks);
   s->warm_max = (uint32_t)(capacity_pages / 16 < RPS_WARM_PAGES ? capacity_pages / 16
-                                                                 : RPS_WARM_PAGES);
+                                                                : RPS_WARM_PAGES);
   s->warm = calloc(s->warm_max ? s->warm_max : 1, sizeof *s->warm);
   if (!s->chunks || !s->warm) {
     free(s->chunks);
@@ -318,7 +318,7 @@ struct rps_store *rps_store_create(uint64_t capacity_pages)
  * them again would fault in pages never touched. */
 static void chunk_wipe_used(struct chunk *c)
 {
-  uint8_t is_free[RPS_CHUNK_PAGES] = {0};
+  uint8_t is_free[RPS_CHUNK_PAGES] = { 0 };
   for (uint32_t i = 0; i < c->nfree; i++)
     is_free[c->free_stack[i]] = 1;
   for (uint32_t p = 0; p < c->npages; p++)
@@ -371,8 +371,14 @@ struct rps_account *rps_account_create(struct rps_store *s)
   return a;
 }
 
-uint64_t rps_account_reserved(const struct rps_account *a) { return a->reserved; }
-uint64_t rps_account_stored(const struct rps_account *a) { return a->stored; }
+uint64_t rps_account_reserved(const struct rps_account *a)
+{
+  return a->reserved;
+}
+uint64_t rps_account_stored(const struct rps_account *a)
+{
+  return a->stored;
+}
 
 static void leaf_free(struct rps_store *s, struct rps_account *a, uint64_t li)
 {
@@ -402,8 +408,8 @@ static void leaf_clear_range(struct rps_store *s, struct rps_account *a, uint64_
 
 /* Frees every page in slots [from, to), walking leaf by leaf so that an unwritten
  * stretch costs one NULL check per 512 slots. keep_warm: see page_release. */
-static void clear_range(struct rps_store *s, struct rps_account *a, uint64_t from, uint64_t to,
-                        bool keep_warm)
+static void clear_range(struct rps_store *s, struct rps_account *a, uint64_t from,
+                        uint64_t to, bool keep_warm)
 {
   while (from < to) {
     uint64_t li = from / LEAF_SLOTS;
@@ -457,15 +463,19 @@ enum rp_status rps_store_reserve(struct rps_store *s, struct rps_account *a, uin
     uint64_t more = pages - a->reserved;
     uint64_t free_pages = s->capacity - s->reserved;
     if (pressure) {
-      snprintf(msg, msglen, "asked for %" PRIu64 " more pages, but this server's host is "
+      snprintf(msg, msglen,
+               "asked for %" PRIu64 " more pages, but this server's host is "
                "under memory pressure and takes no new pages: place them on another "
-               "server", more);
+               "server",
+               more);
       return RP_ERR_PRESSURE;
     }
     if (more > free_pages) {
-      snprintf(msg, msglen, "asked for %" PRIu64 " pages (%" PRIu64 " more than this "
+      snprintf(msg, msglen,
+               "asked for %" PRIu64 " pages (%" PRIu64 " more than this "
                "session holds), server has %" PRIu64 " free of %" PRIu64 ": ask for less, "
-               "add a server, or raise --memory", pages, more, free_pages, s->capacity);
+               "add a server, or raise --memory",
+               pages, more, free_pages, s->capacity);
       return RP_ERR_NO_SPACE;
     }
   } else {
@@ -486,12 +496,15 @@ static enum rp_status out_of_range(const struct rps_account *a, uint64_t slot, u
                                    char *msg, size_t msglen)
 {
   if (count == 1)
-    snprintf(msg, msglen, "slot %" PRIu64 " is outside this session's reservation of %"
-             PRIu64 " pages: reserve more first", slot, a->reserved);
+    snprintf(msg, msglen,
+             "slot %" PRIu64 " is outside this session's reservation of %" PRIu64
+             " pages: reserve more first",
+             slot, a->reserved);
   else
-    snprintf(msg, msglen, "slots %" PRIu64 "..%" PRIu64 " reach outside this session's "
-             "reservation of %" PRIu64 " pages: reserve more first", slot,
-             slot + count - 1, a->reserved);
+    snprintf(msg, msglen,
+             "slots %" PRIu64 "..%" PRIu64 " reach outside this session's "
+             "reservation of %" PRIu64 " pages: reserve more first",
+             slot, slot + count - 1, a->reserved);
   return RP_ERR_OUT_OF_RANGE;
 }
 
@@ -523,7 +536,8 @@ enum rp_status rps_store_write(struct rps_store *s, struct rps_account *a, uint6
   memcpy(page_addr(s, *id), page, RP_PAGE_SIZE);
   return RP_OK;
 nomem:
-  snprintf(msg, msglen, "the server could not map memory for a page (its host is out of "
+  snprintf(msg, msglen,
+           "the server could not map memory for a page (its host is out of "
            "memory): place pages on another server");
   return RP_ERR_INTERNAL;
 }
@@ -536,8 +550,10 @@ enum rp_status rps_store_read(const struct rps_store *s, const struct rps_accoun
   const struct leaf *l = a->root[slot / LEAF_SLOTS];
   uint64_t id = l ? l->ids[slot % LEAF_SLOTS] : 0;
   if (!id) {
-    snprintf(msg, msglen, "slot %" PRIu64 " holds no page: nothing was written there, or "
-             "it was freed", slot);
+    snprintf(msg, msglen,
+             "slot %" PRIu64 " holds no page: nothing was written there, or "
+             "it was freed",
+             slot);
     return RP_ERR_NOT_FOUND;
   }
   *page = page_addr(s, id);

@@ -122,8 +122,8 @@ bool rps_pressure_evaluate(const struct rps_pressure_config *cfg,
     char have[32], want[32];
     if (s->mem_ok)
       snprintf(mem_text, sizeof mem_text, "MemAvailable %s %s --min-available %s",
-               rp_format_bytes(s->mem_available, have, sizeof have), mem_hit ? "<" : ">=",
-               rp_format_bytes(cfg->min_available, want, sizeof want));
+               rp_format_bytes(s->mem_available, have, sizeof have),
+               mem_hit ? "<" : ">=", rp_format_bytes(cfg->min_available, want, sizeof want));
     else
       snprintf(mem_text, sizeof mem_text, "no MemAvailable reading");
   }
@@ -208,8 +208,8 @@ static void sample_psi(struct rps_pressure *p)
     return;
   }
   double v;
-  if (!source_parsed(rps_psi_parse_some_avg10(buf, &v) >= 0, p->cfg.psi_path, "some avg10=",
-                     &p->warned_psi_bad))
+  if (!source_parsed(rps_psi_parse_some_avg10(buf, &v) >= 0, p->cfg.psi_path,
+                     "some avg10=", &p->warned_psi_bad))
     return;
   p->sample.psi_ok = true;
   p->sample.psi_some_avg10 = v;
@@ -239,7 +239,8 @@ static bool sample_now(struct rps_pressure *p)
   bool now = rps_pressure_evaluate(&p->cfg, &p->sample, p->reason, sizeof p->reason);
   if (p->draining) {
     now = true;
-    snprintf(p->reason, sizeof p->reason, "draining on the operator's request (SIGUSR1): "
+    snprintf(p->reason, sizeof p->reason,
+             "draining on the operator's request (SIGUSR1): "
              "clients move their pages to other servers");
   }
   bool changed = now != p->active;
@@ -291,10 +292,19 @@ void rps_pressure_drain(struct rps_pressure *p)
     p->changed(p->arg, p->active, p->reason);
 }
 
-bool rps_pressure_draining(const struct rps_pressure *p) { return p->draining; }
-bool rps_pressure_active(const struct rps_pressure *p) { return p->active; }
+bool rps_pressure_draining(const struct rps_pressure *p)
+{
+  return p->draining;
+}
+bool rps_pressure_active(const struct rps_pressure *p)
+{
+  return p->active;
+}
 const struct rps_pressure_sample *rps_pressure_last(const struct rps_pressure *p)
 {
   return &p->sample;
 }
-const char *rps_pressure_reason(const struct rps_pressure *p) { return p->reason; }
+const char *rps_pressure_reason(const struct rps_pressure *p)
+{
+  return p->reason;
+}

@@ -28,17 +28,17 @@ int rps_psi_parse_some_avg10(const char *text, double *avg10);
 int rps_meminfo_parse_available(const char *text, uint64_t *bytes);
 
 struct rps_pressure_config {
-  const char *psi_path;       /* /proc/pressure/memory */
-  const char *meminfo_path;   /* /proc/meminfo */
-  double psi_threshold;       /* percent, some avg10 */
-  uint64_t min_available;     /* bytes; 0 disables the MemAvailable rule */
-  double interval;            /* seconds between samples */
+  const char *psi_path;     /* /proc/pressure/memory */
+  const char *meminfo_path; /* /proc/meminfo */
+  double psi_threshold;     /* percent, some avg10 */
+  uint64_t min_available;   /* bytes; 0 disables the MemAvailable rule */
+  double interval;          /* seconds between samples */
 };
 
 struct rps_pressure_sample {
-  bool psi_ok;                /* the PSI file was read and parsed */
+  bool psi_ok; /* the PSI file was read and parsed */
   double psi_some_avg10;
-  bool mem_ok;                /* MemAvailable was read and parsed */
+  bool mem_ok; /* MemAvailable was read and parsed */
   uint64_t mem_available;
 };
 

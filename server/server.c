@@ -46,8 +46,10 @@ static void log_refusal(struct rps_server *srv, const char *peer, const char *wh
     srv->refusals_unlogged++;
     return;
   }
-  rp_log(RP_LOG_WARN, "refused connection from %s: %s (and %llu more refused in the last "
-         "second)", peer, why, (unsigned long long)srv->refusals_unlogged);
+  rp_log(RP_LOG_WARN,
+         "refused connection from %s: %s (and %llu more refused in the last "
+         "second)",
+         peer, why, (unsigned long long)srv->refusals_unlogged);
   srv->refusal_logged_at = now;
   srv->refusals_unlogged = 0;
 }
@@ -64,9 +66,11 @@ static void admit(struct rps_server *srv, int fd, const char *peer,
   uint32_t from_here = rps_addr_count(srv->unauth_by_addr, &key);
   if (from_here >= o->max_unauthenticated_per_address) {
     char why[300];
-    snprintf(why, sizeof why, "%u unauthenticated connections from this address are "
+    snprintf(why, sizeof why,
+             "%u unauthenticated connections from this address are "
              "already in their handshake (rampartd's --max-unauthenticated-per-address): "
-             "finish or close those first", from_here);
+             "finish or close those first",
+             from_here);
     srv->stats.connections_refused++;
     log_refusal(srv, peer, why);
     rps_conn_refuse(srv, fd, why);
@@ -115,9 +119,10 @@ static void on_pressure_change(void *arg, bool pressure, const char *reason)
   rps_store_get_stats(srv->store, &ss);
   uint64_t n = rps_conn_broadcast_advise(srv, pressure, reason, ss.free_pages);
   srv->stats.advises_sent += n;
-  rp_log(pressure ? RP_LOG_WARN : RP_LOG_INFO, "memory pressure %s: %s; advised %llu "
-         "client%s", pressure ? "began" : "ended", reason, (unsigned long long)n,
-         n == 1 ? "" : "s");
+  rp_log(pressure ? RP_LOG_WARN : RP_LOG_INFO,
+         "memory pressure %s: %s; advised %llu "
+         "client%s",
+         pressure ? "began" : "ended", reason, (unsigned long long)n, n == 1 ? "" : "s");
 }
 
 /* Draining is how an operator removes a server without any client running degraded:
@@ -130,7 +135,8 @@ static void on_drain_signal(struct ev_loop *loop, ev_signal *w, int revents)
     rp_log(RP_LOG_INFO, "SIGUSR1: already draining");
     return;
   }
-  rp_log(RP_LOG_WARN, "SIGUSR1: draining: clients are asked to move their pages away and "
+  rp_log(RP_LOG_WARN,
+         "SIGUSR1: draining: clients are asked to move their pages away and "
          "no new pages are taken; stop this server once 'rampartctl stat' shows 0 stored");
   rps_pressure_drain(srv->pressure);
 }
@@ -241,4 +247,3 @@ void rps_server_cleanup(struct rps_server *srv)
   srv->sessions = NULL;
   srv->store = NULL;
 }
-

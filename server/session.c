@@ -16,7 +16,8 @@ static void set_name(struct rps_session *s, const char *client_name)
 {
   /* The name comes from the client: keep it printable so it cannot forge log lines. */
   size_t n = 0;
-  for (const char *p = client_name ? client_name : ""; *p && n < sizeof s->client_name - 1; p++)
+  for (const char *p = client_name ? client_name : ""; *p && n < sizeof s->client_name - 1;
+       p++)
     s->client_name[n++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
   s->client_name[n] = '\0';
   if (n == 0)
@@ -27,9 +28,8 @@ static void lease_expired(struct ev_loop *loop, ev_timer *w, int revents)
 {
   struct rps_session *s = w->data;
   struct rps_sessions *t = s->table;
-  rp_log(RP_LOG_INFO, "session %s (%s) expired after its %g s lease: freed %llu pages",
-         s->id, s->client_name, t->lease_seconds,
-         (unsigned long long)rps_account_stored(s->acct));
+  rp_log(RP_LOG_INFO, "session %s (%s) expired after its %g s lease: freed %llu pages", s->id,
+         s->client_name, t->lease_seconds, (unsigned long long)rps_account_stored(s->acct));
   t->expired++;
   rps_session_destroy(t, s);
 }

@@ -28,9 +28,9 @@ struct rps_sessions;
 struct rps_session {
   uint8_t token[RP_TOKEN_LEN];
   struct rps_account *acct;
-  void *conn;              /* attached connection, NULL while in its lease */
+  void *conn; /* attached connection, NULL while in its lease */
   char client_name[64];
-  char id[9];              /* first token bytes in hex, for logs: never the whole token */
+  char id[9]; /* first token bytes in hex, for logs: never the whole token */
   ev_timer lease;
   struct rps_sessions *table;
   struct rps_session *prev, *next;
@@ -57,7 +57,8 @@ struct rps_session *rps_session_create(struct rps_sessions *t, void *conn,
                                        const char *client_name);
 
 /* The live session (attached or in its lease) with this token, or NULL. */
-struct rps_session *rps_session_find(struct rps_sessions *t, const uint8_t *token, size_t len);
+struct rps_session *rps_session_find(struct rps_sessions *t, const uint8_t *token,
+                                     size_t len);
 
 /* Attaches s to conn and stops its lease. Returns the connection s was still attached
  * to (a half-open one the client has given up on), which the caller must close without

@@ -16,7 +16,7 @@
 
 struct device_uses {
   const struct rp_cluster_registry *reg;
-  unsigned *devices;       /* per server: how many device records name it */
+  unsigned *devices; /* per server: how many device records name it */
   char prefix[128];
   unsigned records;
 };
@@ -47,8 +47,9 @@ int cluster_list_main(int argc, char **argv)
   const char *endpoints = NULL, *name = NULL, *cacert = NULL, *cert = NULL, *key = NULL;
   for (int i = 0; i < argc; i++) {
     const char **dst = strcmp(argv[i], "--etcd-cacert") == 0 ? &cacert
-                     : strcmp(argv[i], "--etcd-cert") == 0 ? &cert
-                     : strcmp(argv[i], "--etcd-key") == 0 ? &key : NULL;
+                       : strcmp(argv[i], "--etcd-cert") == 0 ? &cert
+                       : strcmp(argv[i], "--etcd-key") == 0  ? &key
+                                                             : NULL;
     if (dst) {
       if (i + 1 >= argc) {
         fprintf(stderr, "rampartctl: %s needs a FILE\n", argv[i]);
@@ -74,8 +75,12 @@ int cluster_list_main(int argc, char **argv)
     fprintf(stderr, "rampartctl: %s\n", err);
     return 2;
   }
-  struct rp_etcd_options o = { .endpoints = endpoints, .cacert = cacert, .cert = cert,
-                               .key = key, .timeout_ms = 5000, .reply_max = REPLY_MAX };
+  struct rp_etcd_options o = { .endpoints = endpoints,
+                               .cacert = cacert,
+                               .cert = cert,
+                               .key = key,
+                               .timeout_ms = 5000,
+                               .reply_max = REPLY_MAX };
   struct rp_etcd *e = rp_etcd_new(&o, err, sizeof err);
   if (!e) {
     fprintf(stderr, "rampartctl: %s\n", err);

@@ -28,7 +28,8 @@
 
 static int device_control_usage(const char *why)
 {
-  fprintf(stderr, "rampartctl: device SOCKET: %s\n(run 'rampartctl --help' for usage)\n", why);
+  fprintf(stderr, "rampartctl: device SOCKET: %s\n(run 'rampartctl --help' for usage)\n",
+          why);
   return EXIT_USAGE;
 }
 
@@ -40,15 +41,17 @@ static int device_command(const char *socket_path, const char *line, char *out, 
   snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket_path);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
-    snprintf(out, outlen, "cannot connect to %s: %s (is the device running with control=%s, "
-             "and are you its owner, root for a swap device?)", socket_path, strerror(errno),
-             socket_path);
+    snprintf(out, outlen,
+             "cannot connect to %s: %s (is the device running with control=%s, "
+             "and are you its owner, root for a swap device?)",
+             socket_path, strerror(errno), socket_path);
     if (fd >= 0)
       close(fd);
     return -1;
   }
   size_t len = strlen(line);
-  if (send(fd, line, len, MSG_NOSIGNAL) != (ssize_t)len || send(fd, "\n", 1, MSG_NOSIGNAL) != 1) {
+  if (send(fd, line, len, MSG_NOSIGNAL) != (ssize_t)len ||
+      send(fd, "\n", 1, MSG_NOSIGNAL) != 1) {
     snprintf(out, outlen, "cannot send to %s: %s", socket_path, strerror(errno));
     close(fd);
     return -1;
@@ -131,13 +134,15 @@ static int watch_drain(const char *socket_path, const char *address, bool remove
     if (!running) {
       double took = rp_now_seconds() - start;
       if (strcmp(row.state, "removed") == 0)
-        printf("removed %s after %.1f s: nothing of this device is left there\n", address, took);
+        printf("removed %s after %.1f s: nothing of this device is left there\n", address,
+               took);
       else if (strcmp(row.state, "lost") == 0)
         printf("%s was lost: its pages are rebuilt on the other servers (see 'servers')\n",
                address);
       else
         printf("drained %s after %.1f s: no page depends on it; it takes no new pages until "
-               "added again\n", address, took);
+               "added again\n",
+               address, took);
       rc = 0;
       break;
     }
@@ -145,9 +150,10 @@ static int watch_drain(const char *socket_path, const char *address, bool remove
       first = row.dependent;
     double t = rp_now_seconds();
     if (t - last_print >= 2.0) {
-      double rate = t - start > 0.5 ? (double)(first - (row.dependent < first ? row.dependent
-                                                                              : first)) / (t - start)
-                                    : 0.0;
+      double rate = t - start > 0.5
+                      ? (double)(first - (row.dependent < first ? row.dependent : first)) /
+                          (t - start)
+                      : 0.0;
       if (rate > 0)
         printf("%s %s: %llu pages left, %.0f pages/s, about %.0f s to go\n",
                remove ? "removing" : "draining", address, (unsigned long long)row.dependent,

@@ -29,8 +29,10 @@ static int bind_notify_socket(const char *path)
 {
   struct sockaddr_un a = { .sun_family = AF_UNIX };
   if (strlen(path) >= sizeof a.sun_path) {
-    fprintf(stderr, "rampartctl: notify-listen %s: the path is longer than a unix "
-            "socket's %zu bytes: pick a shorter one\n", path, sizeof a.sun_path - 1);
+    fprintf(stderr,
+            "rampartctl: notify-listen %s: the path is longer than a unix "
+            "socket's %zu bytes: pick a shorter one\n",
+            path, sizeof a.sun_path - 1);
     return -1;
   }
   strcpy(a.sun_path, path);
@@ -103,7 +105,9 @@ int notify_listen_main(int argc, char **argv)
   } control;
   while (!stop_signal) {
     struct iovec iov = { .iov_base = text, .iov_len = NOTIFY_MAX };
-    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+    struct msghdr m = { .msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = control.buf,
                         .msg_controllen = sizeof control.buf };
     ssize_t n = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
     if (n < 0) {

@@ -37,46 +37,46 @@
 #define MAX_BENCH_DEPTH 4096u
 
 static const char USAGE[] =
-    "usage: rampartctl COMMAND ...\n"
-    "\n"
-    "commands:\n"
-    "  keygen FILE                 write a new random cluster key to FILE (mode 0600);\n"
-    "                              give it to every rampartd (--key) and client\n"
-    "  stat HOST:PORT [--key FILE] [--json]\n"
-    "                              print a server's counters\n"
-    "  bench HOST:PORT [--key FILE] [--pages N] [--depth D]\n"
-    "                              write N pages (default 10000) with D requests in flight\n"
-    "                              (default 32), read them back verifying every byte, free\n"
-    "                              them; print pages/s, MiB/s and server memory per page\n"
-    "  device STATS-FILE           show a running device's engine stats (pages per server,\n"
-    "                              groups, degraded and lost pages, rebuild, spill), as\n"
-    "                              written by 'nbdkit rampart ... stats-file=STATS-FILE'\n"
-    "  device SOCKET [servers]     a running device's servers, through its control=SOCKET\n"
-    "  device SOCKET add HOST:PORT one more server for the running device\n"
-    "  device SOCKET drain HOST:PORT [--no-wait]\n"
-    "                              move every page off a server (progress and ETA until\n"
-    "                              done); refused, saying what is missing, when the others\n"
-    "                              cannot hold them\n"
-    "  device SOCKET remove HOST:PORT [--no-wait]\n"
-    "                              drain, then forget the server\n"
-    "  device SOCKET reload        read the device's cluster= file again: add the servers\n"
-    "                              new there, remove those no longer listed\n"
-    "  cluster ETCD-URL,... NAME [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
+  "usage: rampartctl COMMAND ...\n"
+  "\n"
+  "commands:\n"
+  "  keygen FILE                 write a new random cluster key to FILE (mode 0600);\n"
+  "                              give it to every rampartd (--key) and client\n"
+  "  stat HOST:PORT [--key FILE] [--json]\n"
+  "                              print a server's counters\n"
+  "  bench HOST:PORT [--key FILE] [--pages N] [--depth D]\n"
+  "                              write N pages (default 10000) with D requests in flight\n"
+  "                              (default 32), read them back verifying every byte, free\n"
+  "                              them; print pages/s, MiB/s and server memory per page\n"
+  "  device STATS-FILE           show a running device's engine stats (pages per server,\n"
+  "                              groups, degraded and lost pages, rebuild, spill), as\n"
+  "                              written by 'nbdkit rampart ... stats-file=STATS-FILE'\n"
+  "  device SOCKET [servers]     a running device's servers, through its control=SOCKET\n"
+  "  device SOCKET add HOST:PORT one more server for the running device\n"
+  "  device SOCKET drain HOST:PORT [--no-wait]\n"
+  "                              move every page off a server (progress and ETA until\n"
+  "                              done); refused, saying what is missing, when the others\n"
+  "                              cannot hold them\n"
+  "  device SOCKET remove HOST:PORT [--no-wait]\n"
+  "                              drain, then forget the server\n"
+  "  device SOCKET reload        read the device's cluster= file again: add the servers\n"
+  "                              new there, remove those no longer listed\n"
+  "  cluster ETCD-URL,... NAME [--etcd-cacert F --etcd-cert F --etcd-key F]\n"
   "                              the servers registered in etcd for cluster NAME\n"
   "                              (rampartd --etcd): address, failure domain, capacity,\n"
   "                              free memory, pressure, draining, devices using each\n"
   "  swap on|off|status ...      attach a rampart device as swap, or take it away\n"
-    "                              (runs rampart-swap; 'rampartctl swap --help' for more)\n"
-    "  notify-listen SOCKET        receive daemons' sd_notify messages (READY=1, ...) on\n"
-    "                              SOCKET and print each line as 'PID KEY=VALUE', the\n"
-    "                              sender's pid from the kernel (rampart-swap uses it)\n"
-    "\n"
-    "options:\n"
-    "  --key FILE   the cluster key the server was started with (none: keyless server)\n"
-    "  --json       machine-readable output (stat)\n"
-    "  -h, --help   this text\n"
-    "\n"
-    "exit status: 0 ok, 1 the operation failed, 2 bad command line\n";
+  "                              (runs rampart-swap; 'rampartctl swap --help' for more)\n"
+  "  notify-listen SOCKET        receive daemons' sd_notify messages (READY=1, ...) on\n"
+  "                              SOCKET and print each line as 'PID KEY=VALUE', the\n"
+  "                              sender's pid from the kernel (rampart-swap uses it)\n"
+  "\n"
+  "options:\n"
+  "  --key FILE   the cluster key the server was started with (none: keyless server)\n"
+  "  --json       machine-readable output (stat)\n"
+  "  -h, --help   this text\n"
+  "\n"
+  "exit status: 0 ok, 1 the operation failed, 2 bad command line\n";
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -200,7 +200,8 @@ static int cmd_keygen(int argc, char **argv)
     return 1;
   }
   printf("wrote a new cluster key to %s (mode 0600): pass it to every rampartd and client "
-         "with --key %s\n", argv[0], argv[0]);
+         "with --key %s\n",
+         argv[0], argv[0]);
   return 0;
 }
 
@@ -218,14 +219,18 @@ static int cmd_device(int argc, char **argv)
                        "command");
   FILE *f = fopen(argv[0], "re");
   if (!f) {
-    fprintf(stderr, "rampartctl: cannot read %s: %s (is nbdkit rampart running with "
-            "stats-file=%s?)\n", argv[0], strerror(errno), argv[0]);
+    fprintf(stderr,
+            "rampartctl: cannot read %s: %s (is nbdkit rampart running with "
+            "stats-file=%s?)\n",
+            argv[0], strerror(errno), argv[0]);
     return 1;
   }
   struct stat st;
   if (fstat(fileno(f), &st) == 0 && time(NULL) - st.st_mtime > 5)
-    fprintf(stderr, "rampartctl: warning: %s was last updated %lld s ago: the device may "
-            "have stopped\n", argv[0], (long long)(time(NULL) - st.st_mtime));
+    fprintf(stderr,
+            "rampartctl: warning: %s was last updated %lld s ago: the device may "
+            "have stopped\n",
+            argv[0], (long long)(time(NULL) - st.st_mtime));
   char buf[4096];
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, f)) > 0)
@@ -255,15 +260,32 @@ static void print_stat_json(const struct rp_server_stat *s)
   printf("{\"server_name\": ");
   json_string(s->server_name);
 #define U(name) printf(", \"" #name "\": %" PRIu64, (uint64_t)s->name)
-  U(version); U(uptime_seconds); U(page_size); U(capacity_pages); U(reserved_pages);
-  U(stored_pages); U(stored_bytes); U(resident_bytes); U(clients_connected);
-  U(sessions_attached); U(sessions_detached); U(sessions_expired); U(ops_write);
-  U(ops_read); U(ops_free); U(bytes_in); U(bytes_out); U(errors_protocol);
-  U(errors_auth); U(errors_refused);
+  U(version);
+  U(uptime_seconds);
+  U(page_size);
+  U(capacity_pages);
+  U(reserved_pages);
+  U(stored_pages);
+  U(stored_bytes);
+  U(resident_bytes);
+  U(clients_connected);
+  U(sessions_attached);
+  U(sessions_detached);
+  U(sessions_expired);
+  U(ops_write);
+  U(ops_read);
+  U(ops_free);
+  U(bytes_in);
+  U(bytes_out);
+  U(errors_protocol);
+  U(errors_auth);
+  U(errors_refused);
   printf(", \"pressure\": %s", s->pressure ? "true" : "false");
   printf(", \"draining\": %s", s->draining ? "true" : "false");
   printf(", \"psi_some_avg10\": %.2f", s->psi_some_avg10);
-  U(mem_available_bytes); U(advises_sent); U(session_stored_pages);
+  U(mem_available_bytes);
+  U(advises_sent);
+  U(session_stored_pages);
   U(session_reserved_pages);
 #undef U
   if (s->stored_pages > 0)
@@ -274,7 +296,8 @@ static void print_stat_json(const struct rp_server_stat *s)
   printf("}\n");
 }
 
-static void row(const char *label, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void row(const char *label, const char *fmt, ...)
+  __attribute__((format(printf, 2, 3)));
 
 static void row(const char *label, const char *fmt, ...)
 {
@@ -305,14 +328,13 @@ static void print_stat_table(const char *addr, const struct rp_server_stat *s)
   row("reserved", "%s", pages_h(s->reserved_pages, s->page_size, a, sizeof a));
   row("stored", "%s", pages_h(s->stored_pages, s->page_size, a, sizeof a));
   row("stored bytes", "%s", rp_format_bytes(s->stored_bytes, a, sizeof a));
-  row("resident bytes", "%s (%" PRIu64 " bytes)", rp_format_bytes(s->resident_bytes, a,
-                                                                   sizeof a),
-      s->resident_bytes);
+  row("resident bytes", "%s (%" PRIu64 " bytes)",
+      rp_format_bytes(s->resident_bytes, a, sizeof a), s->resident_bytes);
   if (s->stored_pages > 0)
     row("memory per stored page", "%.1f bytes (%.2fx the page)",
         (double)s->resident_bytes / (double)s->stored_pages,
         (double)s->resident_bytes / (double)s->stored_pages /
-            (double)(s->page_size ? s->page_size : RP_PAGE_SIZE));
+          (double)(s->page_size ? s->page_size : RP_PAGE_SIZE));
   else
     row("memory per stored page", "- (nothing stored)");
   row("clients connected", "%u", s->clients_connected);
@@ -332,10 +354,10 @@ static void print_stat_table(const char *addr, const struct rp_server_stat *s)
   row("psi some avg10", "%.2f %%", s->psi_some_avg10);
   row("memory available", "%s", rp_format_bytes(s->mem_available_bytes, a, sizeof a));
   row("advises sent", "%" PRIu64, s->advises_sent);
-  row("this session stored", "%s", pages_h(s->session_stored_pages, s->page_size, b,
-                                            sizeof b));
-  row("this session reserved", "%s", pages_h(s->session_reserved_pages, s->page_size, b,
-                                              sizeof b));
+  row("this session stored", "%s",
+      pages_h(s->session_stored_pages, s->page_size, b, sizeof b));
+  row("this session reserved", "%s",
+      pages_h(s->session_reserved_pages, s->page_size, b, sizeof b));
 }
 
 static int cmd_stat(struct rp_conn *c, const struct common_args *a)
@@ -406,8 +428,10 @@ static void bench_done(struct rp_request *r)
       size_t at = 0;
       while (at < RP_PAGE_SIZE && b->expect[at] == r->page[at])
         at++;
-      fprintf(stderr, "rampartctl: MISMATCH at slot %" PRIu64 ", first wrong byte %zu: "
-              "expected 0x%02x, read 0x%02x\n", r->slot, at, b->expect[at], r->page[at]);
+      fprintf(stderr,
+              "rampartctl: MISMATCH at slot %" PRIu64 ", first wrong byte %zu: "
+              "expected 0x%02x, read 0x%02x\n",
+              r->slot, at, b->expect[at], r->page[at]);
     }
   }
   if (rp_conn_is_connected(b->conn))
@@ -526,8 +550,10 @@ static int cmd_bench(struct rp_conn *c, const struct common_args *a)
   if (rp_goodbye_sync(c, &e) < 0)
     fprintf(stderr, "rampartctl: %s\n", e.message);
   if (b.mismatches) {
-    fprintf(stderr, "rampartctl: DATA MISMATCH: %" PRIu64 " of %" PRIu64
-            " pages did not read back as written\n", b.mismatches, a->pages);
+    fprintf(stderr,
+            "rampartctl: DATA MISMATCH: %" PRIu64 " of %" PRIu64
+            " pages did not read back as written\n",
+            b.mismatches, a->pages);
     goto out;
   }
   status = 0;
@@ -558,8 +584,8 @@ static int cmd_swap(char **argv)
     char *slash = strrchr(self, '/');
     if (slash) {
       *slash = 0;
-      static const char *const rel[] = {"/rampart-swap", "/../sbin/rampart-swap",
-                                        "/../../scripts/rampart-swap"};
+      static const char *const rel[] = { "/rampart-swap", "/../sbin/rampart-swap",
+                                         "/../../scripts/rampart-swap" };
       for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
         snprintf(path, sizeof path, "%s%s", self, rel[i]);
         if (access(path, X_OK) == 0) {
@@ -571,8 +597,10 @@ static int cmd_swap(char **argv)
   }
   argv[0] = "rampart-swap";
   execvp("rampart-swap", argv);
-  fprintf(stderr, "rampartctl: cannot find rampart-swap (%s): run 'sudo ./scripts/setup', "
-          "which installs it to /usr/local/sbin, or set RAMPART_SWAP\n", strerror(errno));
+  fprintf(stderr,
+          "rampartctl: cannot find rampart-swap (%s): run 'sudo ./scripts/setup', "
+          "which installs it to /usr/local/sbin, or set RAMPART_SWAP\n",
+          strerror(errno));
   return 1;
 }
 
@@ -606,5 +634,6 @@ int main(int argc, char **argv)
   if (strcmp(cmd, "notify-listen") == 0)
     return notify_listen_main(argc - 2, argv + 2);
   return usage_error("unknown command '%s': use keygen, stat, bench, device, cluster or "
-                     "swap", cmd);
+                     "swap",
+                     cmd);
 }

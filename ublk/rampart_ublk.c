@@ -56,8 +56,8 @@ static int parse_number(const char *opt, const char *s, unsigned long min, unsig
   errno = 0;
   unsigned long v = strtoul(s ? s : "", &end, 10);
   if (!s || *s == '\0' || *end != '\0' || errno || v < min || v > max) {
-    fprintf(stderr, "rampart-ublk: %s '%s': give a number from %lu to %lu\n", opt,
-            s ? s : "", min, max);
+    fprintf(stderr, "rampart-ublk: %s '%s': give a number from %lu to %lu\n", opt, s ? s : "",
+            min, max);
     return -1;
   }
   *out = v;
@@ -72,11 +72,15 @@ static int open_char_device(unsigned id, char *err, size_t errlen)
   for (int i = 0; i < 100; i++) {
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd >= 0 || errno != ENOENT)
-      return fd >= 0 ? fd : (snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno)), -1);
+      return fd >= 0
+               ? fd
+               : (snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno)), -1);
     usleep(20000);
   }
-  snprintf(err, errlen, "%s did not appear within 2 s of adding the device: is devtmpfs "
-           "mounted on /dev?", path);
+  snprintf(err, errlen,
+           "%s did not appear within 2 s of adding the device: is devtmpfs "
+           "mounted on /dev?",
+           path);
   return -1;
 }
 
@@ -95,8 +99,10 @@ static int device_left_by_a_dead_daemon(struct ublk_control *c, int dev_id, char
   }
   if (c->info.state == UBLK_S_DEV_QUIESCED)
     return 1;
-  snprintf(err, errlen, "ublk device %d exists and %s (daemon pid %d): stop that daemon, "
-           "or pick another id (--id)", dev_id,
+  snprintf(err, errlen,
+           "ublk device %d exists and %s (daemon pid %d): stop that daemon, "
+           "or pick another id (--id)",
+           dev_id,
            c->info.state == UBLK_S_DEV_LIVE ? "is served" : "is not waiting for a daemon",
            (int)c->info.ublksrv_pid);
   return -1;
@@ -135,7 +141,7 @@ static int check_options(void *ctx, const struct rampart_config *config)
   struct options *o = ctx;
   if (o->switches.standby && o->dev_id == (unsigned long)-1) {
     fprintf(stderr, "rampart-ublk: standby=true needs --id N and state=PATH, as the "
-            "serving daemon has them\n");
+                    "serving daemon has them\n");
     return -1;
   }
   return 0;
@@ -143,13 +149,17 @@ static int check_options(void *ctx, const struct rampart_config *config)
 
 int main(int argc, char **argv)
 {
-  struct options o = { .dev_id = (unsigned long)-1, .queues = 1, .depth = 64,
-                       .max_io = 131072, .switches = RAMPART_FRONTEND_SWITCHES_DEFAULT };
+  struct options o = { .dev_id = (unsigned long)-1,
+                       .queues = 1,
+                       .depth = 64,
+                       .max_io = 131072,
+                       .switches = RAMPART_FRONTEND_SWITCHES_DEFAULT };
   char err[512];
   const struct rampart_frontend_args args = { "rampart-ublk", usage, take_option,
-                                              check_options, &o, &o.switches };
+                                              check_options,  &o,    &o.switches };
   int exit_status;
-  struct rampart_config *config = rampart_config_from_arguments(&args, argc, argv, &exit_status);
+  struct rampart_config *config = rampart_config_from_arguments(&args, argc, argv,
+                                                                &exit_status);
   if (!config)
     return exit_status;
   unsigned long queues = o.queues, depth = o.depth, max_io = o.max_io;
@@ -173,14 +183,16 @@ int main(int argc, char **argv)
     rampart_warm_up();
     const char *files[4];
     unsigned nfiles = rampart_config_takeover_files(config, files);
-    int w = ublk_standby_wait(&control, (int)o.dev_id, files, nfiles, STANDBY_RESERVE,
-                              err, sizeof err);
+    int w = ublk_standby_wait(&control, (int)o.dev_id, files, nfiles, STANDBY_RESERVE, err,
+                              sizeof err);
     if (w <= 0) {
       if (w < 0 || err[0])
         fprintf(stderr, "rampart-ublk: %s\n", err);
       else
-        fprintf(stderr, "rampart-ublk: /dev/ublkb%lu was stopped by its daemon: nothing to "
-                "take over\n", o.dev_id);
+        fprintf(stderr,
+                "rampart-ublk: /dev/ublkb%lu was stopped by its daemon: nothing to "
+                "take over\n",
+                o.dev_id);
       ublk_control_close(&control);
       rampart_config_free(config);
       return w < 0 ? 1 : 0;
@@ -220,8 +232,10 @@ int main(int argc, char **argv)
     /* The driver gives a device no more queues than the machine has CPUs, and only the
      * queues it made can be mapped: serve those. */
     if (control.info.nr_hw_queues < queues) {
-      fprintf(stderr, "rampart-ublk: the driver made %u queue(s), not %lu: one per CPU at "
-              "most\n", control.info.nr_hw_queues, queues);
+      fprintf(stderr,
+              "rampart-ublk: the driver made %u queue(s), not %lu: one per CPU at "
+              "most\n",
+              control.info.nr_hw_queues, queues);
       queues = control.info.nr_hw_queues;
     }
     if (ublk_control_set_params(&control, rampart_size(engine), err, sizeof err) < 0)
@@ -241,10 +255,11 @@ int main(int argc, char **argv)
   fflush(stdout);
   char device[32];
   snprintf(device, sizeof device, "/dev/ublkb%u", control.info.dev_id);
-  fprintf(stderr, "rampart-ublk: /dev/ublkb%u is %s: %llu bytes, %lu queue(s) of %lu, "
-          "requests up to %lu bytes\n", control.info.dev_id,
-          recovering ? "recovered" : "up", (unsigned long long)rampart_size(engine), queues,
-          depth, max_io);
+  fprintf(stderr,
+          "rampart-ublk: /dev/ublkb%u is %s: %llu bytes, %lu queue(s) of %lu, "
+          "requests up to %lu bytes\n",
+          control.info.dev_id, recovering ? "recovered" : "up",
+          (unsigned long long)rampart_size(engine), queues, depth, max_io);
   if (o.switches.standby) {
     unsigned long long ms = (unsigned long long)(rp_now_ms() - died_ms);
     fprintf(stderr, "rampart-ublk: took %s over %llu ms after its daemon died\n", device, ms);
@@ -269,8 +284,10 @@ out_stop:
      * for a daemon that can take it back (stopping it would fail every swap-in), and the
      * engine's state and sessions as they are: closing the engine would tell the
      * servers GOODBYE and free every page. The process just ends. */
-    fprintf(stderr, "rampart-ublk: %s; /dev/ublkb%u still waits for a daemon: fix that and "
-            "run the same command again\n", err, control.info.dev_id);
+    fprintf(stderr,
+            "rampart-ublk: %s; /dev/ublkb%u still waits for a daemon: fix that and "
+            "run the same command again\n",
+            err, control.info.dev_id);
     _exit(1);
   }
   /* Stopping gives every fetched tag back (UBLK_IO_RES_ABORT); a request the engine
@@ -291,7 +308,7 @@ out_control:
   if (status != 0 && rampart_took_over(engine)) {
     /* The engine holds a crashed pager's pages: closing it would end their sessions. */
     fprintf(stderr, "rampart-ublk: the device's state and its servers' sessions are kept "
-            "for the next attempt\n");
+                    "for the next attempt\n");
     _exit(1);
   }
   rampart_close(engine);

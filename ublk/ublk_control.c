@@ -16,7 +16,8 @@ int ublk_control_open(struct ublk_control *c, char *err, size_t errlen)
   c->fd = open(CONTROL_PATH, O_RDWR | O_CLOEXEC);
   if (c->fd < 0) {
     int e = errno;
-    snprintf(err, errlen, "cannot open %s: %s: this kernel needs the ublk driver "
+    snprintf(err, errlen,
+             "cannot open %s: %s: this kernel needs the ublk driver "
              "(CONFIG_BLK_DEV_UBLK, Linux 6.0 or later): 'modprobe ublk_drv', as root",
              CONTROL_PATH, strerror(e));
     return -e;
@@ -83,15 +84,19 @@ int ublk_control_add(struct ublk_control *c, int dev_id, uint16_t queues, uint16
   c->info.ublksrv_pid = getpid();
   if (recoverable)
     c->info.flags = UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE;
-  int r = control_command(c, UBLK_CMD_ADD_DEV, (uint64_t)(uintptr_t)&c->info,
-                          sizeof c->info, 0);
+  int r = control_command(c, UBLK_CMD_ADD_DEV, (uint64_t)(uintptr_t)&c->info, sizeof c->info,
+                          0);
   if (r < 0) {
     if (r == -EEXIST)
-      snprintf(err, errlen, "ublk device %d exists already: stop the daemon that serves "
-               "it, or pick another id (--id)", dev_id);
+      snprintf(err, errlen,
+               "ublk device %d exists already: stop the daemon that serves "
+               "it, or pick another id (--id)",
+               dev_id);
     else
-      snprintf(err, errlen, "the ublk driver refused to add a device (%u queues of %u, "
-               "%u-byte requests): %s", queues, depth, max_io_bytes, strerror(-r));
+      snprintf(err, errlen,
+               "the ublk driver refused to add a device (%u queues of %u, "
+               "%u-byte requests): %s",
+               queues, depth, max_io_bytes, strerror(-r));
   }
   return r;
 }
@@ -138,7 +143,8 @@ int ublk_control_get_info(struct ublk_control *c, int dev_id)
   c->info.dev_id = (uint32_t)dev_id;
   struct ublksrv_ctrl_dev_info info;
   memset(&info, 0, sizeof info);
-  int r = control_command(c, UBLK_CMD_GET_DEV_INFO, (uint64_t)(uintptr_t)&info, sizeof info, 0);
+  int r = control_command(c, UBLK_CMD_GET_DEV_INFO, (uint64_t)(uintptr_t)&info, sizeof info,
+                          0);
   if (r == 0)
     c->info = info;
   return r;

@@ -22,7 +22,8 @@ static _Thread_local struct ublk_queue *queue_of_this_thread;
 static off_t descs_offset(uint16_t id)
 {
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  size_t stride = (UBLK_MAX_QUEUE_DEPTH * sizeof(struct ublksrv_io_desc) + page - 1) / page * page;
+  size_t stride = (UBLK_MAX_QUEUE_DEPTH * sizeof(struct ublksrv_io_desc) + page - 1) / page *
+                  page;
   return (off_t)(UBLKSRV_CMD_BUF_OFFSET + (size_t)id * stride);
 }
 
@@ -175,8 +176,7 @@ static void *queue_main(void *arg)
   while (q->aborted < q->depth) {
     r = wait_for_work(q);
     if (r < 0 && r != -EINTR) {
-      fprintf(stderr, "rampart-ublk: queue %u: io_uring_submit: %s\n", q->id,
-              strerror(-r));
+      fprintf(stderr, "rampart-ublk: queue %u: io_uring_submit: %s\n", q->id, strerror(-r));
       break;
     }
     struct io_uring_cqe *cqe;
@@ -198,8 +198,10 @@ static void *queue_main(void *arg)
       } else if (cqe->res == UBLK_IO_RES_ABORT) {
         q->aborted++; /* the device is stopping: this tag is given back */
       } else {
-        fprintf(stderr, "rampart-ublk: queue %u tag %u: the driver answered %d (%s); "
-                "that tag is out of service\n", q->id, t->tag, cqe->res, strerror(-cqe->res));
+        fprintf(stderr,
+                "rampart-ublk: queue %u tag %u: the driver answered %d (%s); "
+                "that tag is out of service\n",
+                q->id, t->tag, cqe->res, strerror(-cqe->res));
         q->aborted++;
       }
     }
@@ -227,7 +229,8 @@ int ublk_queue_start(struct ublk_queue *q, int char_fd, uint16_t id, uint16_t de
   void *descs = mmap(NULL, q->descs_len, PROT_READ, MAP_SHARED | MAP_POPULATE, char_fd,
                      descs_offset(id));
   if (descs == MAP_FAILED) {
-    snprintf(err, errlen, "cannot map queue %u's request descriptors: %s", id, strerror(errno));
+    snprintf(err, errlen, "cannot map queue %u's request descriptors: %s", id,
+             strerror(errno));
     return -errno;
   }
   q->descs = descs;

@@ -33,34 +33,34 @@ struct ublk_tag {
   struct ublk_queue *queue;
   struct rampart_io io;
   uint16_t tag;
-  int result;         /* for COMMIT: bytes done, or -errno */
+  int result; /* for COMMIT: bytes done, or -errno */
 };
 
 struct ublk_queue {
   uint16_t id, depth;
   uint32_t max_io_bytes;
-  int char_fd;        /* /dev/ublkcN */
+  int char_fd; /* /dev/ublkcN */
   struct rampart_engine *engine;
   const struct ublksrv_io_desc *descs; /* the driver's request descriptors, mapped */
   size_t descs_len;
-  uint8_t *buffers;   /* depth * max_io_bytes */
+  uint8_t *buffers; /* depth * max_io_bytes */
   struct ublk_tag *tags;
   struct io_uring ring;
   struct rp_mailbox done; /* tags the engine completed on another thread (struct
                              ublk_tag *); the ring reads its eventfd */
-  uint64_t event_count;  /* that read's target */
-  void **done_here;   /* queue thread only: tags completed on it (struct ublk_tag *), and
+  uint64_t event_count;   /* that read's target */
+  void **done_here;       /* queue thread only: tags completed on it (struct ublk_tag *), and
                          those taken from `done`, to commit */
   unsigned ndone_here;
   unsigned in_engine; /* queue thread only: requests submitted and not yet committed */
   /* queue thread only: the requests fetched in this pass, for rampart_submit_list */
   struct rampart_io *batch_head, *batch_tail;
-  unsigned aborted;   /* tags the driver gave back (device stopping) */
+  unsigned aborted; /* tags the driver gave back (device stopping) */
   pthread_t thread;
   bool thread_started, locks_made;
   pthread_mutex_t ready_lock;
   pthread_cond_t ready_cond;
-  int ready;          /* 0 starting, 1 every tag fetched, <0 -errno */
+  int ready; /* 0 starting, 1 every tag fetched, <0 -errno */
   char err[256];
 };
 

@@ -20,7 +20,7 @@
 
 static void sleep_ms(unsigned ms)
 {
-  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+  struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
   while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
     ;
 }
@@ -83,9 +83,11 @@ int bench_cluster_start(struct bench_cluster *c, unsigned n, const char *rampart
   memset(c, 0, sizeof *c);
   c->rampartctl = rampartctl;
   const char *base = getenv("TMPDIR");
-  snprintf(c->dir, sizeof c->dir, "%s/rampart-engine-bench-XXXXXX", base && *base ? base : "/tmp");
+  snprintf(c->dir, sizeof c->dir, "%s/rampart-engine-bench-XXXXXX",
+           base && *base ? base : "/tmp");
   if (!mkdtemp(c->dir)) {
-    snprintf(err, errlen, "cannot make a temporary directory (%s): set TMPDIR", strerror(errno));
+    snprintf(err, errlen, "cannot make a temporary directory (%s): set TMPDIR",
+             strerror(errno));
     c->dir[0] = 0;
     return -1;
   }
@@ -110,8 +112,10 @@ int bench_cluster_start(struct bench_cluster *c, unsigned n, const char *rampart
     snprintf(out, sizeof out, "%s/rampartd-%u.out", c->dir, i + 1);
     for (unsigned t = 0; !listen_address(out, c->addr[i]); t++) {
       if (t >= 200 || waitpid(c->pid[i], NULL, WNOHANG) == c->pid[i]) {
-        snprintf(err, errlen, "rampartd %u (%s) did not start listening within 10 s: see its "
-                 "log (run with a rampartd that works: $RAMPARTD)", i + 1, rampartd);
+        snprintf(err, errlen,
+                 "rampartd %u (%s) did not start listening within 10 s: see its "
+                 "log (run with a rampartd that works: $RAMPARTD)",
+                 i + 1, rampartd);
         bench_cluster_stop(c);
         return -1;
       }

@@ -35,16 +35,16 @@ struct bench_load {
   uint64_t span_pages;
   uint64_t rng;
   int event_fd;
-  uint8_t *buffers;                 /* PREFILL_QD buffers of PREFILL_BYTES, or (tests)
+  uint8_t *buffers; /* PREFILL_QD buffers of PREFILL_BYTES, or (tests)
                                        BENCH_MAX_QD pages in the same memory */
   struct request req[BENCH_MAX_QD];
   pthread_mutex_t done_lock;
   unsigned done[BENCH_MAX_QD];
   unsigned ndone;
   int first_error;
-  uint32_t *latency;                /* LATENCY_BUCKETS counts */
-  bool submit_one_by_one;           /* RAMPART_BENCH_SUBMIT_EACH: rampart_submit per request */
-  bool wait_on_eventfd;             /* RAMPART_BENCH_EVENTFD: not rampart_reap */
+  uint32_t *latency;      /* LATENCY_BUCKETS counts */
+  bool submit_one_by_one; /* RAMPART_BENCH_SUBMIT_EACH: rampart_submit per request */
+  bool wait_on_eventfd;   /* RAMPART_BENCH_EVENTFD: not rampart_reap */
 };
 
 
@@ -94,7 +94,7 @@ struct bench_load *bench_load_new(struct rampart_engine *engine, uint64_t span_p
     memcpy(l->buffers + i, &v, 8);
   }
   for (unsigned i = 0; i < BENCH_MAX_QD; i++)
-    l->req[i] = (struct request){.load = l, .index = i};
+    l->req[i] = (struct request){ .load = l, .index = i };
   return l;
 }
 
@@ -119,7 +119,8 @@ static struct rampart_io *prepare(struct bench_load *l, unsigned i, enum rampart
   r->io.op = op;
   r->io.offset = offset;
   r->io.length = length;
-  r->io.buf = l->buffers + (size_t)i * (length > RAMPART_PAGE_SIZE ? PREFILL_BYTES : RAMPART_PAGE_SIZE);
+  r->io.buf = l->buffers +
+              (size_t)i * (length > RAMPART_PAGE_SIZE ? PREFILL_BYTES : RAMPART_PAGE_SIZE);
   r->io.done = on_done;
   r->io.user = r;
   r->started_ns = rp_now_ns();
@@ -201,7 +202,8 @@ int bench_load_run(struct bench_load *l, bool write, unsigned qd, double seconds
   uint64_t t0 = rp_now_ns(), end = t0 + (uint64_t)(seconds * 1e9);
   for (unsigned i = 0; i < qd; i++, inflight++) {
     rp_hop(RP_HOP_FRONTEND_IN);
-    submit(l, i, op, (rp_xorshift64s(&l->rng) % l->span_pages) * RAMPART_PAGE_SIZE, RAMPART_PAGE_SIZE);
+    submit(l, i, op, (rp_xorshift64s(&l->rng) % l->span_pages) * RAMPART_PAGE_SIZE,
+           RAMPART_PAGE_SIZE);
   }
   bool stopping = false;
   while (inflight) {
@@ -218,7 +220,8 @@ int bench_load_run(struct bench_load *l, bool write, unsigned qd, double seconds
       requests++;
       if (!stopping) {
         rp_hop(RP_HOP_FRONTEND_IN);
-        *tail = prepare(l, done[k], op, (rp_xorshift64s(&l->rng) % l->span_pages) * RAMPART_PAGE_SIZE,
+        *tail = prepare(l, done[k], op,
+                        (rp_xorshift64s(&l->rng) % l->span_pages) * RAMPART_PAGE_SIZE,
                         RAMPART_PAGE_SIZE);
         tail = &(*tail)->next;
         inflight++;

@@ -23,8 +23,8 @@ struct bench_cluster {
   unsigned n;
   pid_t pid[BENCH_MAX_SERVERS];
   char addr[BENCH_MAX_SERVERS][64];
-  char dir[256];       /* temporary directory: key, logs */
-  char key[300];       /* key file */
+  char dir[256];          /* temporary directory: key, logs */
+  char key[300];          /* key file */
   const char *rampartctl; /* for each server's own op counts; NULL: not counted */
 };
 /* Starts n servers lending `memory` each, with a fresh key. 0, or -1 with err (every

@@ -116,9 +116,18 @@ static int set_valued_option(const char *a, const char *v, struct options *o)
 
 static int parse_options(int argc, char **argv, struct options *o)
 {
-  *o = (struct options){.seconds = 5, .qds = {1, 32}, .nqd = 2, .writes = true, .reads = true,
-                        .servers = 5, .memory = "512M", .size = "1G", .span = "256M",
-                        .settle = 15, .floor = true, .mlock = true};
+  *o = (struct options){ .seconds = 5,
+                         .qds = { 1, 32 },
+                         .nqd = 2,
+                         .writes = true,
+                         .reads = true,
+                         .servers = 5,
+                         .memory = "512M",
+                         .size = "1G",
+                         .span = "256M",
+                         .settle = 15,
+                         .floor = true,
+                         .mlock = true };
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -164,7 +173,8 @@ static const char *find_program(const char *env, const char *rel, const char *na
     char *slash = strrchr(self, '/');
     if (slash) {
       *slash = 0;
-      if ((size_t)snprintf(buf, buflen, "%s/%s", self, rel) < buflen && access(buf, X_OK) == 0)
+      if ((size_t)snprintf(buf, buflen, "%s/%s", self, rel) < buflen &&
+          access(buf, X_OK) == 0)
         return buf;
     }
   }
@@ -189,7 +199,8 @@ static struct floor_row *floor_for(bool write, unsigned qd)
 static void run_floor(const char *floor, double seconds, FILE *tsv)
 {
   char cmd[PATH_MAX + 128];
-  snprintf(cmd, sizeof cmd, "'%s' --tsv --qd 32,1 --form both --seconds %.3f", floor, seconds);
+  snprintf(cmd, sizeof cmd, "'%s' --tsv --qd 32,1 --form both --seconds %.3f", floor,
+           seconds);
   fprintf(stderr, "engine-bench: the floor: %s\n", cmd);
   FILE *p = popen(cmd, "r");
   char line[512];
@@ -201,14 +212,17 @@ static void run_floor(const char *floor, double seconds, FILE *tsv)
     unsigned long long pages;
     double secs, wall, cu, su;
     if (sscanf(line, "floor\t%15s\t%u\t%llu\t%lf\t%lf\t%lf\t%lf", form, &qd, &pages, &secs,
-               &wall, &cu, &su) != 7 || (qd != 1 && qd != 32))
+               &wall, &cu, &su) != 7 ||
+        (qd != 1 && qd != 32))
       continue;
     floor_rows[!strcmp(form, "write")][qd == 32] =
-      (struct floor_row){.have = true, .wall_us = wall, .client_us = cu, .server_us = su};
+      (struct floor_row){ .have = true, .wall_us = wall, .client_us = cu, .server_us = su };
   }
   if (!p || pclose(p) != 0)
-    fprintf(stderr, "engine-bench: warning: %s failed: no '× floor' figures (build it: "
-            "cmake --build build --target rampart-floor, or set RAMPART_FLOOR)\n", floor);
+    fprintf(stderr,
+            "engine-bench: warning: %s failed: no '× floor' figures (build it: "
+            "cmake --build build --target rampart-floor, or set RAMPART_FLOOR)\n",
+            floor);
 }
 
 /* ---- the engine ---- */
@@ -260,7 +274,7 @@ static uint64_t moves_started(const struct rampart_stats *st)
 
 static void sleep_ms(unsigned ms)
 {
-  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+  struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
   while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
     ;
 }
@@ -297,8 +311,8 @@ struct test_figures {
   bool write;
   unsigned qd;
   struct bench_load_result load;
-  double wire_pages;        /* as the engine counts them */
-  double server_pages;      /* as the servers count them (STAT), or -1 */
+  double wire_pages;   /* as the engine counts them */
+  double server_pages; /* as the servers count them (STAT), or -1 */
   double engine_us, engine_cs, servers_us, servers_cs; /* totals over the test */
   uint64_t cleaned, moves;
   double settle_s;
@@ -325,7 +339,8 @@ static int run_test(struct rampart_engine *e, struct bench_load *l, const struct
   rampart_get_stats(e, &s1);
   bench_cluster_sample(&cluster, true, &ops1);
   if (r < 0) {
-    fprintf(stderr, "engine-bench: a %s failed: %s\n", write ? "write" : "read", strerror(-r));
+    fprintf(stderr, "engine-bench: a %s failed: %s\n", write ? "write" : "read",
+            strerror(-r));
     return -1;
   }
   f->engine_us = rusage_cpu_us(&u1) - rusage_cpu_us(&u0);
@@ -338,8 +353,9 @@ static int run_test(struct rampart_engine *e, struct bench_load *l, const struct
    * parity, moves'), every page a read asked for, and one read per page it moved. */
   f->wire_pages = (double)(s1.wire_bytes_written - s0.wire_bytes_written) / WIRE_FRAME_BYTES +
                   (write ? 0 : (double)f->load.requests) + (double)f->moves;
-  f->server_pages = ops0.ops_known && ops1.ops_known ? (double)(ops1.ops_pages - ops0.ops_pages)
-                                                     : -1;
+  f->server_pages = ops0.ops_known && ops1.ops_known
+                      ? (double)(ops1.ops_pages - ops0.ops_pages)
+                      : -1;
   return 0;
 }
 
@@ -364,14 +380,18 @@ static void report_test(const struct test_figures *f, FILE *tsv)
   char srv_pages[32] = "-";
   if (f->server_pages >= 0)
     snprintf(srv_pages, sizeof srv_pages, "%.2f", f->server_pages / req);
-  printf("| %s QD%u | %.0f | %.1f | %.1f | %.2f (%s) | %.1f | %.1f | %s | %s | **%s** | %.2f | %.2f | %llu |\n",
-         f->write ? "randwrite" : "randread", f->qd, (double)f->load.requests / f->load.seconds,
-         f->load.p50_us, f->load.p99_us, f->wire_pages / req, srv_pages, f->engine_us / req,
-         f->servers_us / req, e_cell, s_cell, t_cell, f->engine_cs / req, f->servers_cs / pages,
+  printf("| %s QD%u | %.0f | %.1f | %.1f | %.2f (%s) | %.1f | %.1f | %s | %s | **%s** | %.2f "
+         "| %.2f | %llu |\n",
+         f->write ? "randwrite" : "randread", f->qd,
+         (double)f->load.requests / f->load.seconds, f->load.p50_us, f->load.p99_us,
+         f->wire_pages / req, srv_pages, f->engine_us / req, f->servers_us / req, e_cell,
+         s_cell, t_cell, f->engine_cs / req, f->servers_cs / pages,
          (unsigned long long)f->moves);
   fflush(stdout);
   if (tsv)
-    fprintf(tsv, "engine\t%s\t%u\t%llu\t%.3f\t%.0f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.2f\t%.2f\t%.3f\t%.3f\t%.3f"
+    fprintf(tsv,
+            "engine\t%s\t%u\t%llu\t%.3f\t%.0f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.2f\t%.2f\t%."
+            "3f\t%.3f\t%.3f"
             "\t%.4f\t%.4f\t%.3f\t%.3f\t%.3f\t%llu\t%llu\n",
             f->write ? "randwrite" : "randread", f->qd, (unsigned long long)f->load.requests,
             f->load.seconds, (double)f->load.requests / f->load.seconds, f->load.mean_us,
@@ -386,8 +406,10 @@ static void report_test(const struct test_figures *f, FILE *tsv)
 
 static void print_floor_table(void)
 {
-  printf("The floor (rampart-floor, same run), per page: client and server CPU µs, wall µs.\n\n");
-  printf("| floor | client µs | server µs | total µs | wall µs |\n| --- | ---: | ---: | ---: | ---: |\n");
+  printf(
+    "The floor (rampart-floor, same run), per page: client and server CPU µs, wall µs.\n\n");
+  printf("| floor | client µs | server µs | total µs | wall µs |\n| --- | ---: | ---: | ---: "
+         "| ---: |\n");
   for (int w = 1; w >= 0; w--)
     for (int q = 1; q >= 0; q--) {
       const struct floor_row *r = &floor_rows[w][q];
@@ -402,7 +424,10 @@ static int parse_size(const char *text, uint64_t *bytes)
 {
   char *end;
   unsigned long long v = strtoull(text, &end, 10);
-  uint64_t mult = *end == 'G' ? 1u << 30 : *end == 'M' ? 1u << 20 : *end == 'K' ? 1u << 10 : 1;
+  uint64_t mult = *end == 'G'   ? 1u << 30
+                  : *end == 'M' ? 1u << 20
+                  : *end == 'K' ? 1u << 10
+                                : 1;
   *bytes = v * mult;
   return v > 0 ? 0 : -1;
 }
@@ -419,9 +444,12 @@ int main(int argc, char **argv)
     return 2;
   }
   char b1[PATH_MAX], b2[PATH_MAX], b3[PATH_MAX];
-  const char *rampartd = find_program("RAMPARTD", "../../server/rampartd", "rampartd", b1, sizeof b1);
-  cluster.rampartctl = find_program("RAMPARTCTL", "../../tools/rampartctl", "rampartctl", b2, sizeof b2);
-  const char *floor = find_program("RAMPART_FLOOR", "../floor/rampart-floor", "rampart-floor", b3, sizeof b3);
+  const char *rampartd = find_program("RAMPARTD", "../../server/rampartd", "rampartd", b1,
+                                      sizeof b1);
+  cluster.rampartctl = find_program("RAMPARTCTL", "../../tools/rampartctl", "rampartctl", b2,
+                                    sizeof b2);
+  const char *floor = find_program("RAMPART_FLOOR", "../floor/rampart-floor", "rampart-floor",
+                                   b3, sizeof b3);
   FILE *tsv = NULL;
   if (o.tsv && !(tsv = fopen(o.tsv, "w"))) {
     fprintf(stderr, "engine-bench: cannot write %s: %s\n", o.tsv, strerror(errno));
@@ -454,7 +482,8 @@ int main(int argc, char **argv)
   }
   printf("# rampart engine alone (bench/engine)\n\n");
   printf("One thread submits as rampart-ublk's queue thread does and waits %s, in the\n"
-         "process that runs the engine; %u rampartd on loopback; parity-log 4+1, pages sealed, frames tagged;\n"
+         "process that runs the engine; %u rampartd on loopback; parity-log 4+1, pages "
+         "sealed, frames tagged;\n"
          "device %s, %s of it filled and then tested; %.1f s per test.%s\n\n",
          getenv("RAMPART_BENCH_EVENTFD") ? "on an eventfd (RAMPART_BENCH_EVENTFD)"
                                          : "in rampart_reap (reading its replies itself)",
@@ -467,21 +496,27 @@ int main(int argc, char **argv)
   }
   if (o.floor)
     print_floor_table();
-  printf("Per request (req) and per page on the wire (page: as the engine counts them, every page\n"
-         "written, parity and moves included, every page read, one read per page moved; the\n"
-         "servers' own count of pages taken and given in brackets). CPU: the engine process\n"
-         "(getrusage, all threads) and the rampartd processes (summed, /proc/PID/stat); × the\n"
-         "floor's client, server and total per page at the same form and depth. cs: context\n"
-         "switches (engine: per request; servers: per page).\n\n");
-  printf("| test | IOPS | p50 µs | p99 µs | wire pages/req (servers) | engine µs/req | servers µs/req "
+  printf(
+    "Per request (req) and per page on the wire (page: as the engine counts them, every "
+    "page\n"
+    "written, parity and moves included, every page read, one read per page moved; the\n"
+    "servers' own count of pages taken and given in brackets). CPU: the engine process\n"
+    "(getrusage, all threads) and the rampartd processes (summed, /proc/PID/stat); × the\n"
+    "floor's client, server and total per page at the same form and depth. cs: context\n"
+    "switches (engine: per request; servers: per page).\n\n");
+  printf("| test | IOPS | p50 µs | p99 µs | wire pages/req (servers) | engine µs/req | "
+         "servers µs/req "
          "| engine µs/page (× floor) | servers µs/page (× floor) | total µs/page (× floor) "
          "| engine cs/req | servers cs/page | pages moved |\n");
-  printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+         "| ---: |\n");
   if (tsv)
-    fprintf(tsv, "# engine\ttest\tqd\trequests\tseconds\tiops\tmean_us\tp50_us\tp99_us\t"
-            "wire_pages_per_req\tserver_pages_per_req\tengine_us_per_req\tservers_us_per_req\t"
-            "engine_us_per_page\tservers_us_per_page\ttotal_us_per_page\tengine_cs_per_req\t"
-            "servers_cs_per_page\tengine_x_floor\tservers_x_floor\ttotal_x_floor\tmoves\tcleaned\n");
+    fprintf(
+      tsv, "# engine\ttest\tqd\trequests\tseconds\tiops\tmean_us\tp50_us\tp99_us\t"
+           "wire_pages_per_req\tserver_pages_per_req\tengine_us_per_req\tservers_us_per_req\t"
+           "engine_us_per_page\tservers_us_per_page\ttotal_us_per_page\tengine_cs_per_req\t"
+           "servers_cs_per_page\tengine_x_floor\tservers_x_floor\ttotal_x_"
+           "floor\tmoves\tcleaned\n");
   char notes[2048] = "";
   size_t nl = 0;
   for (int pass = 0; pass < 2; pass++) {
@@ -495,9 +530,10 @@ int main(int argc, char **argv)
         goto out;
       report_test(&f, tsv);
       if (!f.settled && nl < sizeof notes)
-        nl += (size_t)snprintf(notes + nl, sizeof notes - nl,
-                               "- before %s QD%u the engine was still moving pages after %u s\n",
-                               write ? "randwrite" : "randread", o.qds[k], o.settle);
+        nl += (size_t)snprintf(
+          notes + nl, sizeof notes - nl,
+          "- before %s QD%u the engine was still moving pages after %u s\n",
+          write ? "randwrite" : "randread", o.qds[k], o.settle);
     }
   }
   printf("\n%s", notes);

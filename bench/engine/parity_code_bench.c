@@ -46,7 +46,7 @@ enum work { SEAL, P_ADD, Q_ADD, Q_ADD_SCALAR, RECOVER_1, RECOVER_2 };
 
 struct rig {
   struct page_sealer sealer;
-  uint8_t *data;   /* GROUP_MAX_DATA pages */
+  uint8_t *data; /* GROUP_MAX_DATA pages */
   uint8_t *p, *q, *spare, *out;
   unsigned k;
 };
@@ -136,8 +136,9 @@ int main(int argc, char **argv)
   r.q = r.p + PAGE;
   r.spare = r.q + PAGE;
   r.out = r.spare + PAGE;
-  static const char *const names[] = { "seal", "P add", "Q add", "Q add, scalar",
-                                       "recover 1 (XOR)", "recover 2 (P+Q)" };
+  static const char *const names[] = {
+    "seal", "P add", "Q add", "Q add, scalar", "recover 1 (XOR)", "recover 2 (P+Q)"
+  };
   printf("%-18s %10s %10s   (ns per 4 KiB page, best of %u rounds of %u)\n", "work", "S=4",
          "S=8", rounds, pages);
   for (unsigned w = SEAL; w <= RECOVER_2; w++) {

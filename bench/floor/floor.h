@@ -47,7 +47,7 @@ struct floor_mark {
 struct floor_shared {
   struct floor_mark server[2]; /* at FLOOR_MARK_START, FLOOR_MARK_END */
   uint64_t pages_stored, pages_served;
-  char error[256];             /* the server's failure, if any */
+  char error[256]; /* the server's failure, if any */
 };
 
 /* A connection's end: the socket, both directions' frame tags, the syscalls made. */
@@ -102,8 +102,8 @@ void floor_client_free(struct floor_client *c);
 int floor_client_prefill(struct floor_client *c, char *err, size_t errlen);
 /* One measured run: a start mark, `seconds` of the form at `qd`, everything in flight
  * drained, an end mark. */
-int floor_client_run(struct floor_client *c, enum floor_form form, unsigned qd, double seconds,
-                     struct floor_result *out, char *err, size_t errlen);
+int floor_client_run(struct floor_client *c, enum floor_form form, unsigned qd,
+                     double seconds, struct floor_result *out, char *err, size_t errlen);
 /* GOODBYE: the server exits. */
 int floor_client_goodbye(struct floor_client *c);
 

@@ -26,15 +26,15 @@ struct floor_client {
   struct floor_link link;
   struct floor_sealer sealer;
   uint64_t store_pages;
-  struct slot_seal *seals;   /* per slot: what opening it needs (rampart's page_seal) */
-  uint8_t *plain;            /* PLAIN_PAGES source pages */
-  uint8_t *opened;           /* FLOOR_MAX_QD destination pages for reads */
-  uint8_t *send_buf;         /* FLOOR_MAX_QD frames */
+  struct slot_seal *seals; /* per slot: what opening it needs (rampart's page_seal) */
+  uint8_t *plain;          /* PLAIN_PAGES source pages */
+  uint8_t *opened;         /* FLOOR_MAX_QD destination pages for reads */
+  uint8_t *send_buf;       /* FLOOR_MAX_QD frames */
   uint8_t *recv_buf;
   size_t have;
   uint64_t next_id, rng;
   unsigned inflight;
-  uint64_t done;             /* pages completed */
+  uint64_t done; /* pages completed */
   bool mark_answered, goodbye_answered;
 };
 
@@ -91,7 +91,7 @@ void floor_client_free(struct floor_client *c)
 static size_t build_frame(struct floor_client *c, uint8_t op, uint64_t slot, uint64_t id,
                           uint8_t *out)
 {
-  struct rp_header h = {.magic = RP_FRAME_MAGIC, .op = op, .id = id, .slot = slot};
+  struct rp_header h = { .magic = RP_FRAME_MAGIC, .op = op, .id = id, .slot = slot };
   uint8_t *payload = out + RP_HEADER_SIZE;
   if (op == RP_OP_WRITE) {
     h.length = FLOOR_PAGE;
@@ -234,8 +234,8 @@ int floor_client_prefill(struct floor_client *c, char *err, size_t errlen)
   return 0;
 }
 
-int floor_client_run(struct floor_client *c, enum floor_form form, unsigned qd, double seconds,
-                     struct floor_result *out, char *err, size_t errlen)
+int floor_client_run(struct floor_client *c, enum floor_form form, unsigned qd,
+                     double seconds, struct floor_result *out, char *err, size_t errlen)
 {
   uint8_t op = form == FLOOR_WRITE ? RP_OP_WRITE : RP_OP_READ;
   memset(out, 0, sizeof *out);

@@ -36,8 +36,9 @@ static const char usage[] =
 
 static int parse_options(int argc, char **argv, struct options *o)
 {
-  *o = (struct options){.qds = {32, 1}, .nqd = 2, .seconds = 2, .forms = {true, true},
-                        .store_pages = 16384};
+  *o = (struct options){
+    .qds = { 32, 1 }, .nqd = 2, .seconds = 2, .forms = { true, true }, .store_pages = 16384
+  };
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--tsv")) {
@@ -53,7 +54,8 @@ static int parse_options(int argc, char **argv, struct options *o)
     } else if (!strcmp(a, "--qd")) {
       o->nqd = 0;
       char *copy = strdup(v), *save = NULL;
-      for (char *t = strtok_r(copy, ",", &save); t && o->nqd < 16; t = strtok_r(NULL, ",", &save)) {
+      for (char *t = strtok_r(copy, ",", &save); t && o->nqd < 16;
+           t = strtok_r(NULL, ",", &save)) {
         long qd = strtol(t, NULL, 10);
         if (qd < 1 || qd > (long)FLOOR_MAX_QD) {
           fprintf(stderr, "rampart-floor: --qd %s: each depth is 1 to %u\n", v, FLOOR_MAX_QD);
@@ -136,18 +138,20 @@ static void print_header(enum output out)
     printf("# floor\tform\tqd\tpages\tseconds\twall_us\tclient_us\tserver_us\tclient_cs\t"
            "server_cs\tclient_syscalls\tserver_syscalls\tpages_per_s\n");
   else if (out == OUT_TABLE)
-    printf("per page        | wall us | client us | server us | total us | client cs | server cs "
-           "| client sys | server sys |  pages/s\n");
+    printf(
+      "per page        | wall us | client us | server us | total us | client cs | server cs "
+      "| client sys | server sys |  pages/s\n");
 }
 
-static void print_result(enum output out, const struct floor_result *r, const struct per_page *p)
+static void print_result(enum output out, const struct floor_result *r,
+                         const struct per_page *p)
 {
   const char *form = r->form == FLOOR_WRITE ? "write" : "read";
   switch (out) {
   case OUT_TSV:
-    printf("floor\t%s\t%u\t%llu\t%.3f\t%.3f\t%.3f\t%.3f\t%.4f\t%.4f\t%.3f\t%.3f\t%.0f\n", form, r->qd,
-           (unsigned long long)r->pages, r->seconds, p->wall_us, p->client_us, p->server_us,
-           p->client_cs, p->server_cs, p->client_sys, p->server_sys, p->rate);
+    printf("floor\t%s\t%u\t%llu\t%.3f\t%.3f\t%.3f\t%.3f\t%.4f\t%.4f\t%.3f\t%.3f\t%.0f\n",
+           form, r->qd, (unsigned long long)r->pages, r->seconds, p->wall_us, p->client_us,
+           p->server_us, p->client_cs, p->server_cs, p->client_sys, p->server_sys, p->rate);
     break;
   case OUT_JSON:
     printf("{\"form\":\"%s\",\"qd\":%u,\"pages\":%llu,\"seconds\":%.3f,\"wall_us\":%.3f,"
@@ -157,7 +161,8 @@ static void print_result(enum output out, const struct floor_result *r, const st
            p->server_us, p->client_cs, p->server_cs, p->client_sys, p->server_sys, p->rate);
     break;
   case OUT_TABLE:
-    printf("%-5s QD%-4u    | %7.2f | %9.2f | %9.2f | %8.2f | %9.3f | %9.3f | %10.3f | %10.3f | %8.0f\n",
+    printf("%-5s QD%-4u    | %7.2f | %9.2f | %9.2f | %8.2f | %9.3f | %9.3f | %10.3f | %10.3f "
+           "| %8.0f\n",
            form, r->qd, p->wall_us, p->client_us, p->server_us, p->client_us + p->server_us,
            p->client_cs, p->server_cs, p->client_sys, p->server_sys, p->rate);
     break;
@@ -197,7 +202,8 @@ static int measure(const struct options *o, int fd, const struct rp_session_keys
     r = -1;
   }
   if (r < 0)
-    fprintf(stderr, "rampart-floor: %s%s%s\n", err, shared->error[0] ? "; " : "", shared->error);
+    fprintf(stderr, "rampart-floor: %s%s%s\n", err, shared->error[0] ? "; " : "",
+            shared->error);
   floor_client_free(c);
   return r;
 }

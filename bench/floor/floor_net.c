@@ -25,7 +25,7 @@ static void tune(int fd)
 int floor_listen(uint16_t *port, char *err, size_t errlen)
 {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
   socklen_t len = sizeof a;
   if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 1) < 0 ||
       getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
@@ -58,8 +58,9 @@ int floor_connect(uint16_t port, char *err, size_t errlen)
     return -1;
   }
   tune(fd);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct sockaddr_in a = { .sin_family = AF_INET,
+                           .sin_port = htons(port),
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
   if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
     snprintf(err, errlen, "cannot connect to 127.0.0.1:%u: %s", port, strerror(errno));
     close(fd);

@@ -23,8 +23,8 @@ struct server {
   uint8_t *store;
   uint64_t store_pages;
   uint8_t *recv_buf;
-  size_t have;                      /* bytes in recv_buf */
-  uint8_t *reply_bytes;             /* reply headers and tags, back to back */
+  size_t have;          /* bytes in recv_buf */
+  uint8_t *reply_bytes; /* reply headers and tags, back to back */
   size_t reply_len;
   struct iovec iov[3 * MAX_REPLIES];
   int iovcnt;
@@ -69,7 +69,7 @@ static void add_iov(struct server *s, const uint8_t *base, size_t len)
     last->iov_len += len;
     return;
   }
-  s->iov[s->iovcnt++] = (struct iovec){.iov_base = (void *)base, .iov_len = len};
+  s->iov[s->iovcnt++] = (struct iovec){ .iov_base = (void *)base, .iov_len = len };
 }
 
 /* Queues the reply to `req`: its header, `payload` (a store page, or NULL), its tag. */
@@ -156,7 +156,7 @@ static int serve_buffer(struct server *s)
 int floor_serve(int fd, const struct rp_session_keys *keys, uint64_t store_pages,
                 struct floor_shared *shared)
 {
-  struct server s = {.link = {.fd = fd}, .store_pages = store_pages, .shared = shared};
+  struct server s = { .link = { .fd = fd }, .store_pages = store_pages, .shared = shared };
   s.store = mmap(NULL, store_pages * FLOOR_PAGE, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   s.recv_buf = malloc(FLOOR_RECV_BUFFER);

@@ -36,8 +36,8 @@ static const char *const interval_name[RP_HOP_COUNT - 1] = {
 };
 
 static const char *const interval_key[RP_HOP_COUNT - 1] = {
-  "frontend_in", "engine_submit", "to_server", "server", "to_client", "engine_reply",
-  "frontend_out",
+  "frontend_in", "engine_submit", "to_server",    "server",
+  "to_client",   "engine_reply",  "frontend_out",
 };
 
 static int by_ns(const void *a, const void *b)
@@ -96,8 +96,10 @@ static struct rp_hop_stamp *load(const char *path, size_t *count)
   uint64_t claimed = atomic_load(&t->next);
   size_t n = claimed < t->capacity ? (size_t)claimed : t->capacity, kept = 0;
   if (claimed > t->capacity)
-    fprintf(stderr, "rampart-hop-budget: %s filled up: %llu stamps dropped; make it fresh "
-            "for each run\n", path, (unsigned long long)(claimed - t->capacity));
+    fprintf(stderr,
+            "rampart-hop-budget: %s filled up: %llu stamps dropped; make it fresh "
+            "for each run\n",
+            path, (unsigned long long)(claimed - t->capacity));
   struct rp_hop_stamp *s = malloc((n ? n : 1) * sizeof *s);
   if (!s) {
     fprintf(stderr, "rampart-hop-budget: out of memory for %zu stamps\n", n);
@@ -144,8 +146,10 @@ int main(int argc, char **argv)
     memset(at, 0, sizeof at);
   }
   if (total.n == 0) {
-    fprintf(stderr, "rampart-hop-budget: %s: no request with every hop stamped, of %zu "
-            "started (%zu stamps)\n", argv[1], windows, n);
+    fprintf(stderr,
+            "rampart-hop-budget: %s: no request with every hop stamped, of %zu "
+            "started (%zu stamps)\n",
+            argv[1], windows, n);
     return 1;
   }
   double all = mean(&total);

@@ -20,20 +20,21 @@ static const struct {
   { "gauss", workload_gauss, "Gaussian elimination of a banded system (half-band 128)" },
   { "fft", workload_fft, "complex FFT of 2^k points, forward and inverse" },
   { "matvec", workload_matvec, "matrix-vector products, 4 passes over the matrix" },
-  { "pages", workload_pages, "fill every page with its own pattern, check all in random order" },
+  { "pages", workload_pages,
+    "fill every page with its own pattern, check all in random order" },
   { "forks", workload_forks, "16 processes at once, each running pages on 1/16 of the size" },
 };
 enum { WORKLOAD_COUNT = sizeof workloads / sizeof workloads[0] };
 
 static void usage(FILE *to)
 {
-  fprintf(to,
-          "usage: rampart-workload WORKLOAD --size BYTES [--seed N]\n"
-          "\n"
-          "Allocates about BYTES of memory, fills all of it from the seed, computes, checks\n"
-          "the answer, and prints 'workload NAME size=BYTES seconds=S verified=yes'.\n"
-          "BYTES takes K, M, G suffixes (768M). Run it in a memory cgroup smaller than BYTES\n"
-          "to make it page. Workloads:\n");
+  fprintf(
+    to, "usage: rampart-workload WORKLOAD --size BYTES [--seed N]\n"
+        "\n"
+        "Allocates about BYTES of memory, fills all of it from the seed, computes, checks\n"
+        "the answer, and prints 'workload NAME size=BYTES seconds=S verified=yes'.\n"
+        "BYTES takes K, M, G suffixes (768M). Run it in a memory cgroup smaller than BYTES\n"
+        "to make it page. Workloads:\n");
   for (int i = 0; i < WORKLOAD_COUNT; i++)
     fprintf(to, "  %-10s %s\n", workloads[i].name, workloads[i].what);
 }
@@ -71,8 +72,10 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], workloads[i].name) == 0)
       which = i;
   if (which < 0) {
-    fprintf(stderr, "rampart-workload: unknown workload '%s': use quicksort, gauss, fft, "
-            "matvec, pages or forks (--help lists them)\n", argv[1]);
+    fprintf(stderr,
+            "rampart-workload: unknown workload '%s': use quicksort, gauss, fft, "
+            "matvec, pages or forks (--help lists them)\n",
+            argv[1]);
     return 2;
   }
   uint64_t size = 0, seed = 1;

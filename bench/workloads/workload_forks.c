@@ -66,7 +66,8 @@ int workload_forks(uint64_t size, uint64_t seed, struct workload_result *result)
     else
       snprintf(result->detail, sizeof result->detail,
                "%d of %d children failed (first: child %d, exit status %d: 1 is a page read "
-               "back wrong, 2 no memory)", bad, FORKS, first_bad, WEXITSTATUS(first_status));
+               "back wrong, 2 no memory)",
+               bad, FORKS, first_bad, WEXITSTATUS(first_status));
   }
   return 0;
 }

@@ -34,7 +34,8 @@ static void fill_system(double *band, double *rhs, size_t n, uint64_t seed)
       row[k] = 0.0;
     double b = 0.0;
     for (size_t j = lo; j <= hi; j++) {
-      double a = j == i ? 2.0 * HALF_BAND + 2.0 : workload_unit(seed, 2, i * ROW_WIDTH + j - lo);
+      double a = j == i ? 2.0 * HALF_BAND + 2.0
+                        : workload_unit(seed, 2, i * ROW_WIDTH + j - lo);
       *band_at(band, i, j) = a;
       b += a * solution_at(seed, j);
     }

@@ -24,8 +24,8 @@ double workload_unit(uint64_t seed, uint64_t stream, uint64_t index)
 
 void *workload_map(uint64_t bytes, struct workload_result *result)
 {
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
     snprintf(result->detail, sizeof result->detail,
              "cannot map %llu bytes of memory: %s (use a smaller --size)",

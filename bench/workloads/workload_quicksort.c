@@ -91,8 +91,8 @@ int workload_quicksort(uint64_t size, uint64_t seed, struct workload_result *res
   result->used_bytes = n * sizeof *a;
   result->verified = out_of_order == 0 && sum_in == sum_out && xor_in == xor_out;
   if (!result->verified)
-    snprintf(result->detail, sizeof result->detail,
-             "%zu keys out of order; sum %s, xor %s", out_of_order,
-             sum_in == sum_out ? "kept" : "CHANGED", xor_in == xor_out ? "kept" : "CHANGED");
+    snprintf(result->detail, sizeof result->detail, "%zu keys out of order; sum %s, xor %s",
+             out_of_order, sum_in == sum_out ? "kept" : "CHANGED",
+             xor_in == xor_out ? "kept" : "CHANGED");
   return 0;
 }

@@ -109,10 +109,10 @@ typedef void (*rp_request_done_fn)(struct rp_request *req);
  * ("" otherwise). */
 struct rp_request {
   /* filled by the caller */
-  uint8_t op;              /* RP_OP_WRITE, RP_OP_READ, RP_OP_FREE, RP_OP_PING */
+  uint8_t op; /* RP_OP_WRITE, RP_OP_READ, RP_OP_FREE, RP_OP_PING */
   uint64_t slot;
-  uint32_t count;          /* FREE only */
-  uint8_t *page;           /* WRITE: RP_PAGE_SIZE bytes to send; READ: where to put them */
+  uint32_t count; /* FREE only */
+  uint8_t *page;  /* WRITE: RP_PAGE_SIZE bytes to send; READ: where to put them */
   rp_request_done_fn done;
   void *user;
   /* the caller's own link while the request is not submitted (the engine queues
@@ -126,8 +126,8 @@ struct rp_request {
   uint64_t deadline_ns;
   struct rp_request *next_in_bucket;
   struct rp_request *next_queued;
-  uint32_t sent_bytes;     /* of header + payload + tag, for partial writes */
-  bool tagged;             /* header encoded, tag computed: its sequence number is taken */
+  uint32_t sent_bytes; /* of header + payload + tag, for partial writes */
+  bool tagged;         /* header encoded, tag computed: its sequence number is taken */
   /* The frame's header and tag as sent. They live here, like the page, because a
    * zero-copy send (MSG_ZEROCOPY) hands the kernel these very bytes: they must stay as
    * they are until the reply arrives. */
@@ -151,7 +151,8 @@ typedef void (*rp_advise_fn)(struct rp_conn *conn, bool pressure, const char *re
                              uint64_t free_pages, void *user);
 /* The connection failed (reset, EOF, protocol error, timeout). Runs once, after every
  * in-flight request has completed with an error. The caller then closes it. */
-typedef void (*rp_disconnect_fn)(struct rp_conn *conn, const struct rp_error *why, void *user);
+typedef void (*rp_disconnect_fn)(struct rp_conn *conn, const struct rp_error *why,
+                                 void *user);
 
 void rp_conn_set_callbacks(struct rp_conn *conn, rp_advise_fn on_advise,
                            rp_disconnect_fn on_disconnect, void *user);
@@ -172,7 +173,8 @@ int rp_reserve_sync(struct rp_conn *conn, uint64_t pages, uint64_t *reserved_pag
                     uint64_t *free_pages, struct rp_error *err);
 /* Test API (the engine and rampartctl send pages asynchronously): rp_write_sync,
  * rp_read_sync, rp_ping_sync. */
-int rp_write_sync(struct rp_conn *conn, uint64_t slot, const uint8_t *page, struct rp_error *err);
+int rp_write_sync(struct rp_conn *conn, uint64_t slot, const uint8_t *page,
+                  struct rp_error *err);
 int rp_read_sync(struct rp_conn *conn, uint64_t slot, uint8_t *page, struct rp_error *err);
 int rp_free_sync(struct rp_conn *conn, uint64_t slot, uint32_t count, struct rp_error *err);
 int rp_ping_sync(struct rp_conn *conn, struct rp_error *err);
@@ -202,6 +204,7 @@ int rp_stat_sync(struct rp_conn *conn, struct rp_server_stat *stat, struct rp_er
 
 /* Test API: runs the loop until `pred(arg)` is true or timeout_ms passes, for tests
  * waiting on an advise or a disconnect. Returns true if pred became true. */
-bool rp_conn_wait(struct rp_conn *conn, bool (*pred)(void *arg), void *arg, uint32_t timeout_ms);
+bool rp_conn_wait(struct rp_conn *conn, bool (*pred)(void *arg), void *arg,
+                  uint32_t timeout_ms);
 
 #endif

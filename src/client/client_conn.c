@@ -105,10 +105,10 @@ struct rp_conn {
   ev_io rio;
   ev_io wio;
   ev_timer tick;
-  bool connected;   /* false once failed or closed */
+  bool connected; /* false once failed or closed */
   bool close_pending;
   bool disconnect_reported;
-  int depth; /* > 0 while inside one of our libev callbacks */
+  int depth;         /* > 0 while inside one of our libev callbacks */
   bool reading_lent; /* the owner reads the socket itself (rp_conn_lend_reading) */
   /* Watchers started that a sleeping loop must be woken to see (rp_conn_loop_changes) */
   unsigned loop_changes;
@@ -118,22 +118,22 @@ struct rp_conn {
   size_t in_flight;
   struct rp_request **buckets;
   struct rp_request *q_head, *q_tail;
-  uint8_t *rbuf;       /* bytes received and not yet parsed: [rstart, rend) */
+  uint8_t *rbuf; /* bytes received and not yet parsed: [rstart, rend) */
   size_t rbuf_size;
   size_t rstart, rend;
   rp_advise_fn on_advise;
   rp_disconnect_fn on_disconnect;
   void *cb_user;
-  struct rp_error why; /* why the connection failed */
+  struct rp_error why;         /* why the connection failed */
   struct rp_frame_auth tx, rx; /* client->server and server->client tags */
   struct rp_conn_pool *pool;   /* the pool this connection's memory belongs to, or NULL */
   /* Zero-copy sends (see flush_queue): on when the socket took SO_ZEROCOPY. Each
    * sendmsg that sent something takes the next number; the kernel reports on the
    * socket's error queue which numbers it is done with. */
   bool zerocopy;
-  bool zc_wait;          /* the kernel refused more (ENOBUFS): wait for completions */
-  uint32_t zc_sent;      /* zero-copy sendmsg calls */
-  uint32_t zc_completed; /* of them, reported done */
+  bool zc_wait;           /* the kernel refused more (ENOBUFS): wait for completions */
+  uint32_t zc_sent;       /* zero-copy sendmsg calls */
+  uint32_t zc_completed;  /* of them, reported done */
   uint32_t zc_copied_run; /* completions in a row the kernel reports it copied */
 };
 
@@ -265,8 +265,8 @@ static void fail_all(struct rp_conn *c, struct rp_request *timed_out, const char
 
   if (timed_out) {
     rp_msgf(timed_out->error_message, sizeof timed_out->error_message,
-             "%s to %s got no reply within %u ms", rp_op_name(timed_out->op), c->peer,
-             c->request_timeout_ms);
+            "%s to %s got no reply within %u ms", rp_op_name(timed_out->op), c->peer,
+            c->request_timeout_ms);
     complete(timed_out, RP_ERR_TIMEOUT);
   }
   while (list) {
@@ -274,8 +274,8 @@ static void fail_all(struct rp_conn *c, struct rp_request *timed_out, const char
     list = r->next_in_bucket;
     r->next_in_bucket = NULL;
     r->next_queued = NULL;
-    rp_msgf(r->error_message, sizeof r->error_message, "connection to %s lost: %s",
-             c->peer, what);
+    rp_msgf(r->error_message, sizeof r->error_message, "connection to %s lost: %s", c->peer,
+            what);
     complete(r, RP_ERR_DISCONNECTED);
   }
 }
@@ -295,7 +295,7 @@ static void conn_fail(struct rp_conn *c, uint16_t code, struct rp_request *timed
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
   rp_error_set(&c->why, code, "connection to %s failed: %s: %s", c->peer, what,
-            rp_status_advice(code));
+               rp_status_advice(code));
   fail_all(c, timed_out, what);
   if (!c->disconnect_reported && !c->close_pending) {
     c->disconnect_reported = true;
@@ -498,8 +498,9 @@ size_t rp_conn_pool_bytes(const struct rp_conn_pool *pool)
 {
   if (!pool)
     return 0;
-  return sizeof *pool + pool->n * (sizeof pool->entries[0] + sizeof(struct rp_conn) +
-                                   NBUCKETS * sizeof(struct rp_request *) + POOLED_RBUF_SIZE) +
+  return sizeof *pool +
+         pool->n * (sizeof pool->entries[0] + sizeof(struct rp_conn) +
+                    NBUCKETS * sizeof(struct rp_request *) + POOLED_RBUF_SIZE) +
          (size_t)SCRATCH_BUFFERS * SCRATCH_SIZE;
 }
 
@@ -594,7 +595,8 @@ static void zc_drain(struct rp_conn *c)
         c->zc_copied_run = 0;
       } else if (c->zerocopy && ++c->zc_copied_run >= ZC_COPIED_RUN_LIMIT) {
         c->zerocopy = false;
-        rp_log(RP_LOG_DEBUG, "%s: the kernel copied the last %u sends on this connection "
+        rp_log(RP_LOG_DEBUG,
+               "%s: the kernel copied the last %u sends on this connection "
                "(loopback, or no scatter-gather on the way): plain sends from now on",
                c->peer, c->zc_copied_run);
       }
@@ -643,7 +645,8 @@ static void flush_queue(struct rp_conn *c)
           h.count = r->count;
         rp_header_encode(&h, r->header);
         if (rp_frame_tag(&c->tx, r->header, r->page, plen, r->tag) < 0) {
-          conn_fail(c, RP_ERR_INTERNAL, NULL, "cannot compute a frame's authentication "
+          conn_fail(c, RP_ERR_INTERNAL, NULL,
+                    "cannot compute a frame's authentication "
                     "tag (libcrypto failed)");
           return;
         }
@@ -757,25 +760,26 @@ static void handle_frame(struct rp_conn *c, const struct rp_header *h, const uin
   }
   struct rp_request *r = table_find(c, h->id);
   if (!r) {
-    conn_fail(c, RP_ERR_BAD_FRAME, NULL, "server answered request id %" PRIu64
-              " which is not in flight", h->id);
+    conn_fail(c, RP_ERR_BAD_FRAME, NULL,
+              "server answered request id %" PRIu64 " which is not in flight", h->id);
     return;
   }
   if (r->op != h->op) {
-    conn_fail(c, RP_ERR_BAD_FRAME, NULL, "server answered %s request id %" PRIu64
-              " with a %s reply", rp_op_name(r->op), h->id, rp_op_name(h->op));
+    conn_fail(c, RP_ERR_BAD_FRAME, NULL,
+              "server answered %s request id %" PRIu64 " with a %s reply", rp_op_name(r->op),
+              h->id, rp_op_name(h->op));
     return;
   }
   if (r->sent_bytes != frame_len(r)) {
-    conn_fail(c, RP_ERR_BAD_FRAME, NULL, "server answered request id %" PRIu64
-              " before it was sent", h->id);
+    conn_fail(c, RP_ERR_BAD_FRAME, NULL,
+              "server answered request id %" PRIu64 " before it was sent", h->id);
     return;
   }
   table_remove(c, r);
   rp_hop(RP_HOP_ENGINE_REPLY);
   if (h->status != RP_OK) {
     client_copy_server_message(r->error_message, sizeof r->error_message, payload, h->length,
-                        h->status);
+                               h->status);
     if (is_control_op(r->op))
       ((struct ctl_request *)r)->reply_len = 0;
     complete(r, h->status);
@@ -816,9 +820,12 @@ static void parse_frames(struct rp_conn *c)
     const uint8_t *frame = c->rbuf + c->rstart;
     const uint8_t *payload = frame + RP_HEADER_SIZE;
     if (!rp_frame_verify(&c->rx, frame, payload, h.length, payload + h.length)) {
-      rp_log(RP_LOG_WARN, "%s: a %s frame (id %" PRIu64 ") from the server failed its "
-             "authentication tag; dropping the connection", c->peer, rp_op_name(h.op), h.id);
-      conn_fail(c, RP_ERR_BAD_FRAME, NULL, "a %s frame from the server failed its "
+      rp_log(RP_LOG_WARN,
+             "%s: a %s frame (id %" PRIu64 ") from the server failed its "
+             "authentication tag; dropping the connection",
+             c->peer, rp_op_name(h.op), h.id);
+      conn_fail(c, RP_ERR_BAD_FRAME, NULL,
+                "a %s frame from the server failed its "
                 "authentication tag (altered, injected or replayed on the way)",
                 rp_op_name(h.op));
       return;
@@ -862,8 +869,10 @@ static void read_in_own(struct rp_conn *c, int k, uint8_t *own, size_t own_size)
   c->rstart = c->rend = 0;
   if (unparsed > 0 && rbuf_grow(c, unparsed) < 0) {
     scratch_give_back(k);
-    conn_fail(c, RP_ERR_INTERNAL, NULL, "out of memory for a %zu-byte frame from the "
-              "server", unparsed);
+    conn_fail(c, RP_ERR_INTERNAL, NULL,
+              "out of memory for a %zu-byte frame from the "
+              "server",
+              unparsed);
     return;
   }
   memcpy(c->rbuf, from, unparsed);
@@ -889,8 +898,10 @@ static void on_readable(struct ev_loop *loop, ev_io *w, int revents)
     /* Full with one frame not yet whole: only a connection's own buffer grows (a
      * scratch buffer holds any frame once compacted, and is not the connection's). */
     if (c->rend == c->rbuf_size && (k >= 0 || rbuf_grow(c, c->rbuf_size + 1) < 0)) {
-      conn_fail(c, RP_ERR_INTERNAL, NULL, "no room for a frame larger than %zu bytes "
-                "from the server", c->rbuf_size);
+      conn_fail(c, RP_ERR_INTERNAL, NULL,
+                "no room for a frame larger than %zu bytes "
+                "from the server",
+                c->rbuf_size);
       break;
     }
     size_t space = c->rbuf_size - c->rend;
@@ -976,8 +987,7 @@ static void submit_any(struct rp_conn *c, struct rp_request *r)
   r->tagged = false;
   r->id = 0;
   if (!c->connected || c->close_pending) {
-    rp_msgf(r->error_message, sizeof r->error_message, "connection to %s is closed",
-             c->peer);
+    rp_msgf(r->error_message, sizeof r->error_message, "connection to %s is closed", c->peer);
     complete(r, RP_ERR_DISCONNECTED);
     return;
   }
@@ -1234,9 +1244,10 @@ static int run_sync(struct rp_conn *c, struct ctl_request *ctl, const char *what
   free(ctl->reply);
   ctl->reply = NULL;
   const char *said = ctl->req.error_message[0] ? ctl->req.error_message
-                                                : rp_status_name(ctl->req.status);
+                                               : rp_status_name(ctl->req.status);
   rp_error_set(err, ctl->req.status, "%s on %s failed: %s%s%s", what, peer, said,
-            client_advice_sep(said, ctl->req.status), client_advice_text(said, ctl->req.status));
+               client_advice_sep(said, ctl->req.status),
+               client_advice_text(said, ctl->req.status));
   return -1;
 }
 
@@ -1251,8 +1262,8 @@ static int reply_malformed(struct rp_conn *c, struct ctl_request *ctl, const cha
 {
   free(ctl->reply);
   ctl->reply = NULL;
-  rp_error_set(err, RP_ERR_BAD_FRAME, "%s on %s: the reply does not decode: %s", what, c->peer,
-            rp_status_advice(RP_ERR_BAD_FRAME));
+  rp_error_set(err, RP_ERR_BAD_FRAME, "%s on %s: the reply does not decode: %s", what,
+               c->peer, rp_status_advice(RP_ERR_BAD_FRAME));
   return -1;
 }
 
@@ -1308,13 +1319,14 @@ static int hot_sync(struct rp_conn *conn, uint8_t op, uint64_t slot, uint32_t co
   if (op == RP_OP_FREE && (slot > RP_MAX_SLOT || count == 0 || count > RP_MAX_FREE_COUNT ||
                            slot + count - 1 > RP_MAX_SLOT)) {
     rp_error_set(err, RP_ERR_BAD_FRAME, "%s: invalid count %u (1..%u)", what, count,
-              RP_MAX_FREE_COUNT);
+                 RP_MAX_FREE_COUNT);
     return -1;
   }
   return run_sync(conn, &ctl, what, err);
 }
 
-int rp_write_sync(struct rp_conn *conn, uint64_t slot, const uint8_t *page, struct rp_error *err)
+int rp_write_sync(struct rp_conn *conn, uint64_t slot, const uint8_t *page,
+                  struct rp_error *err)
 {
   return hot_sync(conn, RP_OP_WRITE, slot, 0, (uint8_t *)page, err);
 }
@@ -1355,7 +1367,7 @@ int rp_stat_sync(struct rp_conn *conn, struct rp_server_stat *stat, struct rp_er
     return reply_malformed(conn, &ctl, "STAT", err);
   memset(stat, 0, sizeof *stat);
   rp_msgf(stat->server_name, sizeof stat->server_name, "%s",
-           s->server_name ? s->server_name : "");
+          s->server_name ? s->server_name : "");
   stat->version = s->version;
   stat->uptime_seconds = s->uptime_seconds;
   stat->page_size = s->page_size;
@@ -1393,7 +1405,8 @@ static void wait_expired(struct ev_loop *loop, ev_timer *w, int revents)
   *(bool *)w->data = true;
 }
 
-bool rp_conn_wait(struct rp_conn *conn, bool (*pred)(void *arg), void *arg, uint32_t timeout_ms)
+bool rp_conn_wait(struct rp_conn *conn, bool (*pred)(void *arg), void *arg,
+                  uint32_t timeout_ms)
 {
   if (pred(arg))
     return true;

@@ -20,7 +20,7 @@ struct rp_error {
 
 /* Fills err (if not NULL) with code and a formatted message. */
 void rp_error_set(struct rp_error *err, uint16_t code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+  __attribute__((format(printf, 3, 4)));
 
 /* The server's sentence in an Error payload, or the status's name. */
 void client_copy_server_message(char *out, size_t outlen, const uint8_t *payload,

@@ -35,7 +35,7 @@ struct handshake {
   int fd;
   uint64_t deadline_ns;
   const char *peer;
-  uint8_t *buf;              /* the connection's receive buffer */
+  uint8_t *buf; /* the connection's receive buffer */
   size_t arena_used;
   ProtobufCAllocator arena;
 };
@@ -66,22 +66,23 @@ static int remaining_ms(uint64_t deadline_ns)
 }
 
 /* Waits for fd to become ready for `events`. 0, or -1 with err (timeout or poll error). */
-static int hs_wait(struct handshake *hs, short events, const char *doing, struct rp_error *err)
+static int hs_wait(struct handshake *hs, short events, const char *doing,
+                   struct rp_error *err)
 {
   for (;;) {
     int ms = remaining_ms(hs->deadline_ns);
     if (ms == 0) {
       rp_error_set(err, RP_ERR_TIMEOUT, "timed out %s %s: %s", doing, hs->peer,
-                rp_status_advice(RP_ERR_TIMEOUT));
+                   rp_status_advice(RP_ERR_TIMEOUT));
       return -1;
     }
-    struct pollfd p = {.fd = hs->fd, .events = events};
+    struct pollfd p = { .fd = hs->fd, .events = events };
     int n = poll(&p, 1, ms);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0) {
       rp_error_set(err, RP_ERR_CONNECT, "poll failed %s %s: %s", doing, hs->peer,
-                strerror(errno));
+                   strerror(errno));
       return -1;
     }
     if (n > 0)
@@ -102,20 +103,23 @@ static int hs_transfer(struct handshake *hs, uint8_t *buf, size_t len, bool send
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       if (hs_wait(hs, sending ? POLLOUT : POLLIN,
-                  sending ? "sending the handshake to" : "waiting for the handshake reply from",
+                  sending ? "sending the handshake to"
+                          : "waiting for the handshake reply from",
                   err) < 0)
         return -1;
       continue;
     }
     if (sending && n < 0) {
       rp_error_set(err, RP_ERR_CONNECT, "cannot send the handshake to %s: %s: %s", hs->peer,
-                strerror(errno), rp_status_advice(RP_ERR_CONNECT));
+                   strerror(errno), rp_status_advice(RP_ERR_CONNECT));
       return -1;
     }
     if (!sending && n <= 0) {
-      rp_error_set(err, RP_ERR_CONNECT, "%s closed the connection during the handshake%s%s: "
-                "is it a rampartd of this version? %s", hs->peer, n < 0 ? ": " : "",
-                n < 0 ? strerror(errno) : "", rp_status_advice(RP_ERR_CONNECT));
+      rp_error_set(err, RP_ERR_CONNECT,
+                   "%s closed the connection during the handshake%s%s: "
+                   "is it a rampartd of this version? %s",
+                   hs->peer, n < 0 ? ": " : "", n < 0 ? strerror(errno) : "",
+                   rp_status_advice(RP_ERR_CONNECT));
       return -1;
     }
     done += (size_t)n;
@@ -137,8 +141,8 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
   struct rp_header h = rp_request_header(op, id);
   size_t flen = rp_frame_build(frame, RP_MAX_CONTROL_FRAME, &h, msg);
   if (flen != 0 && tx) {
-    if (rp_frame_tag(tx, frame, frame + RP_HEADER_SIZE, flen - RP_HEADER_SIZE,
-                     frame + flen) < 0)
+    if (rp_frame_tag(tx, frame, frame + RP_HEADER_SIZE, flen - RP_HEADER_SIZE, frame + flen) <
+        0)
       flen = 0;
     else
       flen += RP_TAG_LEN;
@@ -157,8 +161,9 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
     struct rp_header rh;
     const char *why = NULL;
     if (rp_header_decode(hb, RP_FROM_SERVER, &rh, &why) != RP_OK) {
-      rp_error_set(err, RP_ERR_BAD_FRAME, "%s answered the handshake with a bad frame (%s): %s",
-                hs->peer, why ? why : "?", rp_status_advice(RP_ERR_BAD_FRAME));
+      rp_error_set(err, RP_ERR_BAD_FRAME,
+                   "%s answered the handshake with a bad frame (%s): %s", hs->peer,
+                   why ? why : "?", rp_status_advice(RP_ERR_BAD_FRAME));
       return -1;
     }
     bool tagged = rx && rh.status == RP_OK;
@@ -167,7 +172,8 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
     if (hs_transfer(hs, p, plen, false, err) < 0)
       return -1;
     if (tagged && !rp_frame_verify(rx, hb, p, rh.length, p + rh.length)) {
-      rp_error_set(err, RP_ERR_AUTH, "%s answered %s with a frame whose authentication tag "
+      rp_error_set(err, RP_ERR_AUTH,
+                   "%s answered %s with a frame whose authentication tag "
                    "is wrong (altered on the way, or a server with another key): %s",
                    hs->peer, rp_op_name(op), rp_status_advice(RP_ERR_AUTH));
       return -1;
@@ -181,8 +187,8 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
     bool refused_unread = rh.id == 0 && rh.status != RP_OK;
     if (!refused_unread && (rh.id != id || rh.op != op)) {
       rp_error_set(err, RP_ERR_BAD_FRAME, "%s answered %s with an unexpected %s frame: %s",
-                hs->peer, rp_op_name(op), rp_op_name(rh.op),
-                rp_status_advice(RP_ERR_BAD_FRAME));
+                   hs->peer, rp_op_name(op), rp_op_name(rh.op),
+                   rp_status_advice(RP_ERR_BAD_FRAME));
       return -1;
     }
     if (rh.status != RP_OK) {
@@ -194,9 +200,10 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
         rp_error_set(err, rh.status, "%s refused the connection: %s", hs->peer, said);
         return -1;
       }
-      const char *what = op == RP_OP_AUTH ? "refused authentication" : "refused the handshake";
+      const char *what = op == RP_OP_AUTH ? "refused authentication"
+                                          : "refused the handshake";
       rp_error_set(err, rh.status, "%s %s: %s%s%s", hs->peer, what, said,
-                client_advice_sep(said, rh.status), client_advice_text(said, rh.status));
+                   client_advice_sep(said, rh.status), client_advice_text(said, rh.status));
       return -1;
     }
     *payload = p;
@@ -227,7 +234,7 @@ static int connect_one(const struct addrinfo *ai, struct handshake *hs, int *las
       close(fd);
       return -1;
     }
-    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    struct pollfd p = { .fd = fd, .events = POLLOUT };
     int n = poll(&p, 1, ms);
     if (n < 0 && errno == EINTR)
       continue;
@@ -257,8 +264,10 @@ static int do_connect(const struct rp_conn_options *o, struct handshake *hs,
   int last_errno = ECONNREFUSED;
   int fd = -1;
   if (o->addr) { /* resolved once by the caller: no getaddrinfo (it allocates) */
-    struct addrinfo ai = {.ai_family = o->addr->sa_family, .ai_socktype = SOCK_STREAM,
-                          .ai_addr = (struct sockaddr *)o->addr, .ai_addrlen = o->addr_len};
+    struct addrinfo ai = { .ai_family = o->addr->sa_family,
+                           .ai_socktype = SOCK_STREAM,
+                           .ai_addr = (struct sockaddr *)o->addr,
+                           .ai_addrlen = o->addr_len };
     fd = connect_one(&ai, hs, &last_errno);
   } else {
     struct addrinfo hints;
@@ -282,7 +291,7 @@ static int do_connect(const struct rp_conn_options *o, struct handshake *hs,
   if (fd < 0) {
     uint16_t code = last_errno == ETIMEDOUT ? RP_ERR_TIMEOUT : RP_ERR_CONNECT;
     rp_error_set(err, code, "cannot connect to %s: %s: %s", hs->peer, strerror(last_errno),
-              rp_status_advice(code));
+                 rp_status_advice(code));
     return -1;
   }
   int one = 1;
@@ -298,7 +307,7 @@ static int handshake(const struct rp_conn_options *o, struct handshake *hs,
                      struct rp_frame_auth *tx, struct rp_frame_auth *rx,
                      struct rp_session_info *info, struct rp_error *err)
 {
-  static const struct rp_key no_key = {.len = 0};
+  static const struct rp_key no_key = { .len = 0 };
   const struct rp_key *key = o->key ? o->key : &no_key;
 
   uint8_t client_nonce[RP_NONCE_LEN];
@@ -319,18 +328,20 @@ static int handshake(const struct rp_conn_options *o, struct handshake *hs,
   Rampart__Challenge *ch = rampart__challenge__unpack(&hs->arena, len, p);
   if (!ch) {
     rp_error_set(err, RP_ERR_BAD_FRAME, "%s sent a Challenge that does not decode: %s",
-              hs->peer, rp_status_advice(RP_ERR_BAD_FRAME));
+                 hs->peer, rp_status_advice(RP_ERR_BAD_FRAME));
     return -1;
   }
   if (ch->version != RP_PROTOCOL_VERSION) {
     rp_error_set(err, RP_ERR_VERSION, "%s speaks protocol version %u, this client %u: %s",
-              hs->peer, ch->version, RP_PROTOCOL_VERSION, rp_status_advice(RP_ERR_VERSION));
+                 hs->peer, ch->version, RP_PROTOCOL_VERSION,
+                 rp_status_advice(RP_ERR_VERSION));
     rampart__challenge__free_unpacked(ch, &hs->arena);
     return -1;
   }
   if (ch->server_nonce.len != RP_NONCE_LEN) {
-    rp_error_set(err, RP_ERR_BAD_FRAME, "%s sent a %zu-byte nonce instead of %u: %s", hs->peer,
-              ch->server_nonce.len, RP_NONCE_LEN, rp_status_advice(RP_ERR_BAD_FRAME));
+    rp_error_set(err, RP_ERR_BAD_FRAME, "%s sent a %zu-byte nonce instead of %u: %s",
+                 hs->peer, ch->server_nonce.len, RP_NONCE_LEN,
+                 rp_status_advice(RP_ERR_BAD_FRAME));
     rampart__challenge__free_unpacked(ch, &hs->arena);
     return -1;
   }
@@ -342,12 +353,14 @@ static int handshake(const struct rp_conn_options *o, struct handshake *hs,
   rampart__challenge__free_unpacked(ch, &hs->arena);
   if (!server_proved) {
     /* Nothing more goes to it: no MAC of ours, and above all no resume token. */
-    rp_error_set(err, RP_ERR_AUTH, "wrong cluster key: %s could not prove it holds ours "
-              "(%s); nothing was sent to it: %s", hs->peer,
-              key->len ? "it was started with another key, or with none, or it is not "
-                         "the server it claims to be"
-                       : "it expects a key and this client has none",
-              rp_status_advice(RP_ERR_AUTH));
+    rp_error_set(err, RP_ERR_AUTH,
+                 "wrong cluster key: %s could not prove it holds ours "
+                 "(%s); nothing was sent to it: %s",
+                 hs->peer,
+                 key->len ? "it was started with another key, or with none, or it is not "
+                            "the server it claims to be"
+                          : "it expects a key and this client has none",
+                 rp_status_advice(RP_ERR_AUTH));
     return -1;
   }
   struct rp_session_keys keys;
@@ -356,7 +369,8 @@ static int handshake(const struct rp_conn_options *o, struct handshake *hs,
            rp_frame_auth_init(rx, keys.server_to_client);
   rp_session_keys_wipe(&keys);
   if (rc != 0) {
-    rp_error_set(err, RP_ERR_INTERNAL, "cannot set up frame authentication (libcrypto "
+    rp_error_set(err, RP_ERR_INTERNAL,
+                 "cannot set up frame authentication (libcrypto "
                  "failed)");
     return -1;
   }
@@ -374,14 +388,16 @@ static int handshake(const struct rp_conn_options *o, struct handshake *hs,
     return -1;
   Rampart__Welcome *wel = rampart__welcome__unpack(&hs->arena, len, p);
   if (!wel) {
-    rp_error_set(err, RP_ERR_BAD_FRAME, "%s sent a Welcome that does not decode: %s", hs->peer,
-              rp_status_advice(RP_ERR_BAD_FRAME));
+    rp_error_set(err, RP_ERR_BAD_FRAME, "%s sent a Welcome that does not decode: %s",
+                 hs->peer, rp_status_advice(RP_ERR_BAD_FRAME));
     return -1;
   }
   if (wel->session_token.len != RP_TOKEN_LEN || wel->page_size != RP_PAGE_SIZE) {
-    rp_error_set(err, RP_ERR_VERSION, "%s sent a session token of %zu bytes and a page size "
-              "of %u (expected %u and %u): %s", hs->peer, wel->session_token.len,
-              wel->page_size, RP_TOKEN_LEN, RP_PAGE_SIZE, rp_status_advice(RP_ERR_VERSION));
+    rp_error_set(err, RP_ERR_VERSION,
+                 "%s sent a session token of %zu bytes and a page size "
+                 "of %u (expected %u and %u): %s",
+                 hs->peer, wel->session_token.len, wel->page_size, RP_TOKEN_LEN, RP_PAGE_SIZE,
+                 rp_status_advice(RP_ERR_VERSION));
     rampart__welcome__free_unpacked(wel, &hs->arena);
     return -1;
   }
@@ -409,10 +425,12 @@ int client_connect(const struct rp_conn_options *o, const char *peer, uint32_t t
     rp_error_set(err, RP_ERR_INTERNAL, "handshake buffer too small");
     return -1;
   }
-  struct handshake hs = {.fd = -1, .deadline_ns = rp_now_ns() + (uint64_t)timeout_ms * 1000000u,
-                         .peer = peer, .buf = buf};
-  hs.arena = (ProtobufCAllocator){.alloc = arena_alloc, .free = arena_free,
-                                  .allocator_data = &hs};
+  struct handshake hs = { .fd = -1,
+                          .deadline_ns = rp_now_ns() + (uint64_t)timeout_ms * 1000000u,
+                          .peer = peer,
+                          .buf = buf };
+  hs.arena =
+    (ProtobufCAllocator){ .alloc = arena_alloc, .free = arena_free, .allocator_data = &hs };
   if (do_connect(o, &hs, err) < 0)
     return -1;
   if (handshake(o, &hs, tx, rx, info, err) < 0) {

@@ -18,13 +18,13 @@ struct rp_key;
 struct rp_conn_pool;
 
 struct rp_conn_options {
-  const char *host;                /* name or address */
-  const char *port;                /* decimal port */
-  const struct rp_key *key;        /* NULL or len 0: no key (server must have none) */
-  const char *client_name;         /* shown in the server's logs; may be NULL */
-  const uint8_t *resume_token;     /* RP_TOKEN_LEN bytes to resume a session, or NULL */
-  uint32_t connect_timeout_ms;     /* 0: 5000; covers connect + handshake */
-  uint32_t request_timeout_ms;     /* 0: 10000; a request not answered by then fails */
+  const char *host;            /* name or address */
+  const char *port;            /* decimal port */
+  const struct rp_key *key;    /* NULL or len 0: no key (server must have none) */
+  const char *client_name;     /* shown in the server's logs; may be NULL */
+  const uint8_t *resume_token; /* RP_TOKEN_LEN bytes to resume a session, or NULL */
+  uint32_t connect_timeout_ms; /* 0: 5000; covers connect + handshake */
+  uint32_t request_timeout_ms; /* 0: 10000; a request not answered by then fails */
   /* Optional: the server's address resolved already (then host/port only name it in
    * messages), and a pool to take the connection's memory from. With both, opening a
    * connection allocates nothing, which a pager reconnecting inside a memory shortage
@@ -37,7 +37,7 @@ struct rp_conn_options {
 /* What the server said in its Welcome. */
 struct rp_session_info {
   uint8_t token[RP_TOKEN_LEN];
-  bool resumed;                   /* false: a new, empty session */
+  bool resumed; /* false: a new, empty session */
   uint32_t page_size;
   uint64_t capacity_pages;
   uint64_t free_pages;

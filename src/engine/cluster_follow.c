@@ -18,32 +18,32 @@
 #include "log.h"
 #include "thread_start.h"
 
-#define REGISTRY_MAX 1024u                  /* servers registered at once */
-#define REPLY_MAX (1024u * 1024u)           /* one page of a range read, one watch message */
+#define REGISTRY_MAX 1024u        /* servers registered at once */
+#define REPLY_MAX (1024u * 1024u) /* one page of a range read, one watch message */
 #define CALL_TIMEOUT_MS 3000u
-#define WATCH_WINDOW_MS 5000u               /* re-watch (and look at the losses) this often */
+#define WATCH_WINDOW_MS 5000u /* re-watch (and look at the losses) this often */
 #define REFUSED_RETRY_MS 60000u
 #define ADDS_PER_PASS 8u
 #define THREAD_STACK (256u * 1024u)
-#define RECORD_TTL_S 30u                    /* devices/ record: gone 30 s after a crash */
+#define RECORD_TTL_S 30u /* devices/ record: gone 30 s after a crash */
 #define RECORD_KEEPALIVE_MS 10000u
 
 struct cluster_follow {
-  struct rampart_engine *e;                 /* through rampart.h's entry points only */
-  const struct rampart_config *config;      /* the engine's, which outlives this */
+  struct rampart_engine *e;            /* through rampart.h's entry points only */
+  const struct rampart_config *config; /* the engine's, which outlives this */
   cluster_follow_listed_fn set_listed;
   pthread_t thread;
   atomic_bool stopping;
-  atomic_bool live;                         /* the watch is established */
+  atomic_bool live; /* the watch is established */
   atomic_uint_fast64_t events, watch_restarts;
-  bool changed;                             /* an event since the last pass (thread's) */
+  bool changed; /* an event since the last pass (thread's) */
   struct rp_etcd *etcd;
   struct rp_cluster_registry reg;
   /* per registry entry, for the ID it holds at generation[i] (reset when it changes) */
   uint32_t *generation;
   uint64_t *refused_until_ms;
   bool *drain_refusal_logged;
-  struct rampart_stats *stats;              /* the engine's table, copied each pass */
+  struct rampart_stats *stats; /* the engine's table, copied each pass */
   char members_written[RAMPART_MAX_SERVERS * RAMPART_ADDRESS_LEN];
   /* devices/CLIENT/DEVICE: which servers this device uses, for operators (rampartctl
    * cluster); never read by a device */
@@ -75,8 +75,12 @@ static struct rp_etcd *etcd_client(const struct rampart_config *c, char *err, si
   char urls[2048];
   endpoints_url(c, urls, sizeof urls);
   struct rp_etcd_options o = {
-    .endpoints = urls, .cacert = c->etcd_cacert, .cert = c->etcd_cert, .key = c->etcd_key,
-    .timeout_ms = CALL_TIMEOUT_MS, .reply_max = REPLY_MAX,
+    .endpoints = urls,
+    .cacert = c->etcd_cacert,
+    .cert = c->etcd_cert,
+    .key = c->etcd_key,
+    .timeout_ms = CALL_TIMEOUT_MS,
+    .reply_max = REPLY_MAX,
   };
   return rp_etcd_new(&o, err, errlen);
 }
@@ -92,8 +96,8 @@ static void cache_path(const struct rampart_config *c, char *out, size_t len)
 }
 
 /* The set as a cluster file (one HOST:PORT a line), replaced atomically. */
-static int write_cache(const char *path, const char *cluster, char (*servers)[RAMPART_ADDRESS_LEN],
-                       unsigned n)
+static int write_cache(const char *path, const char *cluster,
+                       char (*servers)[RAMPART_ADDRESS_LEN], unsigned n)
 {
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -123,8 +127,8 @@ static int write_cache(const char *path, const char *cluster, char (*servers)[RA
 
 static bool candidate(const struct rp_cluster_server *s)
 {
-  return s->registered && s->advertised && !s->draining && !s->pressure && s->free_pages > 0 &&
-         strlen(s->address) < RAMPART_ADDRESS_LEN;
+  return s->registered && s->advertised && !s->draining && !s->pressure &&
+         s->free_pages > 0 && strlen(s->address) < RAMPART_ADDRESS_LEN;
 }
 
 static bool domain_used(const struct rp_cluster_registry *r, const bool *taken,
@@ -201,29 +205,36 @@ struct rampart_config *cluster_follow_pick(const struct rampart_config *c, char 
                RAMPART_ADDRESS_LEN - 1, reg.servers[chosen[i]].address);
     free(chosen);
     if (out->nservers == 0) {
-      snprintf(err, errlen, "cluster=etcd://.../%s: etcd (%s) lists %u registered server%s "
+      snprintf(err, errlen,
+               "cluster=etcd://.../%s: etcd (%s) lists %u registered server%s "
                "and none can take pages now (none registered, or all draining or under "
                "memory pressure): start rampartd --etcd ... --cluster %s on the memory "
-               "servers", c->etcd_cluster, rp_etcd_endpoint(etcd), registered,
+               "servers",
+               c->etcd_cluster, rp_etcd_endpoint(etcd), registered,
                registered == 1 ? "" : "s", c->etcd_cluster);
       goto fail;
     }
     rp_log(RP_LOG_INFO, "etcd: cluster %s: %u of %u registered servers chosen (count=%u)",
            c->etcd_cluster, out->nservers, registered, c->etcd_count);
     if (write_cache(path, c->etcd_cluster, out->servers, out->nservers) < 0)
-      rp_log(RP_LOG_WARN, "etcd: cannot write the set down in %s (%s): an attach while "
-             "etcd is down will have no set to use; set cluster-cache=PATH", path,
-             rp_file_why(errno));
+      rp_log(RP_LOG_WARN,
+             "etcd: cannot write the set down in %s (%s): an attach while "
+             "etcd is down will have no set to use; set cluster-cache=PATH",
+             path, rp_file_why(errno));
   } else {
     char ferr[600];
     if (config_read_cluster_file(out, path, ferr, sizeof ferr) < 0 || out->nservers == 0) {
-      snprintf(err, errlen, "cluster=etcd://.../%s: etcd cannot be read (%s), and there is "
+      snprintf(err, errlen,
+               "cluster=etcd://.../%s: etcd cannot be read (%s), and there is "
                "no set written down from an earlier attach (%s): start etcd, or give "
-               "servers=", c->etcd_cluster, etcd ? why : "no client", ferr);
+               "servers=",
+               c->etcd_cluster, etcd ? why : "no client", ferr);
       goto fail;
     }
-    rp_log(RP_LOG_WARN, "etcd: cluster %s cannot be read (%s): attaching with the last set "
-           "written down, %u servers from %s", c->etcd_cluster, why, out->nservers, path);
+    rp_log(RP_LOG_WARN,
+           "etcd: cluster %s cannot be read (%s): attaching with the last set "
+           "written down, %u servers from %s",
+           c->etcd_cluster, why, out->nservers, path);
   }
   out->etcd_picked = true;
   rp_etcd_free(etcd);
@@ -312,10 +323,10 @@ static void reconcile(struct cluster_follow *f)
       taken[at] = true;
     bool listed = r && r->registered;
     if (f->set_listed(e, m->address, listed))
-      rp_log(RP_LOG_INFO, "etcd: %s %s", m->address, listed
-             ? "is registered again: it takes new pages again"
-             : "left the registry (its lease expired or it stopped): no new pages go "
-               "there; it is not declared lost, its pages stay while it answers");
+      rp_log(RP_LOG_INFO, "etcd: %s %s", m->address,
+             listed ? "is registered again: it takes new pages again"
+                    : "left the registry (its lease expired or it stopped): no new pages go "
+                      "there; it is not declared lost, its pages stay while it answers");
     if (!m->draining && !drain_announced(r) && listed && m->state == RAMPART_SERVER_UP)
       active++;
   }
@@ -333,8 +344,10 @@ static void reconcile(struct cluster_follow *f)
     if (rc < 0) {
       f->refused_until_ms[at] = rp_now_ms() + REFUSED_RETRY_MS;
       excluded[at] = true;
-      rp_log(RP_LOG_WARN, "etcd: registered server %s (domain %s) refused, not used for "
-             "%u s: %s", c->address, c->domain, REFUSED_RETRY_MS / 1000u, f->msg);
+      rp_log(RP_LOG_WARN,
+             "etcd: registered server %s (domain %s) refused, not used for "
+             "%u s: %s",
+             c->address, c->domain, REFUSED_RETRY_MS / 1000u, f->msg);
       continue;
     }
     taken[at] = true;
@@ -348,7 +361,7 @@ static void reconcile(struct cluster_follow *f)
     request_drains(f);
   /* The set as it is now, written down for an attach while etcd is down. */
   rampart_get_stats(e, st);
-  char (*set)[RAMPART_ADDRESS_LEN] = calloc(RAMPART_MAX_SERVERS, RAMPART_ADDRESS_LEN);
+  char(*set)[RAMPART_ADDRESS_LEN] = calloc(RAMPART_MAX_SERVERS, RAMPART_ADDRESS_LEN);
   char joined[sizeof f->members_written];
   size_t jn = 0;
   unsigned n = 0;
@@ -366,8 +379,8 @@ static void reconcile(struct cluster_follow *f)
       memcpy(f->members_written, joined, jn + 1);
     if (jn > 0)
       joined[jn - 1] = '\0'; /* the last comma */
-    snprintf(f->record_value, sizeof f->record_value, "%.*s",
-             (int)sizeof f->record_value - 1, joined);
+    snprintf(f->record_value, sizeof f->record_value, "%.*s", (int)sizeof f->record_value - 1,
+             joined);
     f->record_due = true;
   }
   free(set);
@@ -443,7 +456,8 @@ static void *follow_thread(void *arg)
       if (rp_cluster_registry_read(&f->reg, f->etcd, &rev, f->err, sizeof f->err) < 0) {
         atomic_store(&f->live, false);
         if (!down_logged)
-          rp_log(RP_LOG_WARN, "etcd: cannot read cluster %s: %s; the device goes on with "
+          rp_log(RP_LOG_WARN,
+                 "etcd: cannot read cluster %s: %s; the device goes on with "
                  "its servers, and follows the cluster again once etcd answers",
                  f->config->etcd_cluster, f->err);
         down_logged = true;
@@ -536,8 +550,7 @@ int cluster_follow_start(struct rampart_engine *e, const struct rampart_config *
   host[sizeof host - 1] = '\0';
   char device[96];
   snprintf(device, sizeof device, "%s/pid-%ld", host, (long)getpid());
-  rp_cluster_key(f->record_key, sizeof f->record_key, c->etcd_cluster, "devices",
-                 device);
+  rp_cluster_key(f->record_key, sizeof f->record_key, c->etcd_cluster, "devices", device);
   int rc = rp_thread_start(&f->thread, "rampart-etcd", THREAD_STACK, follow_thread, f);
   if (rc != 0) {
     snprintf(err, errlen, "cannot start the etcd follower: %s", strerror(rc));

@@ -116,16 +116,20 @@ static int parse_etcd_cluster(struct rampart_config *c, const char *v, char *err
   const char *hosts = v + strlen("etcd://");
   const char *slash = strrchr(hosts, '/');
   if (!slash || slash == hosts || !slash[1] || strlen(slash + 1) >= sizeof c->etcd_cluster) {
-    snprintf(err, errlen, "cluster=%s: write cluster=etcd://HOST:2379[,HOST:2379...]/NAME, "
-             "NAME as given to rampartd --cluster", v);
+    snprintf(err, errlen,
+             "cluster=%s: write cluster=etcd://HOST:2379[,HOST:2379...]/NAME, "
+             "NAME as given to rampartd --cluster",
+             v);
     return -1;
   }
   snprintf(c->etcd_cluster, sizeof c->etcd_cluster, "%s", slash + 1);
   for (const char *p = c->etcd_cluster; *p; p++)
     if (!(*p == '-' || *p == '_' || *p == '.' || (*p >= '0' && *p <= '9') ||
           ((*p | 32) >= 'a' && (*p | 32) <= 'z'))) {
-      snprintf(err, errlen, "cluster=%s: the cluster name may hold letters, digits, '-', "
-               "'_' and '.'", v);
+      snprintf(err, errlen,
+               "cluster=%s: the cluster name may hold letters, digits, '-', "
+               "'_' and '.'",
+               v);
       return -1;
     }
   size_t n = 0;
@@ -143,8 +147,8 @@ static int parse_etcd_cluster(struct rampart_config *c, const char *v, char *err
       one[len] = '\0';
       if (rp_parse_hostport(one, host, sizeof host, port, sizeof port, err, errlen) < 0)
         return -1;
-      int w = snprintf(c->etcd_endpoints + n, sizeof c->etcd_endpoints - n, "%s%s", n ? "," : "",
-                       one);
+      int w = snprintf(c->etcd_endpoints + n, sizeof c->etcd_endpoints - n, "%s%s",
+                       n ? "," : "", one);
       if (w < 0 || (size_t)w >= sizeof c->etcd_endpoints - n) {
         snprintf(err, errlen, "cluster=%s: too many etcd endpoints", v);
         return -1;
@@ -174,8 +178,10 @@ static int parse_redundancy(const char *v, enum rampart_redundancy *out, char *e
     *out = RAMPART_REDUNDANCY_AUTO;
     return 0;
   }
-  snprintf(err, errlen, "redundancy=%s is not known: use none, mirror, parity-log or "
-           "write-through", v);
+  snprintf(err, errlen,
+           "redundancy=%s is not known: use none, mirror, parity-log or "
+           "write-through",
+           v);
   return -1;
 }
 
@@ -240,8 +246,8 @@ PATH_SETTER(set_etcd_cert, etcd_cert)
 PATH_SETTER(set_etcd_key, etcd_key)
 #undef PATH_SETTER
 
-static int set_redundancy(struct rampart_config *c, const char *key, const char *v,
-                          char *err, size_t errlen)
+static int set_redundancy(struct rampart_config *c, const char *key, const char *v, char *err,
+                          size_t errlen)
 {
   (void)key;
   return parse_redundancy(v, &c->redundancy, err, errlen);
@@ -294,7 +300,8 @@ static int set_parity(struct rampart_config *c, const char *key, const char *v, 
   if (set_unsigned(&n, key, v, GROUP_MAX_PARITY, err, errlen) < 0)
     return -1;
   if (n == 0) {
-    snprintf(err, errlen, "parity=0: a parity-log group keeps 1 or 2 parity pages; for no "
+    snprintf(err, errlen,
+             "parity=0: a parity-log group keeps 1 or 2 parity pages; for no "
              "parity at all use redundancy=none");
     return -1;
   }
@@ -302,8 +309,8 @@ static int set_parity(struct rampart_config *c, const char *key, const char *v, 
   return 0;
 }
 
-static int set_spill_size(struct rampart_config *c, const char *key, const char *v,
-                          char *err, size_t errlen)
+static int set_spill_size(struct rampart_config *c, const char *key, const char *v, char *err,
+                          size_t errlen)
 {
   return rp_parse_size(key, v, &c->spill_size, err, errlen);
 }
@@ -314,8 +321,8 @@ static int set_memory(struct rampart_config *c, const char *key, const char *v, 
   return rp_parse_size(key, v, &c->memory, err, errlen);
 }
 
-static int set_overflow(struct rampart_config *c, const char *key, const char *v,
-                        char *err, size_t errlen)
+static int set_overflow(struct rampart_config *c, const char *key, const char *v, char *err,
+                        size_t errlen)
 {
   return set_unsigned(&c->overflow_percent, key, v, 400, err, errlen);
 }
@@ -347,8 +354,8 @@ static int set_lease(struct rampart_config *c, const char *key, const char *v, c
   return set_unsigned(&c->lease_seconds, key, v, 86400, err, errlen);
 }
 
-static int set_io_timeout(struct rampart_config *c, const char *key, const char *v,
-                          char *err, size_t errlen)
+static int set_io_timeout(struct rampart_config *c, const char *key, const char *v, char *err,
+                          size_t errlen)
 {
   if (set_unsigned(&c->io_timeout_ms, key, v, 86400000, err, errlen) < 0)
     return -1;
@@ -356,8 +363,8 @@ static int set_io_timeout(struct rampart_config *c, const char *key, const char 
   return 0;
 }
 
-static int set_rebalance(struct rampart_config *c, const char *key, const char *v,
-                         char *err, size_t errlen)
+static int set_rebalance(struct rampart_config *c, const char *key, const char *v, char *err,
+                         size_t errlen)
 {
   return set_unsigned(&c->rebalance_pages, key, v, 1000000, err, errlen);
 }
@@ -379,8 +386,10 @@ static int set_submit(struct rampart_config *c, const char *key, const char *v, 
 {
   (void)key;
   if (strcmp(v, "inline") && strcmp(v, "handover")) {
-    snprintf(err, errlen, "submit=%s: write submit=inline (the default) or "
-             "submit=handover", v);
+    snprintf(err, errlen,
+             "submit=%s: write submit=inline (the default) or "
+             "submit=handover",
+             v);
     return -1;
   }
   c->submit_inline = strcmp(v, "inline") == 0;
@@ -418,8 +427,10 @@ int rampart_config_set(struct rampart_config *c, const char *key, const char *v,
   for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++)
     if (strcmp(key, settings[i].key) == 0)
       return settings[i].set(c, key, v, err, errlen);
-  snprintf(err, errlen, "unknown parameter '%s': 'rampart-nbd-server --help' (or 'nbdkit "
-           "rampart --help', 'rampart-ublk --help') lists them", key);
+  snprintf(err, errlen,
+           "unknown parameter '%s': 'rampart-nbd-server --help' (or 'nbdkit "
+           "rampart --help', 'rampart-ublk --help') lists them",
+           key);
   return -1;
 }
 
@@ -429,8 +440,9 @@ void rampart_config_effective(const struct rampart_config *c, enum rampart_redun
   enum rampart_redundancy r = c->redundancy;
   unsigned nservers = config_server_count(c);
   if (r == RAMPART_REDUNDANCY_AUTO)
-    r = nservers >= 3 ? RAMPART_REDUNDANCY_PARITY_LOG
-        : nservers == 2 ? RAMPART_REDUNDANCY_MIRROR : RAMPART_REDUNDANCY_NONE;
+    r = nservers >= 3   ? RAMPART_REDUNDANCY_PARITY_LOG
+        : nservers == 2 ? RAMPART_REDUNDANCY_MIRROR
+                        : RAMPART_REDUNDANCY_NONE;
   unsigned s = c->group;
   switch (r) {
   case RAMPART_REDUNDANCY_MIRROR:
@@ -509,32 +521,39 @@ int rampart_config_check(const struct rampart_config *c, char *err, size_t errle
    * server of their own. */
   bool parity = redundancy_policy_of(r)->parity;
   if (c->parity > 1 && r != RAMPART_REDUNDANCY_PARITY_LOG) {
-    snprintf(err, errlen, "parity=%u needs redundancy=parity-log (this device is %s): drop "
-             "parity= or set redundancy=parity-log", c->parity, rampart_redundancy_name(r));
+    snprintf(err, errlen,
+             "parity=%u needs redundancy=parity-log (this device is %s): drop "
+             "parity= or set redundancy=parity-log",
+             c->parity, rampart_redundancy_name(r));
     return -1;
   }
   unsigned parities = parity ? (r == RAMPART_REDUNDANCY_PARITY_LOG ? c->parity : 1u) : 0u;
   unsigned needed = parity ? s + parities : 1;
   if (parity && nservers < needed && c->redundancy != RAMPART_REDUNDANCY_AUTO) {
-    snprintf(err, errlen, "redundancy=%s with group=%u needs at least %u servers, %u given: "
-             "list more servers or choose a smaller group", rampart_redundancy_name(r), s,
-             needed, nservers);
+    snprintf(err, errlen,
+             "redundancy=%s with group=%u needs at least %u servers, %u given: "
+             "list more servers or choose a smaller group",
+             rampart_redundancy_name(r), s, needed, nservers);
     return -1;
   }
   if (parity && nservers < needed) { /* auto chose parity-log; group= asks too much */
-    snprintf(err, errlen, "group=%u needs %u servers for parity-log, %u given: lower group=",
-             s, needed, nservers);
+    snprintf(err, errlen,
+             "group=%u needs %u servers for parity-log, %u given: lower group=", s, needed,
+             nservers);
     return -1;
   }
   if (nservers == 0 && c->state_path[0]) {
-    snprintf(err, errlen, "state= needs servers: a standalone device's pages live in the "
+    snprintf(err, errlen,
+             "state= needs servers: a standalone device's pages live in the "
              "pager's own memory and die with it; give servers= or cluster=, or drop state=");
     return -1;
   }
   if (nservers == 0 && c->redundancy != RAMPART_REDUNDANCY_AUTO &&
       c->redundancy != RAMPART_REDUNDANCY_NONE) {
-    snprintf(err, errlen, "redundancy=%s needs servers: give servers= or cluster=, or drop "
-             "redundancy= for a standalone RAM disk", rampart_redundancy_name(c->redundancy));
+    snprintf(err, errlen,
+             "redundancy=%s needs servers: give servers= or cluster=, or drop "
+             "redundancy= for a standalone RAM disk",
+             rampart_redundancy_name(c->redundancy));
     return -1;
   }
   return 0;

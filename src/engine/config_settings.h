@@ -21,10 +21,8 @@
 #define RAMPART_CONFIG_SETTINGS_H
 
 #define RAMPART_SETTINGS(X) \
-  X("size", set_size, NULL, \
-    "size=SIZE                 device size, e.g. 4G (required)\n") \
-  X("servers", set_servers, NULL, \
-    "servers=HOST:PORT,...     memory servers (rampartd)\n") \
+  X("size", set_size, NULL, "size=SIZE                 device size, e.g. 4G (required)\n") \
+  X("servers", set_servers, NULL, "servers=HOST:PORT,...     memory servers (rampartd)\n") \
   X("cluster", set_cluster, NULL, \
     "cluster=FILE              file listing servers, one HOST:PORT per line\n" \
     "cluster=etcd://HOST:PORT[,HOST:PORT...]/NAME\n" \
@@ -43,39 +41,45 @@
     "etcd-cert=FILE            client certificate for etcd (with etcd-key=)\n") \
   X("etcd-key", set_etcd_key, NULL, \
     "etcd-key=FILE             client certificate's key for etcd (with etcd-cert=)\n") \
-  X("key", set_key, NULL, \
-    "key=FILE                  cluster key shared with the servers\n") \
+  X("key", set_key, NULL, "key=FILE                  cluster key shared with the servers\n") \
   X("redundancy", set_redundancy, "auto", \
     "redundancy=none|mirror|parity-log|write-through  (default auto: parity-log with\n" \
     "                          3+ servers, mirror with 2, none with 1)\n") \
   X("group", set_group, NULL, \
     "group=S                   data pages per parity group (default: up to 4)\n") \
   X("parity", set_parity, "1", \
-    "parity=1|2                parity pages per group with parity-log: 2 (P and Q) survives\n" \
+    "parity=1|2                parity pages per group with parity-log: 2 (P and Q) " \
+    "survives\n" \
     "                          any two lost servers of a group (default 1)\n") \
   X("spill", set_spill, NULL, \
     "spill=PATH                local disk store, file or partition (default: temp file)\n") \
   X("spill-size", set_spill_size, NULL, \
     "spill-size=SIZE           capacity of the spill store (default: device size)\n") \
   X("memory", set_memory, NULL, \
-    "memory=SIZE               local RAM for pages with no servers (default: all of size)\n") \
+    "memory=SIZE               local RAM for pages with no servers (default: all of " \
+    "size)\n") \
   X("overflow", set_overflow, "10", \
     "overflow=PERCENT          extra server memory for old page versions (default 10)\n") \
   X("timeout", set_timeout, "2000", \
     "timeout=MS                a server silent this long is failing (default 2000)\n") \
   X("lease", set_lease, "10", \
-    "lease=SECONDS             how long to wait for a dropped server to return (default 10)\n") \
+    "lease=SECONDS             how long to wait for a dropped server to return (default " \
+    "10)\n") \
   X("io-timeout", set_io_timeout, NULL, \
-    "io-timeout=MS             longest a request waits for a reconnecting server before it\n" \
+    "io-timeout=MS             longest a request waits for a reconnecting server before " \
+    "it\n" \
     "                          fails as its policy says (default: the lease)\n") \
   X("poll-us", set_poll_us, "0", \
-    "poll-us=US                a thread waiting for a server's reply spins this long before\n" \
-    "                          it sleeps, while a request is out: for a host with a core to\n" \
+    "poll-us=US                a thread waiting for a server's reply spins this long " \
+    "before\n" \
+    "                          it sleeps, while a request is out: for a host with a core " \
+    "to\n" \
     "                          spare (default 0: never)\n") \
   X("tmpdir", set_tmpdir, NULL, \
     "tmpdir=DIR                where the temporary spill file goes\n") \
   X("stats-file", set_stats_file, NULL, \
-    "stats-file=PATH           rewrite engine stats here every second (rampartctl device)\n") \
+    "stats-file=PATH           rewrite engine stats here every second (rampartctl " \
+    "device)\n") \
   X("metrics-file", set_metrics_file, NULL, \
     "metrics-file=PATH         rewrite its counters here every second in the Prometheus\n" \
     "                          text format (node_exporter textfile collector: NAME.prom)\n") \
@@ -89,7 +93,8 @@
     "encrypt=on|off            seal pages with AES-256-GCM before they leave (default on;\n" \
     "                          off: checksummed plaintext, for benchmarks)\n") \
   X("enckey", set_enckey, NULL, \
-    "enckey=FILE               key material for the page key (default: random per attach)\n") \
+    "enckey=FILE               key material for the page key (default: random per " \
+    "attach)\n") \
   X("state", set_state, NULL, \
     "state=PATH                keep the device's state where a restarted pager finds it\n" \
     "                          (docs/recovery.md): its pages survive the pager's crash\n") \

@@ -42,7 +42,7 @@ struct control_socket {
   pthread_t thread;
   bool thread_started;
   char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
-  char *reply;                     /* CONTROL_REPLY_MAX bytes */
+  char *reply; /* CONTROL_REPLY_MAX bytes */
 };
 
 /* ---- commands -------------------------------------------------------------------------- */
@@ -61,21 +61,26 @@ static int command_servers(struct rampart_engine *e, char *out, size_t len)
                               "STATE", "LIVE", "STORED", "RESERVED", "DEPENDENT", "NOTE");
   for (unsigned i = 0; i < st->nservers && n < len; i++) {
     const struct rampart_server_stats *s = &st->servers[i];
-    const char *note = s->removing ? "removing" : s->draining ? "draining"
-                       : s->drained ? "drained" : s->suspect ? "suspect" : "-";
-    n += (size_t)snprintf(out + n, len - n, "%-22s %-12s %10llu %10llu %10llu %10llu %s\n",
-                          s->address, rampart_server_health_name(s->state),
-                          (unsigned long long)s->pages_live, (unsigned long long)s->pages_stored,
-                          (unsigned long long)s->pages_reserved,
-                          (unsigned long long)s->pages_dependent, note);
+    const char *note = s->removing   ? "removing"
+                       : s->draining ? "draining"
+                       : s->drained  ? "drained"
+                       : s->suspect  ? "suspect"
+                                     : "-";
+    n += (size_t)snprintf(
+      out + n, len - n, "%-22s %-12s %10llu %10llu %10llu %10llu %s\n", s->address,
+      rampart_server_health_name(s->state), (unsigned long long)s->pages_live,
+      (unsigned long long)s->pages_stored, (unsigned long long)s->pages_reserved,
+      (unsigned long long)s->pages_dependent, note);
   }
   if (n < len)
-    snprintf(out + n, len - n, "moves: drain %llu, rebalance %llu, rebuild %llu pages; "
+    snprintf(out + n, len - n,
+             "moves: drain %llu, rebalance %llu, rebuild %llu pages; "
              "degraded reads %llu; lost pages %llu",
              (unsigned long long)st->moves_by_reason[RAMPART_MOVE_DRAIN],
              (unsigned long long)st->moves_by_reason[RAMPART_MOVE_REBALANCE],
              (unsigned long long)st->moves_by_reason[RAMPART_MOVE_REBUILD],
-             (unsigned long long)st->pages_degraded_reads, (unsigned long long)st->pages_lost);
+             (unsigned long long)st->pages_degraded_reads,
+             (unsigned long long)st->pages_lost);
   free(st);
   return 0;
 }
@@ -98,8 +103,10 @@ static int control_run(struct rampart_engine *e, char *line, char *out, size_t l
     return rampart_server_drain(e, arg, false, out, len);
   if (strcmp(line, "remove") == 0 && has_arg)
     return rampart_server_drain(e, arg, true, out, len);
-  snprintf(out, len, "unknown command '%s%s%s': use servers, add HOST:PORT, drain HOST:PORT, "
-           "remove HOST:PORT or reload", line, has_arg ? " " : "", has_arg ? arg : "");
+  snprintf(out, len,
+           "unknown command '%s%s%s': use servers, add HOST:PORT, drain HOST:PORT, "
+           "remove HOST:PORT or reload",
+           line, has_arg ? " " : "", has_arg ? arg : "");
   return -EINVAL;
 }
 
@@ -133,7 +140,8 @@ static void serve_one(struct control_socket *c, int fd)
 {
   char line[CONTROL_LINE_MAX];
   if (!read_line(fd, line, sizeof line)) {
-    static const char said[] = "error\nno command within 2 s: send one line, e.g. 'servers'\n";
+    static const char said[] =
+      "error\nno command within 2 s: send one line, e.g. 'servers'\n";
     rp_send_full(fd, said, sizeof said - 1);
     return;
   }
@@ -156,8 +164,10 @@ static void *control_thread_main(void *arg)
     if (poll(p, 2, -1) < 0) {
       if (errno == EINTR)
         continue;
-      rp_log(RP_LOG_ERROR, "control socket %s: poll failed: %s; it no longer takes "
-             "commands", c->path, strerror(errno));
+      rp_log(RP_LOG_ERROR,
+             "control socket %s: poll failed: %s; it no longer takes "
+             "commands",
+             c->path, strerror(errno));
       return NULL;
     }
     if (p[1].revents)
@@ -185,15 +195,19 @@ static int clear_stale(const char *path, const struct sockaddr_un *addr, char *e
     return -1;
   }
   if (!S_ISSOCK(st.st_mode)) {
-    snprintf(err, errlen, "control=%s exists and is not a socket: remove it or choose "
-             "another path", path);
+    snprintf(err, errlen,
+             "control=%s exists and is not a socket: remove it or choose "
+             "another path",
+             path);
     return -1;
   }
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd >= 0 && connect(fd, (const struct sockaddr *)addr, sizeof *addr) == 0) {
     close(fd);
-    snprintf(err, errlen, "control=%s: another device listens there: give each device its "
-             "own control socket", path);
+    snprintf(err, errlen,
+             "control=%s: another device listens there: give each device its "
+             "own control socket",
+             path);
     return -1;
   }
   if (fd >= 0)
@@ -246,8 +260,10 @@ struct control_socket *control_socket_open(struct rampart_engine *e, const char 
     goto fail;
   }
   c->thread_started = true;
-  rp_log(RP_LOG_INFO, "control socket %s: rampartctl device %s servers|add|drain|remove|"
-         "reload", path, path);
+  rp_log(RP_LOG_INFO,
+         "control socket %s: rampartctl device %s servers|add|drain|remove|"
+         "reload",
+         path, path);
   return c;
 fail:
   control_socket_close(c);

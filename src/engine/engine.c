@@ -270,8 +270,10 @@ static void publish_reports(struct rampart_engine *e)
     if (n < STATS_FILE_MAX_REPORT) {
       stats_file_publish(e->metrics_file, e->report, n);
     } else if (!e->metrics_too_big_logged) {
-      rp_log(RP_LOG_WARN, "metrics-file=%s: the metrics outgrew their %u-byte buffer; not "
-             "written", e->config.metrics_path, STATS_FILE_MAX_REPORT);
+      rp_log(RP_LOG_WARN,
+             "metrics-file=%s: the metrics outgrew their %u-byte buffer; not "
+             "written",
+             e->config.metrics_path, STATS_FILE_MAX_REPORT);
       e->metrics_too_big_logged = true;
     }
   }
@@ -288,8 +290,10 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
   }
   if (++e->ticks % 10 == 0) {
     if (e->read_errors_logged > 10)
-      rp_log(RP_LOG_ERROR, "%u more pages could not be read or were lost in the last "
-             "second (EIO)", e->read_errors_logged - 10);
+      rp_log(RP_LOG_ERROR,
+             "%u more pages could not be read or were lost in the last "
+             "second (EIO)",
+             e->read_errors_logged - 10);
     e->read_errors_logged = 0;
     if (e->stats_file || e->metrics_file)
       publish_reports(e);
@@ -533,8 +537,13 @@ int engine_run_sync(struct rampart_engine *e, enum rampart_op op, void *buf, uin
                     uint64_t offset, uint32_t flags)
 {
   struct sync_wait w = { .state = SYNC_PENDING };
-  struct rampart_io io = { .op = op, .flags = flags, .offset = offset,
-                           .length = length, .buf = buf, .done = sync_done, .user = &w };
+  struct rampart_io io = { .op = op,
+                           .flags = flags,
+                           .offset = offset,
+                           .length = length,
+                           .buf = buf,
+                           .done = sync_done,
+                           .user = &w };
   uint64_t start = engine_now_ns();
   atomic_fetch_add_explicit(&e->frontend_waiting, 1, memory_order_relaxed);
   rampart_submit(e, &io);
@@ -555,9 +564,12 @@ static int rmw_run(void *owner, enum rampart_op op, void *buf, uint32_t length,
 /* The aligned middle of [offset, offset+length) goes straight through; a partial first
  * or last page is read, patched and written back (page_rmw.c). */
 struct span {
-  uint64_t head_off; uint32_t head_len;   /* partial first page, if any */
-  uint64_t mid_off;  uint32_t mid_len;    /* whole pages */
-  uint64_t tail_off; uint32_t tail_len;   /* partial last page, if any */
+  uint64_t head_off;
+  uint32_t head_len; /* partial first page, if any */
+  uint64_t mid_off;
+  uint32_t mid_len; /* whole pages */
+  uint64_t tail_off;
+  uint32_t tail_len; /* partial last page, if any */
 };
 
 static struct span split_span(uint32_t length, uint64_t offset)
@@ -606,15 +618,15 @@ int rampart_pread(struct rampart_engine *e, void *buf, uint32_t length, uint64_t
   if (sp.head_len)
     r = page_rmw_read(e->rmw, p, sp.head_len, sp.head_off);
   if (r == 0 && sp.mid_len)
-    r = engine_run_sync(e, RAMPART_OP_READ, p + (sp.mid_off - offset), sp.mid_len,
-                        sp.mid_off, 0);
+    r = engine_run_sync(e, RAMPART_OP_READ, p + (sp.mid_off - offset), sp.mid_len, sp.mid_off,
+                        0);
   if (r == 0 && sp.tail_len)
     r = page_rmw_read(e->rmw, p + (sp.tail_off - offset), sp.tail_len, sp.tail_off);
   return r;
 }
 
-int rampart_pwrite(struct rampart_engine *e, const void *buf, uint32_t length, uint64_t offset,
-                   uint32_t flags)
+int rampart_pwrite(struct rampart_engine *e, const void *buf, uint32_t length,
+                   uint64_t offset, uint32_t flags)
 {
   if (!in_range(e, length, offset))
     return -EINVAL;
@@ -625,8 +637,8 @@ int rampart_pwrite(struct rampart_engine *e, const void *buf, uint32_t length, u
     r = page_rmw_write(e->rmw, p, sp.head_len, sp.head_off, flags);
   /* The engine never writes through io->buf on a write. */
   if (r == 0 && sp.mid_len)
-    r = engine_run_sync(e, RAMPART_OP_WRITE, (void *)(p + (sp.mid_off - offset)),
-                        sp.mid_len, sp.mid_off, flags);
+    r = engine_run_sync(e, RAMPART_OP_WRITE, (void *)(p + (sp.mid_off - offset)), sp.mid_len,
+                        sp.mid_off, flags);
   if (r == 0 && sp.tail_len)
     r = page_rmw_write(e->rmw, p + (sp.tail_off - offset), sp.tail_len, sp.tail_off, flags);
   return r;
@@ -703,7 +715,8 @@ static enum stats_rank server_stats_rank(const struct server *s, uint64_t live,
 static void stats_leave_out(const struct rampart_engine *e, unsigned leave_out[STATS_RANKS])
 {
   unsigned excess = e->set.nservers > RAMPART_MAX_INCARNATIONS
-                      ? e->set.nservers - RAMPART_MAX_INCARNATIONS : 0;
+                      ? e->set.nservers - RAMPART_MAX_INCARNATIONS
+                      : 0;
   unsigned count[STATS_RANKS] = { 0 };
   for (unsigned i = 0; excess > 0 && i < e->set.nservers; i++)
     count[server_stats_rank(e->set.servers[i], e->set.live[i], e->set.at_risk[i])]++;
@@ -794,18 +807,18 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   st->frontend_requests = atomic_load_explicit(&e->frontend_waiting, memory_order_relaxed);
   st->client_memory_fixed_bytes =
     (uint64_t)ENGINE_PAGE_OPS * (sizeof(struct page_op) + RAMPART_PAGE_SIZE) +
-    (uint64_t)ENGINE_PARITY_BUFFERS * (sizeof(struct parity_buffer) +
-                                       (e->parities > 1 ? 3u : 1u) * RAMPART_PAGE_SIZE) +
-    (uint64_t)ENGINE_DEGRADED_READS * (sizeof(struct degraded_read) +
-                                       DEGRADED_PIECES * RAMPART_PAGE_SIZE) +
+    (uint64_t)ENGINE_PARITY_BUFFERS *
+      (sizeof(struct parity_buffer) + (e->parities > 1 ? 3u : 1u) * RAMPART_PAGE_SIZE) +
+    (uint64_t)ENGINE_DEGRADED_READS *
+      (sizeof(struct degraded_read) + DEGRADED_PIECES * RAMPART_PAGE_SIZE) +
     (uint64_t)ENGINE_FREE_REQUESTS * sizeof(struct free_request) + sizeof *e +
     rampart_event_arena_bytes() + rp_conn_pool_bytes(e->set.conn_pool) +
     (uint64_t)e->set.nservers * (sizeof(struct server) + server_health_attempt_bytes()) +
     (uint64_t)e->set.per_entry_capacity * 2 * sizeof(uint64_t);
   /* What grows with the device: map, pending bits, groups, per-server slot bitmaps. */
   st->client_memory_bytes = st->client_memory_fixed_bytes + page_map_memory_bytes(&e->map) +
-                            page_sealer_memory_bytes(&e->sealer) +
-                            (e->pages + 63) / 64 * 8 + group_table_memory_bytes(&e->groups);
+                            page_sealer_memory_bytes(&e->sealer) + (e->pages + 63) / 64 * 8 +
+                            group_table_memory_bytes(&e->groups);
   for (unsigned i = 0; i < e->set.nservers; i++)
     st->client_memory_bytes += slot_allocator_bytes(&e->set.servers[i]->slots);
   cluster_follow_stats(e->follow, st);
@@ -909,9 +922,8 @@ static int engine_alloc_pools(struct rampart_engine *e)
    * groups still open. */
   if (e->state)
     e->parity_q_pages = e->state->parity_q_pages;
-  else if (e->parities > 1 &&
-           !(e->parity_q_pages = alloc_pages((size_t)2 * ENGINE_PARITY_BUFFERS *
-                                             RAMPART_PAGE_SIZE)))
+  else if (e->parities > 1 && !(e->parity_q_pages = alloc_pages(
+                                  (size_t)2 * ENGINE_PARITY_BUFFERS * RAMPART_PAGE_SIZE)))
     return -1;
   if (!e->ops || !e->op_scratch || !e->degraded || !e->parity || !e->frees || !dr_pages ||
       !parity_pages)
@@ -962,7 +974,8 @@ static int engine_open_spill(struct rampart_engine *e, char *err, size_t errlen)
   uint64_t spill_pages = e->config.spill_size ? e->config.spill_size / RAMPART_PAGE_SIZE
                                               : e->pages;
   if (e->redundancy->disk_copy && spill_pages < e->pages) {
-    snprintf(err, errlen, "write-through keeps a copy of every page on disk: spill-size= "
+    snprintf(err, errlen,
+             "write-through keeps a copy of every page on disk: spill-size= "
              "must be at least size=");
     return -1;
   }
@@ -984,8 +997,8 @@ static int engine_open_spill(struct rampart_engine *e, char *err, size_t errlen)
   if (e->redundancy->disk_copy)
     for (uint64_t p = 0; p < e->pages; p++)
       spill_store_claim_slot(e->spill, p);
-  e->flush_sync = (struct spill_group_sync){ .cover = flush_cover, .synced = flush_synced,
-                                             .user = e };
+  e->flush_sync =
+    (struct spill_group_sync){ .cover = flush_cover, .synced = flush_synced, .user = e };
   return 0;
 }
 
@@ -1032,12 +1045,12 @@ static int engine_open_sealer(struct rampart_engine *e, char *err, size_t errlen
   OPENSSL_cleanse(&master, sizeof master);
   if (r == 0 && c->encrypt_off)
     rp_log(RP_LOG_WARN, "encrypt=off: servers and the spill file see page contents in the "
-           "clear (pages are still checksummed)");
+                        "clear (pages are still checksummed)");
   return r;
 }
 
 static struct rampart_engine *open_engine(const struct rampart_config *config, char *err,
-                                         size_t errlen);
+                                          size_t errlen);
 
 /* What the page-op core and the stores call back up (engine_core.h). */
 static const struct engine_upcalls upcalls = {
@@ -1086,8 +1099,8 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
     return NULL;
   struct rampart_engine *e = open_engine(picked, err, errlen);
   free(picked);
-  if (e && cluster_follow_start(e, &e->config, server_membership_set_listed, &e->follow,
-                                err, errlen) < 0) {
+  if (e && cluster_follow_start(e, &e->config, server_membership_set_listed, &e->follow, err,
+                                errlen) < 0) {
     rampart_close(e);
     return NULL;
   }
@@ -1113,8 +1126,9 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
   e->reap.event_fd = -1;
   rampart_config_effective(config, &e->policy, &e->group_size);
   e->redundancy = redundancy_policy_of(e->policy);
-  e->parities = !e->redundancy->parity ? 0u
-                : e->policy == RAMPART_REDUNDANCY_PARITY_LOG ? config->parity : 1u;
+  e->parities = !e->redundancy->parity                       ? 0u
+                : e->policy == RAMPART_REDUNDANCY_PARITY_LOG ? config->parity
+                                                             : 1u;
   e->pages = config->size / RAMPART_PAGE_SIZE;
   e->placement.open_group = GROUP_NONE;
   /* The parts with state of their own, before anything can fail: every later failure
@@ -1148,7 +1162,8 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
     if (engine_restore_open(e, err, errlen) < 0)
       goto fail;
   } else if (engine_open_sealer(e, err, errlen) < 0 || page_map_init(&e->map, e->pages) < 0 ||
-             group_table_init(&e->groups, (uint32_t)(e->pages / e->group_size / 4 + 64)) < 0) {
+             group_table_init(&e->groups, (uint32_t)(e->pages / e->group_size / 4 + 64)) <
+               0) {
     if (!err[0])
       snprintf(err, errlen, "out of memory setting up a %llu-page device",
                (unsigned long long)e->pages);
@@ -1166,8 +1181,8 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
     if (local_pages > e->pages)
       local_pages = e->pages;
     if (local_store_init(&e->local, local_pages) < 0) {
-      snprintf(err, errlen, "cannot map %llu bytes for memory=: lower memory=",
-               (unsigned long long)mem);
+      snprintf(err, errlen,
+               "cannot map %llu bytes for memory=: lower memory=", (unsigned long long)mem);
       goto fail;
     }
   }
@@ -1186,8 +1201,8 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
       goto fail;
     }
   }
-  if (e->config.stats_path[0] &&
-      !(e->stats_file = stats_file_start(e->config.stats_path, "stats-file", true, err, errlen)))
+  if (e->config.stats_path[0] && !(e->stats_file = stats_file_start(
+                                     e->config.stats_path, "stats-file", true, err, errlen)))
     goto fail;
   if (e->config.metrics_path[0] &&
       !(e->metrics_file = stats_file_start(e->config.metrics_path, "metrics-file", false, err,
@@ -1220,14 +1235,15 @@ void rampart_close(struct rampart_engine *e)
 {
   if (!e)
     return;
-  cluster_follow_stop(&e->follow); /* first: it adds and drains servers through the I/O thread */
+  cluster_follow_stop(
+    &e->follow); /* first: it adds and drains servers through the I/O thread */
   control_socket_close(e->control); /* its commands need the I/O thread too */
   if (e->thread_started) {
     atomic_store(&e->stopping, true);
     ev_async_send(e->loop, &e->wake);
     pthread_join(e->thread, NULL);
   }
-  engine_reap_give_back(e); /* saying goodbye below needs the loop to read */
+  engine_reap_give_back(e);       /* saying goodbye below needs the loop to read */
   stats_file_stop(e->stats_file); /* each removes its file */
   stats_file_stop(e->metrics_file);
   /* The I/O thread is gone, and saying goodbye below runs the loop on this thread:

@@ -125,8 +125,9 @@ static bool read_ready(struct rampart_engine *e, const struct pollfd *pfd,
   for (unsigned k = 0; k < n; k++) {
     if (!pfd[k].revents)
       continue;
-    struct rp_conn *c = lent[k].server < e->set.nservers ? e->set.servers[lent[k].server]->conn
-                                                         : NULL;
+    struct rp_conn *c = lent[k].server < e->set.nservers
+                          ? e->set.servers[lent[k].server]->conn
+                          : NULL;
     if (c == lent[k].conn && rp_conn_reading_lent(c) && rp_conn_fd(c) == pfd[k].fd) {
       rp_conn_read_now(c);
       c = e->set.servers[lent[k].server]->conn;

@@ -73,7 +73,9 @@ int engine_restore_open(struct rampart_engine *e, char *err, size_t errlen)
     return -1;
   }
   struct state_segment_fingerprint fp = {
-    .pages = e->pages, .redundancy = (uint32_t)e->policy, .group = e->group_size,
+    .pages = e->pages,
+    .redundancy = (uint32_t)e->policy,
+    .group = e->group_size,
     .encrypt = !c->encrypt_off,
   };
   struct rp_key *master = rp_secret_alloc(sizeof *master);
@@ -86,7 +88,7 @@ int engine_restore_open(struct rampart_engine *e, char *err, size_t errlen)
   int r = load_wrapping_material(e, master, err, errlen);
   if (r == 0)
     r = state_segment_open(e->state, c->state_path, &fp, master->len ? master->bytes : NULL,
-                         master->len, device_key, note, sizeof note, err, errlen);
+                           master->len, device_key, note, sizeof note, err, errlen);
   rp_secret_free(master, sizeof *master);
   if (r < 0) {
     free(e->state);
@@ -103,8 +105,10 @@ int engine_restore_open(struct rampart_engine *e, char *err, size_t errlen)
     int n = snprintf(e->config.spill_path, sizeof e->config.spill_path, "%s.spill",
                      c->state_path);
     if (n < 0 || (size_t)n >= sizeof e->config.spill_path) {
-      snprintf(err, errlen, "state=%s: too long a path for the spill file beside it "
-               "(PATH.spill): give spill= or a shorter state=", c->state_path);
+      snprintf(err, errlen,
+               "state=%s: too long a path for the spill file beside it "
+               "(PATH.spill): give spill= or a shorter state=",
+               c->state_path);
       return -1;
     }
     e->spill_named_by_state = true;
@@ -123,8 +127,10 @@ int engine_restore_open(struct rampart_engine *e, char *err, size_t errlen)
     r = group_table_init_from(&e->groups, (uint32_t)(e->pages / e->group_size / 4 + 64),
                               &source);
   if (r < 0) {
-    snprintf(err, errlen, "cannot set up the parity groups in the state: %s (raise "
-             "LimitMEMLOCK= or kernel.shmall)", strerror(errno));
+    snprintf(err, errlen,
+             "cannot set up the parity groups in the state: %s (raise "
+             "LimitMEMLOCK= or kernel.shmall)",
+             strerror(errno));
     return -1;
   }
   if (st->recovered)
@@ -226,7 +232,8 @@ static void take_over_unfinished_group(struct rampart_engine *e, uint32_t id, bo
 static void mark_used(uint64_t **used, const struct rampart_engine *e, unsigned server,
                       uint32_t slot)
 {
-  if (server < e->set.nservers && used[server] && slot < e->set.servers[server]->slots.capacity)
+  if (server < e->set.nservers && used[server] &&
+      slot < e->set.servers[server]->slots.capacity)
     used[server][slot / 64] |= UINT64_C(1) << (slot % 64);
 }
 
@@ -268,7 +275,8 @@ static int rebuild_allocators(struct rampart_engine *e)
   }
   for (uint32_t i = 0; i < STATE_SEGMENT_WRITES; i++) {
     page_entry old = e->recovered_writes[i].old_entry;
-    if (e->recovered_writes[i].kept && page_entry_kind(old) == PAGE_SPILL && old != PAGE_ENTRY_LOST)
+    if (e->recovered_writes[i].kept && page_entry_kind(old) == PAGE_SPILL &&
+        old != PAGE_ENTRY_LOST)
       spill_store_claim_slot(e->spill, page_entry_slot_of(old));
   }
   return 0;
@@ -322,8 +330,8 @@ static int take_over_writes(struct rampart_engine *e)
     if (w->old_entry == PAGE_ENTRY_LOST ||
         (now != w->old_entry && now != w->new_entry && now != w->joining)) {
       rw->new_entry = joined_its_group(e, w->new_entry) ? w->new_entry : 0;
-      rw->joining = w->joining != w->new_entry && joined_its_group(e, w->joining)
-                      ? w->joining : 0;
+      rw->joining = w->joining != w->new_entry && joined_its_group(e, w->joining) ? w->joining
+                                                                                  : 0;
       if (!rw->new_entry && !rw->joining) {
         w->active = 0;
         continue;
@@ -339,7 +347,8 @@ static int take_over_writes(struct rampart_engine *e)
         continue;
       }
       rw->joining = installed && w->joining != newer && joined_its_group(e, w->joining)
-                      ? w->joining : 0;
+                      ? w->joining
+                      : 0;
       rw->new_entry = newer;
       rw->old_entry = w->old_entry;
       rw->old_seal = w->old_seal;
@@ -375,7 +384,8 @@ static int take_over_writes(struct rampart_engine *e)
  * group unprotected: its parity covers bytes the server lacks), or waits, pinned, to be
  * sent again once the session resumes (if it never does, reads fall back). Settled, it
  * is one replay fewer of w. */
-static bool replay_settled(struct recovered_write *w, struct rp_request *req, page_entry entry)
+static bool replay_settled(struct recovered_write *w, struct rp_request *req,
+                           page_entry entry)
 {
   struct rampart_engine *e = w->engine;
   uint32_t id = (uint32_t)page_entry_group(entry);
@@ -479,14 +489,15 @@ static unsigned replay_member_writes(struct rampart_engine *e)
     struct recovered_write *w = &e->recovered_writes[i];
     if (!w->new_entry && !w->joining)
       continue; /* nothing taken over */
-    if (w->joining && !replay_member_write(e, w, w->joining, &w->joining_req,
-                                           on_joining_replayed))
+    if (w->joining &&
+        !replay_member_write(e, w, w->joining, &w->joining_req, on_joining_replayed))
       w->joining = 0;
     if (w->new_entry && replay_member_write(e, w, w->new_entry, &w->req, on_replayed))
       n++;
     if (w->kept && !w->installed && !w->replays)
-      state_record_drop_recovered(e, w); /* the page is the old version, and nothing to send */
-    state_record_settle_recovered(e, w);   /* only replays were left, and none could be sent */
+      state_record_drop_recovered(e,
+                                  w); /* the page is the old version, and nothing to send */
+    state_record_settle_recovered(e, w); /* only replays were left, and none could be sent */
   }
   return n;
 }
@@ -553,11 +564,12 @@ int engine_restore_recover(struct rampart_engine *e, char *err, size_t errlen)
       page_write_reseal(e, id);
       resealed++;
     }
-  rp_log(RP_LOG_INFO, "took the device over: %llu pages remote, %llu spilled, %u groups "
+  rp_log(RP_LOG_INFO,
+         "took the device over: %llu pages remote, %llu spilled, %u groups "
          "(%u sealing, %u unprotected), %u writes that were in flight (%u sent again), %u "
-         "sessions to resume", (unsigned long long)e->map.count[PAGE_REMOTE],
-         (unsigned long long)e->map.count[PAGE_SPILL], e->groups.in_use,
-         resealed,
+         "sessions to resume",
+         (unsigned long long)e->map.count[PAGE_REMOTE],
+         (unsigned long long)e->map.count[PAGE_SPILL], e->groups.in_use, resealed,
          e->groups.unprotected, e->nrecovered_writes, replayed, resuming);
   return 0;
 }
@@ -571,7 +583,8 @@ void engine_restore_close(struct rampart_engine *e, bool clean)
     return;
   /* The groups' chunks are the state's: the table lets go of them before it goes. */
   if (clean) {
-    state_segment_remove(st); /* the servers were told GOODBYE: nothing is left to take over */
+    state_segment_remove(
+      st); /* the servers were told GOODBYE: nothing is left to take over */
     if (e->spill_named_by_state)
       unlink(e->config.spill_path);
   } else {

@@ -27,10 +27,10 @@
 #include "event_arena.h"
 
 #define ARENA_BYTES (1u << 20)
-#define MIN_SHIFT 6u   /* 64-byte blocks */
-#define MAX_SHIFT 17u  /* 128 KiB blocks: libev's per-fd table for about 5,000 fds */
+#define MIN_SHIFT 6u  /* 64-byte blocks */
+#define MAX_SHIFT 17u /* 128 KiB blocks: libev's per-fd table for about 5,000 fds */
 #define CLASSES (MAX_SHIFT - MIN_SHIFT + 1)
-#define HEADER 16u     /* keeps the block's class; 16 keeps libev's arrays aligned */
+#define HEADER 16u /* keeps the block's class; 16 keeps libev's arrays aligned */
 
 static alignas(64) unsigned char arena[ARENA_BYTES];
 static size_t arena_used;

@@ -14,7 +14,7 @@ int rampart_frontend_switch(struct rampart_frontend_switches *switches, const ch
                             const char *value, char *err, size_t errlen)
 {
   bool *flag = strcmp(key, "mlock") == 0     ? &switches->lock_memory
-             : strcmp(key, "standby") == 0 ? &switches->standby
+               : strcmp(key, "standby") == 0 ? &switches->standby
                                              : NULL;
   if (!flag)
     return 0;
@@ -26,7 +26,8 @@ int rampart_frontend_switches_check(const struct rampart_frontend_switches *swit
                                     size_t errlen)
 {
   if (switches->standby && !rampart_config_state_path(config)) {
-    snprintf(err, errlen, "standby=true needs state=PATH, the same as the serving "
+    snprintf(err, errlen,
+             "standby=true needs state=PATH, the same as the serving "
              "daemon's: a standby takes over the state the serving daemon leaves when it "
              "dies");
     return -1;
@@ -84,7 +85,8 @@ static int read_arguments(const struct rampart_frontend_args *f, int argc, char 
       return -1;
     }
   }
-  if (f->switches && rampart_frontend_switches_check(f->switches, config, err, sizeof err) < 0) {
+  if (f->switches &&
+      rampart_frontend_switches_check(f->switches, config, err, sizeof err) < 0) {
     fprintf(stderr, "%s: %s\n", f->who, err);
     return -1;
   }
@@ -98,8 +100,7 @@ static int read_arguments(const struct rampart_frontend_args *f, int argc, char 
 }
 
 struct rampart_config *rampart_config_from_arguments(const struct rampart_frontend_args *f,
-                                                     int argc, char **argv,
-                                                     int *exit_status)
+                                                     int argc, char **argv, int *exit_status)
 {
   struct rampart_config *config = rampart_config_new();
   if (!config) {

@@ -18,7 +18,7 @@
 static void device_metrics(struct prom_out *o, const struct rampart_stats *st)
 {
   prom_metric(o, "rampart_pager_device_size_pages", "gauge",
-         "Size of the device in 4 KiB pages.", (double)st->device_pages);
+              "Size of the device in 4 KiB pages.", (double)st->device_pages);
   const struct prom_sample where[] = {
     { "remote", st->pages_remote },
     { "spilled", st->pages_spilled },
@@ -29,8 +29,8 @@ static void device_metrics(struct prom_out *o, const struct rampart_stats *st)
                 "Pages of the device by where they are held now.", "where", where,
                 sizeof where / sizeof where[0]);
   prom_metric(o, "rampart_pager_unprotected_pages", "gauge",
-         "Live pages one server loss from gone until the mover rewrites them.",
-         (double)st->pages_unprotected);
+              "Live pages one server loss from gone until the mover rewrites them.",
+              (double)st->pages_unprotected);
   const struct prom_sample spare[] = {
     { "1", st->groups_one_spare },
     { "0", st->groups_no_spare },
@@ -39,65 +39,70 @@ static void device_metrics(struct prom_out *o, const struct rampart_stats *st)
                 "Groups holding live pages by the server losses they can still take.",
                 "spare", spare, sizeof spare / sizeof spare[0]);
   prom_metric(o, "rampart_pager_parity_pages", "gauge",
-         "Parity pages per group (parity=; 0 without parity).", (double)st->parity);
+              "Parity pages per group (parity=; 0 without parity).", (double)st->parity);
   prom_metric(o, "rampart_pager_spill_used_pages", "gauge", "Pages used in the spill store.",
-         (double)st->spill_used_pages);
-  prom_metric(o, "rampart_pager_spill_capacity_pages", "gauge", "Capacity of the spill store.",
-         (double)st->spill_capacity_pages);
+              (double)st->spill_used_pages);
+  prom_metric(o, "rampart_pager_spill_capacity_pages", "gauge",
+              "Capacity of the spill store.", (double)st->spill_capacity_pages);
   prom_metric(o, "rampart_pager_client_memory_bytes", "gauge",
-         "Memory the engine holds (locked) on this host.", (double)st->client_memory_bytes);
+              "Memory the engine holds (locked) on this host.",
+              (double)st->client_memory_bytes);
 }
 
 static void failure_metrics(struct prom_out *o, const struct rampart_stats *st)
 {
   prom_metric(o, "rampart_pager_degraded_reads_total", "counter",
-         "Pages read by rebuilding them from parity or a mirror because a copy was "
-         "unavailable.", (double)st->pages_degraded_reads);
-  prom_metric(o, "rampart_pager_lost_pages_total", "counter",
-         "Pages lost: more copies gone than the redundancy covers (reads fail with EIO).",
-         (double)st->pages_lost);
-  prom_metric(o, "rampart_pager_read_errors_total", "counter",
-         "Reads that failed with EIO.", (double)st->read_errors);
+              "Pages read by rebuilding them from parity or a mirror because a copy was "
+              "unavailable.",
+              (double)st->pages_degraded_reads);
+  prom_metric(
+    o, "rampart_pager_lost_pages_total", "counter",
+    "Pages lost: more copies gone than the redundancy covers (reads fail with EIO).",
+    (double)st->pages_lost);
+  prom_metric(o, "rampart_pager_read_errors_total", "counter", "Reads that failed with EIO.",
+              (double)st->read_errors);
   prom_metric(o, "rampart_pager_integrity_failures_total", "counter",
-         "Stored pages that failed verification.", (double)st->integrity_failures);
+              "Stored pages that failed verification.", (double)st->integrity_failures);
   if (st->etcd_following) {
     prom_metric(o, "rampart_pager_etcd_watch_live", "gauge",
-           "1 while the device's watch of its cluster in etcd (cluster=etcd://) is "
-           "established; 0 while etcd cannot be reached (the device serves on, and "
-           "follows the cluster again once it can).", st->etcd_watch_live ? 1.0 : 0.0);
+                "1 while the device's watch of its cluster in etcd (cluster=etcd://) is "
+                "established; 0 while etcd cannot be reached (the device serves on, and "
+                "follows the cluster again once it can).",
+                st->etcd_watch_live ? 1.0 : 0.0);
     prom_metric(o, "rampart_pager_etcd_events_total", "counter",
-           "Changes to the cluster's registry in etcd the device has seen.",
-           (double)st->etcd_events);
+                "Changes to the cluster's registry in etcd the device has seen.",
+                (double)st->etcd_events);
     prom_metric(o, "rampart_pager_etcd_watch_restarts_total", "counter",
-           "Times the etcd watch ended with an error and was started again.",
-           (double)st->etcd_watch_restarts);
+                "Times the etcd watch ended with an error and was started again.",
+                (double)st->etcd_watch_restarts);
   }
   prom_metric(o, "rampart_pager_servers_reconnecting", "gauge",
-         "Servers whose connection dropped and that are not yet declared lost.",
-         (double)st->servers_reconnecting);
+              "Servers whose connection dropped and that are not yet declared lost.",
+              (double)st->servers_reconnecting);
   prom_metric(o, "rampart_pager_requests_waiting", "gauge",
-         "Reads and writes waiting for a reconnecting server.",
-         (double)st->requests_waiting);
+              "Reads and writes waiting for a reconnecting server.",
+              (double)st->requests_waiting);
   prom_metric(o, "rampart_pager_sessions_resumed_total", "counter",
-         "Server sessions resumed after a dropped connection.", (double)st->resumes);
+              "Server sessions resumed after a dropped connection.", (double)st->resumes);
   prom_metric(o, "rampart_pager_requests_replayed_total", "counter",
-         "Requests sent again on a resumed session.", (double)st->requests_replayed);
+              "Requests sent again on a resumed session.", (double)st->requests_replayed);
 }
 
 static void rebuild_metrics(struct prom_out *o, const struct rampart_stats *st)
 {
   prom_metric(o, "rampart_pager_rebuilds_total", "counter",
-         "Rebuilds finished after losing a server.", (double)st->rebuilds_finished);
+              "Rebuilds finished after losing a server.", (double)st->rebuilds_finished);
   prom_metric(o, "rampart_pager_rebuild_running", "gauge", "1 while a rebuild runs.",
-         st->rebuild_running ? 1.0 : 0.0);
+              st->rebuild_running ? 1.0 : 0.0);
   prom_metric(o, "rampart_pager_rebuild_duration_seconds", "gauge",
-         "Duration of the running rebuild, or else of the last one.", st->rebuild_seconds);
+              "Duration of the running rebuild, or else of the last one.",
+              st->rebuild_seconds);
   prom_metric(o, "rampart_pager_rebuild_moved_pages", "gauge",
-         "Pages written again by the running rebuild, or else by the last one.",
-         (double)st->rebuild_pages_moved);
+              "Pages written again by the running rebuild, or else by the last one.",
+              (double)st->rebuild_pages_moved);
   prom_metric(o, "rampart_pager_rebuild_pending_pages", "gauge",
-         "Live pages still to rewrite before every lost server's groups are whole.",
-         (double)st->rebuild_pages_pending);
+              "Live pages still to rewrite before every lost server's groups are whole.",
+              (double)st->rebuild_pages_pending);
   struct prom_sample moves[RAMPART_MOVE_REASONS];
   for (unsigned r = 0; r < RAMPART_MOVE_REASONS; r++)
     moves[r] = (struct prom_sample){ rampart_move_reason_name((enum rampart_move_reason)r),
@@ -106,23 +111,24 @@ static void rebuild_metrics(struct prom_out *o, const struct rampart_stats *st)
                 "Page moves started by the background mover, by reason.", "reason", moves,
                 RAMPART_MOVE_REASONS);
   prom_metric(o, "rampart_pager_moves_in_flight", "gauge", "Page moves in flight.",
-         (double)st->moves_in_flight);
+              (double)st->moves_in_flight);
   prom_metric(o, "rampart_pager_groups_cleaned_total", "counter",
-         "Sparse parity groups rewritten by cleaning.", (double)st->groups_cleaned);
+              "Sparse parity groups rewritten by cleaning.", (double)st->groups_cleaned);
   prom_metric(o, "rampart_pager_overwritten_pages_total", "counter",
-         "Frontend page writes that replaced a version already held.",
-         (double)st->pages_overwritten);
-  prom_metric(o, "rampart_pager_clean_rewrites_total", "counter",
-         "Pages cleaning wrote again to free sparse groups (per overwritten page: its cost).",
-         (double)st->clean_rewrites);
+              "Frontend page writes that replaced a version already held.",
+              (double)st->pages_overwritten);
+  prom_metric(
+    o, "rampart_pager_clean_rewrites_total", "counter",
+    "Pages cleaning wrote again to free sparse groups (per overwritten page: its cost).",
+    (double)st->clean_rewrites);
   prom_metric(o, "rampart_pager_writes_waited_for_cleaning_total", "counter",
-         "Frontend writes that waited for cleaning because the overflow was spent.",
-         (double)st->writes_waited_for_cleaning);
+              "Frontend writes that waited for cleaning because the overflow was spent.",
+              (double)st->writes_waited_for_cleaning);
   prom_metric(o, "rampart_pager_written_pages_total", "counter",
-         "Pages written by the frontend.", (double)st->pages_written);
+              "Pages written by the frontend.", (double)st->pages_written);
   prom_metric(o, "rampart_pager_wire_written_bytes_total", "counter",
-         "Bytes sent to servers for frontend writes (pages, parity, headers).",
-         (double)st->wire_bytes_written);
+              "Bytes sent to servers for frontend writes (pages, parity, headers).",
+              (double)st->wire_bytes_written);
 }
 
 /* One sample of a per-server metric: NAME{server="HOST:PORT",incarnation="N"EXTRA}, where
@@ -133,8 +139,8 @@ static void server_sample(struct prom_out *o, const char *name,
 {
   char address[200];
   prom_escape_label(s->address, address, sizeof address);
-  prom_put(o, "%s{server=\"%s\",incarnation=\"%u\"%s} %llu\n", name, address, s->index,
-           extra, value);
+  prom_put(o, "%s{server=\"%s\",incarnation=\"%u\"%s} %llu\n", name, address, s->index, extra,
+           value);
 }
 
 static void server_metrics(struct prom_out *o, const struct rampart_stats *st)
@@ -143,15 +149,22 @@ static void server_metrics(struct prom_out *o, const struct rampart_stats *st)
     const char *name, *help;
     size_t offset;
   } per_server[] = {
-    { "rampart_pager_server_live_pages", "Current versions of device pages stored on "
-      "the server.", offsetof(struct rampart_server_stats, pages_live) },
-    { "rampart_pager_server_stored_pages", "Pages this device keeps on the server: live, "
-      "old versions and parity.", offsetof(struct rampart_server_stats, pages_stored) },
+    { "rampart_pager_server_live_pages",
+      "Current versions of device pages stored on "
+      "the server.",
+      offsetof(struct rampart_server_stats, pages_live) },
+    { "rampart_pager_server_stored_pages",
+      "Pages this device keeps on the server: live, "
+      "old versions and parity.",
+      offsetof(struct rampart_server_stats, pages_stored) },
     { "rampart_pager_server_reserved_pages", "Pages reserved on the server.",
       offsetof(struct rampart_server_stats, pages_reserved) },
-    { "rampart_pager_server_integrity_failures_total", "Copies from the server that "
-      "failed verification.", offsetof(struct rampart_server_stats, integrity_failures) },
-    { "rampart_pager_server_dependent_pages", "Live pages that depend on the server (stored "
+    { "rampart_pager_server_integrity_failures_total",
+      "Copies from the server that "
+      "failed verification.",
+      offsetof(struct rampart_server_stats, integrity_failures) },
+    { "rampart_pager_server_dependent_pages",
+      "Live pages that depend on the server (stored "
       "there, or in a group with a copy there): what a drain of it has left to move.",
       offsetof(struct rampart_server_stats, pages_dependent) },
   };
@@ -167,10 +180,11 @@ static void server_metrics(struct prom_out *o, const struct rampart_stats *st)
   /* A state set: one sample per state, 1 for the current one, so an alert can say
    * rampart_pager_server_state{state="lost"} == 1. */
   prom_header(o, "rampart_pager_server_state", "gauge",
-         "The engine's view of each server: 1 for its current state.");
+              "The engine's view of each server: 1 for its current state.");
   static const enum rampart_server_health states[] = {
     RAMPART_SERVER_UP, RAMPART_SERVER_ADVISED, RAMPART_SERVER_RECONNECTING,
-    RAMPART_SERVER_LOST, RAMPART_SERVER_REMOVED };
+    RAMPART_SERVER_LOST, RAMPART_SERVER_REMOVED
+  };
   for (unsigned i = 0; i < st->nservers; i++) {
     for (size_t k = 0; k < sizeof states / sizeof states[0]; k++) {
       char state[48];
@@ -179,8 +193,9 @@ static void server_metrics(struct prom_out *o, const struct rampart_stats *st)
                     st->servers[i].state == states[k]);
     }
   }
-  prom_header(o, "rampart_pager_server_draining", "gauge",
-         "1 while the server is being drained (or removed): nothing new is placed there.");
+  prom_header(
+    o, "rampart_pager_server_draining", "gauge",
+    "1 while the server is being drained (or removed): nothing new is placed there.");
   for (unsigned i = 0; i < st->nservers; i++)
     server_sample(o, "rampart_pager_server_draining", &st->servers[i], "",
                   st->servers[i].draining);
@@ -192,17 +207,17 @@ static void latency_metrics(struct prom_out *o, const struct rampart_stats *st)
                                                         "flush" };
   const char *name = "rampart_pager_request_duration_seconds";
   prom_header(o, name, "histogram",
-         "Frontend requests from submission to completion, by operation.");
+              "Frontend requests from submission to completion, by operation.");
   for (unsigned op = 0; op < RAMPART_LATENCY_OPS; op++) {
     uint64_t cumulative = 0;
     for (unsigned k = 0; k < RAMPART_LATENCY_BUCKETS; k++) {
       cumulative += st->latency_count[op][k];
       if (k + 1 < RAMPART_LATENCY_BUCKETS)
         prom_put(o, "%s_bucket{op=\"%s\",le=\"%.6f\"} %llu\n", name, ops[op],
-            (double)(1ull << k) / 1e6, (unsigned long long)cumulative);
+                 (double)(1ull << k) / 1e6, (unsigned long long)cumulative);
       else
         prom_put(o, "%s_bucket{op=\"%s\",le=\"+Inf\"} %llu\n", name, ops[op],
-            (unsigned long long)cumulative);
+                 (unsigned long long)cumulative);
     }
     prom_put(o, "%s_sum{op=\"%s\"} %.9f\n", name, ops[op],
              (double)st->latency_sum_ns[op] / 1e9);

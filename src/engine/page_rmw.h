@@ -12,7 +12,7 @@
 
 #include "rampart_types.h"
 
-#define PAGE_RMW_LOCKS 256u          /* stripes of pages for sub-page writes */
+#define PAGE_RMW_LOCKS 256u /* stripes of pages for sub-page writes */
 
 /* Runs one whole-page request for the owner and waits for it (the engine's
  * engine_run_sync): 0 or negative errno. */

@@ -114,7 +114,8 @@ int rampart_standby_wait(pid_t serving, size_t reserve_bytes, char *err, size_t 
   void *reserve = reserve_take(reserve_bytes);
   int sigfd = stop_signals_fd();
   /* A pidfd wakes its poller when the process ends, with nothing allocated on the way. */
-  struct pollfd p[2] = { { .fd = pidfd, .events = POLLIN }, { .fd = sigfd, .events = POLLIN } };
+  struct pollfd p[2] = { { .fd = pidfd, .events = POLLIN },
+                         { .fd = sigfd, .events = POLLIN } };
   int r = poll(p, sigfd >= 0 ? 2 : 1, -1);
   bool signalled = sigfd >= 0 && (p[1].revents & POLLIN);
   bool stopped = r < 0 || signalled;
@@ -161,8 +162,8 @@ static int standby_wait_for_state(const char *state_path, size_t reserve_bytes, 
 }
 
 /* The wait itself: 0 once the pager serving config's state= died; -1 with err. */
-static int standby_for_state(const char *who, const struct rampart_config *config,
-                             char *err, size_t errlen)
+static int standby_for_state(const char *who, const struct rampart_config *config, char *err,
+                             size_t errlen)
 {
   pid_t serving;
   const char *state_path = rampart_config_state_path(config);
@@ -181,8 +182,10 @@ static int standby_for_state(const char *who, const struct rampart_config *confi
    * for a page on the very device it is to take over. */
   for (unsigned i = 0; i < nfiles; i++)
     rampart_standby_pin_file(takeover_files[i]);
-  fprintf(stderr, "%s: standing by for the pager serving %s (pid %d), %u MiB held in "
-          "reserve\n", who, state_path, (int)serving, STANDBY_RESERVE >> 20);
+  fprintf(stderr,
+          "%s: standing by for the pager serving %s (pid %d), %u MiB held in "
+          "reserve\n",
+          who, state_path, (int)serving, STANDBY_RESERVE >> 20);
   char what[300];
   snprintf(what, sizeof what, "%s (pid %d)", state_path, (int)serving);
   rampart_notify(RAMPART_NOTICE_STANDING_BY, what);
@@ -193,8 +196,10 @@ static int standby_for_state(const char *who, const struct rampart_config *confi
     snprintf(err, errlen, "stopped while a pager still serves %s", state_path);
     return -1;
   case 2:
-    snprintf(err, errlen, "the pager serving %s stopped cleanly and took its state with "
-             "it: nothing to take over", state_path);
+    snprintf(err, errlen,
+             "the pager serving %s stopped cleanly and took its state with "
+             "it: nothing to take over",
+             state_path);
     return -1;
   default:
     return -1;
@@ -202,8 +207,8 @@ static int standby_for_state(const char *who, const struct rampart_config *confi
 }
 
 struct rampart_engine *rampart_open_standby(const char *who,
-                                            const struct rampart_config *config,
-                                            char *err, size_t errlen)
+                                            const struct rampart_config *config, char *err,
+                                            size_t errlen)
 {
   if (standby_for_state(who, config, err, errlen) < 0)
     return NULL;
@@ -215,8 +220,10 @@ struct rampart_engine *rampart_open_standby(const char *who,
   if (!rampart_took_over(engine)) {
     /* Its segment was gone (removed by hand): an empty device in place of the one that
      * died would hand the kernel zeros for every page it swapped out. */
-    snprintf(err, errlen, "there was no state left at %s to take over: refusing to serve "
-             "an empty device in place of the one that died", state_path);
+    snprintf(err, errlen,
+             "there was no state left at %s to take over: refusing to serve "
+             "an empty device in place of the one that died",
+             state_path);
     rampart_close(engine);
     return NULL;
   }

@@ -88,14 +88,17 @@ int rampart_process_harden(bool lock_memory)
 {
   int failures = 0;
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
-    rp_log(RP_LOG_WARN, "PR_SET_DUMPABLE 0 failed (%s): a core dump of this process could "
+    rp_log(RP_LOG_WARN,
+           "PR_SET_DUMPABLE 0 failed (%s): a core dump of this process could "
            "hold keys and swapped pages; disable core dumps for it (ulimit -c 0)",
            strerror(errno));
     failures++;
   }
   if (lock_memory && lock_memory_now() < 0) {
-    rp_log(RP_LOG_WARN, "mlockall failed (%s): this process could be swapped out while "
-           "serving swap; run as root or raise RLIMIT_MEMLOCK", strerror(errno));
+    rp_log(RP_LOG_WARN,
+           "mlockall failed (%s): this process could be swapped out while "
+           "serving swap; run as root or raise RLIMIT_MEMLOCK",
+           strerror(errno));
     failures++;
   }
   /* Marks us as part of the I/O path, so our allocations do not recurse into reclaim. */
@@ -113,7 +116,8 @@ int rampart_process_harden(bool lock_memory)
    * only its class matters here. Threads created from now on inherit it. */
   struct sched_param rt = { .sched_priority = 1 };
   if (sched_setscheduler(0, SCHED_RR, &rt) < 0) {
-    rp_log(RP_LOG_WARN, "SCHED_RR failed (%s): without a realtime class the daemon's own "
+    rp_log(RP_LOG_WARN,
+           "SCHED_RR failed (%s): without a realtime class the daemon's own "
            "kernel allocations wait with everyone else's below the min watermark, where a "
            "host swapping through it can deadlock; needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1",
            strerror(errno));
@@ -122,7 +126,7 @@ int rampart_process_harden(bool lock_memory)
   int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
   if (fd < 0 || write(fd, "-900", 4) != 4) {
     rp_log(RP_LOG_WARN, "cannot lower the OOM score: the OOM killer may pick the swap "
-           "daemon first");
+                        "daemon first");
     failures++;
   }
   if (fd >= 0)

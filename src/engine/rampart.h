@@ -112,7 +112,10 @@ struct rampart_frontend_switches {
   bool lock_memory;
   bool standby;
 };
-#define RAMPART_FRONTEND_SWITCHES_DEFAULT { .lock_memory = true, .standby = false }
+#define RAMPART_FRONTEND_SWITCHES_DEFAULT \
+  { \
+    .lock_memory = true, .standby = false \
+  }
 /* key=value when key is one of the switches: 1 with it set, 0 when key is not one, -1
  * with a sentence in err when value is not true/false, on/off, yes/no or 1/0. */
 int rampart_frontend_switch(struct rampart_frontend_switches *switches, const char *key,
@@ -135,8 +138,7 @@ struct rampart_frontend_args {
   struct rampart_frontend_switches *switches;
 };
 struct rampart_config *rampart_config_from_arguments(const struct rampart_frontend_args *f,
-                                                     int argc, char **argv,
-                                                     int *exit_status);
+                                                     int argc, char **argv, int *exit_status);
 /* Checks the whole configuration (size given, servers reachable is NOT checked here). */
 int rampart_config_check(const struct rampart_config *config, char *err, size_t errlen);
 /* state=, or NULL when none was given. */
@@ -192,8 +194,8 @@ void rampart_standby_pin_file(const char *path);
  * state= was given, no pager serves it, it stopped cleanly (its state went with it), a
  * stop signal came first, or the takeover failed. */
 struct rampart_engine *rampart_open_standby(const char *who,
-                                            const struct rampart_config *config,
-                                            char *err, size_t errlen);
+                                            const struct rampart_config *config, char *err,
+                                            size_t errlen);
 /* rampart-ublk standby=true: sleeps on the pidfd of the process `serving` (the
  * ublk device names its daemon). 0: it ended. 1: a stop signal came first (one this
  * thread blocks is taken). -1 with err: it cannot be watched. */

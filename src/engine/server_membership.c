@@ -44,8 +44,8 @@ struct add_call {
   char *msg;
   size_t msglen;
   int result;
-  bool done;              /* check: nothing more to do (already there, drain cancelled) */
-  uint64_t want;          /* check: pages to reserve */
+  bool done;     /* check: nothing more to do (already there, drain cancelled) */
+  uint64_t want; /* check: pages to reserve */
   /* adopt: what the caller's thread got */
   struct rp_conn *conn;
   struct rp_conn_pool *pool;
@@ -60,8 +60,10 @@ static void add_check(struct rampart_engine *e, void *arg)
   if (s && s->leaving && s->state != RAMPART_SERVER_LOST) {
     bool was_drained = s->drained;
     s->leaving = s->drained = s->remove_when_drained = false;
-    rp_log(RP_LOG_INFO, "server %s: its drain is cancelled by an add; it takes new pages "
-           "again", s->address);
+    rp_log(RP_LOG_INFO,
+           "server %s: its drain is cancelled by an add; it takes new pages "
+           "again",
+           s->address);
     rp_msgf(c->msg, c->msglen, "%s was %s; it takes new pages again (nothing was lost)",
             s->address, was_drained ? "drained" : "being drained: the drain is cancelled");
     c->done = true;
@@ -74,20 +76,24 @@ static void add_check(struct rampart_engine *e, void *arg)
     return;
   }
   if (e->config.nservers == 0 && e->set.nservers == 0) {
-    rp_msgf(c->msg, c->msglen, "this device was started without servers (a standalone RAM "
+    rp_msgf(c->msg, c->msglen,
+            "this device was started without servers (a standalone RAM "
             "disk): it cannot take one now; start it again with servers= or cluster=");
     c->result = -EINVAL;
     return;
   }
   unsigned members = server_set_members(e);
   if (members >= RAMPART_MAX_SERVERS || e->config.nservers >= RAMPART_MAX_SERVERS) {
-    rp_msgf(c->msg, c->msglen, "the device has %u servers, the most it takes: remove one "
-            "first", members);
+    rp_msgf(c->msg, c->msglen,
+            "the device has %u servers, the most it takes: remove one "
+            "first",
+            members);
     c->result = -ENOSPC;
     return;
   }
   if (e->set.nservers >= ENGINE_MAX_INCARNATIONS) {
-    rp_msgf(c->msg, c->msglen, "the device's server table is full (%u entries, servers that "
+    rp_msgf(c->msg, c->msglen,
+            "the device's server table is full (%u entries, servers that "
             "rejoined or were removed included): restart the device to add more",
             ENGINE_MAX_INCARNATIONS);
     c->result = -ENOSPC;
@@ -124,12 +130,15 @@ static void add_adopt(struct rampart_engine *e, void *arg)
   c->pool = NULL;
   if (e->config.nservers < RAMPART_MAX_SERVERS)
     snprintf(e->config.servers[e->config.nservers++], RAMPART_ADDRESS_LEN, "%s", s->address);
-  rp_log(RP_LOG_INFO, "server %s added: %llu pages (%.1f MiB) reserved; new groups go to "
-         "the servers with the most room", s->address, (unsigned long long)s->reserved_pages,
-         pages_mib(s->reserved_pages));
-  rp_msgf(c->msg, c->msglen, "added %s: %llu pages (%.1f MiB) reserved there; the device has "
-          "%u servers", s->address, (unsigned long long)s->reserved_pages,
-          pages_mib(s->reserved_pages), server_set_members(e));
+  rp_log(RP_LOG_INFO,
+         "server %s added: %llu pages (%.1f MiB) reserved; new groups go to "
+         "the servers with the most room",
+         s->address, (unsigned long long)s->reserved_pages, pages_mib(s->reserved_pages));
+  rp_msgf(c->msg, c->msglen,
+          "added %s: %llu pages (%.1f MiB) reserved there; the device has "
+          "%u servers",
+          s->address, (unsigned long long)s->reserved_pages, pages_mib(s->reserved_pages),
+          server_set_members(e));
   page_op_run_waiting(e); /* writes waiting for room may go there */
 }
 
@@ -138,7 +147,8 @@ int rampart_server_add(struct rampart_engine *e, const char *address, char *msg,
 {
   char host[256], port[16], perr[200];
   if (strlen(address) >= RAMPART_ADDRESS_LEN ||
-      rp_parse_hostport(address, host, sizeof host, port, sizeof port, perr, sizeof perr) < 0) {
+      rp_parse_hostport(address, host, sizeof host, port, sizeof port, perr, sizeof perr) <
+        0) {
     rp_msgf(msg, msglen, "'%s' is not a server address: write HOST:PORT, e.g. 10.0.0.5:7070",
             address);
     return -EINVAL;
@@ -153,16 +163,21 @@ int rampart_server_add(struct rampart_engine *e, const char *address, char *msg,
     return -ENOMEM;
   }
   struct rp_conn_options o = {
-    .host = host, .port = port, .key = e->key, .client_name = "rampart-engine",
-    .connect_timeout_ms = ADD_CONNECT_TIMEOUT_MS, .request_timeout_ms = e->config.timeout_ms,
+    .host = host,
+    .port = port,
+    .key = e->key,
+    .client_name = "rampart-engine",
+    .connect_timeout_ms = ADD_CONNECT_TIMEOUT_MS,
+    .request_timeout_ms = e->config.timeout_ms,
     .pool = c.pool,
   };
   struct rp_error err = { 0 };
   c.conn = rp_conn_open(&o, &c.info, &err);
   if (!c.conn) {
-    rp_msgf(msg, msglen, "cannot add %s: %s. Check that rampartd runs there, that this host "
-            "reaches it, and that it has the cluster's key; nothing changed", address,
-            err.message);
+    rp_msgf(msg, msglen,
+            "cannot add %s: %s. Check that rampartd runs there, that this host "
+            "reaches it, and that it has the cluster's key; nothing changed",
+            address, err.message);
     c.result = -EHOSTUNREACH;
   } else {
     uint64_t want = c.want < c.info.free_pages ? c.want : c.info.free_pages;
@@ -170,7 +185,8 @@ int rampart_server_add(struct rampart_engine *e, const char *address, char *msg,
       want = UINT32_MAX;
     uint64_t server_free;
     if (want == 0) {
-      rp_msgf(msg, msglen, "cannot add %s: it has no free memory to reserve (%llu pages "
+      rp_msgf(msg, msglen,
+              "cannot add %s: it has no free memory to reserve (%llu pages "
               "wanted): give it more (rampartd --memory) or free some; nothing changed",
               address, (unsigned long long)c.want);
       c.result = -ENOSPC;
@@ -227,8 +243,8 @@ static void config_forget(struct rampart_config *c, const char *address)
 {
   for (unsigned i = 0; i < c->nservers; i++)
     if (strcmp(c->servers[i], address) == 0) {
-      memmove(c->servers[i], c->servers[i + 1], (size_t)(c->nservers - i - 1) *
-              sizeof c->servers[0]);
+      memmove(c->servers[i], c->servers[i + 1],
+              (size_t)(c->nservers - i - 1) * sizeof c->servers[0]);
       c->nservers--;
       return;
     }
@@ -264,8 +280,10 @@ static void drain_start(struct rampart_engine *e, void *arg)
     }
     char members[512];
     list_members(e, members, sizeof members);
-    rp_msgf(c->msg, c->msglen, "%s is not a server of this device (its servers: %s): check "
-            "the address", c->address, members[0] ? members : "none");
+    rp_msgf(c->msg, c->msglen,
+            "%s is not a server of this device (its servers: %s): check "
+            "the address",
+            c->address, members[0] ? members : "none");
     c->result = -ENOENT;
     return;
   }
@@ -273,17 +291,19 @@ static void drain_start(struct rampart_engine *e, void *arg)
   uint64_t dependent = e->set.at_risk[s->index];
   if (s->state == RAMPART_SERVER_LOST) {
     if (!c->remove) {
-      rp_msgf(c->msg, c->msglen, "%s is lost: its pages are being rebuilt on the other "
-              "servers already (%llu left); nothing to drain", s->address,
-              (unsigned long long)dependent);
+      rp_msgf(c->msg, c->msglen,
+              "%s is lost: its pages are being rebuilt on the other "
+              "servers already (%llu left); nothing to drain",
+              s->address, (unsigned long long)dependent);
       return;
     }
     s->leaving = s->remove_when_drained = true;
     s->leaving_since_ns = engine_now_ns();
     server_health_stop_rejoining(e, s);
-    rp_msgf(c->msg, c->msglen, "%s is lost: it is removed once its %llu pages are rebuilt on "
-            "the other servers, and it will not join again", s->address,
-            (unsigned long long)dependent);
+    rp_msgf(c->msg, c->msglen,
+            "%s is lost: it is removed once its %llu pages are rebuilt on "
+            "the other servers, and it will not join again",
+            s->address, (unsigned long long)dependent);
     server_membership_pass_done(e);
     return;
   }
@@ -316,27 +336,31 @@ static void drain_start(struct rampart_engine *e, void *arg)
     free_slots += slot_allocator_available(&o->slots);
   }
   uint64_t need = (uint64_t)((double)e->groups.live_pages *
-                             engine_slots_per_page(e, engine_group_width(e, others)) + 0.999);
+                               engine_slots_per_page(e, engine_group_width(e, others)) +
+                             0.999);
   uint64_t usable = room - room / 20;
   unsigned needed_servers = engine_servers_needed(e);
   if (others < needed_servers) {
-    rp_msgf(c->msg, c->msglen, "cannot %s %s: %u other server%s can take pages, and %s needs "
+    rp_msgf(c->msg, c->msglen,
+            "cannot %s %s: %u other server%s can take pages, and %s needs "
             "%u to keep every page recoverable. Add a server first (rampartctl device SOCKET "
-            "add HOST:PORT); nothing changed", verb, s->address, others,
-            others == 1 ? "" : "s", rampart_redundancy_name(e->policy), needed_servers);
+            "add HOST:PORT); nothing changed",
+            verb, s->address, others, others == 1 ? "" : "s",
+            rampart_redundancy_name(e->policy), needed_servers);
     c->result = -ENOSPC;
     return;
   }
   if (need > usable) {
     uint64_t short_by = need - usable;
-    rp_msgf(c->msg, c->msglen, "cannot %s %s: without it the device's %llu live pages need "
+    rp_msgf(c->msg, c->msglen,
+            "cannot %s %s: without it the device's %llu live pages need "
             "about %llu pages (%.1f MiB) of server memory, parity included, and the other "
             "%u servers have %llu reserved (%.1f MiB, a twentieth of it kept free): short by "
             "%llu pages (%.1f MiB). Add a server (rampartctl device SOCKET add HOST:PORT) or "
-            "give the others more memory, then %s again; nothing changed", verb, s->address,
-            (unsigned long long)e->groups.live_pages, (unsigned long long)need,
-            pages_mib(need), others, (unsigned long long)room, pages_mib(room),
-            (unsigned long long)short_by, pages_mib(short_by), verb);
+            "give the others more memory, then %s again; nothing changed",
+            verb, s->address, (unsigned long long)e->groups.live_pages,
+            (unsigned long long)need, pages_mib(need), others, (unsigned long long)room,
+            pages_mib(room), (unsigned long long)short_by, pages_mib(short_by), verb);
     c->result = -ENOSPC;
     return;
   }
@@ -347,13 +371,17 @@ static void drain_start(struct rampart_engine *e, void *arg)
   /* The open group may have a member or its parity's slot there: seal it now, so the
    * mover can take it too. */
   page_write_close_open_group(e);
-  rp_log(RP_LOG_INFO, "server %s: %s asked; moving the %llu live pages that depend on it to "
-         "the %u other servers (%llu pages free there)", s->address, verb,
-         (unsigned long long)dependent, others, (unsigned long long)free_slots);
-  rp_msgf(c->msg, c->msglen, "%s %s: %llu live pages to move to the %u other servers "
-          "(%llu pages, %.1f MiB, free there)%s", c->remove ? "removing" : "draining",
-          s->address, (unsigned long long)dependent, others, (unsigned long long)free_slots,
-          pages_mib(free_slots), c->remove ? "; it is removed once drained" : "");
+  rp_log(RP_LOG_INFO,
+         "server %s: %s asked; moving the %llu live pages that depend on it to "
+         "the %u other servers (%llu pages free there)",
+         s->address, verb, (unsigned long long)dependent, others,
+         (unsigned long long)free_slots);
+  rp_msgf(c->msg, c->msglen,
+          "%s %s: %llu live pages to move to the %u other servers "
+          "(%llu pages, %.1f MiB, free there)%s",
+          c->remove ? "removing" : "draining", s->address, (unsigned long long)dependent,
+          others, (unsigned long long)free_slots, pages_mib(free_slots),
+          c->remove ? "; it is removed once drained" : "");
 }
 
 int rampart_server_drain(struct rampart_engine *e, const char *address, bool remove,
@@ -380,8 +408,10 @@ void server_membership_pass_done(struct rampart_engine *e)
     s->drained = true;
     double seconds = (double)(engine_now_ns() - s->leaving_since_ns) / 1e9;
     rp_log(RP_LOG_INFO, "server %s drained in %.1f s: no page depends on it any more%s",
-           s->address, seconds, s->remove_when_drained ? "" : "; it takes no new pages "
-           "until added again");
+           s->address, seconds,
+           s->remove_when_drained ? ""
+                                  : "; it takes no new pages "
+                                    "until added again");
     if (s->remove_when_drained)
       remove_now(e, s);
   }
@@ -470,13 +500,15 @@ static void msg_append(char *msg, size_t len, const char *line)
 int rampart_cluster_reload(struct rampart_engine *e, char *msg, size_t msglen)
 {
   if (e->config.etcd_cluster[0]) {
-    rp_msgf(msg, msglen, "this device follows cluster %s in etcd (cluster=etcd://...): it "
+    rp_msgf(msg, msglen,
+            "this device follows cluster %s in etcd (cluster=etcd://...): it "
             "adds and removes servers as the registry changes, with no file to reload",
             e->config.etcd_cluster);
     return -EINVAL;
   }
   if (!e->config.cluster_path[0]) {
-    rp_msgf(msg, msglen, "this device lists its servers with servers=, not cluster=FILE: "
+    rp_msgf(msg, msglen,
+            "this device lists its servers with servers=, not cluster=FILE: "
             "there is no file to reload; use add and remove");
     return -EINVAL;
   }
@@ -518,8 +550,10 @@ int rampart_cluster_reload(struct rampart_engine *e, char *msg, size_t msglen)
     msg_append(msg, msglen, line);
     reload_count(rc, &removed, &failed, &result);
   }
-  snprintf(line, sizeof line, "reload of %.512s: %u added, %u being removed, %u refused or "
-           "failed%s", e->config.cluster_path, added, removed, failed,
+  snprintf(line, sizeof line,
+           "reload of %.512s: %u added, %u being removed, %u refused or "
+           "failed%s",
+           e->config.cluster_path, added, removed, failed,
            added + removed + failed == 0 ? " (the file matches the device's servers)" : "");
   msg_append(msg, msglen, line);
 out:

@@ -22,14 +22,14 @@ struct stats_file {
   pthread_t thread;
   pthread_mutex_t lock;
   pthread_cond_t wake;
-  bool stop;                                /* under lock */
-  bool pending;                             /* under lock: handed holds a new report */
+  bool stop;    /* under lock */
+  bool pending; /* under lock: handed holds a new report */
   size_t handed_len;
-  char *handed;                             /* under lock; STATS_FILE_MAX_REPORT bytes */
-  char *writing;                            /* the writer's own copy, with room to append */
+  char *handed;  /* under lock; STATS_FILE_MAX_REPORT bytes */
+  char *writing; /* the writer's own copy, with room to append */
   size_t writing_cap;
-  bool process_memory;                      /* append the process's memory line */
-  bool failed;                              /* the last write failed (logged once) */
+  bool process_memory; /* append the process's memory line */
+  bool failed;         /* the last write failed (logged once) */
   char what[32];
   char path[4096];
   char tmp[4100];
@@ -49,15 +49,16 @@ static size_t append_process_memory(struct stats_file *sf, size_t len)
   if (n <= 0)
     return len;
   status[n] = '\0';
-  unsigned long long kib[3] = {0, 0, 0};
-  static const char *const keys[3] = {"VmRSS:", "VmLck:", "VmHWM:"};
+  unsigned long long kib[3] = { 0, 0, 0 };
+  static const char *const keys[3] = { "VmRSS:", "VmLck:", "VmHWM:" };
   for (int k = 0; k < 3; k++) {
     const char *at = strstr(status, keys[k]);
     if (at)
       kib[k] = strtoull(at + strlen(keys[k]), NULL, 10);
   }
   size_t room = sf->writing_cap - len;
-  int w = snprintf(sf->writing + len, room, "process         resident %.1f MiB, locked "
+  int w = snprintf(sf->writing + len, room,
+                   "process         resident %.1f MiB, locked "
                    "%.1f MiB, peak resident %.1f MiB (the process the engine runs in)\n",
                    kib[0] / 1024.0, kib[1] / 1024.0, kib[2] / 1024.0);
   return w > 0 && (size_t)w < room ? len + (size_t)w : len;
@@ -79,8 +80,10 @@ static void write_report(struct stats_file *sf, size_t len)
     saved = errno;
   }
   if (!ok && !sf->failed)
-    rp_log(RP_LOG_WARN, "cannot write %s=%s: %s (readers see an old report until it can: "
-           "check the directory exists and has room)", sf->what, sf->path, strerror(saved));
+    rp_log(RP_LOG_WARN,
+           "cannot write %s=%s: %s (readers see an old report until it can: "
+           "check the directory exists and has room)",
+           sf->what, sf->path, strerror(saved));
   else if (ok && sf->failed)
     rp_log(RP_LOG_INFO, "%s=%s is written again", sf->what, sf->path);
   sf->failed = !ok;
@@ -142,8 +145,7 @@ struct stats_file *stats_file_start(const char *path, const char *what, bool pro
     stats_file_free(sf);
     return NULL;
   }
-  int rc = rp_thread_start(&sf->thread, "rampart-stats", WRITER_STACK_BYTES, writer_main,
-                           sf);
+  int rc = rp_thread_start(&sf->thread, "rampart-stats", WRITER_STACK_BYTES, writer_main, sf);
   if (rc != 0) {
     snprintf(err, errlen, "cannot start the %s writer thread: %s", what, strerror(rc));
     stats_file_free(sf);

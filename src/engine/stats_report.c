@@ -9,11 +9,16 @@
 const char *rampart_server_health_name(enum rampart_server_health s)
 {
   switch (s) {
-  case RAMPART_SERVER_UP: return "up";
-  case RAMPART_SERVER_ADVISED: return "advised";
-  case RAMPART_SERVER_RECONNECTING: return "reconnecting";
-  case RAMPART_SERVER_LOST: return "lost";
-  case RAMPART_SERVER_REMOVED: return "removed";
+  case RAMPART_SERVER_UP:
+    return "up";
+  case RAMPART_SERVER_ADVISED:
+    return "advised";
+  case RAMPART_SERVER_RECONNECTING:
+    return "reconnecting";
+  case RAMPART_SERVER_LOST:
+    return "lost";
+  case RAMPART_SERVER_REMOVED:
+    return "removed";
   }
   return "?";
 }
@@ -21,10 +26,10 @@ const char *rampart_server_health_name(enum rampart_server_health s)
 void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t buflen)
 {
   size_t n = 0;
-#define OUT(...)                                                              \
-  do {                                                                        \
-    if (n < buflen)                                                           \
-      n += (size_t)snprintf(buf + n, buflen - n, __VA_ARGS__);                \
+#define OUT(...) \
+  do { \
+    if (n < buflen) \
+      n += (size_t)snprintf(buf + n, buflen - n, __VA_ARGS__); \
   } while (0)
   char a[32], b[32];
   OUT("device          %s (%llu pages), redundancy %s, group %u, parity %u\n",
@@ -34,7 +39,8 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
   OUT("pages           remote %llu, spilled %llu, local RAM %llu, zero %llu\n",
       (unsigned long long)st->pages_remote, (unsigned long long)st->pages_spilled,
       (unsigned long long)st->pages_local_ram, (unsigned long long)st->pages_zero);
-  OUT("groups          in use %llu, sealed %llu, reclaimed %llu, cleaned %llu, live ratio %.2f\n",
+  OUT("groups          in use %llu, sealed %llu, reclaimed %llu, cleaned %llu, live ratio "
+      "%.2f\n",
       (unsigned long long)st->groups_open, (unsigned long long)st->groups_sealed,
       (unsigned long long)st->groups_reclaimed, (unsigned long long)st->groups_cleaned,
       st->live_ratio);
@@ -45,16 +51,17 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
   OUT("protection      %llu live pages unprotected (one loss from gone until moved); "
       "groups with one loss to spare %u, with none %u\n",
       (unsigned long long)st->pages_unprotected, st->groups_one_spare, st->groups_no_spare);
-  OUT("pages sealed    %s\n", st->encrypted ? "AES-256-GCM (encrypted and authenticated)"
-                                            : "checksum only (encrypt=off: servers see plaintext)");
+  OUT("pages sealed    %s\n", st->encrypted
+                                ? "AES-256-GCM (encrypted and authenticated)"
+                                : "checksum only (encrypt=off: servers see plaintext)");
   OUT("moves           done %llu, in flight %u, rebuild pending %llu, ops waiting %u%s\n",
       (unsigned long long)st->rebuild_pages_done, st->moves_in_flight,
       (unsigned long long)st->rebuild_pages_pending, st->ops_waiting,
       st->cleaning ? ", cleaning" : "");
   OUT("health          reconnecting %u, requests waiting %u (oldest %llu ms), resumed %llu, "
-      "requests sent again %llu\n", st->servers_reconnecting, st->requests_waiting,
-      (unsigned long long)st->oldest_wait_ms, (unsigned long long)st->resumes,
-      (unsigned long long)st->requests_replayed);
+      "requests sent again %llu\n",
+      st->servers_reconnecting, st->requests_waiting, (unsigned long long)st->oldest_wait_ms,
+      (unsigned long long)st->resumes, (unsigned long long)st->requests_replayed);
   OUT("frontend        %u requests in the engine now\n", st->frontend_requests);
   if (st->rebuild_running || st->rebuilds_finished > 0) {
     double mib = (double)st->rebuild_pages_moved * RAMPART_PAGE_SIZE / 1048576.0;
@@ -64,14 +71,18 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
   }
   OUT("wire            %.3f pages sent per page written (%llu written)\n",
       st->pages_written ? (double)st->wire_bytes_written / (double)st->pages_written /
-                              (RAMPART_PAGE_SIZE + 32.0) : 0.0,
+                            (RAMPART_PAGE_SIZE + 32.0)
+                        : 0.0,
       (unsigned long long)st->pages_written);
   OUT("cleaning        %.3f rewrites per overwrite (%llu pages rewritten, %llu overwritten), "
       "%llu writes waited for it%s\n",
-      st->pages_overwritten ? (double)st->clean_rewrites / (double)st->pages_overwritten : 0.0,
+      st->pages_overwritten ? (double)st->clean_rewrites / (double)st->pages_overwritten
+                            : 0.0,
       (unsigned long long)st->clean_rewrites, (unsigned long long)st->pages_overwritten,
       (unsigned long long)st->writes_waited_for_cleaning,
-      !st->cleaning ? "" : st->cleaning_idle ? ", running while idle" : ", running under I/O");
+      !st->cleaning       ? ""
+      : st->cleaning_idle ? ", running while idle"
+                          : ", running under I/O");
   OUT("spill           %llu of %llu pages used\n", (unsigned long long)st->spill_used_pages,
       (unsigned long long)st->spill_capacity_pages);
   char c[32];
@@ -79,9 +90,10 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
   OUT("client memory   %s: %s fixed, plus %s per device GiB\n",
       rp_format_bytes(st->client_memory_bytes, a, sizeof a),
       rp_format_bytes(st->client_memory_fixed_bytes, b, sizeof b),
-      rp_format_bytes(st->device_pages ? (uint64_t)((double)scaling /
-                                                    ((double)st->device_pages / 262144.0))
-                                       : 0, c, sizeof c));
+      rp_format_bytes(st->device_pages
+                        ? (uint64_t)((double)scaling / ((double)st->device_pages / 262144.0))
+                        : 0,
+                      c, sizeof c));
   for (unsigned i = 0; i < st->nservers; i++) {
     const struct rampart_server_stats *s = &st->servers[i];
     OUT("server %-22s %-12s live %llu, stored %llu, reserved %llu", s->address,

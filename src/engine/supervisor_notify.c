@@ -66,16 +66,20 @@ int rampart_notify(enum rampart_notice notice, const char *what)
   one_line(what, line, sizeof line);
   int n = notice_text(notice, line, text, sizeof text);
   if (n < 0 || notify_address(name, &a, &alen) < 0) {
-    fprintf(stderr, "rampart: NOTIFY_SOCKET=%s is not a socket path or @name: the "
-            "supervisor is not told\n", name);
+    fprintf(stderr,
+            "rampart: NOTIFY_SOCKET=%s is not a socket path or @name: the "
+            "supervisor is not told\n",
+            name);
     return -1;
   }
   if ((size_t)n >= sizeof text)
     n = (int)sizeof text - 1; /* only STATUS's end is cut */
   int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0 || sendto(fd, text, (size_t)n, MSG_NOSIGNAL, (struct sockaddr *)&a, alen) < 0) {
-    fprintf(stderr, "rampart: cannot tell the supervisor at %s (%s): it may wait for this "
-            "daemon in vain\n", name, strerror(errno));
+    fprintf(stderr,
+            "rampart: cannot tell the supervisor at %s (%s): it may wait for this "
+            "daemon in vain\n",
+            name, strerror(errno));
     if (fd >= 0)
       close(fd);
     return -1;

@@ -90,11 +90,11 @@ static inline uint64_t engine_now_ns(void)
   return rp_now_ns();
 }
 
-#define ENGINE_PAGE_OPS 512u        /* per-page operations in flight at once */
-#define ENGINE_DEGRADED_READS 16u   /* degraded reads in flight at once */
-#define ENGINE_PARITY_BUFFERS 64u   /* open + sealing groups at once */
-#define ENGINE_FREE_REQUESTS 1024u  /* best-effort FREEs in flight */
-#define ENGINE_MOVES 32u            /* rebuild/clean/migrate pages in flight */
+#define ENGINE_PAGE_OPS 512u       /* per-page operations in flight at once */
+#define ENGINE_DEGRADED_READS 16u  /* degraded reads in flight at once */
+#define ENGINE_PARITY_BUFFERS 64u  /* open + sealing groups at once */
+#define ENGINE_FREE_REQUESTS 1024u /* best-effort FREEs in flight */
+#define ENGINE_MOVES 32u           /* rebuild/clean/migrate pages in flight */
 /* Server table entries: the listed servers and every incarnation after them (a lost
  * server back empty, a replacement). Each is allocated when it is made (server_set.c),
  * so the bound costs a pointer per entry until it is used. */
@@ -111,27 +111,27 @@ struct server_transport_filter;
  * Owned by the I/O thread like the rest; a reconnect attempt runs in a helper thread
  * that gets a copy of what it needs and hands its result back as a message. */
 struct server_health {
-  uint64_t since_ns;            /* RECONNECTING: when the connection failed */
-  uint64_t lost_at_ns;          /* RECONNECTING: declared LOST then (lease=) */
-  uint64_t replay_until_ns;     /* RECONNECTING: queued requests given up then (io-timeout=) */
-  uint32_t backoff_ms;          /* before the next attempt; grows while attempts fail */
-  uint32_t attempts;            /* attempts since the connection failed */
-  bool attempting;              /* a helper thread is connecting now */
-  bool silent;                  /* it failed by not answering (a stall or a partition,
+  uint64_t since_ns;        /* RECONNECTING: when the connection failed */
+  uint64_t lost_at_ns;      /* RECONNECTING: declared LOST then (lease=) */
+  uint64_t replay_until_ns; /* RECONNECTING: queued requests given up then (io-timeout=) */
+  uint32_t backoff_ms;      /* before the next attempt; grows while attempts fail */
+  uint32_t attempts;        /* attempts since the connection failed */
+  bool attempting;          /* a helper thread is connecting now */
+  bool silent;              /* it failed by not answering (a stall or a partition,
                                    not a reset): writes go elsewhere rather than wait */
-  bool writes_given_up;         /* this outage: writes no longer wait for it */
-  bool past_blip;               /* this outage has lasted timeout= (set by the tick, which
+  bool writes_given_up;     /* this outage: writes no longer wait for it */
+  bool past_blip;           /* this outage has lasted timeout= (set by the tick, which
                                    then woke what waited): no longer a blip */
-  bool replaced;                /* LOST, and a new incarnation took its address */
+  bool replaced;            /* LOST, and a new incarnation took its address */
   struct reconnect_attempt *attempt; /* what a shared helper thread runs for it, made
                                         with the server, reused by every attempt */
-  ev_timer retry;               /* starts the next attempt */
+  ev_timer retry;                    /* starts the next attempt */
   /* Requests that must reach this server's session (writes, frees) and were in flight
    * when its connection dropped or were sent since: resent in order on resume. */
   struct rp_request *replay_head, *replay_tail;
   uint32_t replay_count;
-  uint32_t replay_writes;       /* of which writes: FREEs wait too, but nobody waits on them */
-  char last_failure[384];       /* an attempt's failure is logged when it changes */
+  uint32_t replay_writes; /* of which writes: FREEs wait too, but nobody waits on them */
+  char last_failure[384]; /* an attempt's failure is logged when it changes */
 };
 
 struct server {
@@ -144,23 +144,23 @@ struct server {
    * block the loop nor allocate in getaddrinfo (addr_len 0: not known yet). */
   struct sockaddr_storage addr;
   socklen_t addr_len;
-  bool unlisted;                /* its etcd registration is gone: placed on no more */
+  bool unlisted; /* its etcd registration is gone: placed on no more */
   enum rampart_server_health state;
   struct rp_conn *conn;
   uint8_t token[RP_TOKEN_LEN];
   struct slot_allocator slots;
   uint64_t reserved_pages;
-  bool advised;                 /* under memory pressure: place nothing new */
-  bool suspect;                 /* returned a page that failed verification: place nothing
+  bool advised;                /* under memory pressure: place nothing new */
+  bool suspect;                /* returned a page that failed verification: place nothing
                                    new, move everything off (page_read.c) */
-  uint64_t integrity_failures;  /* copies from it that failed verification */
-  bool rebuild_needed;          /* LOST, and its groups not yet all moved */
+  uint64_t integrity_failures; /* copies from it that failed verification */
+  bool rebuild_needed;         /* LOST, and its groups not yet all moved */
   /* Membership (server_membership.c). leaving: a drain or remove was asked: nothing new
    * is placed there and the mover rewrites every group with a copy there; once it holds
    * no slot it is drained (and, remove_when_drained, its session ended and it REMOVED). */
   bool leaving;
   bool remove_when_drained;
-  bool drained;                 /* leaving, and found holding nothing */
+  bool drained; /* leaving, and found holding nothing */
   uint64_t leaving_since_ns;
   /* Where its connections' memory comes from: the engine's pool, or for a server added
    * to the running device a pool of its own (shared by its later incarnations). */
@@ -178,17 +178,17 @@ struct degraded_read {
   unsigned lost_member;
   unsigned pending;
   bool failed;
-  bool unanswered;              /* a piece failed with its server coming back: its
+  bool unanswered; /* a piece failed with its server coming back: its
                                    connection dropped, or it refused and reconnects */
   unsigned pieces;
-  unsigned covered;             /* data members the parity pieces cover (the code's k) */
-  bool xor_only;                /* one member missing, rebuilt from P: the XOR of all */
+  unsigned covered;                  /* data members the parity pieces cover (the code's k) */
+  bool xor_only;                     /* one member missing, rebuilt from P: the XOR of all */
   uint8_t piece_id[DEGRADED_PIECES]; /* per piece: a member index, PARITY_PIECE_P or _Q */
   server_index piece_server[DEGRADED_PIECES]; /* where each piece was sent: the group's own
                                    entry may be cleared meanwhile (group_member_lost drops
                                    its parity server) */
   struct rp_request reqs[DEGRADED_PIECES];
-  uint8_t *pages;               /* DEGRADED_PIECES * 4 KiB scratch */
+  uint8_t *pages; /* DEGRADED_PIECES * 4 KiB scratch */
 };
 
 /* The parity of an open or sealing group. A member is XORed from `page` into `spare`,
@@ -197,17 +197,17 @@ struct degraded_read {
 struct parity_buffer {
   struct parity_buffer *next;
   struct rampart_engine *engine;
-  uint8_t *page;                /* the XOR of the members added so far */
-  uint8_t *spare;               /* the next XOR is written here */
-  uint8_t *q_page, *q_spare;    /* parity=2: Q of the members so far, and its next; they
+  uint8_t *page;             /* the XOR of the members added so far */
+  uint8_t *spare;            /* the next XOR is written here */
+  uint8_t *q_page, *q_spare; /* parity=2: Q of the members so far, and its next; they
                                    swap with `page` and `spare` (parity_code.h) */
-  unsigned current;             /* which of the buffer's two pages `page` is (0 or 1) */
+  unsigned current;          /* which of the buffer's two pages `page` is (0 or 1) */
   uint32_t group;
-  struct page_op *waiter;       /* mirror: the write that completes once this copy is stored */
-  struct rp_request req;        /* P's write */
-  struct rp_request q_req;      /* Q's write, under parity=2 */
-  unsigned writes_out;          /* parity writes not yet answered for good */
-  bool write_failed;            /* one of them was not stored */
+  struct page_op *waiter;  /* mirror: the write that completes once this copy is stored */
+  struct rp_request req;   /* P's write */
+  struct rp_request q_req; /* Q's write, under parity=2 */
+  unsigned writes_out;     /* parity writes not yet answered for good */
+  bool write_failed;       /* one of them was not stored */
 };
 
 struct free_request {
@@ -228,16 +228,16 @@ struct recovered_write {
   page_entry old_entry;
   struct page_seal old_seal;
   bool kept;
-  bool installed;               /* the map named the new version: the old one is pinned.
+  bool installed;     /* the map named the new version: the old one is pinned.
                                    Not installed: the member joined its group (its parity
                                    covers it) but the page is still the old version */
-  page_entry joining;           /* a retry's placement that joined its group but that
+  page_entry joining; /* a retry's placement that joined its group but that
                                    the map never named (0: none): sent again too */
   struct rp_request joining_req;
-  uint8_t *bytes;               /* the new version as sealed, copied from the state */
-  struct rp_request req;        /* the replay of a member write */
-  unsigned replays;             /* replays in flight (req, joining_req) */
-  bool recorded;                /* its record in the state still stands, for a pager
+  uint8_t *bytes;        /* the new version as sealed, copied from the state */
+  struct rp_request req; /* the replay of a member write */
+  unsigned replays;      /* replays in flight (req, joining_req) */
+  bool recorded;         /* its record in the state still stands, for a pager
                                    killed again: until nothing is kept and no replay is
                                    in flight (its op is withheld meanwhile) */
 };
@@ -254,10 +254,10 @@ struct server_health_shared;
  * whose connection failed, and a write or free that waits for a server that is away.
  * None is on a page's common path: a server is made, fails or is away. */
 struct server_set_events {
-  int (*server_made)(struct rampart_engine *e, struct server *s);    /* 0 or -1 (memory) */
-  void (*server_forgotten)(struct server *s);      /* the entry server_new just made */
-  void (*closing)(struct rampart_engine *e);       /* first in server_set_close */
-  void (*closed)(struct rampart_engine *e);        /* before the entries are freed */
+  int (*server_made)(struct rampart_engine *e, struct server *s); /* 0 or -1 (memory) */
+  void (*server_forgotten)(struct server *s); /* the entry server_new just made */
+  void (*closing)(struct rampart_engine *e);  /* first in server_set_close */
+  void (*closed)(struct rampart_engine *e);   /* before the entries are freed */
   /* A request to s failed or its connection dropped: s goes RECONNECTING. silent: it
    * stopped answering (a timeout), rather than refusing. */
   void (*failed)(struct rampart_engine *e, struct server *s, const char *why, bool silent);
@@ -283,19 +283,19 @@ struct server_set {
   /* a filter over the transport (server_transport.h), or NULL: the tests' faults */
   const struct server_transport_filter *transport_filter;
   void *transport_filter_ctx;
-  bool closing;                 /* server_set_close runs: no reconnects, no replays */
+  bool closing; /* server_set_close runs: no reconnects, no replays */
 };
 
 /* Where new pages go (page_write.c; state_record.c saves the open group, engine_restore.c
  * restores it). */
 struct write_placement {
   struct placement_order member_order; /* servers for members: each once per sweep */
-  unsigned parity_cursor;       /* rotation of the parity server */
+  unsigned parity_cursor;              /* rotation of the parity server */
   /* the open group, its parity server and the parity's slot there (reserved at open) */
-  uint32_t open_group;          /* GROUP_NONE when none */
+  uint32_t open_group; /* GROUP_NONE when none */
   server_index open_parity_server;
   uint32_t open_parity_slot;
-  server_index open_q_server;   /* parity=2: Q's server and slot, reserved at open too */
+  server_index open_q_server; /* parity=2: Q's server and slot, reserved at open too */
   uint32_t open_q_slot;
 };
 
@@ -304,8 +304,8 @@ struct write_placement {
 struct engine_counters {
   uint64_t pages_written, wire_bytes_written;
   uint64_t degraded_reads, read_errors, pages_lost;
-  uint64_t integrity_failures;  /* stored pages that failed verification */
-  uint64_t writes_replayed;     /* after a restart (engine_restore.c) */
+  uint64_t integrity_failures; /* stored pages that failed verification */
+  uint64_t writes_replayed;    /* after a restart (engine_restore.c) */
   uint64_t writes_rolled_back;
   /* Cleaning's cost, for "rewrites per overwrite": frontend writes of a page that held a
    * version already, and pages cleaning put on the wire again (page_write.c). */
@@ -322,17 +322,17 @@ struct engine_counters {
 struct engine_call;
 
 struct rampart_engine {
-  const struct engine_upcalls *up; /* engine.c's, set first at open */
-  const struct page_op_steps *op_steps; /* engine.c's too (page_op.h) */
+  const struct engine_upcalls *up;         /* engine.c's, set first at open */
+  const struct page_op_steps *op_steps;    /* engine.c's too (page_op.h) */
   const struct engine_core_events *events; /* engine.c's too */
   struct rampart_config config;
   enum rampart_redundancy policy;
   const struct redundancy_policy *redundancy; /* the policy's behaviour (its table row) */
   unsigned group_size;
-  unsigned parities;            /* parity pages per group: 0, 1, or 2 under parity=2 */
+  unsigned parities; /* parity pages per group: 0, 1, or 2 under parity=2 */
   uint64_t pages;
 
-  struct rp_key *key;           /* the cluster key, on a secret page (common/secret.h) */
+  struct rp_key *key; /* the cluster key, on a secret page (common/secret.h) */
   struct page_map map;
   struct page_sealer sealer;
   /* One bit per page: its newest write has not completed (page_write_pending.c). The
@@ -343,7 +343,7 @@ struct rampart_engine {
   struct group_table groups;
   struct spill_store *spill;
   struct spill_quarantine quarantine;
-  bool spill_named_by_state;    /* state= chose spill= (PATH.spill): removed with the state */
+  bool spill_named_by_state; /* state= chose spill= (PATH.spill): removed with the state */
   struct local_store local;
 
   struct server_set set;
@@ -356,16 +356,16 @@ struct rampart_engine {
   struct degraded_read *degraded;
   struct degraded_read *free_degraded;
   struct parity_buffer *parity;
-  uint8_t *parity_pages;                      /* two pages per parity buffer */
-  uint8_t *parity_q_pages;                    /* parity=2: two more per buffer, for Q */
+  uint8_t *parity_pages;   /* two pages per parity buffer */
+  uint8_t *parity_q_pages; /* parity=2: two more per buffer, for Q */
   struct parity_buffer *free_parity;
   struct free_request *frees;
   struct free_request *free_frees;
 
   /* queues of work waiting for a pool */
-  struct rampart_io *io_head, *io_tail;       /* frontend requests with pages to start */
-  struct page_op *wait_head, *wait_tail;      /* ops waiting for a parity buffer / degraded ctx */
-  struct page_op *reads_awaiting_write;       /* reads of a page whose write is in flight
+  struct rampart_io *io_head, *io_tail;  /* frontend requests with pages to start */
+  struct page_op *wait_head, *wait_tail; /* ops waiting for a parity buffer / degraded ctx */
+  struct page_op *reads_awaiting_write;  /* reads of a page whose write is in flight
                                                  (page_write_pending.c): restarted when it
                                                  ends */
   bool starting_ios;
@@ -407,7 +407,7 @@ struct rampart_engine {
   ev_io spill_watcher;
   pthread_t thread;
   atomic_bool stopping;
-  bool draining;                /* closing: no new moves, wait for those in flight */
+  bool draining; /* closing: no new moves, wait for those in flight */
   unsigned drain_ticks;
   bool thread_started;
 
@@ -421,7 +421,7 @@ struct rampart_engine {
   struct cluster_follow *follow;  /* cluster=etcd://, or NULL (cluster_follow.c) */
 
   uint64_t ticks;
-  uint32_t read_errors_logged;  /* this second; see page_read.c */
+  uint32_t read_errors_logged; /* this second; see page_read.c */
   /* stats-file= and metrics-file=: their writer threads (or NULL), and the buffer the
    * loop formats each report into before handing it over */
   struct stats_file *stats_file, *metrics_file;
@@ -445,12 +445,12 @@ struct rampart_engine {
    * (engine_restore.c), the writes the dead process had in flight, and how many fell back
    * to the older version */
   struct state_segment *state;
-  bool state_recovered;         /* the state was left by a process that died */
-  bool opened;                  /* rampart_open finished: a close is a clean detach */
+  bool state_recovered; /* the state was left by a process that died */
+  bool opened;          /* rampart_open finished: a close is a clean detach */
   struct recovered_write *recovered_writes; /* STATE_SEGMENT_WRITES entries */
   uint8_t *recovered_bytes;
-  uint32_t nrecovered_writes;   /* entries still kept */
-  pthread_mutex_t stats_lock;   /* guards the snapshot copied to other threads */
+  uint32_t nrecovered_writes; /* entries still kept */
+  pthread_mutex_t stats_lock; /* guards the snapshot copied to other threads */
   /* sub-page reads and writes: their stripe locks (page_rmw.c) */
   struct page_rmw *rmw;
 };

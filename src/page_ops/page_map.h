@@ -64,8 +64,8 @@ static inline uint64_t page_entry_slot_of(page_entry e)
 struct page_map {
   uint64_t pages;
   page_entry *entries;
-  uint64_t count[4];  /* entries of each page_location_kind, kept by page_map_set */
-  int owned;          /* 0: the entries belong to someone else (the pager's state) */
+  uint64_t count[4]; /* entries of each page_location_kind, kept by page_map_set */
+  int owned;         /* 0: the entries belong to someone else (the pager's state) */
 };
 
 /* Allocates a map of `pages` zero entries (anonymous mmap: untouched parts cost no

@@ -46,25 +46,25 @@
 
 /* Owned by the mover alone (page_mover.h): the other files ask through functions. */
 struct page_mover {
-  uint32_t move_cursor;         /* next group to examine */
-  uint64_t spill_cursor;        /* next page to examine for moving back from disk */
-  unsigned moves_in_flight;     /* each holds a page op; at most ENGINE_MOVES */
-  bool wakeup;                  /* a move finished: restart writes cleaning held back */
+  uint32_t move_cursor;     /* next group to examine */
+  uint64_t spill_cursor;    /* next page to examine for moving back from disk */
+  unsigned moves_in_flight; /* each holds a page op; at most ENGINE_MOVES */
+  bool wakeup;              /* a move finished: restart writes cleaning held back */
   bool lost_seen[ENGINE_MAX_INCARNATIONS]; /* this pass met a group on that lost server */
 
   /* cleaning (update_cleaning, finish_pass) */
-  bool cleaning;                /* there is cleaning to do (cleaning_now: and it may run) */
-  bool clean_pressure;          /* the overflow runs short: it runs under I/O too */
-  uint8_t clean_live_max;       /* clean groups with at most this many live pages */
-  uint32_t pass_cleaned;        /* groups cleaned in the current pass */
-  double clean_target;          /* slots the live data may hold: overflow= is spent */
-  bool clean_resting;           /* the last pass found nothing to clean */
-  uint64_t frontend_seen;       /* frontend pages started, as of the last tick */
+  bool cleaning;          /* there is cleaning to do (cleaning_now: and it may run) */
+  bool clean_pressure;    /* the overflow runs short: it runs under I/O too */
+  uint8_t clean_live_max; /* clean groups with at most this many live pages */
+  uint32_t pass_cleaned;  /* groups cleaned in the current pass */
+  double clean_target;    /* slots the live data may hold: overflow= is spent */
+  bool clean_resting;     /* the last pass found nothing to clean */
+  uint64_t frontend_seen; /* frontend pages started, as of the last tick */
 
   /* rebalancing (update_rebalancing) */
-  uint32_t rebalance_budget;    /* pages it may still rewrite to rebalance, this tick */
-  bool rebalancing;             /* some server is much fuller than the emptiest */
-  double rebalance_threshold;   /* groups on servers fuller than this move (0..1) */
+  uint32_t rebalance_budget;  /* pages it may still rewrite to rebalance, this tick */
+  bool rebalancing;           /* some server is much fuller than the emptiest */
+  double rebalance_threshold; /* groups on servers fuller than this move (0..1) */
 
   /* The rebuild now running, or the last one: from the first loss to the end of the
    * pass that found nothing left at risk (times from engine_now_ns), in the form the
@@ -74,7 +74,7 @@ struct page_mover {
   /* counters, since open */
   uint64_t moves_by_reason[RAMPART_MOVE_REASONS];
   uint64_t groups_cleaned;
-  uint64_t rebuild_pages_done;  /* pages every reason moved */
+  uint64_t rebuild_pages_done; /* pages every reason moved */
 };
 
 static bool cleaning_now(const struct rampart_engine *e);
@@ -110,12 +110,14 @@ bool page_mover_take_wakeup(struct rampart_engine *e)
   return was;
 }
 
-void page_mover_rebuild_record(const struct rampart_engine *e, struct state_segment_rebuild *r)
+void page_mover_rebuild_record(const struct rampart_engine *e,
+                               struct state_segment_rebuild *r)
 {
   *r = e->mover->rebuild;
 }
 
-void page_mover_rebuild_restore(struct rampart_engine *e, const struct state_segment_rebuild *r)
+void page_mover_rebuild_restore(struct rampart_engine *e,
+                                const struct state_segment_rebuild *r)
 {
   e->mover->rebuild = *r;
 }
@@ -132,8 +134,9 @@ void page_mover_stats(const struct rampart_engine *e, struct rampart_stats *st)
   st->rebuild_pages_moved = m->rebuild.pages_moved;
   if (m->rebuild.running || m->rebuild.finished > 0)
     st->rebuild_seconds = (double)((m->rebuild.running ? engine_now_ns()
-                                                        : m->rebuild.finished_ns) -
-                                   m->rebuild.started_ns) / 1e9;
+                                                       : m->rebuild.finished_ns) -
+                                   m->rebuild.started_ns) /
+                          1e9;
   st->moves_in_flight = m->moves_in_flight;
   memcpy(st->moves_by_reason, m->moves_by_reason, sizeof st->moves_by_reason);
 }
@@ -254,9 +257,11 @@ static void update_cleaning(struct rampart_engine *e)
     m->cleaning = idle && past && most > 0 && clean_candidates(e, most);
   }
   if (m->cleaning && !was_cleaning)
-    rp_log(RP_LOG_DEBUG, "cleaning%s: %.0f slots held for %llu live pages; rewriting groups "
-           "with at most %u live", m->clean_pressure ? " under pressure" : " while idle",
-           held, (unsigned long long)e->groups.live_pages, m->clean_live_max);
+    rp_log(RP_LOG_DEBUG,
+           "cleaning%s: %.0f slots held for %llu live pages; rewriting groups "
+           "with at most %u live",
+           m->clean_pressure ? " under pressure" : " while idle", held,
+           (unsigned long long)e->groups.live_pages, m->clean_live_max);
 }
 
 /* ---- rebalancing ----------------------------------------------------------------------
@@ -297,12 +302,16 @@ static void update_rebalancing(struct rampart_engine *e)
   e->mover->rebalance_threshold = (lo + hi) / 2.0;
   bool was = e->mover->rebalancing;
   e->mover->rebalancing = e->config.rebalance_pages > 0 && !e->mover->rebuild.running &&
-                   (spread > REBALANCE_START_POINTS || (was && spread > REBALANCE_STOP_POINTS));
+                          (spread > REBALANCE_START_POINTS ||
+                           (was && spread > REBALANCE_STOP_POINTS));
   if (e->mover->rebalancing != was)
-    rp_log(RP_LOG_INFO, e->mover->rebalancing ? "rebalancing: the fullest server is %.0f points "
-           "fuller than the emptiest; rewriting groups off it at up to %u pages/s"
-           : "rebalancing done: the servers are within %.0f points of each other "
-           "(rebalance=%u pages/s)", spread, e->config.rebalance_pages);
+    rp_log(RP_LOG_INFO,
+           e->mover->rebalancing
+             ? "rebalancing: the fullest server is %.0f points "
+               "fuller than the emptiest; rewriting groups off it at up to %u pages/s"
+             : "rebalancing done: the servers are within %.0f points of each other "
+               "(rebalance=%u pages/s)",
+           spread, e->config.rebalance_pages);
   if (e->ticks % 10 == 0)
     e->mover->rebalance_budget = e->config.rebalance_pages;
 }
@@ -360,8 +369,8 @@ const char *rampart_move_reason_name(enum rampart_move_reason reason)
   static const char *const names[RAMPART_MOVE_REASONS] = {
     [RAMPART_MOVE_REBUILD] = "rebuild", [RAMPART_MOVE_EVACUATE] = "evacuate",
     [RAMPART_MOVE_MIGRATE] = "migrate", [RAMPART_MOVE_PROTECT] = "protect",
-    [RAMPART_MOVE_CLEAN] = "clean", [RAMPART_MOVE_UNSPILL] = "unspill",
-    [RAMPART_MOVE_DRAIN] = "drain", [RAMPART_MOVE_REBALANCE] = "rebalance",
+    [RAMPART_MOVE_CLEAN] = "clean",     [RAMPART_MOVE_UNSPILL] = "unspill",
+    [RAMPART_MOVE_DRAIN] = "drain",     [RAMPART_MOVE_REBALANCE] = "rebalance",
   };
   return (unsigned)reason < RAMPART_MOVE_REASONS ? names[reason] : "?";
 }
@@ -460,9 +469,11 @@ static void rebuild_finish(struct rampart_engine *e)
   e->mover->rebuild.running = false;
   e->mover->rebuild.finished++;
   e->mover->rebuild.finished_ns = engine_now_ns();
-  double seconds = (double)(e->mover->rebuild.finished_ns - e->mover->rebuild.started_ns) / 1e9;
+  double seconds = (double)(e->mover->rebuild.finished_ns - e->mover->rebuild.started_ns) /
+                   1e9;
   double mib = (double)e->mover->rebuild.pages_moved * RAMPART_PAGE_SIZE / 1048576.0;
-  rp_log(RP_LOG_INFO, "rebuild finished: %llu pages (%.1f MiB) written again in %.3f s "
+  rp_log(RP_LOG_INFO,
+         "rebuild finished: %llu pages (%.1f MiB) written again in %.3f s "
          "(%.1f MiB/s); every live page has its redundancy back",
          (unsigned long long)e->mover->rebuild.pages_moved, mib, seconds,
          seconds > 0 ? mib / seconds : 0.0);
@@ -541,7 +552,8 @@ static void scan_spill(struct rampart_engine *e)
   if (server_set_placeable(e) < engine_servers_needed(e) ||
       (e->mover->cleaning && e->mover->clean_pressure) || spill_store_used(e->spill) == 0)
     return;
-  for (unsigned n = 0; n < SPILL_PAGES_PER_TICK && e->mover->moves_in_flight < ENGINE_MOVES; n++) {
+  for (unsigned n = 0; n < SPILL_PAGES_PER_TICK && e->mover->moves_in_flight < ENGINE_MOVES;
+       n++) {
     if (e->mover->spill_cursor >= e->pages)
       e->mover->spill_cursor = 0;
     uint64_t page = e->mover->spill_cursor++;
@@ -561,7 +573,8 @@ static bool mover_has_work(const struct rampart_engine *e)
     return true;
   /* Unprotected groups are one loss from gone, and nothing else may be under way to
    * bring the mover round to them. */
-  if ((e->groups.unprotected > 0 || e->groups.short_groups > 0) && server_set_placeable(e) >= 2)
+  if ((e->groups.unprotected > 0 || e->groups.short_groups > 0) &&
+      server_set_placeable(e) >= 2)
     return true;
   for (unsigned i = 0; i < e->set.nservers; i++) {
     const struct server *s = e->set.servers[i];
@@ -669,10 +682,13 @@ static void move_read_ended(struct page_op *op, int result)
       page_write_supersede(e, op->page, PAGE_ENTRY_LOST);
       /* A double fault loses thousands at once: name a few (the tick counts the rest). */
       if (e->read_errors_logged++ < 10)
-        rp_log(RP_LOG_ERROR, "page %llu is lost: %s; reads of it return EIO until it is "
-               "written again", (unsigned long long)op->page,
+        rp_log(RP_LOG_ERROR,
+               "page %llu is lost: %s; reads of it return EIO until it is "
+               "written again",
+               (unsigned long long)op->page,
                op->bad_copies ? "the copies left to rebuild it from failed verification or "
-                                "are gone" : "more servers of its parity group are gone than its parities "
+                                "are gone"
+                              : "more servers of its parity group are gone than its parities "
                                 "stand in for");
     }
     page_op_finished(op, result);

@@ -41,8 +41,10 @@ bool page_mover_should_throttle(struct rampart_engine *e);
 /* A server was just declared lost: starts the rebuild clock, unless one is running. */
 void page_mover_rebuild_begin(struct rampart_engine *e);
 /* The rebuild clock as the pager's state keeps it, and back after a restart. */
-void page_mover_rebuild_record(const struct rampart_engine *e, struct state_segment_rebuild *r);
-void page_mover_rebuild_restore(struct rampart_engine *e, const struct state_segment_rebuild *r);
+void page_mover_rebuild_record(const struct rampart_engine *e,
+                               struct state_segment_rebuild *r);
+void page_mover_rebuild_restore(struct rampart_engine *e,
+                                const struct state_segment_rebuild *r);
 
 /* Per server: live pages stored there, and live pages that depend on it (stored there,
  * or in groups whose parity is there). Derived in one scan of the group table, never
@@ -54,7 +56,8 @@ uint64_t page_mover_at_risk(const struct rampart_engine *e, unsigned i);
 
 /* Groups holding live pages that can take one more loss, and none (st->groups_one_spare,
  * groups_no_spare), in one scan of the group table. */
-void page_mover_groups_by_spare(const struct rampart_engine *e, uint32_t *one, uint32_t *none);
+void page_mover_groups_by_spare(const struct rampart_engine *e, uint32_t *one,
+                                uint32_t *none);
 
 /* The mover's part of rampart_get_stats: cleaning, moves, rebuild. */
 void page_mover_stats(const struct rampart_engine *e, struct rampart_stats *st);

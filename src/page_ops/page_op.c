@@ -37,8 +37,10 @@ static const unsigned allowed_next[3][PAGE_OP_STAGES] = {
 const char *page_op_stage_name(enum page_op_stage stage)
 {
   static const char *const names[PAGE_OP_STAGES] = {
-    [PAGE_OP_FREE] = "free", [PAGE_OP_READING] = "reading",
-    [PAGE_OP_REBUILDING] = "rebuilding", [PAGE_OP_WRITING] = "writing",
+    [PAGE_OP_FREE] = "free",
+    [PAGE_OP_READING] = "reading",
+    [PAGE_OP_REBUILDING] = "rebuilding",
+    [PAGE_OP_WRITING] = "writing",
     [PAGE_OP_ENDING] = "ending",
   };
   return (unsigned)stage < PAGE_OP_STAGES ? names[stage] : "?";

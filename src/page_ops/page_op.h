@@ -54,11 +54,11 @@ enum page_op_kind { PAGE_OP_READ, PAGE_OP_WRITE, PAGE_OP_MOVE };
 
 /* Where the op is in its life (the diagram above). */
 enum page_op_stage {
-  PAGE_OP_FREE,        /* in the pool */
-  PAGE_OP_READING,     /* reading its page: a server's copy, the spill store, local RAM */
-  PAGE_OP_REBUILDING,  /* a degraded read: the other pieces of its group in flight */
-  PAGE_OP_WRITING,     /* placing its version and writing it; placed again on failure */
-  PAGE_OP_ENDING,      /* a write whose outcome is known, with a sub-request still out
+  PAGE_OP_FREE,       /* in the pool */
+  PAGE_OP_READING,    /* reading its page: a server's copy, the spill store, local RAM */
+  PAGE_OP_REBUILDING, /* a degraded read: the other pieces of its group in flight */
+  PAGE_OP_WRITING,    /* placing its version and writing it; placed again on failure */
+  PAGE_OP_ENDING,     /* a write whose outcome is known, with a sub-request still out
                           (a mirror copy, a disk copy): it ends with the last of them */
   PAGE_OP_STAGES
 };
@@ -71,10 +71,10 @@ enum page_op_stage {
  * most in all (the tick checks), then takes its copy as failed verification. */
 enum page_op_wait {
   PAGE_OP_NOT_WAITING,
-  PAGE_OP_WAITS_FOR_BUFFER,    /* a parity buffer or a degraded read's (e->wait_head) */
-  PAGE_OP_WAITS_FOR_CLEANING,  /* writes: cleaning behind the overwrite rate (e->wait_head) */
-  PAGE_OP_WAITS_FOR_SERVER,    /* a reconnecting server (server_health.c) */
-  PAGE_OP_WAITS_FOR_WRITE,     /* reads: the write of its page in flight (page_read.c) */
+  PAGE_OP_WAITS_FOR_BUFFER,   /* a parity buffer or a degraded read's (e->wait_head) */
+  PAGE_OP_WAITS_FOR_CLEANING, /* writes: cleaning behind the overwrite rate (e->wait_head) */
+  PAGE_OP_WAITS_FOR_SERVER,   /* a reconnecting server (server_health.c) */
+  PAGE_OP_WAITS_FOR_WRITE,    /* reads: the write of its page in flight (page_read.c) */
 };
 
 /* Who a page op works for, and what it is told as it goes. page_read and page_write
@@ -93,14 +93,14 @@ struct page_op {
   struct rampart_engine *engine;
   const struct page_op_owner *owner;
   enum page_op_kind kind;
-  enum page_op_stage stage;     /* changed by page_op_enter only */
-  struct rampart_io *io;        /* NULL for moves */
-  uint64_t page;                /* logical page */
-  uint8_t *buf;                 /* frontend slice, or the op's own scratch page */
-  uint8_t *scratch;             /* 4 KiB owned by this op (moves) */
-  page_entry placed;            /* writes: the entry this op installed */
-  page_entry expected;          /* moves: only install if the map still holds this */
-  uint8_t pending;              /* sub-requests outstanding */
+  enum page_op_stage stage; /* changed by page_op_enter only */
+  struct rampart_io *io;    /* NULL for moves */
+  uint64_t page;            /* logical page */
+  uint8_t *buf;             /* frontend slice, or the op's own scratch page */
+  uint8_t *scratch;         /* 4 KiB owned by this op (moves) */
+  page_entry placed;        /* writes: the entry this op installed */
+  page_entry expected;      /* moves: only install if the map still holds this */
+  uint8_t pending;          /* sub-requests outstanding */
   bool failed;
   bool move_rebuilds;           /* moves: its group had a copy on a lost server */
   bool move_cleans;             /* moves: cleaning's (its rewrites are counted) */
@@ -142,8 +142,8 @@ struct page_op {
  * after a wait; recycled runs for every op that goes back to the pool, but only with
  * state=. */
 struct page_op_steps {
-  void (*read)(struct page_op *op);     /* start (over) its read, from the page map */
-  void (*write)(struct page_op *op);    /* start (over) its write, from the page map */
+  void (*read)(struct page_op *op);  /* start (over) its read, from the page map */
+  void (*write)(struct page_op *op); /* start (over) its write, from the page map */
   /* It is going back to the pool, with a state segment (e->state): the version it
    * kept for a fallback goes. */
   void (*recycled)(struct page_op *op);

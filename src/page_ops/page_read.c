@@ -24,7 +24,7 @@
 #include "server_transport.h"
 #include "state_record.h"
 
-#define VERIFY_RESTARTS 8u     /* re-reads after a page changed under a failed check */
+#define VERIFY_RESTARTS 8u /* re-reads after a page changed under a failed check */
 
 static void degraded_start(struct page_op *op, uint32_t id, unsigned lost);
 static void read_finish(struct page_op *op, int result);
@@ -36,7 +36,8 @@ static void read_from_spill(struct page_op *op, uint64_t slot);
 static bool read_waits_for_servers(struct page_op *op, const struct group *g)
 {
   struct rampart_engine *e = op->engine;
-  bool own_returns = e->set.servers[g->server[op->member]]->state == RAMPART_SERVER_RECONNECTING;
+  bool own_returns = e->set.servers[g->server[op->member]]->state ==
+                     RAMPART_SERVER_RECONNECTING;
   /* The group can spare as many pieces as it has parities; this page's own is one. */
   unsigned spare = group_parity_count(g), away = 0, lost = 0;
   if (g->has_parity) {
@@ -108,9 +109,11 @@ static void server_failed_verification(struct rampart_engine *e, unsigned index)
   if (s->suspect)
     return;
   s->suspect = true;
-  rp_log(RP_LOG_ERROR, "server %s returned a page that failed verification: it is now "
+  rp_log(RP_LOG_ERROR,
+         "server %s returned a page that failed verification: it is now "
          "suspect; no new pages go there and every page that depends on it moves elsewhere, "
-         "verified (restart it to clear this)", s->address);
+         "verified (restart it to clear this)",
+         s->address);
 }
 
 /* Whether the copy that failed verification is simply not the page's current version any
@@ -160,7 +163,8 @@ static void copy_failed_verification(struct page_op *op)
     /* Rebuilt from every other piece of its group and still not the page: nothing is
      * left to try, whatever its group could spare. */
     op->bad_copies = (uint8_t)(1u + group_parity_count(group_get(&e->groups, op->group)));
-    snprintf(why, sizeof why, "rebuilt from its parity group (its own server %s being gone "
+    snprintf(why, sizeof why,
+             "rebuilt from its parity group (its own server %s being gone "
              "or having returned it altered) it failed verification too",
              e->set.servers[op->server]->address);
     read_failed(op, why);
@@ -174,21 +178,26 @@ static void copy_failed_verification(struct page_op *op)
     if (e->redundancy->second_copy == SECOND_COPY_DISK) {
       /* The disk copy is the second copy: read it, verified like any other. */
       if (e->read_errors_logged++ < 10)
-        rp_log(RP_LOG_ERROR, "page %llu from server %s failed verification (altered, stale "
-               "or misplaced); reading its disk copy", (unsigned long long)op->page, addr);
+        rp_log(RP_LOG_ERROR,
+               "page %llu from server %s failed verification (altered, stale "
+               "or misplaced); reading its disk copy",
+               (unsigned long long)op->page, addr);
       read_from_spill(op, op->page);
       return;
     }
     if (!g->has_parity) {
-      snprintf(why, sizeof why, "server %s returned it altered, stale or misplaced (failed "
-               "verification) and %s", addr, e->redundancy->no_second_copy);
+      snprintf(why, sizeof why,
+               "server %s returned it altered, stale or misplaced (failed "
+               "verification) and %s",
+               addr, e->redundancy->no_second_copy);
       read_failed(op, why);
       return;
     }
     if (e->read_errors_logged++ < 10)
-      rp_log(RP_LOG_ERROR, "page %llu from server %s failed verification (altered, stale or "
-             "misplaced); rebuilding it from its parity group", (unsigned long long)op->page,
-             addr);
+      rp_log(RP_LOG_ERROR,
+             "page %llu from server %s failed verification (altered, stale or "
+             "misplaced); rebuilding it from its parity group",
+             (unsigned long long)op->page, addr);
     degraded_start(op, op->group, op->member);
     return;
   }
@@ -237,8 +246,9 @@ static void read_from_spill(struct page_op *op, uint64_t slot)
 {
   op->read_source = PAGE_SPILL; /* write-through may read the disk copy of a remote page */
   op->spill_epoch = (uint8_t)spill_quarantine_io_started(&op->engine->quarantine);
-  op->sio = (struct spill_io){ .write = false, .slot = slot, .page = op->buf,
-                               .done = on_spill_read, .user = op };
+  op->sio = (struct spill_io){
+    .write = false, .slot = slot, .page = op->buf, .done = on_spill_read, .user = op
+  };
   spill_store_submit(op->engine->spill, &op->sio);
 }
 
@@ -268,8 +278,8 @@ static void degraded_complete(struct degraded_read *dr)
     for (unsigned k = 0; k < dr->pieces; k++)
       piece[k] = dr->pages + (size_t)k * RAMPART_PAGE_SIZE;
     /* Cannot fail: the pieces are distinct and as many as the members covered. */
-    failed = parity_code_recover(dr->covered, dr->piece_id, piece, dr->lost_member,
-                                 op->buf) < 0;
+    failed = parity_code_recover(dr->covered, dr->piece_id, piece, dr->lost_member, op->buf) <
+             0;
   }
   if (!failed)
     e->counters.degraded_reads++;
@@ -457,7 +467,7 @@ void page_store_spill_read(struct page_op *op, page_entry entry)
 {
   if (entry == PAGE_ENTRY_LOST) {
     read_failed(op, "it was lost: more copies of its parity group were gone or failed "
-                "verification than its parities stand in for");
+                    "verification than its parities stand in for");
     return;
   }
   read_from_spill(op, page_entry_slot_of(entry));

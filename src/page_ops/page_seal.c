@@ -57,8 +57,8 @@ static uint64_t page_checksum(const uint8_t *buf, uint64_t page, uint64_t versio
 
 /* ---- set-up ------------------------------------------------------------------------------ */
 
-static int derive_key(const uint8_t *master, size_t master_len, uint8_t key[PAGE_SEAL_KEY_LEN],
-                      char *err, size_t errlen)
+static int derive_key(const uint8_t *master, size_t master_len,
+                      uint8_t key[PAGE_SEAL_KEY_LEN], char *err, size_t errlen)
 {
   uint8_t random_bytes[PAGE_SEAL_KEY_LEN];
   if (rp_random_bytes(random_bytes, sizeof random_bytes) < 0) {
@@ -105,7 +105,8 @@ static int sealer_set_key(struct page_sealer *s, const uint8_t key[PAGE_SEAL_KEY
   s->encrypt_ctx = keyed_context(key, true);
   s->decrypt_ctx = keyed_context(key, false);
   if (!s->encrypt_ctx || !s->decrypt_ctx) {
-    snprintf(err, errlen, "cannot set up AES-256-GCM (OpenSSL refused); use encrypt=off "
+    snprintf(err, errlen,
+             "cannot set up AES-256-GCM (OpenSSL refused); use encrypt=off "
              "only if pages may be seen by the servers");
     return -1;
   }
@@ -229,10 +230,10 @@ bool page_unseal(struct page_sealer *s, uint64_t page, const struct page_seal *s
   make_aad(page, aad);
   memcpy(tag, seal->tag, sizeof tag);
   bool ok = EVP_DecryptInit_ex(ctx, NULL, NULL, NULL, nonce) == 1 &&
-         EVP_DecryptUpdate(ctx, NULL, &len, aad, sizeof aad) == 1 &&
-         EVP_DecryptUpdate(ctx, buf, &len, buf, RP_PAGE_SIZE) == 1 &&
-         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, PAGE_SEAL_TAG_LEN, tag) == 1 &&
-         EVP_DecryptFinal_ex(ctx, buf + len, &len) == 1;
+            EVP_DecryptUpdate(ctx, NULL, &len, aad, sizeof aad) == 1 &&
+            EVP_DecryptUpdate(ctx, buf, &len, buf, RP_PAGE_SIZE) == 1 &&
+            EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, PAGE_SEAL_TAG_LEN, tag) == 1 &&
+            EVP_DecryptFinal_ex(ctx, buf + len, &len) == 1;
   if (!ok) /* what was decrypted is unauthenticated: let no caller see it */
     memset(buf, 0, RP_PAGE_SIZE);
   return ok;

@@ -35,19 +35,19 @@
 
 /* What the client keeps per logical page: 24 bytes (6 MiB per device GiB). */
 struct page_seal {
-  uint64_t version;                 /* 0: never sealed */
+  uint64_t version; /* 0: never sealed */
   uint8_t tag[PAGE_SEAL_TAG_LEN];
 };
 
 struct page_sealer {
   bool encrypt;
   uint64_t pages;
-  uint64_t *next_version;           /* the nonce counter: own_next_version, or the
+  uint64_t *next_version; /* the nonce counter: own_next_version, or the
                                        pager's state segment (state_segment.h) */
   uint64_t own_next_version;
-  struct page_seal *seals;          /* per logical page; anonymous mmap, or the state's */
+  struct page_seal *seals; /* per logical page; anonymous mmap, or the state's */
   bool owns_seals;
-  void *encrypt_ctx, *decrypt_ctx;  /* EVP_CIPHER_CTX, keyed once */
+  void *encrypt_ctx, *decrypt_ctx; /* EVP_CIPHER_CTX, keyed once */
 };
 
 /* master: the enckey file's bytes, or NULL for a random key. 0, or -1 with err. */

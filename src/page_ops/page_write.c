@@ -193,8 +193,12 @@ void parity_buffer_use_page(struct rampart_engine *e, struct parity_buffer *pb,
 
 /* The steps of a member write a test may crash at (crash_point.h), for a first placement
  * and for a retry (a placement made after the op's first one failed). */
-enum member_write_step { STEP_RECORDED, STEP_PARITY_COMPUTED, STEP_PARITY_PUBLISHED,
-                         STEP_JOINED };
+enum member_write_step {
+  STEP_RECORDED,
+  STEP_PARITY_COMPUTED,
+  STEP_PARITY_PUBLISHED,
+  STEP_JOINED
+};
 
 static void member_write_crash_point(bool retry, enum member_write_step step)
 {
@@ -461,9 +465,9 @@ void page_write_close_open_group(struct rampart_engine *e)
  * equally full, so each holds pages in proportion to what it lends. */
 static double room_share(const struct server *s)
 {
-  return s->reserved_pages ? (double)slot_allocator_available(&s->slots) /
-                             (double)s->reserved_pages
-                           : 0.0;
+  return s->reserved_pages
+           ? (double)slot_allocator_available(&s->slots) / (double)s->reserved_pages
+           : 0.0;
 }
 
 enum open_result { OPENED, NO_SERVERS, NO_BUFFER };
@@ -539,7 +543,8 @@ static enum open_result open_new_group(struct rampart_engine *e)
 }
 
 /* Whether server i may take a member of group g now. */
-static bool member_candidate(const struct rampart_engine *e, const struct group *g, unsigned i)
+static bool member_candidate(const struct rampart_engine *e, const struct group *g,
+                             unsigned i)
 {
   if (!server_usable_for_placement(e->set.servers[i]))
     return false;
@@ -601,7 +606,8 @@ static bool write_waits_for_servers(struct page_op *op)
   struct rampart_engine *e = op->engine;
   if (!server_health_any_reconnecting(e))
     return false;
-  bool spill_has_room = e->spill && spill_store_used(e->spill) < spill_store_capacity(e->spill);
+  bool spill_has_room = e->spill &&
+                        spill_store_used(e->spill) < spill_store_capacity(e->spill);
   if (spill_has_room && server_health_partial_outage_past_blip(e))
     return false;
   return server_health_park(e, op);
@@ -797,8 +803,9 @@ static void on_member_written(struct rp_request *req)
 static void submit_spill(struct page_op *op, uint64_t slot, spill_io_done_fn done)
 {
   struct rampart_engine *e = op->engine;
-  op->sio = (struct spill_io){ .write = true, .slot = slot, .page = op->buf, .done = done,
-                               .user = op };
+  op->sio = (struct spill_io){
+    .write = true, .slot = slot, .page = op->buf, .done = done, .user = op
+  };
   op->pending++;
   op->spill_epoch = (uint8_t)spill_quarantine_io_started(&e->quarantine);
   spill_store_submit(e->spill, &op->sio);
@@ -856,8 +863,10 @@ static void write_to_spill(struct page_op *op)
      * its own map entry, which is how a move racing a write tells them apart. */
     int64_t s = spill_store_alloc_slot(e->spill);
     if (s < 0) {
-      rp_log(RP_LOG_ERROR, "no server and no spill space left for page %llu: add servers "
-             "or a larger spill-size=", (unsigned long long)op->page);
+      rp_log(RP_LOG_ERROR,
+             "no server and no spill space left for page %llu: add servers "
+             "or a larger spill-size=",
+             (unsigned long long)op->page);
       write_finish(op, -ENOSPC);
       return;
     }

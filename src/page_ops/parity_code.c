@@ -43,8 +43,9 @@ void parity_code_q_encode(unsigned k, const uint8_t *const *data, uint8_t *q)
 static void generator_row(unsigned k, uint8_t id, uint8_t *row)
 {
   for (unsigned j = 0; j < k; j++)
-    row[j] = id == PARITY_PIECE_P ? 1 : id == PARITY_PIECE_Q ? parity_code_q_coefficient(j)
-                                                             : (uint8_t)(id == j);
+    row[j] = id == PARITY_PIECE_P   ? 1
+             : id == PARITY_PIECE_Q ? parity_code_q_coefficient(j)
+                                    : (uint8_t)(id == j);
 }
 
 int parity_code_recover(unsigned k, const uint8_t *id, const uint8_t *const *piece,

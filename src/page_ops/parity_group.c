@@ -136,7 +136,8 @@ static void sealed_live_moved(struct group_table *t, unsigned from, unsigned to)
     t->sealed_by_live[to]++;
 }
 
-uint32_t group_open(struct group_table *t, unsigned capacity, bool has_parity, uint16_t buffer)
+uint32_t group_open(struct group_table *t, unsigned capacity, bool has_parity,
+                    uint16_t buffer)
 {
   return group_open_with(t, capacity, has_parity ? 1u : 0u, buffer);
 }
@@ -167,8 +168,8 @@ uint32_t group_open_with(struct group_table *t, unsigned capacity, unsigned pari
   return id;
 }
 
-unsigned group_add_member(struct group_table *t, uint32_t id, server_index server, uint32_t slot,
-                          uint32_t page)
+unsigned group_add_member(struct group_table *t, uint32_t id, server_index server,
+                          uint32_t slot, uint32_t page)
 {
   struct group *g = group_get(t, id);
   assert(g->state == GROUP_OPEN && g->members < g->capacity);

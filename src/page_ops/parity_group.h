@@ -24,39 +24,39 @@
 #include "page_map.h"
 #include "server_index.h"
 
-#define GROUP_MAX_DATA 8u          /* largest group=S */
-#define GROUP_MAX_PARITY 2u        /* parity=2: P and Q (parity_code.h) */
+#define GROUP_MAX_DATA 8u                      /* largest group=S */
+#define GROUP_MAX_PARITY 2u                    /* parity=2: P and Q (parity_code.h) */
 #define GROUP_Q_RESERVED (GROUP_MAX_DATA + 1u) /* an open group's entry for Q's slot */
 #define GROUP_NO_BUFFER 0xffffu
 #define GROUP_NONE UINT32_MAX
 
 enum group_state {
-  GROUP_FREE = 0,   /* on the free list */
-  GROUP_OPEN,       /* taking members; its parity lives in the client's buffer */
-  GROUP_SEALING,    /* full; parity write in flight, buffer still held */
-  GROUP_SEALED,     /* parity stored on its server; buffer released */
+  GROUP_FREE = 0, /* on the free list */
+  GROUP_OPEN,     /* taking members; its parity lives in the client's buffer */
+  GROUP_SEALING,  /* full; parity write in flight, buffer still held */
+  GROUP_SEALED,   /* parity stored on its server; buffer released */
 };
 
 struct group {
   uint8_t state;
-  uint8_t capacity;             /* data members this group takes (S, or 1 for mirror) */
-  uint8_t members;              /* data members placed so far */
-  uint8_t has_parity;           /* 0 under none and write-through, or once unprotected */
-  uint8_t unprotected;          /* lost its parity: it cannot rebuild a member (see below) */
-  uint8_t live;                 /* members the page map still points at */
-  uint8_t pins;                 /* operations in flight on its slots (moves, degraded reads,
+  uint8_t capacity;    /* data members this group takes (S, or 1 for mirror) */
+  uint8_t members;     /* data members placed so far */
+  uint8_t has_parity;  /* 0 under none and write-through, or once unprotected */
+  uint8_t unprotected; /* lost its parity: it cannot rebuild a member (see below) */
+  uint8_t live;        /* members the page map still points at */
+  uint8_t pins;        /* operations in flight on its slots (moves, degraded reads,
                                    member writes): it is not reclaimed until they end */
-  uint8_t parities;             /* parity pages it carries while has_parity: 1 (P), or 2
+  uint8_t parities;    /* parity pages it carries while has_parity: 1 (P), or 2
                                    (P and Q) under parity=2 */
-  uint16_t absent;              /* bit k: the piece at server[k] does not hold what the
+  uint16_t absent;     /* bit k: the piece at server[k] does not hold what the
                                    parities cover (its write failed); parity=2 only */
-  uint16_t buffer;              /* parity buffer index while OPEN/SEALING */
+  uint16_t buffer;     /* parity buffer index while OPEN/SEALING */
   server_index server[GROUP_MAX_DATA + GROUP_MAX_PARITY]; /* [i] data member i; [capacity]
                                    the parity P, [capacity + 1] Q (SERVER_INDEX_NONE: not
                                    stored). While open, [GROUP_Q_RESERVED] is the slot Q
                                    reserved at open, where a restart finds it */
   uint32_t slot[GROUP_MAX_DATA + GROUP_MAX_PARITY];
-  uint32_t page[GROUP_MAX_DATA];      /* logical page each member holds a version of */
+  uint32_t page[GROUP_MAX_DATA]; /* logical page each member holds a version of */
   uint32_t next_free;
 };
 
@@ -78,11 +78,11 @@ struct group_table {
   struct group_chunk_source source;
   struct group **chunks;
   uint32_t nchunks;
-  uint32_t count;       /* groups allocated: nchunks * GROUP_CHUNK_SIZE */
+  uint32_t count; /* groups allocated: nchunks * GROUP_CHUNK_SIZE */
   uint32_t in_use;
-  uint32_t free_head;   /* GROUP_NONE when the free list is empty */
-  uint64_t live_pages;  /* sum of every group's live count */
-  uint32_t unprotected; /* groups that dropped their parity and are not yet reclaimed */
+  uint32_t free_head;    /* GROUP_NONE when the free list is empty */
+  uint64_t live_pages;   /* sum of every group's live count */
+  uint32_t unprotected;  /* groups that dropped their parity and are not yet reclaimed */
   uint32_t short_groups; /* groups with an absent piece, not yet reclaimed */
   /* Sealed groups by live count: what cleaning would pay (pages to rewrite) and gain
    * (slots freed) at each threshold, without a scan of the table (page_mover.c). */
@@ -106,7 +106,8 @@ void group_table_destroy(struct group_table *t);
 
 /* A new OPEN group taking `capacity` members (1..GROUP_MAX_DATA), or GROUP_NONE when the
  * table cannot grow (ENOMEM). The parity server is chosen by the caller, at seal time. */
-uint32_t group_open(struct group_table *t, unsigned capacity, bool has_parity, uint16_t buffer);
+uint32_t group_open(struct group_table *t, unsigned capacity, bool has_parity,
+                    uint16_t buffer);
 /* The same with `parities` parity pages (0, 1 or 2; GROUP_MAX_PARITY at most). */
 uint32_t group_open_with(struct group_table *t, unsigned capacity, unsigned parities,
                          uint16_t buffer);
@@ -118,8 +119,8 @@ static inline struct group *group_get(const struct group_table *t, uint32_t id)
 
 /* Appends a member stored at (server, slot) holding a version of logical page `page`;
  * returns its member index. The group must be OPEN and not full. */
-unsigned group_add_member(struct group_table *t, uint32_t id, server_index server, uint32_t slot,
-                          uint32_t page);
+unsigned group_add_member(struct group_table *t, uint32_t id, server_index server,
+                          uint32_t slot, uint32_t page);
 
 static inline bool group_is_full(const struct group *g)
 {

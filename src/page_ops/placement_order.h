@@ -23,9 +23,9 @@
 
 struct placement_order {
   server_index order[PLACEMENT_MAX_SERVERS]; /* this sweep's servers, in visiting order */
-  unsigned count;                       /* servers in this sweep */
-  unsigned next;                        /* the sweep's next position */
-  uint64_t rng;                         /* xorshift state (0: not seeded yet) */
+  unsigned count;                            /* servers in this sweep */
+  unsigned next;                             /* the sweep's next position */
+  uint64_t rng;                              /* xorshift state (0: not seeded yet) */
 };
 
 /* Starts a new sweep if this one is used up or the number of servers changed; call

@@ -21,15 +21,20 @@
 #define RAMPART_MAX_INCARNATIONS 255u
 
 enum rampart_redundancy {
-  RAMPART_REDUNDANCY_AUTO = 0,    /* parity-log with 3+ servers, mirror with 2, none with 1 */
-  RAMPART_REDUNDANCY_NONE,        /* striping only: a lost server loses its pages */
-  RAMPART_REDUNDANCY_MIRROR,      /* two servers per page */
-  RAMPART_REDUNDANCY_PARITY_LOG,  /* parity logging: 1 + 1/S transfers per page */
+  RAMPART_REDUNDANCY_AUTO = 0,   /* parity-log with 3+ servers, mirror with 2, none with 1 */
+  RAMPART_REDUNDANCY_NONE,       /* striping only: a lost server loses its pages */
+  RAMPART_REDUNDANCY_MIRROR,     /* two servers per page */
+  RAMPART_REDUNDANCY_PARITY_LOG, /* parity logging: 1 + 1/S transfers per page */
   RAMPART_REDUNDANCY_WRITE_THROUGH, /* remote plus local disk: survives any server losses */
 };
 
-enum rampart_op { RAMPART_OP_READ, RAMPART_OP_WRITE, RAMPART_OP_TRIM, RAMPART_OP_ZERO,
-                  RAMPART_OP_FLUSH };
+enum rampart_op {
+  RAMPART_OP_READ,
+  RAMPART_OP_WRITE,
+  RAMPART_OP_TRIM,
+  RAMPART_OP_ZERO,
+  RAMPART_OP_FLUSH
+};
 
 #define RAMPART_IO_FUA 0x1u /* write: complete only once durable as the policy defines */
 
@@ -43,8 +48,8 @@ struct rampart_io {
   uint32_t flags;
   uint64_t offset;
   uint32_t length;
-  void *buf;                  /* READ: filled; WRITE: read from; others: unused */
-  rampart_io_done_fn done;    /* result 0 or -errno; runs on the engine's I/O thread, or
+  void *buf;               /* READ: filled; WRITE: read from; others: unused */
+  rampart_io_done_fn done; /* result 0 or -errno; runs on the engine's I/O thread, or
                                  on a thread in rampart_reap or starting requests */
   void *user;
   /* owned by the engine */
@@ -59,27 +64,31 @@ struct rampart_io {
  * RECONNECTING (its connection dropped; it keeps our session for a lease) -> UP again
  * with every page, or LOST (its pages are rebuilt; a server that returns after that
  * joins as a new, empty one). New states go here, once, for the engine and the stats. */
-enum rampart_server_health { RAMPART_SERVER_UP, RAMPART_SERVER_ADVISED,
-                            RAMPART_SERVER_RECONNECTING, RAMPART_SERVER_LOST,
-                            RAMPART_SERVER_REMOVED };
+enum rampart_server_health {
+  RAMPART_SERVER_UP,
+  RAMPART_SERVER_ADVISED,
+  RAMPART_SERVER_RECONNECTING,
+  RAMPART_SERVER_LOST,
+  RAMPART_SERVER_REMOVED
+};
 /* (REMOVED: an operator removed it and it was drained, or it was lost and rebuilt: the
  * device holds nothing there and will not reconnect; see rampart_server_drain.) */
 
 struct rampart_server_stats {
-  uint32_t index;              /* its entry in the engine's server table (its incarnation) */
+  uint32_t index; /* its entry in the engine's server table (its incarnation) */
   char address[80];
   enum rampart_server_health state;
-  uint64_t pages_live;         /* current versions of logical pages stored there */
-  uint64_t pages_stored;       /* live + inactive + parity */
+  uint64_t pages_live;   /* current versions of logical pages stored there */
+  uint64_t pages_stored; /* live + inactive + parity */
   uint64_t pages_reserved;
   bool suspect;                /* returned a page that failed verification: being emptied */
   uint64_t integrity_failures; /* copies from it that failed verification */
   /* Live pages that depend on it (stored there, or in a group with a copy there): what
    * losing it would put at risk, and what draining it has left to move. */
   uint64_t pages_dependent;
-  bool draining;               /* drain or remove asked: nothing new goes there */
-  bool drained;                /* ... and it holds nothing now (until added again) */
-  bool removing;               /* removed once drained */
+  bool draining; /* drain or remove asked: nothing new goes there */
+  bool drained;  /* ... and it holds nothing now (until added again) */
+  bool removing; /* removed once drained */
 };
 
 /* Why the mover rewrote a page (page_mover.c): its group touched a lost server
@@ -87,10 +96,17 @@ struct rampart_server_stats {
  * memory pressure (migrate), a server being drained (drain); its group could no longer
  * rebuild it (protect); its group was sparse (clean); it came back from the spill store
  * (unspill); its group sat on a server much fuller than the rest (rebalance). */
-enum rampart_move_reason { RAMPART_MOVE_REBUILD, RAMPART_MOVE_EVACUATE, RAMPART_MOVE_MIGRATE,
-                           RAMPART_MOVE_PROTECT, RAMPART_MOVE_CLEAN, RAMPART_MOVE_UNSPILL,
-                           RAMPART_MOVE_DRAIN, RAMPART_MOVE_REBALANCE,
-                           RAMPART_MOVE_REASONS };
+enum rampart_move_reason {
+  RAMPART_MOVE_REBUILD,
+  RAMPART_MOVE_EVACUATE,
+  RAMPART_MOVE_MIGRATE,
+  RAMPART_MOVE_PROTECT,
+  RAMPART_MOVE_CLEAN,
+  RAMPART_MOVE_UNSPILL,
+  RAMPART_MOVE_DRAIN,
+  RAMPART_MOVE_REBALANCE,
+  RAMPART_MOVE_REASONS
+};
 const char *rampart_move_reason_name(enum rampart_move_reason reason);
 
 /* Request latency as the frontend sees it (the blocking calls, submit to wake-up), per
@@ -104,19 +120,19 @@ struct rampart_stats {
   uint64_t device_pages;
   enum rampart_redundancy redundancy;
   uint32_t group_size;
-  uint32_t parity;             /* parity pages per group (parity=; 0 without parity) */
-  uint32_t nservers;           /* entries in servers[] */
-  uint32_t server_entries;     /* entries in the engine's server table: nservers, or more
+  uint32_t parity;         /* parity pages per group (parity=; 0 without parity) */
+  uint32_t nservers;       /* entries in servers[] */
+  uint32_t server_entries; /* entries in the engine's server table: nservers, or more
                                   when some were left out (RAMPART_MAX_INCARNATIONS) */
   struct rampart_server_stats servers[RAMPART_MAX_INCARNATIONS]; /* nservers of them */
   uint64_t groups_open, groups_sealed, groups_reclaimed, groups_cleaned;
-  bool cleaning;               /* cleaning is running now */
-  bool cleaning_idle;          /* ... in idle time (else: the overflow runs short) */
+  bool cleaning;      /* cleaning is running now */
+  bool cleaning_idle; /* ... in idle time (else: the overflow runs short) */
   /* Cleaning's cost: frontend writes that replaced a version (pages overwritten), pages
    * cleaning put on the wire again, and the writes that waited for cleaning (the
    * overflow was spent), since open. Rewrites per overwrite = clean_rewrites / pages_overwritten. */
   uint64_t pages_overwritten, clean_rewrites, writes_waited_for_cleaning;
-  double live_ratio;           /* live data pages / data pages held by sealed groups */
+  double live_ratio; /* live data pages / data pages held by sealed groups */
   uint64_t pages_remote, pages_spilled, pages_local_ram, pages_zero;
   uint64_t pages_degraded_reads, pages_lost, read_errors;
   /* Live pages whose group can no longer rebuild them (its parity could not be stored,
@@ -148,11 +164,11 @@ struct rampart_stats {
   /* The frontend's blocking requests (rampart_pread and the like) in the engine now:
    * with the device idle, anything but 0 is a request the engine has not completed. */
   uint32_t frontend_requests;
-  uint64_t pages_written, wire_bytes_written;   /* wire bytes / page written */
+  uint64_t pages_written, wire_bytes_written; /* wire bytes / page written */
   uint64_t spill_capacity_pages, spill_used_pages;
-  uint64_t client_memory_bytes;                 /* everything below */
-  uint64_t client_memory_fixed_bytes;           /* buffers and pools, whatever the size */
-  uint64_t moves_by_reason[RAMPART_MOVE_REASONS];  /* pages moves started, since open */
+  uint64_t client_memory_bytes;                   /* everything below */
+  uint64_t client_memory_fixed_bytes;             /* buffers and pools, whatever the size */
+  uint64_t moves_by_reason[RAMPART_MOVE_REASONS]; /* pages moves started, since open */
   uint64_t latency_count[RAMPART_LATENCY_OPS][RAMPART_LATENCY_BUCKETS];
   uint64_t latency_sum_ns[RAMPART_LATENCY_OPS];
   /* cluster=etcd:// (cluster_follow.c): following at all, the watch established now,

@@ -23,14 +23,14 @@
 /* Where a read goes when its page's server cannot serve it (lost, reconnecting, or its
  * copy failed verification). */
 enum second_copy {
-  SECOND_COPY_NONE,     /* there is none: the read waits for the server or fails EIO */
-  SECOND_COPY_PARITY,   /* rebuilt from the group's other members and parity (degraded) */
-  SECOND_COPY_DISK,     /* the page's own disk copy at spill slot = page */
+  SECOND_COPY_NONE,   /* there is none: the read waits for the server or fails EIO */
+  SECOND_COPY_PARITY, /* rebuilt from the group's other members and parity (degraded) */
+  SECOND_COPY_DISK,   /* the page's own disk copy at spill slot = page */
 };
 
 struct redundancy_policy {
   enum rampart_redundancy id;
-  const char *name;          /* as redundancy= takes it, and as reports print it */
+  const char *name; /* as redundancy= takes it, and as reports print it */
   /* A group keeps a parity page (mirror: a copy of its one member), on a server of
    * its own: a group needs two placeable servers, and costs 1/S more slots per page. */
   bool parity;

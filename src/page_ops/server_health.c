@@ -62,7 +62,7 @@ struct server_health_shared {
   uint32_t waiting;
   bool waking, wake_again;
   uint64_t resumes, requests_replayed;
-  uint64_t log_ns;              /* last "requests waiting" log line */
+  uint64_t log_ns; /* last "requests waiting" log line */
   /* The reconnect helpers and the attempts queued for them (oldest first). */
   pthread_mutex_t helpers_lock;
   pthread_cond_t helpers_wake;
@@ -104,19 +104,19 @@ bool server_health_any_waiting(const struct rampart_engine *e)
  * a helper's only input and output. */
 struct reconnect_attempt {
   struct reconnect_attempt *next_queued; /* under helpers_lock: waiting for a helper */
-  struct reconnect_attempt *next;   /* on the engine's attempts_done stack */
-  unsigned server;                  /* incarnation it is for (read by the loop only) */
+  struct reconnect_attempt *next;        /* on the engine's attempts_done stack */
+  unsigned server;                       /* incarnation it is for (read by the loop only) */
   /* copied by the loop before the thread starts */
   char host[256], port[16];
-  struct sockaddr_storage addr;     /* addr_len 0: resolve host (first connection) */
+  struct sockaddr_storage addr; /* addr_len 0: resolve host (first connection) */
   socklen_t addr_len;
-  struct rp_conn_pool *pool;        /* the engine's, which outlives every attempt */
-  const struct rp_key *key;         /* the engine's, which outlives every attempt */
+  struct rp_conn_pool *pool; /* the engine's, which outlives every attempt */
+  const struct rp_key *key;  /* the engine's, which outlives every attempt */
   uint8_t token[RP_TOKEN_LEN];
-  bool token_is_stale;              /* the server is LOST: end that session, do not use it */
-  bool end_only;                    /* the server was removed: end its session, that is all */
-  struct rp_conn *stale;            /* a resumed, stale session to end first, or NULL */
-  uint64_t reserve_pages;           /* to reserve on a fresh session */
+  bool token_is_stale;    /* the server is LOST: end that session, do not use it */
+  bool end_only;          /* the server was removed: end its session, that is all */
+  struct rp_conn *stale;  /* a resumed, stale session to end first, or NULL */
+  uint64_t reserve_pages; /* to reserve on a fresh session */
   uint32_t timeout_ms;
   struct ev_loop *loop;
   ev_async *wake;
@@ -133,10 +133,16 @@ struct reconnect_attempt {
 static struct rp_conn *attempt_open(struct reconnect_attempt *a, const uint8_t *token)
 {
   struct rp_conn_options o = {
-    .host = a->host, .port = a->port, .key = a->key, .client_name = "rampart-engine",
-    .resume_token = token, .connect_timeout_ms = a->timeout_ms,
-    .request_timeout_ms = a->timeout_ms, .pool = a->pool,
-    .addr = a->addr_len ? (const struct sockaddr *)&a->addr : NULL, .addr_len = a->addr_len,
+    .host = a->host,
+    .port = a->port,
+    .key = a->key,
+    .client_name = "rampart-engine",
+    .resume_token = token,
+    .connect_timeout_ms = a->timeout_ms,
+    .request_timeout_ms = a->timeout_ms,
+    .pool = a->pool,
+    .addr = a->addr_len ? (const struct sockaddr *)&a->addr : NULL,
+    .addr_len = a->addr_len,
   };
   return rp_conn_open(&o, &a->info, &a->err);
 }
@@ -503,9 +509,10 @@ void server_health_failed(struct rampart_engine *e, struct server *s, const char
   h->past_blip = false;
   h->last_failure[0] = '\0';
   const char *meanwhile = e->redundancy->while_server_away;
-  rp_log(RP_LOG_WARN, "server %s failed (%s): reconnecting for up to %u s (lease=%u); meanwhile "
-         "%s (io-timeout=%llu ms), and writes go to the other servers", s->address, why,
-         e->config.lease_seconds, e->config.lease_seconds, meanwhile,
+  rp_log(RP_LOG_WARN,
+         "server %s failed (%s): reconnecting for up to %u s (lease=%u); meanwhile "
+         "%s (io-timeout=%llu ms), and writes go to the other servers",
+         s->address, why, e->config.lease_seconds, e->config.lease_seconds, meanwhile,
          (unsigned long long)(engine_io_timeout_ns(e) / 1000000u));
   /* Give the connection up now: every request still on it fails back to its owner,
    * which queues it here (state is RECONNECTING already) or starts over elsewhere. */
@@ -577,8 +584,10 @@ static void resume(struct rampart_engine *e, struct server *s, struct reconnect_
   }
   e->health->resumes++;
   e->health->requests_replayed += resent;
-  rp_log(RP_LOG_INFO, "server %s is back with its session after %llu ms: no page was lost; "
-         "%u requests sent again", s->address, (unsigned long long)out_ms, resent);
+  rp_log(RP_LOG_INFO,
+         "server %s is back with its session after %llu ms: no page was lost; "
+         "%u requests sent again",
+         s->address, (unsigned long long)out_ms, resent);
   if (s->conn)
     rp_conn_flush(s->conn);
   wake_parked(e);
@@ -586,14 +595,17 @@ static void resume(struct rampart_engine *e, struct server *s, struct reconnect_
 
 /* The server answered with a fresh, empty session: it joins as a new incarnation, so the
  * old one's slots (being rebuilt from) can never be confused with the new one's. */
-static void join_as_new(struct rampart_engine *e, struct server *s, struct reconnect_attempt *a)
+static void join_as_new(struct rampart_engine *e, struct server *s,
+                        struct reconnect_attempt *a)
 {
   s->health.replaced = true;
   ev_timer_stop(e->loop, &s->health.retry);
   struct server *fresh = server_new(e, s->address, s);
   if (!fresh || slot_allocator_init(&fresh->slots, (uint32_t)a->reserved) < 0) {
-    rp_log(RP_LOG_ERROR, "server %s came back but the engine has no room for it: restart "
-           "the device to use it again", s->address);
+    rp_log(RP_LOG_ERROR,
+           "server %s came back but the engine has no room for it: restart "
+           "the device to use it again",
+           s->address);
     if (fresh)
       server_forget_newest(e);
     rp_conn_close(a->conn);
@@ -617,11 +629,13 @@ static void attempt_failed(struct rampart_engine *e, struct server *s, const cha
   if (strcmp(h->last_failure, why) != 0) {
     snprintf(h->last_failure, sizeof h->last_failure, "%s", why);
     if (s->state == RAMPART_SERVER_RECONNECTING)
-      rp_log(RP_LOG_WARN, "server %s: reconnect attempt %u failed after %llu ms out: %s; "
-             "retrying", s->address, h->attempts, (unsigned long long)ms_since(h->since_ns), why);
+      rp_log(RP_LOG_WARN,
+             "server %s: reconnect attempt %u failed after %llu ms out: %s; "
+             "retrying",
+             s->address, h->attempts, (unsigned long long)ms_since(h->since_ns), why);
     else
-      rp_log(RP_LOG_INFO, "server %s (lost): cannot join again yet: %s; retrying",
-             s->address, why);
+      rp_log(RP_LOG_INFO, "server %s (lost): cannot join again yet: %s; retrying", s->address,
+             why);
   }
   schedule_retry(e, s);
 }
@@ -647,9 +661,10 @@ static void attempt_finished(struct rampart_engine *e, struct reconnect_attempt 
   } else if (a->info.resumed) {
     /* LOST while the attempt ran: its pages are already being rebuilt elsewhere, and
      * taking the old session back would revive stale ones. End it and join afresh. */
-    rp_log(RP_LOG_WARN, "server %s came back with its session %llu ms after it was declared "
-           "lost: ending that session and joining again empty", s->address,
-           (unsigned long long)ms_since(s->health.lost_at_ns));
+    rp_log(RP_LOG_WARN,
+           "server %s came back with its session %llu ms after it was declared "
+           "lost: ending that session and joining again empty",
+           s->address, (unsigned long long)ms_since(s->health.lost_at_ns));
     stale = a->conn;
   } else {
     if (s->state == RAMPART_SERVER_RECONNECTING)
@@ -713,9 +728,10 @@ static void log_waiting(struct rampart_engine *e, uint64_t now)
   unsigned reconnecting = 0;
   for (unsigned i = 0; i < e->set.nservers; i++)
     reconnecting += e->set.servers[i]->state == RAMPART_SERVER_RECONNECTING;
-  rp_log(RP_LOG_WARN, "%u requests are waiting for %u reconnecting servers, the oldest for "
-         "%llu ms; they give up after io-timeout=%llu ms", requests_waiting(e), reconnecting,
-         (unsigned long long)((now - oldest) / 1000000u),
+  rp_log(RP_LOG_WARN,
+         "%u requests are waiting for %u reconnecting servers, the oldest for "
+         "%llu ms; they give up after io-timeout=%llu ms",
+         requests_waiting(e), reconnecting, (unsigned long long)((now - oldest) / 1000000u),
          (unsigned long long)(engine_io_timeout_ns(e) / 1000000u));
 }
 

@@ -28,7 +28,8 @@ int server_health_alloc(struct rampart_engine *e);
 void server_health_release(struct rampart_engine *e);
 /* Once the loop exists. */
 void server_health_init(struct rampart_engine *e);
-int server_health_init_server(struct rampart_engine *e, struct server *s); /* 0 or -1 (memory) */
+int server_health_init_server(struct rampart_engine *e,
+                              struct server *s); /* 0 or -1 (memory) */
 /* Frees what init_server made, once no attempt runs (after server_health_close). */
 void server_health_free(struct rampart_engine *e);
 /* The same for one server never used (taken back from the table before it served). */

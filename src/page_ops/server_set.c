@@ -29,8 +29,8 @@
 bool server_usable_for_placement(const struct server *s)
 {
   return s->state == RAMPART_SERVER_UP && !s->advised && !s->suspect && !s->leaving &&
-         !s->unlisted && s->conn &&
-         rp_conn_is_connected(s->conn) && slot_allocator_available(&s->slots) > 0;
+         !s->unlisted && s->conn && rp_conn_is_connected(s->conn) &&
+         slot_allocator_available(&s->slots) > 0;
 }
 
 struct server *server_set_find(struct rampart_engine *e, const char *address)
@@ -47,7 +47,8 @@ unsigned server_set_members(const struct rampart_engine *e)
 {
   unsigned n = 0;
   for (unsigned i = 0; i < e->set.nservers; i++)
-    n += !e->set.servers[i]->health.replaced && e->set.servers[i]->state != RAMPART_SERVER_REMOVED;
+    n += !e->set.servers[i]->health.replaced &&
+         e->set.servers[i]->state != RAMPART_SERVER_REMOVED;
   return n;
 }
 
@@ -84,7 +85,8 @@ static void on_advise(struct rp_conn *conn, bool pressure, const char *reason,
     s->state = pressure ? RAMPART_SERVER_ADVISED : RAMPART_SERVER_UP;
   rp_log(pressure ? RP_LOG_WARN : RP_LOG_INFO, "server %s %s (%s)", s->address,
          pressure ? "is under memory pressure: moving pages away"
-                  : "has memory again: placing pages there", reason);
+                  : "has memory again: placing pages there",
+         reason);
 }
 
 static struct rampart_engine *engine_of(struct server *s)
@@ -166,9 +168,14 @@ static int server_connect(struct rampart_engine *e, struct server *s, const uint
                           struct rp_session_info *info, struct rp_error *err)
 {
   struct rp_conn_options o = {
-    .host = s->host, .port = s->port, .key = e->key, .client_name = "rampart-engine",
-    .resume_token = token, .connect_timeout_ms = timeout_ms,
-    .request_timeout_ms = e->config.timeout_ms, .pool = s->pool,
+    .host = s->host,
+    .port = s->port,
+    .key = e->key,
+    .client_name = "rampart-engine",
+    .resume_token = token,
+    .connect_timeout_ms = timeout_ms,
+    .request_timeout_ms = e->config.timeout_ms,
+    .pool = s->pool,
   };
   *out = rp_conn_open(&o, info, err);
   return *out ? 0 : -1;
@@ -232,7 +239,8 @@ struct server *server_new(struct rampart_engine *e, const char *address,
   s->engine = e;
   snprintf(s->address, sizeof s->address, "%s", address);
   char err[200];
-  rp_parse_hostport(address, s->host, sizeof s->host, s->port, sizeof s->port, err, sizeof err);
+  rp_parse_hostport(address, s->host, sizeof s->host, s->port, sizeof s->port, err,
+                    sizeof err);
   s->pool = e->set.conn_pool;
   if (like) {
     s->addr = like->addr;
@@ -291,7 +299,8 @@ int server_set_open(struct rampart_engine *e, char *err, size_t errlen)
       snprintf(err, errlen, "server %s: %s", s->address, rerr.message);
       return -1;
     }
-    if (server_reserve(e, conn, server_reservation_wanted(e), info.free_pages, &got, &rerr) < 0) {
+    if (server_reserve(e, conn, server_reservation_wanted(e), info.free_pages, &got, &rerr) <
+        0) {
       snprintf(err, errlen, "server %s: %s", s->address, rerr.message);
       rp_conn_close(conn);
       return -1;
@@ -304,8 +313,10 @@ int server_set_open(struct rampart_engine *e, char *err, size_t errlen)
     s->reserved_pages = got;
     server_adopt(e, s, conn, &info);
     if (got < server_reservation_wanted(e))
-      rp_log(RP_LOG_WARN, "server %s granted %llu of the %llu pages wanted: the rest will "
-             "go to other servers or the spill store", s->address, (unsigned long long)got,
+      rp_log(RP_LOG_WARN,
+             "server %s granted %llu of the %llu pages wanted: the rest will "
+             "go to other servers or the spill store",
+             s->address, (unsigned long long)got,
              (unsigned long long)server_reservation_wanted(e));
   }
   return 0;

@@ -49,7 +49,8 @@ void state_record_save_server(struct rampart_engine *e, const struct server *s)
   ps->state = (uint8_t)s->state;
   ps->flags = (uint8_t)((s->suspect ? STATE_SEGMENT_SERVER_SUSPECT : 0) |
                         (s->leaving ? STATE_SEGMENT_SERVER_LEAVING : 0) |
-                        (s->remove_when_drained ? STATE_SEGMENT_SERVER_REMOVE_WHEN_DRAINED : 0) |
+                        (s->remove_when_drained ? STATE_SEGMENT_SERVER_REMOVE_WHEN_DRAINED
+                                                : 0) |
                         (s->drained ? STATE_SEGMENT_SERVER_DRAINED : 0) |
                         (s->health.replaced ? STATE_SEGMENT_SERVER_REPLACED : 0) |
                         (s->rebuild_needed ? STATE_SEGMENT_SERVER_REBUILD_NEEDED : 0));
@@ -166,7 +167,8 @@ bool state_record_fall_back(struct page_op *op, page_entry *retire)
     struct recovered_write *w = &e->recovered_writes[i];
     if (!w->kept || w->page != op->page || w->new_entry != now)
       continue;
-    rp_log(RP_LOG_INFO, "page %llu: the write in flight when the pager stopped never "
+    rp_log(RP_LOG_INFO,
+           "page %llu: the write in flight when the pager stopped never "
            "reached its store; the version before it stands",
            (unsigned long long)op->page);
     page_entry old = w->old_entry;

@@ -98,9 +98,10 @@ static int anchor_read(const char *path, struct anchor *a, char *err, size_t err
     a->identity[i] = (uint8_t)byte;
   }
   if (!ok) {
-    snprintf(err, errlen, "%s is not a rampart state file (it should start '%s'): give "
-             "state= a path of its own, or remove the file to start empty", path,
-             ANCHOR_FIRST_LINE);
+    snprintf(err, errlen,
+             "%s is not a rampart state file (it should start '%s'): give "
+             "state= a path of its own, or remove the file to start empty",
+             path, ANCHOR_FIRST_LINE);
     return -1;
   }
   a->segment = segment;
@@ -115,9 +116,10 @@ static int anchor_write(const char *path, const struct anchor *a, char *err, siz
   identity_hex(a->identity, hex);
   int fd = rp_file_create(tmp, 0600);
   if (fd < 0) {
-    snprintf(err, errlen, "cannot write the state file %s: %s (state= must name a file "
-             "in a directory this user can write, such as /run/rampart/NAME/state)", tmp,
-             rp_file_why(errno));
+    snprintf(err, errlen,
+             "cannot write the state file %s: %s (state= must name a file "
+             "in a directory this user can write, such as /run/rampart/NAME/state)",
+             tmp, rp_file_why(errno));
     return -1;
   }
   char text[160];
@@ -164,16 +166,18 @@ static bool wrap_device_key(struct state_segment_header *h, const uint8_t *maste
   bool ok = ctx != NULL;
   if (encrypt) {
     ok = ok && EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, key, h->wrap_nonce) == 1 &&
-         EVP_EncryptUpdate(ctx, NULL, &len, (const uint8_t *)&h->fixed, sizeof h->fixed) == 1 &&
+         EVP_EncryptUpdate(ctx, NULL, &len, (const uint8_t *)&h->fixed, sizeof h->fixed) ==
+           1 &&
          EVP_EncryptUpdate(ctx, h->wrapped_key, &len, plain, PAGE_SEAL_KEY_LEN) == 1 &&
          EVP_EncryptFinal_ex(ctx, h->wrapped_key + len, &len) == 1 &&
          EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, STATE_WRAP_TAG_LEN, h->wrap_tag) == 1;
   } else {
-    ok = ok && EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, key, h->wrap_nonce) == 1 &&
-         EVP_DecryptUpdate(ctx, NULL, &len, (const uint8_t *)&h->fixed, sizeof h->fixed) == 1 &&
-         EVP_DecryptUpdate(ctx, plain, &len, h->wrapped_key, PAGE_SEAL_KEY_LEN) == 1 &&
-         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, STATE_WRAP_TAG_LEN, h->wrap_tag) == 1 &&
-         EVP_DecryptFinal_ex(ctx, plain + len, &len) == 1;
+    ok =
+      ok && EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, key, h->wrap_nonce) == 1 &&
+      EVP_DecryptUpdate(ctx, NULL, &len, (const uint8_t *)&h->fixed, sizeof h->fixed) == 1 &&
+      EVP_DecryptUpdate(ctx, plain, &len, h->wrapped_key, PAGE_SEAL_KEY_LEN) == 1 &&
+      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, STATE_WRAP_TAG_LEN, h->wrap_tag) == 1 &&
+      EVP_DecryptFinal_ex(ctx, plain + len, &len) == 1;
     if (!ok)
       OPENSSL_cleanse(plain, PAGE_SEAL_KEY_LEN);
   }
@@ -254,7 +258,8 @@ static int check_segments_outlive_processes(char *err, size_t errlen)
     fclose(f);
   }
   if (forced) {
-    snprintf(err, errlen, "kernel.shm_rmid_forced=1 makes the kernel destroy the pager's "
+    snprintf(err, errlen,
+             "kernel.shm_rmid_forced=1 makes the kernel destroy the pager's "
              "state when the pager exits, so a restart would find nothing: set "
              "'sysctl kernel.shm_rmid_forced=0', or leave state= unset");
     return -1;
@@ -270,10 +275,12 @@ static int create_state(struct state_segment *st, const struct state_segment_fin
   void *base = NULL;
   int id = locked_segment_new(bytes, &base);
   if (id < 0) {
-    snprintf(err, errlen, "cannot create and lock the %" PRIu64 " MiB state segment: %s "
+    snprintf(err, errlen,
+             "cannot create and lock the %" PRIu64 " MiB state segment: %s "
              "(for EPERM or ENOMEM raise LimitMEMLOCK= in the unit or 'ulimit -l', or run "
              "with CAP_IPC_LOCK; for EINVAL or ENOSPC raise kernel.shmmax / kernel.shmall; "
-             "or leave state= unset)", bytes >> 20, strerror(errno));
+             "or leave state= unset)",
+             bytes >> 20, strerror(errno));
     return -1;
   }
   struct state_segment_header *h = base;
@@ -319,10 +326,11 @@ static int attach_chunks(struct state_segment *st, struct state_segment_header *
     if (shmctl(id, IPC_STAT, &ds) < 0 || ds.shm_perm.uid != geteuid() ||
         ds.shm_segsz != h->fixed.fingerprint.chunk_bytes ||
         (chunk = shmat(id, NULL, 0)) == (void *)-1) {
-      snprintf(err, errlen, "the state %s lists group chunk %u in segment %d, which is gone "
+      snprintf(err, errlen,
+               "the state %s lists group chunk %u in segment %d, which is gone "
                "or not this state's: the page map cannot be trusted without it. Remove %s "
-               "to start this device empty (its pages are then lost)", st->path, i, id,
-               st->path);
+               "to start this device empty (its pages are then lost)",
+               st->path, i, id, st->path);
       detach_chunks(st);
       return -1;
     }
@@ -334,7 +342,8 @@ static int attach_chunks(struct state_segment *st, struct state_segment_header *
 /* A chunk made but not yet counted when the process died is nobody's: free it. */
 static void free_uncounted_chunk(struct state_segment_header *h)
 {
-  if (h->group_chunks >= STATE_SEGMENT_MAX_CHUNKS || h->group_chunk_segment[h->group_chunks] < 0)
+  if (h->group_chunks >= STATE_SEGMENT_MAX_CHUNKS ||
+      h->group_chunk_segment[h->group_chunks] < 0)
     return;
   struct shmid_ds ds;
   int id = h->group_chunk_segment[h->group_chunks];
@@ -354,31 +363,39 @@ static int attach_state(struct state_segment *st, const struct anchor *a,
   if (shmctl(a->segment, IPC_STAT, &ds) < 0) {
     if (errno == EINVAL || errno == EIDRM)
       return 1;
-    snprintf(err, errlen, "cannot open the state segment %d that %s names: %s (is the "
-             "pager running as another user?)", a->segment, st->path, strerror(errno));
+    snprintf(err, errlen,
+             "cannot open the state segment %d that %s names: %s (is the "
+             "pager running as another user?)",
+             a->segment, st->path, strerror(errno));
     return -1;
   }
   char start_empty[4200];
-  snprintf(start_empty, sizeof start_empty, "remove %s to start this device empty (the "
-           "pages of the device it was are then lost)", st->path);
+  snprintf(start_empty, sizeof start_empty,
+           "remove %s to start this device empty (the "
+           "pages of the device it was are then lost)",
+           st->path);
   /* Ids are reused once a segment is removed: the owner, mode and identity say whether
    * this one is still the state the anchor was written for. */
   if (ds.shm_perm.uid != geteuid() || ds.shm_perm.cuid != geteuid() ||
       (ds.shm_perm.mode & 0077) != 0) {
-    snprintf(err, errlen, "the state segment %d that %s names is not this user's own "
-             "(owner uid %u, mode %o): %s", a->segment, st->path,
-             (unsigned)ds.shm_perm.uid, (unsigned)(ds.shm_perm.mode & 0777), start_empty);
+    snprintf(err, errlen,
+             "the state segment %d that %s names is not this user's own "
+             "(owner uid %u, mode %o): %s",
+             a->segment, st->path, (unsigned)ds.shm_perm.uid,
+             (unsigned)(ds.shm_perm.mode & 0777), start_empty);
     return -1;
   }
   if (ds.shm_nattch > 0) {
-    snprintf(err, errlen, "the state %s is in use by a running pager (pid %d attached it "
+    snprintf(err, errlen,
+             "the state %s is in use by a running pager (pid %d attached it "
              "last): stop that one first; two pagers on one state would both hand out "
-             "the same slots", st->path, (int)ds.shm_lpid);
+             "the same slots",
+             st->path, (int)ds.shm_lpid);
     return -1;
   }
   if (ds.shm_segsz < STATE_HEADER_BYTES) {
-    snprintf(err, errlen, "the segment %d that %s names is not a pager state: %s",
-             a->segment, st->path, start_empty);
+    snprintf(err, errlen, "the segment %d that %s names is not a pager state: %s", a->segment,
+             st->path, start_empty);
     return -1;
   }
   void *base = shmat(a->segment, NULL, 0);
@@ -390,15 +407,21 @@ static int attach_state(struct state_segment *st, const struct anchor *a,
   char why[1024];
   /* Nothing of the segment is used, nor written, before its header passes. */
   if (state_segment_check_header(h, ds.shm_segsz, fp, why, sizeof why) < 0) {
-    snprintf(err, errlen, "the state segment %d that %s names is refused: %s: "
-             "%s", a->segment, st->path, why, start_empty);
+    snprintf(err, errlen,
+             "the state segment %d that %s names is refused: %s: "
+             "%s",
+             a->segment, st->path, why, start_empty);
   } else if (memcmp(h->fixed.identity, a->identity, STATE_SEGMENT_IDENTITY_LEN) != 0) {
-    snprintf(err, errlen, "the segment %d holds another device's state than %s was "
-             "written for (field identity): %s", a->segment, st->path, start_empty);
+    snprintf(err, errlen,
+             "the segment %d holds another device's state than %s was "
+             "written for (field identity): %s",
+             a->segment, st->path, start_empty);
   } else if (!wrap_device_key(h, master, master_len, device_key, false)) {
-    snprintf(err, errlen, "the state %s was attached with another key, or its header was "
+    snprintf(err, errlen,
+             "the state %s was attached with another key, or its header was "
              "changed (field wrap_tag does not verify): start the pager with the same key= "
-             "and enckey= files it had, or %s", st->path, start_empty);
+             "and enckey= files it had, or %s",
+             st->path, start_empty);
   } else if (attach_chunks(st, h, err, errlen) < 0) {
     OPENSSL_cleanse(device_key, PAGE_SEAL_KEY_LEN);
   } else {
@@ -413,8 +436,10 @@ static int attach_state(struct state_segment *st, const struct anchor *a,
       st->recovered = true;
       return 0;
     }
-    snprintf(err, errlen, "the state segment %d that %s names is refused: %s: "
-             "%s", a->segment, st->path, why, start_empty);
+    snprintf(err, errlen,
+             "the state segment %d that %s names is refused: %s: "
+             "%s",
+             a->segment, st->path, why, start_empty);
     OPENSSL_cleanse(device_key, PAGE_SEAL_KEY_LEN);
     detach_chunks(st);
     state_segment_view_clear(st);
@@ -429,7 +454,7 @@ static int attach_state(struct state_segment *st, const struct anchor *a,
  * at once, and a standby sleeps on it (state_segment_wait_for_pager_end), so that of
  * several standbys exactly one wakes to take over; the others wait on for that one. */
 
-static int adopted_lock_fd = -1;     /* a lock this process's standby already holds */
+static int adopted_lock_fd = -1; /* a lock this process's standby already holds */
 static char adopted_lock_path[4200];
 
 static void lock_path_of(const char *path, char *out, size_t outlen)
@@ -448,18 +473,21 @@ static int state_lock_take(const char *path, char *err, size_t errlen)
   }
   int fd = rp_file_open_kept(lock, 0600);
   if (fd < 0) {
-    snprintf(err, errlen, "cannot open the state's lock %s: %s (state= must name a file "
-             "in a directory this user can write, such as /run/rampart/NAME/state)", lock,
-             rp_file_why(errno));
+    snprintf(err, errlen,
+             "cannot open the state's lock %s: %s (state= must name a file "
+             "in a directory this user can write, such as /run/rampart/NAME/state)",
+             lock, rp_file_why(errno));
     return -1;
   }
   if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
     int e = errno;
     close(fd);
     if (e == EWOULDBLOCK)
-      snprintf(err, errlen, "the state %s is in use by a running pager (it holds %s): stop "
+      snprintf(err, errlen,
+               "the state %s is in use by a running pager (it holds %s): stop "
                "that one first; two pagers on one state would both hand out the same "
-               "slots", path, lock);
+               "slots",
+               path, lock);
     else
       snprintf(err, errlen, "cannot lock %s: %s", lock, strerror(e));
     return -1;
@@ -495,8 +523,9 @@ int state_segment_wait_for_pager_end(const char *path, char *err, size_t errlen)
   char ignored[256];
   struct shmid_ds ds;
   if (anchor_read(path, &a, ignored, sizeof ignored) == 1)
-    for (unsigned waited = 0; waited < 5000 && shmctl(a.segment, IPC_STAT, &ds) == 0 &&
-                              ds.shm_nattch > 0; waited += 10)
+    for (unsigned waited = 0;
+         waited < 5000 && shmctl(a.segment, IPC_STAT, &ds) == 0 && ds.shm_nattch > 0;
+         waited += 10)
       usleep(10000);
   return 0;
 }
@@ -539,18 +568,21 @@ static int open_state(struct state_segment *st, const char *path,
     if (r <= 0)
       return r;
     if (note && notelen)
-      snprintf(note, notelen, "the state segment %d that %s named is gone (the host "
-               "restarted, or it was removed): starting empty", a.segment, path);
+      snprintf(note, notelen,
+               "the state segment %d that %s named is gone (the host "
+               "restarted, or it was removed): starting empty",
+               a.segment, path);
   }
   return create_state(st, fp, master, master_len, device_key, err, errlen);
 }
 
 int state_segment_open(struct state_segment *st, const char *path,
-                     const struct state_segment_fingerprint *fp, const uint8_t *master,
-                     size_t master_len, uint8_t device_key[PAGE_SEAL_KEY_LEN], char *note,
-                     size_t notelen, char *err, size_t errlen)
+                       const struct state_segment_fingerprint *fp, const uint8_t *master,
+                       size_t master_len, uint8_t device_key[PAGE_SEAL_KEY_LEN], char *note,
+                       size_t notelen, char *err, size_t errlen)
 {
-  int r = open_state(st, path, fp, master, master_len, device_key, note, notelen, err, errlen);
+  int r = open_state(st, path, fp, master, master_len, device_key, note, notelen, err,
+                     errlen);
   if (r < 0) {
     free(st->chunks);
     st->chunks = NULL;
@@ -618,13 +650,17 @@ int state_segment_serving_pid(const char *path, pid_t *pid, char *err, size_t er
     return -1;
   struct shmid_ds ds;
   if (found == 0 || shmctl(a.segment, IPC_STAT, &ds) < 0) {
-    snprintf(err, errlen, "there is no pager state at %s: start the serving pager with "
-             "state=%s first, then its standby", path, path);
+    snprintf(err, errlen,
+             "there is no pager state at %s: start the serving pager with "
+             "state=%s first, then its standby",
+             path, path);
     return -1;
   }
   if (ds.shm_nattch == 0) {
-    snprintf(err, errlen, "no pager serves the state %s (its pager ended without closing): "
-             "start a pager with state=%s, which takes it over, not a standby", path, path);
+    snprintf(err, errlen,
+             "no pager serves the state %s (its pager ended without closing): "
+             "start a pager with state=%s, which takes it over, not a standby",
+             path, path);
     return -1;
   }
   /* The serving pager is the last process that attached the segment: only a pager does,

@@ -32,20 +32,20 @@
 struct state_segment_header;
 
 struct state_segment {
-  int segment;                        /* SysV shm id */
+  int segment; /* SysV shm id */
   void *base;
   size_t bytes;
   struct state_segment_header *header;
-  page_entry *map;                    /* fingerprint.pages entries */
-  struct page_seal *seals;            /* fingerprint.pages entries */
-  uint64_t *next_version;             /* the nonce counter, in the segment */
-  uint32_t *nservers;                 /* entries of servers[] in use */
+  page_entry *map;                      /* fingerprint.pages entries */
+  struct page_seal *seals;              /* fingerprint.pages entries */
+  uint64_t *next_version;               /* the nonce counter, in the segment */
+  uint32_t *nservers;                   /* entries of servers[] in use */
   struct state_segment_server *servers; /* STATE_SEGMENT_SERVERS */
   struct state_segment_write *writes;   /* STATE_SEGMENT_WRITES */
   struct state_segment_parity *parity;  /* STATE_SEGMENT_PARITY_BUFFERS */
-  uint8_t *parity_pages;              /* 2 * STATE_SEGMENT_PARITY_BUFFERS pages of 4 KiB: P */
-  uint8_t *parity_q_pages;            /* as many again, after them: Q */
-  uint8_t *op_pages;                  /* STATE_SEGMENT_WRITES pages: each page op's bytes
+  uint8_t *parity_pages;   /* 2 * STATE_SEGMENT_PARITY_BUFFERS pages of 4 KiB: P */
+  uint8_t *parity_q_pages; /* as many again, after them: Q */
+  uint8_t *op_pages;       /* STATE_SEGMENT_WRITES pages: each page op's bytes
                                          as sealed, so a write in flight can be sent
                                          again after a crash */
   struct state_segment_rebuild *rebuild;
@@ -53,13 +53,13 @@ struct state_segment {
   uint32_t *open_group;
   uint32_t *open_parity_server;
   uint32_t *open_parity_slot;
-  bool recovered;                     /* attached a state an earlier process left */
-  uint64_t generation;                /* attaches of this state, this one included */
+  bool recovered;      /* attached a state an earlier process left */
+  uint64_t generation; /* attaches of this state, this one included */
   uint8_t identity[STATE_SEGMENT_IDENTITY_LEN];
-  void **chunks;                      /* group chunks mapped, STATE_SEGMENT_MAX_CHUNKS */
-  uint32_t nchunks;                   /* of which this many exist */
-  char path[4096];                    /* the anchor file */
-  int lock_fd;                        /* PATH.lock, flocked while this pager lives */
+  void **chunks;    /* group chunks mapped, STATE_SEGMENT_MAX_CHUNKS */
+  uint32_t nchunks; /* of which this many exist */
+  char path[4096];  /* the anchor file */
+  int lock_fd;      /* PATH.lock, flocked while this pager lives */
 };
 
 /* Attaches the state `path` names, or creates it when there is none (or when the
@@ -70,9 +70,9 @@ struct state_segment {
  * 0, or -1 with err saying what to do; a refusal leaves the segment and the anchor as
  * they were. note (may be NULL) gets a line worth logging, or "". */
 int state_segment_open(struct state_segment *st, const char *path,
-                     const struct state_segment_fingerprint *fp, const uint8_t *master,
-                     size_t master_len, uint8_t device_key[PAGE_SEAL_KEY_LEN], char *note,
-                     size_t notelen, char *err, size_t errlen);
+                       const struct state_segment_fingerprint *fp, const uint8_t *master,
+                       size_t master_len, uint8_t device_key[PAGE_SEAL_KEY_LEN], char *note,
+                       size_t notelen, char *err, size_t errlen);
 
 /* Zeroed memory for group chunk `index` (the next one: index == st->nchunks), in a
  * locked segment of its own that the state's header lists, so the table can grow and

@@ -24,16 +24,16 @@
 /* What must be the same for a saved state to belong to this device. */
 struct state_segment_fingerprint {
   uint64_t pages;
-  uint32_t redundancy;   /* enum rampart_redundancy, effective */
-  uint32_t group;        /* effective group size */
-  uint32_t encrypt;      /* 1: AES-256-GCM, 0: checksummed plaintext */
-  uint32_t chunk_bytes;  /* bytes of one group chunk: this build's layout (set by open) */
+  uint32_t redundancy;  /* enum rampart_redundancy, effective */
+  uint32_t group;       /* effective group size */
+  uint32_t encrypt;     /* 1: AES-256-GCM, 0: checksummed plaintext */
+  uint32_t chunk_bytes; /* bytes of one group chunk: this build's layout (set by open) */
 };
 
 /* Group chunks the state can hold: 2048 of 4096 groups, 8M groups. */
 #define STATE_SEGMENT_MAX_CHUNKS 2048u
-#define STATE_SEGMENT_SERVERS 4096u    /* the engine's server table, incarnations included */
-#define STATE_SEGMENT_WRITES 512u      /* page operations in flight at once */
+#define STATE_SEGMENT_SERVERS 4096u /* the engine's server table, incarnations included */
+#define STATE_SEGMENT_WRITES 512u   /* page operations in flight at once */
 #define STATE_SEGMENT_PARITY_BUFFERS 64u /* open and sealing groups at once */
 /* Each buffer's two pages of P, then each buffer's two of Q (parity=2's, kept whatever
  * parity= is, so a device's groups can be taken over under either setting). */
@@ -46,7 +46,7 @@ enum {
   STATE_SEGMENT_SERVER_LEAVING = 1u << 1,
   STATE_SEGMENT_SERVER_REMOVE_WHEN_DRAINED = 1u << 2,
   STATE_SEGMENT_SERVER_DRAINED = 1u << 3,
-  STATE_SEGMENT_SERVER_REPLACED = 1u << 4,      /* an older incarnation: a newer one took over */
+  STATE_SEGMENT_SERVER_REPLACED = 1u << 4, /* an older incarnation: a newer one took over */
   STATE_SEGMENT_SERVER_REBUILD_NEEDED = 1u << 5,
 };
 
@@ -60,8 +60,8 @@ struct state_segment_server {
   uint32_t addr_len;
   uint8_t token[STATE_SEGMENT_TOKEN_LEN];
   uint64_t reserved_pages;
-  uint8_t state;                   /* enum rampart_server_health */
-  uint8_t flags;                   /* STATE_SEGMENT_SERVER_* */
+  uint8_t state; /* enum rampart_server_health */
+  uint8_t flags; /* STATE_SEGMENT_SERVER_* */
 };
 
 /* The rebuild now running, or the last one, as the engine reports it: a restart carries
@@ -84,7 +84,7 @@ struct state_segment_parity {
   uint32_t published;
 };
 
-#define STATE_SEGMENT_PARITY_PAGE(published) ((published) & 1u)
+#define STATE_SEGMENT_PARITY_PAGE(published) ((published)&1u)
 #define STATE_SEGMENT_PARITY_COVERED(published) ((published) >> 1)
 #define STATE_SEGMENT_PARITY_PUBLISHED(page, covered) (((uint32_t)(covered) << 1) | (page))
 
@@ -93,11 +93,11 @@ struct state_segment_parity {
  * the new one never reached its store. Indexed by the operation's pool index. */
 struct state_segment_write {
   uint64_t page;
-  page_entry new_entry;            /* the op's version the map names (or will, first) */
-  page_entry joining;              /* the placement being made now: a retry's differs */
+  page_entry new_entry; /* the op's version the map names (or will, first) */
+  page_entry joining;   /* the placement being made now: a retry's differs */
   page_entry old_entry;
   struct page_seal old_seal;
-  uint32_t active;                 /* set last, cleared first */
+  uint32_t active; /* set last, cleared first */
 };
 
 #define STATE_MAGIC "rampart-state\0\0"
@@ -149,7 +149,8 @@ struct state_segment_header {
 
 /* The header, rounded up to whole pages. */
 #define STATE_HEADER_BYTES \
-  ((sizeof(struct state_segment_header) + STATE_PAGE_BYTES - 1) & ~(size_t)(STATE_PAGE_BYTES - 1))
+  ((sizeof(struct state_segment_header) + STATE_PAGE_BYTES - 1) & \
+   ~(size_t)(STATE_PAGE_BYTES - 1))
 
 static inline uint64_t state_segment_round_to_page(uint64_t bytes)
 {

@@ -12,7 +12,7 @@
 #include "wire.h"
 
 struct local_store {
-  uint8_t *pages;               /* mmap of capacity pages */
+  uint8_t *pages; /* mmap of capacity pages */
   struct slot_allocator slots;
 };
 

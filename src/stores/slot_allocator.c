@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t summary_words(uint64_t words) { return (words + 63) / 64; }
+static uint64_t summary_words(uint64_t words)
+{
+  return (words + 63) / 64;
+}
 
 static void set_nonfull(struct slot_allocator *a, uint64_t w, bool nonfull)
 {
@@ -133,7 +136,7 @@ void slot_allocator_rebuild(struct slot_allocator *a, const uint64_t *used)
   /* A predecessor's bits past capacity are not slots. */
   if (a->capacity % 64)
     a->in_use -= (uint64_t)__builtin_popcountll(a->used[a->words - 1] &
-                                               (~UINT64_C(0) << (a->capacity % 64)));
+                                                (~UINT64_C(0) << (a->capacity % 64)));
   for (uint64_t w = 0; w < a->words; w++)
     set_nonfull(a, w, a->used[w] != ~UINT64_C(0));
   mark_past_capacity(a);

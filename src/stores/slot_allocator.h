@@ -17,12 +17,12 @@
 #include <stdint.h>
 
 struct slot_allocator {
-  uint64_t capacity;      /* slots 0..capacity-1 may be handed out */
+  uint64_t capacity; /* slots 0..capacity-1 may be handed out */
   uint64_t in_use;
-  uint64_t *used;         /* bit set: slot in use (or past capacity) */
-  uint64_t *nonfull;      /* bit w set: used[w] has a clear bit */
-  uint64_t words;         /* of used */
-  uint64_t hint;          /* the summary word where the last allocation found room */
+  uint64_t *used;    /* bit set: slot in use (or past capacity) */
+  uint64_t *nonfull; /* bit w set: used[w] has a clear bit */
+  uint64_t words;    /* of used */
+  uint64_t hint;     /* the summary word where the last allocation found room */
 };
 
 int slot_allocator_init(struct slot_allocator *a, uint64_t capacity);

@@ -23,9 +23,9 @@
 #include "spill_store.h"
 
 struct spill_quarantine {
-  uint32_t *next;               /* per slot: next slot in its epoch's list */
+  uint32_t *next; /* per slot: next slot in its epoch's list */
   uint32_t head[2];
-  uint64_t in_flight[2];        /* spill I/Os in flight, by the epoch they started in */
+  uint64_t in_flight[2]; /* spill I/Os in flight, by the epoch they started in */
   unsigned current;
 };
 

@@ -109,10 +109,22 @@ void spill_store_claim_slot(struct spill_store *s, uint64_t slot)
            slot, s->pages);
 }
 
-uint64_t spill_store_capacity(const struct spill_store *s) { return s->pages; }
-uint64_t spill_store_used(const struct spill_store *s) { return s->slots.in_use; }
-bool spill_store_is_direct(const struct spill_store *s) { return s->direct; }
-int spill_store_event_fd(const struct spill_store *s) { return s->event_fd; }
+uint64_t spill_store_capacity(const struct spill_store *s)
+{
+  return s->pages;
+}
+uint64_t spill_store_used(const struct spill_store *s)
+{
+  return s->slots.in_use;
+}
+bool spill_store_is_direct(const struct spill_store *s)
+{
+  return s->direct;
+}
+int spill_store_event_fd(const struct spill_store *s)
+{
+  return s->event_fd;
+}
 
 /* ---- Opening the file ------------------------------------------------------------ */
 
@@ -140,8 +152,7 @@ static int open_temp(const char *dir, char *err, size_t errlen)
     char tmpl[PATH_MAX];
     int n = snprintf(tmpl, sizeof tmpl, "%s/rampart-spill-XXXXXX", dir);
     if (n < 0 || (size_t)n >= sizeof tmpl) {
-      rp_msgf(err, errlen, "spill store: temporary directory %s: name too long",
-                dir);
+      rp_msgf(err, errlen, "spill store: temporary directory %s: name too long", dir);
       return -1;
     }
     fd = mkostemp(tmpl, O_CLOEXEC);
@@ -151,9 +162,10 @@ static int open_temp(const char *dir, char *err, size_t errlen)
     }
     e = errno;
   }
-  rp_msgf(err, errlen, "spill store: cannot create a temporary file in %s: %s: set temp_dir (or "
-            "TMPDIR) to a writable directory on a local disk",
-            dir, strerror(e));
+  rp_msgf(err, errlen,
+          "spill store: cannot create a temporary file in %s: %s: set temp_dir (or "
+          "TMPDIR) to a writable directory on a local disk",
+          dir, strerror(e));
   return -1;
 }
 
@@ -201,13 +213,13 @@ static int open_path(const char *path, bool *created, char *err, size_t errlen)
             rp_file_why(e));
     return -1;
   }
-  const char *advice = e == ENOENT    ? "create its directory or choose another path"
-                       : e == EBUSY   ? "the device is in use (mounted, swap or opened by "
-                                        "another program): choose an unused device"
-                       : e == EACCES  ? "check the permissions of the file and its directory"
-                       : e == EISDIR  ? "give a file name, not a directory"
-                       : e == EROFS   ? "choose a path on a writable file system"
-                                      : "choose another path";
+  const char *advice = e == ENOENT   ? "create its directory or choose another path"
+                       : e == EBUSY  ? "the device is in use (mounted, swap or opened by "
+                                       "another program): choose an unused device"
+                       : e == EACCES ? "check the permissions of the file and its directory"
+                       : e == EISDIR ? "give a file name, not a directory"
+                       : e == EROFS  ? "choose a path on a writable file system"
+                                     : "choose another path";
   rp_msgf(err, errlen, "spill=%s: cannot open: %s: %s", path, strerror(e), advice);
   return -1;
 }
@@ -245,34 +257,37 @@ static int size_backing(struct spill_store *s, const char *what, char *err, size
   if (S_ISBLK(st.st_mode)) {
     uint64_t dev_bytes = 0;
     if (ioctl(s->fd, BLKGETSIZE64, &dev_bytes) != 0) {
-      rp_msgf(err, errlen, "%s: cannot read the device size: %s", what,
-                strerror(errno));
+      rp_msgf(err, errlen, "%s: cannot read the device size: %s", what, strerror(errno));
       return -1;
     }
     if (dev_bytes < bytes) {
-      rp_msgf(err, errlen, "%s: the device holds %" PRIu64 " MiB but %" PRIu64 " pages need %" PRIu64
-                " MiB: use a bigger device or a smaller size",
-                what, dev_bytes >> 20, s->pages, bytes >> 20);
+      rp_msgf(err, errlen,
+              "%s: the device holds %" PRIu64 " MiB but %" PRIu64 " pages need %" PRIu64
+              " MiB: use a bigger device or a smaller size",
+              what, dev_bytes >> 20, s->pages, bytes >> 20);
       return -1;
     }
     return 0;
   }
   if (!S_ISREG(st.st_mode)) {
-    rp_msgf(err, errlen, "%s: not a regular file or a block device: choose a file path", what);
+    rp_msgf(err, errlen, "%s: not a regular file or a block device: choose a file path",
+            what);
     return -1;
   }
   if (fallocate(s->fd, 0, 0, (off_t)bytes) == 0)
     return 0;
   int e = errno;
   if (e == ENOSPC || e == EFBIG || e == EDQUOT) {
-    rp_msgf(err, errlen, "%s: %s for %" PRIu64 " pages (%" PRIu64 " MiB): free space or choose a "
-              "smaller size",
-              what, e == ENOSPC ? "no space left on its file system" : strerror(e), s->pages, bytes >> 20);
+    rp_msgf(err, errlen,
+            "%s: %s for %" PRIu64 " pages (%" PRIu64 " MiB): free space or choose a "
+            "smaller size",
+            what, e == ENOSPC ? "no space left on its file system" : strerror(e), s->pages,
+            bytes >> 20);
     return -1;
   }
   if (e != EOPNOTSUPP) {
-    rp_msgf(err, errlen, "%s: cannot preallocate %" PRIu64 " MiB: %s", what,
-              bytes >> 20, strerror(e));
+    rp_msgf(err, errlen, "%s: cannot preallocate %" PRIu64 " MiB: %s", what, bytes >> 20,
+            strerror(e));
     return -1;
   }
   rp_log(RP_LOG_WARN,
@@ -280,8 +295,8 @@ static int size_backing(struct spill_store *s, const char *what, char *err, size
          "writes may need new blocks under memory pressure",
          what);
   if ((uint64_t)st.st_size < bytes && ftruncate(s->fd, (off_t)bytes) != 0) {
-    rp_msgf(err, errlen, "%s: cannot extend to %" PRIu64 " MiB: %s", what,
-              bytes >> 20, strerror(errno));
+    rp_msgf(err, errlen, "%s: cannot extend to %" PRIu64 " MiB: %s", what, bytes >> 20,
+            strerror(errno));
     return -1;
   }
   return 0;
@@ -296,8 +311,8 @@ static int setup_buffers(struct spill_store *s, const char *what, char *err, siz
   void *mem = NULL;
   int rc = posix_memalign(&mem, SPILL_PAGE_SIZE, bytes);
   if (rc != 0) {
-    rp_msgf(err, errlen, "%s: cannot allocate %zu KiB of buffers: %s", what,
-              bytes >> 10, strerror(rc));
+    rp_msgf(err, errlen, "%s: cannot allocate %zu KiB of buffers: %s", what, bytes >> 10,
+            strerror(rc));
     return -1;
   }
   s->bounce = mem;
@@ -306,8 +321,10 @@ static int setup_buffers(struct spill_store *s, const char *what, char *err, siz
   if (mlock(s->bounce, bytes) == 0)
     s->bounce_locked = true;
   else if (errno == EPERM || errno == ENOMEM)
-    rp_log(RP_LOG_DEBUG, "spill store: mlock of %zu KiB of buffers: %s (registered buffers "
-           "are pinned by the kernel anyway)", bytes >> 10, strerror(errno));
+    rp_log(RP_LOG_DEBUG,
+           "spill store: mlock of %zu KiB of buffers: %s (registered buffers "
+           "are pinned by the kernel anyway)",
+           bytes >> 10, strerror(errno));
 
   s->free_bounce = calloc(qd, sizeof *s->free_bounce);
   s->owner = calloc(qd, sizeof *s->owner);
@@ -327,11 +344,11 @@ static int setup_ring(struct spill_store *s, const char *what, char *err, size_t
 {
   int rc = io_uring_queue_init(s->queue_depth, &s->ring, 0);
   if (rc < 0) {
-    rp_msgf(err, errlen, "%s: cannot set up io_uring with %u entries: %s%s", what, s->queue_depth,
-              strerror(-rc),
-              rc == -EPERM ? ": io_uring is disabled (sysctl kernel.io_uring_disabled)"
-              : rc == -ENOMEM ? ": raise the memlock limit (ulimit -l) or lower queue_depth"
-                              : "");
+    rp_msgf(err, errlen, "%s: cannot set up io_uring with %u entries: %s%s", what,
+            s->queue_depth, strerror(-rc),
+            rc == -EPERM    ? ": io_uring is disabled (sysctl kernel.io_uring_disabled)"
+            : rc == -ENOMEM ? ": raise the memlock limit (ulimit -l) or lower queue_depth"
+                            : "");
     return -1;
   }
   s->ring_ready = true;
@@ -342,10 +359,10 @@ static int setup_ring(struct spill_store *s, const char *what, char *err, size_t
                        .iov_len = (size_t)s->queue_depth * SPILL_PAGE_SIZE };
   rc = io_uring_register_buffers(&s->ring, &iov, 1);
   if (rc < 0) {
-    rp_msgf(err, errlen, "%s: cannot register %zu KiB of buffers: %s%s",
-              what, iov.iov_len >> 10, strerror(-rc),
-              rc == -ENOMEM ? ": raise the memlock limit (ulimit -l) or lower queue_depth"
-                            : "");
+    rp_msgf(err, errlen, "%s: cannot register %zu KiB of buffers: %s%s", what,
+            iov.iov_len >> 10, strerror(-rc),
+            rc == -ENOMEM ? ": raise the memlock limit (ulimit -l) or lower queue_depth"
+                          : "");
     return -1;
   }
 
@@ -356,8 +373,7 @@ static int setup_ring(struct spill_store *s, const char *what, char *err, size_t
   }
   rc = io_uring_register_eventfd(&s->ring, s->event_fd);
   if (rc < 0) {
-    rp_msgf(err, errlen, "%s: cannot register the eventfd: %s", what,
-              strerror(-rc));
+    rp_msgf(err, errlen, "%s: cannot register the eventfd: %s", what, strerror(-rc));
     return -1;
   }
   return 0;
@@ -383,26 +399,26 @@ static void destroy(struct spill_store *s)
   free(s);
 }
 
-static bool check_options(const struct spill_store_options *opts, uint32_t qd,
-                          char *err, size_t errlen)
+static bool check_options(const struct spill_store_options *opts, uint32_t qd, char *err,
+                          size_t errlen)
 {
   const char *name = opts->path ? opts->path : "(temporary file)";
   /* Offsets must fit off_t. */
   if (opts->pages == 0 || opts->pages > (uint64_t)INT64_MAX / SPILL_PAGE_SIZE) {
-    rp_msgf(err, errlen, "spill=%s: size of %" PRIu64 " pages is %s", name,
-              opts->pages, opts->pages == 0 ? "zero: give a size" : "too large");
+    rp_msgf(err, errlen, "spill=%s: size of %" PRIu64 " pages is %s", name, opts->pages,
+            opts->pages == 0 ? "zero: give a size" : "too large");
     return false;
   }
   if (qd > SPILL_MAX_QD) {
-    rp_msgf(err, errlen, "spill=%s: queue depth %u is above the limit of %u", name,
-              qd, SPILL_MAX_QD);
+    rp_msgf(err, errlen, "spill=%s: queue depth %u is above the limit of %u", name, qd,
+            SPILL_MAX_QD);
     return false;
   }
   return true;
 }
 
-struct spill_store *spill_store_open(const struct spill_store_options *opts,
-                                     char *err, size_t errlen)
+struct spill_store *spill_store_open(const struct spill_store_options *opts, char *err,
+                                     size_t errlen)
 {
   if (errlen)
     err[0] = '\0';
@@ -433,11 +449,12 @@ struct spill_store *spill_store_open(const struct spill_store_options *opts,
   if (s->fd < 0)
     goto fail;
   enable_direct(s, what);
-  if (size_backing(s, what, err, errlen) != 0 || slot_allocator_init(&s->slots, s->pages) != 0 ||
+  if (size_backing(s, what, err, errlen) != 0 ||
+      slot_allocator_init(&s->slots, s->pages) != 0 ||
       setup_buffers(s, what, err, errlen) != 0 || setup_ring(s, what, err, errlen) != 0)
     goto fail;
-  rp_log(RP_LOG_DEBUG, "%s: %" PRIu64 " pages, queue depth %u, %s I/O", what,
-         s->pages, qd, s->direct ? "direct" : "buffered");
+  rp_log(RP_LOG_DEBUG, "%s: %" PRIu64 " pages, queue depth %u, %s I/O", what, s->pages, qd,
+         s->direct ? "direct" : "buffered");
   return s;
 
 fail:
@@ -633,7 +650,10 @@ static void drain_event_fd(struct spill_store *s)
   (void)ignored; /* EAGAIN: nothing signalled, which is fine */
 }
 
-static bool is_transient(int res) { return res == -EAGAIN || res == -EINTR; }
+static bool is_transient(int res)
+{
+  return res == -EAGAIN || res == -EINTR;
+}
 
 /* Handles one CQE; returns the finished request, or NULL if it was resubmitted. */
 static struct spill_io *complete_sync(struct spill_store *s, struct spill_io *io, int res)
@@ -726,13 +746,17 @@ static void wait_for_completion(struct spill_store *s)
 
 /* ---- Blocking helpers ------------------------------------------------------------ */
 
-static void mark_done(struct spill_io *io) { *(bool *)io->user = true; }
+static void mark_done(struct spill_io *io)
+{
+  *(bool *)io->user = true;
+}
 
 static int run_sync(struct spill_store *s, bool write, uint64_t slot, uint8_t *page)
 {
   bool done = false;
-  struct spill_io io = { .write = write, .slot = slot, .page = page, .done = mark_done,
-                         .user = &done };
+  struct spill_io io = {
+    .write = write, .slot = slot, .page = page, .done = mark_done, .user = &done
+  };
   spill_store_submit(s, &io);
   while (!done) {
     if (spill_store_reap(s) > 0 || done)

@@ -22,10 +22,11 @@
 struct spill_store;
 
 struct spill_store_options {
-  const char *path;      /* file or block device; NULL: an unlinked temporary file */
-  const char *temp_dir;  /* where the temporary file goes when path is NULL; NULL: $TMPDIR or /var/tmp */
-  uint64_t pages;        /* capacity in 4 KiB slots; a file is preallocated (fallocate) to this */
-  uint32_t queue_depth;  /* io_uring entries and bounce buffers; 0: 64 */
+  const char *path; /* file or block device; NULL: an unlinked temporary file */
+  const char *
+    temp_dir; /* where the temporary file goes when path is NULL; NULL: $TMPDIR or /var/tmp */
+  uint64_t pages; /* capacity in 4 KiB slots; a file is preallocated (fallocate) to this */
+  uint32_t queue_depth; /* io_uring entries and bounce buffers; 0: 64 */
 };
 
 /* Opens (creating and preallocating a regular file if needed) and sets up the ring and
@@ -60,9 +61,9 @@ typedef void (*spill_io_done_fn)(struct spill_io *io);
  * first). done always runs from spill_store_reap (or close), never from submit. */
 struct spill_io {
   bool write;
-  bool sync;             /* set by spill_store_submit_sync: an fdatasync, no slot or page */
+  bool sync; /* set by spill_store_submit_sync: an fdatasync, no slot or page */
   uint64_t slot;
-  uint8_t *page;         /* 4096 bytes: copied into a bounce buffer (write) or out of it (read) */
+  uint8_t *page; /* 4096 bytes: copied into a bounce buffer (write) or out of it (read) */
   spill_io_done_fn done;
   void *user;
   int result;
@@ -107,8 +108,8 @@ struct spill_group_sync {
   /* owned by the store */
   struct spill_store *store;
   struct spill_io io;
-  bool running;                 /* an fdatasync is in flight */
-  bool wanted;                  /* asked for since it was submitted */
+  bool running; /* an fdatasync is in flight */
+  bool wanted;  /* asked for since it was submitted */
 };
 
 /* Asks g for an fdatasync that starts after now: at once if none is in flight, else

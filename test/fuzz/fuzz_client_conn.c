@@ -244,8 +244,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static struct rp_request reqs[NREQ];
     struct tally t;
     memset(&t, 0, sizeof t);
-    static const uint8_t ops[NREQ] = { RP_OP_READ, RP_OP_WRITE, RP_OP_READ, RP_OP_FREE,
-                                       RP_OP_PING, RP_OP_READ };
+    static const uint8_t ops[NREQ] = { RP_OP_READ, RP_OP_WRITE, RP_OP_READ,
+                                       RP_OP_FREE, RP_OP_PING,  RP_OP_READ };
     if (!rp_conn_loop(c))
       abort();
     for (unsigned i = 0; i < NREQ; i++) {

@@ -37,9 +37,9 @@ static void write_temp(const uint8_t *data, size_t size)
 }
 
 static const char *const engine_keys[] = {
-  "size", "servers", "cluster", "key", "redundancy", "group", "spill", "stats-file",
-  "encrypt", "enckey", "tmpdir", "spill-size", "memory", "overflow", "timeout", "lease",
-  "no-such-key",
+  "size",   "servers",    "cluster", "key",    "redundancy",  "group",
+  "spill",  "stats-file", "encrypt", "enckey", "tmpdir",      "spill-size",
+  "memory", "overflow",   "timeout", "lease",  "no-such-key",
 };
 #define NKEYS (sizeof engine_keys / sizeof engine_keys[0])
 
@@ -131,9 +131,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   if (size < 1 || size > 8192)
     return 0;
   switch (data[0] % 3) {
-  case 0: fuzz_engine_config(data + 1, size - 1); break;
-  case 1: fuzz_server_options(data + 1, size - 1); break;
-  default: fuzz_key_file(data + 1, size - 1); break;
+  case 0:
+    fuzz_engine_config(data + 1, size - 1);
+    break;
+  case 1:
+    fuzz_server_options(data + 1, size - 1);
+    break;
+  default:
+    fuzz_key_file(data + 1, size - 1);
+    break;
   }
   return 0;
 }
@@ -155,13 +161,22 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   const char *dir = getenv("RAMPART_FUZZ_SEED_DIR");
   if (!dir || !*dir)
     return 0;
-  static const char engine[] = "\x00" "@64M\nDparity-log\nE4\nN2000\nO10\n"
+  static const char engine[] = "\x00"
+                               "@64M\nDparity-log\nE4\nN2000\nO10\n"
                                "A127.0.0.1:7070\nJmaybe\n";
   write_seed(dir, "engine", engine, sizeof engine - 1);
-  static const char server[] = "\x01" "--listen\0" "127.0.0.1:0\0" "--memory\0" "4G\0"
-                               "--lease\0" "60\0" "--config\0" "/x";
+  static const char server[] = "\x01"
+                               "--listen\0"
+                               "127.0.0.1:0\0"
+                               "--memory\0"
+                               "4G\0"
+                               "--lease\0"
+                               "60\0"
+                               "--config\0"
+                               "/x";
   write_seed(dir, "server", server, sizeof server - 1);
-  static const char key[] = "\x02" "0123456789abcdef0123456789abcdef0123456789abcdef\n";
+  static const char key[] = "\x02"
+                            "0123456789abcdef0123456789abcdef0123456789abcdef\n";
   write_seed(dir, "key", key, sizeof key - 1);
   return 0;
 }

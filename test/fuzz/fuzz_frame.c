@@ -40,22 +40,42 @@ static void unpack_payload(const struct rp_header *h, enum rp_peer from, const u
   const ProtobufCMessageDescriptor *d = NULL;
   if (from == RP_FROM_CLIENT) {
     switch (h->op) {
-    case RP_OP_HELLO:   d = &rampart__hello__descriptor; break;
-    case RP_OP_AUTH:    d = &rampart__auth__descriptor; break;
-    case RP_OP_RESERVE: d = &rampart__reserve__descriptor; break;
-    case RP_OP_STAT:    d = &rampart__stat_request__descriptor; break;
-    default:            return; /* empty, or a raw page */
+    case RP_OP_HELLO:
+      d = &rampart__hello__descriptor;
+      break;
+    case RP_OP_AUTH:
+      d = &rampart__auth__descriptor;
+      break;
+    case RP_OP_RESERVE:
+      d = &rampart__reserve__descriptor;
+      break;
+    case RP_OP_STAT:
+      d = &rampart__stat_request__descriptor;
+      break;
+    default:
+      return; /* empty, or a raw page */
     }
   } else if (h->status != RP_OK) {
     d = &rampart__error__descriptor;
   } else {
     switch (h->op) {
-    case RP_OP_HELLO:   d = &rampart__challenge__descriptor; break;
-    case RP_OP_AUTH:    d = &rampart__welcome__descriptor; break;
-    case RP_OP_RESERVE: d = &rampart__reserve_reply__descriptor; break;
-    case RP_OP_STAT:    d = &rampart__stat__descriptor; break;
-    case RP_OP_ADVISE:  d = &rampart__advise__descriptor; break;
-    default:            return;
+    case RP_OP_HELLO:
+      d = &rampart__challenge__descriptor;
+      break;
+    case RP_OP_AUTH:
+      d = &rampart__welcome__descriptor;
+      break;
+    case RP_OP_RESERVE:
+      d = &rampart__reserve_reply__descriptor;
+      break;
+    case RP_OP_STAT:
+      d = &rampart__stat__descriptor;
+      break;
+    case RP_OP_ADVISE:
+      d = &rampart__advise__descriptor;
+      break;
+    default:
+      return;
     }
   }
   /* Through the typed unpackers, as the server and client call them. */

@@ -42,14 +42,20 @@ static const struct nbd_server_export export = {
   .size = 4u << 20,
   .transmission_flags = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH | NBD_FLAG_SEND_FUA |
                         NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES,
-  .min_block = 4096, .preferred_block = 4096, .max_block = MAX_BLOCK,
+  .min_block = 4096,
+  .preferred_block = 4096,
+  .max_block = MAX_BLOCK,
 };
 
 static struct nbd_buffer_budget all_buffers;
 static const struct nbd_server_limits limits = {
-  .depth = 32, .connection_buffers = MAX_BLOCK, .unshared_buffers = MAX_BLOCK / 4,
+  .depth = 32,
+  .connection_buffers = MAX_BLOCK,
+  .unshared_buffers = MAX_BLOCK / 4,
   .all_buffers = &all_buffers,
-  .handshake_ms = 10000, .stall_ms = 10000, .stopping_ms = 1000,
+  .handshake_ms = 10000,
+  .stall_ms = 10000,
+  .stopping_ms = 1000,
 };
 
 static void quiet(int level, const char *line)
@@ -120,7 +126,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
       uint32_t name_length;
       uint16_t nrequests;
     } go = { htobe32(NBD_HANDSHAKE_FIXED_NEWSTYLE | NBD_HANDSHAKE_NO_ZEROES),
-             htobe64(NBD_OPTION_MAGIC), htobe32(NBD_OPT_GO), htobe32(6), 0, 0 };
+             htobe64(NBD_OPTION_MAGIC),
+             htobe32(NBD_OPT_GO),
+             htobe32(6),
+             0,
+             0 };
     if (write(sv[1], &go, sizeof go) != (ssize_t)sizeof go)
       abort();
     /* greeting, NBD_REP_INFO (export), NBD_REP_ACK */

@@ -335,7 +335,8 @@ static void write_seed(const char *dir, const char *name, const void *bytes, siz
 }
 
 /* Appends a whole frame to the seed being built. */
-static void add_message(uint8_t *seed, size_t *n, struct rp_header h, const ProtobufCMessage *m)
+static void add_message(uint8_t *seed, size_t *n, struct rp_header h,
+                        const ProtobufCMessage *m)
 {
   size_t len = rp_frame_build(seed + *n, 65536 - *n, &h, m);
   if (len == 0)
@@ -410,8 +411,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     abort();
   fputs("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", f);
   fclose(f);
-  char *args[] = { "rampartd", "--listen", "127.0.0.1:0", "--memory", "16M", "--lease", "1", "--pressure-file",
-                   psi_path, NULL };
+  char *args[] = { "rampartd", "--listen", "127.0.0.1:0",     "--memory", "16M",
+                   "--lease",  "1",        "--pressure-file", psi_path,   NULL };
   char err[512];
   if (rps_options_parse(9, args, &opt, err, sizeof err) != RPS_OPTIONS_OK) {
     fprintf(stderr, "fuzz_server_conn: %s\n", err);

@@ -31,16 +31,24 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 #define GROUPS_PATCHED 16u
 
 static const struct state_segment_fingerprint fingerprint = {
-  .pages = PAGES, .redundancy = 1, .group = 2, .encrypt = 1, .chunk_bytes = CHUNK_BYTES,
+  .pages = PAGES,
+  .redundancy = 1,
+  .group = 2,
+  .encrypt = 1,
+  .chunk_bytes = CHUNK_BYTES,
 };
 static uint8_t *valid_segment, *segment;
 static struct group *valid_chunk, *chunk;
 static size_t segment_bytes;
 
-static void group_members(struct group *g, uint8_t state, unsigned members, uint32_t first_page)
+static void group_members(struct group *g, uint8_t state, unsigned members,
+                          uint32_t first_page)
 {
-  *g = (struct group){ .state = state, .capacity = 2, .members = (uint8_t)members,
-                       .has_parity = 1, .buffer = GROUP_NO_BUFFER };
+  *g = (struct group){ .state = state,
+                       .capacity = 2,
+                       .members = (uint8_t)members,
+                       .has_parity = 1,
+                       .buffer = GROUP_NO_BUFFER };
   for (unsigned m = 0; m <= GROUP_MAX_DATA; m++)
     g->server[m] = SERVER_INDEX_NONE;
   for (unsigned m = 0; m < members; m++) {
@@ -77,8 +85,9 @@ static void build_valid_state(void)
   h->open_group = 1;
   h->open_parity_server = 0;
   h->open_parity_slot = 21;
-  h->parity[0] = (struct state_segment_parity){ .group = 1,
-                                                .published = STATE_SEGMENT_PARITY_PUBLISHED(0, 1) };
+  h->parity[0] = (struct state_segment_parity){
+    .group = 1, .published = STATE_SEGMENT_PARITY_PUBLISHED(0, 1)
+  };
   page_entry *map = (page_entry *)(valid_segment + h->fixed.regions.map);
   struct page_seal *seals = (struct page_seal *)(valid_segment + h->fixed.regions.seals);
   map[0] = page_entry_remote(0, 0);
@@ -87,9 +96,11 @@ static void build_valid_state(void)
   map[3] = page_entry_slot(PAGE_SPILL, 3);
   for (unsigned p = 0; p < 4; p++)
     seals[p].version = h->next_version++;
-  h->writes[0] = (struct state_segment_write){ .page = 4, .new_entry = page_entry_remote(1, 1),
+  h->writes[0] = (struct state_segment_write){ .page = 4,
+                                               .new_entry = page_entry_remote(1, 1),
                                                .joining = page_entry_remote(1, 1),
-                                               .old_entry = 0, .active = 1 };
+                                               .old_entry = 0,
+                                               .active = 1 };
 }
 
 /* Where area `area` lies: its first byte and its length. */
@@ -218,8 +229,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     return 0;
   struct group *chunks[1] = { chunk };
   const page_entry *map = (const page_entry *)(segment + h->fixed.regions.map);
-  const struct page_seal *seals = (const struct page_seal *)(segment + h->fixed.regions.seals);
-  if (state_segment_check_records(h, map, seals, chunks, h->group_chunks, err, sizeof err) < 0) {
+  const struct page_seal *seals = (const struct page_seal *)(segment +
+                                                             h->fixed.regions.seals);
+  if (state_segment_check_records(h, map, seals, chunks, h->group_chunks, err, sizeof err) <
+      0) {
     if (!strstr(err, "field"))
       abort();
     return 0;
@@ -240,7 +253,8 @@ static void seed(const char *dir, const char *name, const uint8_t *bytes, size_t
 }
 
 /* One patch: area, offset, then the value's bytes. */
-static size_t patch(uint8_t *out, unsigned area, unsigned offset, const void *value, size_t len)
+static size_t patch(uint8_t *out, unsigned area, unsigned offset, const void *value,
+                    size_t len)
 {
   out[0] = (uint8_t)area;
   out[1] = (uint8_t)(offset & 0xff);
@@ -261,13 +275,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   uint8_t buf[64];
   seed(dir, "valid", buf, 0);
   uint64_t far = UINT64_C(1) << 40;
-  seed(dir, "map-offset", buf, patch(buf, 0, offsetof(struct state_segment_header, fixed.regions.map), &far, 8));
+  seed(dir, "map-offset", buf,
+       patch(buf, 0, offsetof(struct state_segment_header, fixed.regions.map), &far, 8));
   uint32_t many = STATE_SEGMENT_MAX_CHUNKS + 1;
-  seed(dir, "group-chunks", buf, patch(buf, 0, offsetof(struct state_segment_header, group_chunks), &many, 4));
+  seed(dir, "group-chunks", buf,
+       patch(buf, 0, offsetof(struct state_segment_header, group_chunks), &many, 4));
   uint8_t members = GROUP_MAX_DATA + 1;
-  seed(dir, "group-members", buf, patch(buf, 2, offsetof(struct group, members), &members, 1));
+  seed(dir, "group-members", buf,
+       patch(buf, 2, offsetof(struct group, members), &members, 1));
   server_index server = 9;
-  seed(dir, "group-server", buf, patch(buf, 2, offsetof(struct group, server), &server, sizeof server));
+  seed(dir, "group-server", buf,
+       patch(buf, 2, offsetof(struct group, server), &server, sizeof server));
   page_entry beyond = page_entry_remote(GROUP_CHUNK_SIZE, 0);
   seed(dir, "map-entry", buf, patch(buf, 3, 2 * sizeof(page_entry), &beyond, sizeof beyond));
   return 0;

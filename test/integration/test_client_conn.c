@@ -18,7 +18,7 @@
 #define NREQ 16
 #define BURST 512 /* requests in flight at once: the engine's most */
 
-static const char *const MEMORY_ARGS[] = {"--memory", "16M", NULL};
+static const char *const MEMORY_ARGS[] = { "--memory", "16M", NULL };
 
 struct fixture {
   char dir[256];
@@ -104,8 +104,8 @@ static struct rp_conn *connect_with(struct rp_test_server *s, uint32_t request_t
   return connect_pooled(s, request_timeout_ms, t, NULL);
 }
 
-static void submit_writes(struct rp_conn *c, struct rp_request *reqs, uint8_t (*pages)[RP_PAGE_SIZE],
-                          struct tally *t)
+static void submit_writes(struct rp_conn *c, struct rp_request *reqs,
+                          uint8_t (*pages)[RP_PAGE_SIZE], struct tally *t)
 {
   for (int i = 0; i < NREQ; i++) {
     memset(&reqs[i], 0, sizeof reqs[i]);
@@ -250,7 +250,7 @@ static void test_pooled_connection_carries_bursts(void **state)
 {
   struct fixture *f = *state;
   struct rp_test_server s;
-  const char *const args[] = {"--memory", "16M", NULL};
+  const char *const args[] = { "--memory", "16M", NULL };
   assert_int_equal(rp_test_server_start(&s, f->dir, args), 0);
   struct rp_conn_pool *pool = rp_conn_pool_new(1);
   assert_non_null(pool);
@@ -320,7 +320,7 @@ static void test_refusal_reason_reaches_the_client(void **state)
 {
   struct fixture *f = *state;
   struct rp_test_server s;
-  const char *const args[] = {"--memory", "16M", "--max-connections", "1", NULL};
+  const char *const args[] = { "--memory", "16M", "--max-connections", "1", NULL };
   assert_int_equal(rp_test_server_start(&s, f->dir, args), 0);
   struct rp_error err;
   struct rp_conn *first = rp_test_connect(&s, NULL, NULL, NULL, &err);
@@ -337,11 +337,11 @@ static void test_refusal_reason_reaches_the_client(void **state)
 int main(void)
 {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_refusal_reason_reaches_the_client),
-      cmocka_unit_test(test_stopped_server_times_out),
-      cmocka_unit_test(test_crashed_server_fails_everything_once),
-      cmocka_unit_test(test_close_with_requests_in_flight),
-      cmocka_unit_test(test_pooled_connection_carries_bursts),
+    cmocka_unit_test(test_refusal_reason_reaches_the_client),
+    cmocka_unit_test(test_stopped_server_times_out),
+    cmocka_unit_test(test_crashed_server_fails_everything_once),
+    cmocka_unit_test(test_close_with_requests_in_flight),
+    cmocka_unit_test(test_pooled_connection_carries_bursts),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -26,7 +26,7 @@
 #include "server_process.h"
 #include "shadow_device.h"
 
-#define PAGES 4096u  /* 16 MiB device */
+#define PAGES 4096u /* 16 MiB device */
 
 
 struct rig {
@@ -61,7 +61,7 @@ static void rig_stop(struct rig *r)
 }
 
 static const struct rampart_server_stats *server_stats(const struct rampart_stats *st,
-                                                        const char *address)
+                                                       const char *address)
 {
   const struct rampart_server_stats *found = NULL;
   for (unsigned i = 0; i < st->nservers; i++)
@@ -149,7 +149,8 @@ static void test_an_added_server_takes_new_groups_under_load(void **state)
   expect_msg(r->msg, "already");
   assert_int_equal(rampart_server_add(e, "no-port-here", r->msg, sizeof r->msg), -EINVAL);
   expect_msg(r->msg, "HOST:PORT");
-  assert_int_equal(rampart_server_add(e, "127.0.0.1:1", r->msg, sizeof r->msg), -EHOSTUNREACH);
+  assert_int_equal(rampart_server_add(e, "127.0.0.1:1", r->msg, sizeof r->msg),
+                   -EHOSTUNREACH);
   expect_msg(r->msg, "Check that rampartd runs there");
   print_message("refused: %s\n", r->msg);
   rampart_get_stats(e, &st);
@@ -242,7 +243,8 @@ static void test_remove_drains_then_ends_the_session(void **state)
     rp_test_sleep_ms(100);
   } while (rp_test_now_ms() < until);
   print_message("the removed server: %llu pages reserved, %llu stored\n",
-                (unsigned long long)stat.reserved_pages, (unsigned long long)stat.stored_pages);
+                (unsigned long long)stat.reserved_pages,
+                (unsigned long long)stat.stored_pages);
   assert_int_equal(stat.reserved_pages, 0);
   assert_int_equal(stat.stored_pages, 0);
 
@@ -285,8 +287,9 @@ static void test_server_indices_past_255_keep_every_page(void **state)
   const struct rampart_server_stats *s = server_stats(&st, cycled);
   assert_non_null(s);
   print_message("%u adds and removes in %.1f s: %u table entries, %u in the stats; the "
-                "server's index now %u\n", cycles, (double)(rp_test_now_ms() - started) / 1e3,
-                st.server_entries, st.nservers, s->index);
+                "server's index now %u\n",
+                cycles, (double)(rp_test_now_ms() - started) / 1e3, st.server_entries,
+                st.nservers, s->index);
   assert_true(s->index > 255);
   assert_int_equal(s->index, st.server_entries - 1);
   assert_true(st.nservers <= RAMPART_MAX_INCARNATIONS);
@@ -376,8 +379,8 @@ static void test_drain_is_refused_when_too_few_servers_would_be_left(void **stat
 
 /* ---- reload, and the control socket ------------------------------------------------------ */
 
-static void write_cluster_file(const char *path, struct rp_test_cluster *c, const unsigned *which,
-                               unsigned n)
+static void write_cluster_file(const char *path, struct rp_test_cluster *c,
+                               const unsigned *which, unsigned n)
 {
   char text[1024] = "# the device's servers\n";
   for (unsigned i = 0; i < n; i++) {
@@ -415,9 +418,11 @@ static void test_reload_adds_one_and_removes_one_through_the_control_socket(void
   struct rampart_config *cfg = rampart_config_new();
   char err[512], size[32];
   snprintf(size, sizeof size, "%u", PAGES * RAMPART_PAGE_SIZE);
-  const char *kv[][2] = { { "size", size }, { "cluster", cluster }, { "key", c->key_path },
-                          { "tmpdir", c->dir }, { "redundancy", "parity-log" },
-                          { "group", "3" }, { "control", control } };
+  const char *kv[][2] = {
+    { "size", size },      { "cluster", cluster },         { "key", c->key_path },
+    { "tmpdir", c->dir },  { "redundancy", "parity-log" }, { "group", "3" },
+    { "control", control }
+  };
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
     assert_int_equal(rampart_config_set(cfg, kv[i][0], kv[i][1], err, sizeof err), 0);
   struct rampart_engine *e = rampart_open(cfg, err, sizeof err);
@@ -445,8 +450,8 @@ static void test_reload_adds_one_and_removes_one_through_the_control_socket(void
   rampart_config_free(cfg);
 
   static char out[65536];
-  assert_int_equal(rampartctl(out, sizeof out, (const char *[]){ "device", control, "servers",
-                                                                NULL }), 0);
+  assert_int_equal(
+    rampartctl(out, sizeof out, (const char *[]){ "device", control, "servers", NULL }), 0);
   print_message("%s", out);
   expect_msg(out, r->cluster.servers[3].addr);
 
@@ -459,8 +464,9 @@ static void test_reload_adds_one_and_removes_one_through_the_control_socket(void
   expect_msg(out, "1 added, 1 being removed, 0 refused");
   /* rampartctl's remove waits for the end, printing progress: here the removal is
    * already under way, so it watches it to its end. */
-  rc = rampartctl(out, sizeof out, (const char *[]){ "device", control, "remove",
-                                                    r->cluster.servers[3].addr, NULL });
+  rc = rampartctl(
+    out, sizeof out,
+    (const char *[]){ "device", control, "remove", r->cluster.servers[3].addr, NULL });
   print_message("remove (exit %d):\n%s", rc, out);
   assert_int_equal(rc, 0);
   expect_msg(out, "removed ");
@@ -470,7 +476,8 @@ static void test_reload_adds_one_and_removes_one_through_the_control_socket(void
 
   static struct rampart_stats st;
   rampart_get_stats(e, &st);
-  assert_int_equal(server_stats(&st, r->cluster.servers[3].addr)->state, RAMPART_SERVER_REMOVED);
+  assert_int_equal(server_stats(&st, r->cluster.servers[3].addr)->state,
+                   RAMPART_SERVER_REMOVED);
   assert_int_equal(server_stats(&st, r->cluster.servers[4].addr)->state, RAMPART_SERVER_UP);
   assert_true(server_stats(&st, r->cluster.servers[4].addr)->pages_stored > 0);
 
@@ -478,8 +485,8 @@ static void test_reload_adds_one_and_removes_one_through_the_control_socket(void
   rc = rampartctl(out, sizeof out, (const char *[]){ "device", control, "reload", NULL });
   assert_int_equal(rc, 0);
   expect_msg(out, "the file matches");
-  rc = rampartctl(out, sizeof out, (const char *[]){ "device", control, "drain", "nowhere:1",
-                                                    NULL });
+  rc = rampartctl(out, sizeof out,
+                  (const char *[]){ "device", control, "drain", "nowhere:1", NULL });
   print_message("drain of an unknown server (exit %d): %s", rc, out);
   assert_int_equal(rc, 1);
   expect_msg(out, "is not a server of this device");

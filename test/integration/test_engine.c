@@ -113,8 +113,8 @@ static void threads_survive_a_kill(const char *submit)
 {
   struct rp_test_cluster c;
   cluster_start(&c, 6, "64M");
-  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
-                          "timeout", "1000", "submit", submit, NULL };
+  const char *extra[] = { "redundancy", "parity-log", "group",  "4",    "lease", "1",
+                          "timeout",    "1000",       "submit", submit, NULL };
   struct rp_test_device d;
   const uint64_t pages = 4096;
   rp_test_device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 13);
@@ -124,8 +124,10 @@ static void threads_survive_a_kill(const char *submit)
   pthread_t t[WRITERS];
   /* The writers own the top quarter of the device; the harness's shadow the rest. */
   for (unsigned i = 0; i < WRITERS; i++) {
-    w[i] = (struct inline_writer){ .engine = d.engine, .first = pages * 3 / 4 + i * 256,
-                                   .pages = 256, .tag = (uint8_t)(i * 61) };
+    w[i] = (struct inline_writer){ .engine = d.engine,
+                                   .first = pages * 3 / 4 + i * 256,
+                                   .pages = 256,
+                                   .tag = (uint8_t)(i * 61) };
     assert_int_equal(pthread_create(&t[i], NULL, inline_writer_main, &w[i]), 0);
   }
   usleep(200000);
@@ -166,8 +168,8 @@ static void test_reaping_thread_survives_a_kill(void **state)
   (void)state;
   struct rp_test_cluster c;
   cluster_start(&c, 6, "64M");
-  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
-                          "timeout", "1000", NULL };
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease",
+                          "1",          "timeout",    "1000",  NULL };
   const uint64_t pages = 4096, harness_pages = pages * 3 / 4;
   struct rp_test_device d;
   rp_test_device_init(&d, rp_test_engine_open(&c, pages, extra), harness_pages, 17);
@@ -180,8 +182,10 @@ static void test_reaping_thread_survives_a_kill(void **state)
   pthread_t t[WRITERS];
   /* The writers own the top quarter, beyond the harness's pages. */
   for (unsigned i = 0; i < WRITERS; i++) {
-    w[i] = (struct inline_writer){ .engine = d.engine, .first = harness_pages + i * 256,
-                                   .pages = 256, .tag = (uint8_t)(i * 37 + 5) };
+    w[i] = (struct inline_writer){ .engine = d.engine,
+                                   .first = harness_pages + i * 256,
+                                   .pages = 256,
+                                   .tag = (uint8_t)(i * 37 + 5) };
     assert_int_equal(pthread_create(&t[i], NULL, inline_writer_main, &w[i]), 0);
   }
   rp_test_device_workload(&d, 40, 80, 5);
@@ -203,18 +207,34 @@ static void test_reaping_thread_survives_a_kill(void **state)
   rp_test_cluster_stop(&c);
 }
 
-static void test_policy_none(void **state) { (void)state; policy_round_trip("none", 4); }
-static void test_policy_mirror(void **state) { (void)state; policy_round_trip("mirror", 3); }
-static void test_policy_parity_log(void **state) { (void)state; policy_round_trip("parity-log", 5); }
-static void test_policy_write_through(void **state) { (void)state; policy_round_trip("write-through", 4); }
+static void test_policy_none(void **state)
+{
+  (void)state;
+  policy_round_trip("none", 4);
+}
+static void test_policy_mirror(void **state)
+{
+  (void)state;
+  policy_round_trip("mirror", 3);
+}
+static void test_policy_parity_log(void **state)
+{
+  (void)state;
+  policy_round_trip("parity-log", 5);
+}
+static void test_policy_write_through(void **state)
+{
+  (void)state;
+  policy_round_trip("write-through", 4);
+}
 
 /* Parity-log 4+1 on n fresh servers, declaring a dead server lost after a second. */
 static void start_quick_to_rebuild_device(struct rp_test_cluster *c, struct rp_test_device *d,
                                           unsigned nservers, uint64_t pages, uint64_t seed)
 {
   cluster_start(c, nservers, "64M");
-  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
-                          "timeout", "1000", NULL };
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease",
+                          "1",          "timeout",    "1000",  NULL };
   rp_test_device_init(d, rp_test_engine_open(c, pages, extra), pages, seed);
 }
 
@@ -299,8 +319,8 @@ static void test_restarted_server_rejoins_empty(void **state)
   (void)state;
   struct rp_test_cluster c;
   cluster_start(&c, 5, "64M");
-  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
-                          "timeout", "1000", NULL };
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease",
+                          "1",          "timeout",    "1000",  NULL };
   struct rp_test_device d;
   uint64_t pages = 2048;
   rp_test_device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 41);
@@ -310,9 +330,17 @@ static void test_restarted_server_rejoins_empty(void **state)
   rp_test_server_kill(&c.servers[3]);
   rp_test_device_workload(&d, 50, 85, 5);
   usleep(1500000); /* past lease=1: declared lost */
-  const char *args[] = { rp_test_rampartd_path(), "--listen", listen, "--foreground",
-                         "--memory", "64M", "--key", c.key_path, "--pressure-file",
-                         c.psi[3], NULL };
+  const char *args[] = { rp_test_rampartd_path(),
+                         "--listen",
+                         listen,
+                         "--foreground",
+                         "--memory",
+                         "64M",
+                         "--key",
+                         c.key_path,
+                         "--pressure-file",
+                         c.psi[3],
+                         NULL };
   assert_int_equal(rp_test_server_start_argv(&c.servers[3], c.dir, args), 0);
   struct rampart_stats st;
   bool rejoined = false;
@@ -360,7 +388,9 @@ static void test_write_through_survives_losing_every_server(void **state)
   (void)state;
   struct rp_test_cluster c;
   cluster_start(&c, 3, "64M");
-  const char *extra[] = { "redundancy", "write-through", "lease", "1", "timeout", "1000", NULL };
+  const char *extra[] = {
+    "redundancy", "write-through", "lease", "1", "timeout", "1000", NULL
+  };
   struct rp_test_device d;
   uint64_t pages = 2048;
   rp_test_device_init(&d, rp_test_engine_open(&c, pages, extra), pages, 3);
@@ -459,8 +489,8 @@ static void test_server_memory_stays_bounded(void **state)
   rampart_format_stats(&st, report, sizeof report);
   print_message("%s", report);
   print_message("server pages %llu for %llu live pages: %.3f per live page "
-                "(bound (1 + 1/4) x 1.10 + slack = %.4f)\n", (unsigned long long)stored,
-                (unsigned long long)live, ratio, bound);
+                "(bound (1 + 1/4) x 1.10 + slack = %.4f)\n",
+                (unsigned long long)stored, (unsigned long long)live, ratio, bound);
   assert_true(ratio <= bound);
   assert_int_equal(st.pages_spilled, 0);
   rp_test_device_verify(&d, false);
@@ -469,7 +499,8 @@ static void test_server_memory_stays_bounded(void **state)
 }
 
 /* Five servers, parity-log with groups of 3, a 2048-page device mostly written. */
-static void start_busy_device(struct rp_test_cluster *c, struct rp_test_device *d, uint64_t seed)
+static void start_busy_device(struct rp_test_cluster *c, struct rp_test_device *d,
+                              uint64_t seed)
 {
   cluster_start(c, 5, "64M");
   const char *extra[] = { "redundancy", "parity-log", "group", "3", NULL };
@@ -481,8 +512,8 @@ enum server_goal { SERVER_HOLDS_NO_LIVE_PAGE, SERVER_HOLDS_NOTHING, SERVER_TAKES
 
 /* Keeps the device in use (small batches, write_percent writes) until server i reaches
  * goal; false after tries rounds of 50 ms. */
-static bool busy_until(struct rp_test_device *d, unsigned i, enum server_goal goal, unsigned tries,
-                       unsigned write_percent, struct rampart_stats *st)
+static bool busy_until(struct rp_test_device *d, unsigned i, enum server_goal goal,
+                       unsigned tries, unsigned write_percent, struct rampart_stats *st)
 {
   for (unsigned t = 0; t < tries; t++) {
     rp_test_device_workload(d, 2, write_percent, 0);
@@ -491,7 +522,8 @@ static bool busy_until(struct rp_test_device *d, unsigned i, enum server_goal go
     bool reached = goal == SERVER_TAKES_PAGES
                      ? s->state == RAMPART_SERVER_UP && s->pages_live > 0
                      : s->state == RAMPART_SERVER_ADVISED &&
-                         (goal == SERVER_HOLDS_NO_LIVE_PAGE ? s->pages_live : s->pages_stored) == 0;
+                         (goal == SERVER_HOLDS_NO_LIVE_PAGE ? s->pages_live
+                                                            : s->pages_stored) == 0;
     if (reached)
       return true;
     usleep(50000);

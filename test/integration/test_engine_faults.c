@@ -72,8 +72,9 @@ static void test_cleaning_past_a_corrupting_server_moves_only_verified_pages(voi
   uint64_t eio = rp_test_device_verify(&d, true);
   rp_test_device_stats(&d, &st);
   print_message("cleaning past a corrupting server: %llu groups cleaned, %llu copies failed "
-                "verification; %llu of 2048 pages EIO\n", (unsigned long long)cleaned,
-                (unsigned long long)st.integrity_failures, (unsigned long long)eio);
+                "verification; %llu of 2048 pages EIO\n",
+                (unsigned long long)cleaned, (unsigned long long)st.integrity_failures,
+                (unsigned long long)eio);
   assert_true(cleaned > 0);
   assert_int_equal(eio, 0);
   rp_test_device_free(&d);
@@ -90,8 +91,8 @@ static void test_rebuild_past_a_corrupting_server_counts_what_it_cannot_verify(v
   struct rp_test_cluster c;
   const char *faults[] = { NULL, "flip", NULL, NULL, NULL, NULL };
   cluster_start(&c, 6, faults);
-  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "1",
-                          "timeout", "1000", NULL };
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease",
+                          "1",          "timeout",    "1000",  NULL };
   struct rp_test_device d;
   rp_test_device_init(&d, rp_test_engine_open(&c, 2048, extra), 2048, 67);
   /* Each page once: nothing is read or cleaned before the kill, so the corruption is
@@ -142,7 +143,8 @@ static void test_a_corrupting_server_is_suspect_and_emptied(void **state)
     usleep(50000);
   }
   print_message("corrupting server: %llu pages stored there, %llu copies failed "
-                "verification\n", (unsigned long long)st.servers[2].pages_stored,
+                "verification\n",
+                (unsigned long long)st.servers[2].pages_stored,
                 (unsigned long long)st.integrity_failures);
   if (!emptied)
     rp_test_device_print_stats(&d);
@@ -166,14 +168,15 @@ static void test_a_corrupting_server_is_suspect_and_emptied(void **state)
  * the group it was refused in can no longer rebuild its other members (its parity covers
  * a page that server never stored). Those pages must be moved to whole groups, so a
  * later loss of any one other server costs nothing. */
-static void test_refused_member_write_does_not_leave_its_group_believed_protected(void **state)
+static void
+test_refused_member_write_does_not_leave_its_group_believed_protected(void **state)
 {
   (void)state;
   struct rp_test_cluster c;
   const char *faults[] = { NULL, NULL, NULL, NULL, "refuse-writes" };
   cluster_start(&c, 5, faults);
-  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "30",
-                          "timeout", "1000", NULL };
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease",
+                          "30",         "timeout",    "1000",  NULL };
   struct rp_test_device d;
   rp_test_device_init(&d, rp_test_engine_open(&c, 2048, extra), 2048, 73);
   rp_test_device_fill(&d, 0, 2048); /* each page once: no cleaning moves pages meanwhile */
@@ -186,8 +189,8 @@ static void test_refused_member_write_does_not_leave_its_group_believed_protecte
   uint64_t eio = rp_test_device_verify(&d, true);
   rp_test_device_stats(&d, &st);
   print_message("refused member writes, then one server lost: %llu of 2048 pages EIO, %llu "
-                "degraded reads\n", (unsigned long long)eio,
-                (unsigned long long)st.pages_degraded_reads);
+                "degraded reads\n",
+                (unsigned long long)eio, (unsigned long long)st.pages_degraded_reads);
   assert_int_equal(eio, 0);
   rp_test_device_free(&d);
   rp_test_cluster_stop(&c);
@@ -203,8 +206,8 @@ static void test_a_move_whose_destination_write_fails_leaves_nothing_unprotected
   struct rp_test_cluster c;
   const char *faults[] = { NULL, NULL, NULL, NULL, "refuse-writes" };
   cluster_start(&c, 5, faults);
-  const char *extra[] = { "redundancy", "parity-log", "group", "3", "lease", "30",
-                          "timeout", "1000", NULL };
+  const char *extra[] = { "redundancy", "parity-log", "group", "3", "lease",
+                          "30",         "timeout",    "1000",  NULL };
   struct rp_test_device d;
   rp_test_device_init(&d, rp_test_engine_open(&c, 2048, extra), 2048, 97);
   rp_test_device_fill(&d, 0, 2048);
@@ -215,8 +218,9 @@ static void test_a_move_whose_destination_write_fails_leaves_nothing_unprotected
   for (unsigned i = 0; i < 600 && !drained; i++) {
     usleep(50000);
     rp_test_device_stats(&d, &st);
-    drained = st.servers[1].state == RAMPART_SERVER_ADVISED && st.servers[1].pages_live == 0 &&
-              st.moves_in_flight == 0 && st.pages_unprotected == 0;
+    drained = st.servers[1].state == RAMPART_SERVER_ADVISED &&
+              st.servers[1].pages_live == 0 && st.moves_in_flight == 0 &&
+              st.pages_unprotected == 0;
     for (unsigned s = 0; s < st.nservers; s++)
       drained &= s == 1 || st.servers[s].state == RAMPART_SERVER_UP;
   }
@@ -226,7 +230,8 @@ static void test_a_move_whose_destination_write_fails_leaves_nothing_unprotected
   rp_test_server_kill(&c.servers[0]);
   uint64_t eio = rp_test_device_verify(&d, true);
   print_message("moves off a drained server with refused destination writes, then another "
-                "server lost: %llu of 2048 pages EIO\n", (unsigned long long)eio);
+                "server lost: %llu of 2048 pages EIO\n",
+                (unsigned long long)eio);
   assert_int_equal(eio, 0);
   rp_test_device_free(&d);
   rp_test_cluster_stop(&c);
@@ -290,7 +295,8 @@ static void test_group_seals_with_its_parity_while_the_parity_server_advises(voi
   rp_test_server_kill(&c.servers[m]);
   uint64_t eio = rp_test_device_verify(&d, true);
   print_message("group sealed while its parity server advised, then its member's server "
-                "lost: %llu of 2 pages EIO\n", (unsigned long long)eio);
+                "lost: %llu of 2 pages EIO\n",
+                (unsigned long long)eio);
   assert_int_equal(eio, 0);
   rp_test_device_free(&d);
   rp_test_cluster_stop(&c);
@@ -340,7 +346,8 @@ static void test_concurrent_sub_page_writes_keep_every_update(void **state)
   struct rmw_writer writers[RMW_THREADS];
   for (unsigned t = 0; t < RMW_THREADS; t++) {
     writers[t] = (struct rmw_writer){ .engine = e, .index = t };
-    assert_int_equal(pthread_create(&writers[t].thread, NULL, rmw_writer_main, &writers[t]), 0);
+    assert_int_equal(pthread_create(&writers[t].thread, NULL, rmw_writer_main, &writers[t]),
+                     0);
   }
   for (unsigned t = 0; t < RMW_THREADS; t++) {
     pthread_join(writers[t].thread, NULL);
@@ -360,8 +367,9 @@ static void test_concurrent_sub_page_writes_keep_every_update(void **state)
     }
   }
   print_message("%u threads writing %u-byte chunks of the same %u pages: %llu of %u chunks "
-                "lost their last update\n", RMW_THREADS, RMW_CHUNK, RMW_PAGES,
-                (unsigned long long)lost, RMW_THREADS * RMW_PAGES);
+                "lost their last update\n",
+                RMW_THREADS, RMW_CHUNK, RMW_PAGES, (unsigned long long)lost,
+                RMW_THREADS * RMW_PAGES);
   assert_int_equal(lost, 0);
   rampart_close(e);
   rp_test_cluster_stop(&c);
@@ -405,8 +413,11 @@ static void test_mirror_acknowledges_only_once_both_copies_are_stored(void **sta
     memset(w[i].buf, 0xC0 + i, PAGE);
     memcpy(d.shadow + (10 + i) * PAGE, w[i].buf, PAGE);
     atomic_init(&w[i].done, false);
-    w[i].io = (struct rampart_io){ .op = RAMPART_OP_WRITE, .offset = (10 + i) * PAGE,
-                                   .length = PAGE, .buf = w[i].buf, .done = one_write_done,
+    w[i].io = (struct rampart_io){ .op = RAMPART_OP_WRITE,
+                                   .offset = (10 + i) * PAGE,
+                                   .length = PAGE,
+                                   .buf = w[i].buf,
+                                   .done = one_write_done,
                                    .user = &w[i] };
     rampart_submit(d.engine, &w[i].io);
   }
@@ -473,13 +484,14 @@ static void test_mirror_write_refused_while_its_copy_is_in_flight(void **state)
   struct rp_test_cluster c;
   struct rp_test_device d;
   mirror_with_a_refusing_server(&c, &d, 2, 131);
-  rp_test_device_workload(&d, 64, 100, 0); /* 64 more batches of writes, each refused 1 in 64 */
+  rp_test_device_workload(&d, 64, 100,
+                          0); /* 64 more batches of writes, each refused 1 in 64 */
   wait_quiet(&d, 30);
   struct rampart_stats st;
   rp_test_device_stats(&d, &st);
   print_message("mirror on two servers, one refusing writes: %llu pages unprotected, "
-                "%llu ops waiting\n", (unsigned long long)st.pages_unprotected,
-                (unsigned long long)st.ops_waiting);
+                "%llu ops waiting\n",
+                (unsigned long long)st.pages_unprotected, (unsigned long long)st.ops_waiting);
   rp_test_server_kill(&c.servers[1]); /* the refusing one: every page's other copy remains */
   uint64_t eio = rp_test_device_verify(&d, true);
   print_message("then the refusing server lost: %llu of 1024 pages EIO\n",

@@ -65,7 +65,7 @@ static void flush_under_writers(const char *policy, unsigned nservers)
 {
   struct rp_test_cluster c;
   assert_int_equal(rp_test_cluster_start(&c, nservers, "64M", NULL), 0);
-  const char *extra[] = {"redundancy", policy, "tmpdir", c.dir, NULL};
+  const char *extra[] = { "redundancy", policy, "tmpdir", c.dir, NULL };
   struct rampart_engine *e = rp_test_engine_open(&c, THREADS * PAGES_PER_THREAD, extra);
   struct writer w[THREADS];
   pthread_t t[THREADS];
@@ -96,8 +96,8 @@ static void flush_under_writers(const char *policy, unsigned nservers)
       }
     }
   print_message("%s: %u write+flush pairs from %u threads in %.2f s (%.0f flushes/s); "
-                "%u writes and %u flushes failed, %u pages differ\n", policy,
-                THREADS * ROUNDS, THREADS, s, THREADS * ROUNDS / s, writes_failed,
+                "%u writes and %u flushes failed, %u pages differ\n",
+                policy, THREADS * ROUNDS, THREADS, s, THREADS * ROUNDS / s, writes_failed,
                 flushes_failed, differ);
   rampart_close(e);
   rp_test_cluster_stop(&c);

@@ -71,7 +71,7 @@ static bool log_has(const char *what)
 
 struct rig {
   struct rp_test_cluster cluster;
-  struct rp_test_relay *relay;   /* NULL: the engine talks to the servers directly */
+  struct rp_test_relay *relay; /* NULL: the engine talks to the servers directly */
   struct rp_test_shadow dev;
 };
 
@@ -196,7 +196,7 @@ enum blip { RESET_TWICE, UNREACHABLE_3S, FLAPPING };
 
 static const char *blip_name(enum blip b)
 {
-  return b == RESET_TWICE ? "every connection reset twice, 1 s apart"
+  return b == RESET_TWICE      ? "every connection reset twice, 1 s apart"
          : b == UNREACHABLE_3S ? "every server unreachable for 3 s"
                                : "one server flapping every 500 ms for 10 s";
 }
@@ -255,10 +255,26 @@ static void blips_fail_nothing(const char *policy, unsigned nservers)
   rig_stop(&r);
 }
 
-static void test_parity_log_blips(void **state) { (void)state; blips_fail_nothing("parity-log", 5); }
-static void test_mirror_blips(void **state) { (void)state; blips_fail_nothing("mirror", 3); }
-static void test_write_through_blips(void **state) { (void)state; blips_fail_nothing("write-through", 3); }
-static void test_none_blips(void **state) { (void)state; blips_fail_nothing("none", 4); }
+static void test_parity_log_blips(void **state)
+{
+  (void)state;
+  blips_fail_nothing("parity-log", 5);
+}
+static void test_mirror_blips(void **state)
+{
+  (void)state;
+  blips_fail_nothing("mirror", 3);
+}
+static void test_write_through_blips(void **state)
+{
+  (void)state;
+  blips_fail_nothing("write-through", 3);
+}
+static void test_none_blips(void **state)
+{
+  (void)state;
+  blips_fail_nothing("none", 4);
+}
 
 /* ---- a stall beside a loss: each server is retried on its own ----------------------------- */
 
@@ -270,8 +286,8 @@ static void test_stall_while_another_server_reconnects(void **state)
 {
   (void)state;
   struct rig r;
-  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "4",
-                          "timeout", "500", NULL };
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease",
+                          "4",          "timeout",    "500",   NULL };
   rig_start(&r, 5, false, 1024, extra);
   rp_test_server_kill(&r.cluster.servers[0]);
   /* Readers only: rewrites would move pages out of the groups at risk before the
@@ -306,7 +322,8 @@ static void test_stall_while_another_server_reconnects(void **state)
 
 /* ---- a resume that completes after the server was declared lost ------------------------ */
 
-static bool rampartd_stat(const struct rp_test_cluster *c, unsigned i, struct rp_server_stat *ss)
+static bool rampartd_stat(const struct rp_test_cluster *c, unsigned i,
+                          struct rp_server_stat *ss)
 {
   struct rp_session_info info;
   struct rp_error err;
@@ -330,8 +347,8 @@ static void test_resume_after_lost_is_refused(void **state)
 {
   (void)state;
   struct rig r;
-  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "0",
-                          "timeout", "3000", NULL };
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease",
+                          "0",          "timeout",    "3000",  NULL };
   rig_start(&r, 5, true, 1024, extra);
   rp_test_relay_hold(r.relay, 2, true);
   rp_test_relay_reset(r.relay, 2);
@@ -379,8 +396,9 @@ static void test_resume_after_lost_is_refused(void **state)
       rp_test_sleep_ms(100);
   }
   print_message("rampartd 2 stores %llu pages, %u sessions detached; the engine's new "
-                "incarnation holds %llu\n", (unsigned long long)ss.stored_pages,
-                ss.sessions_detached, (unsigned long long)st.servers[5].pages_stored);
+                "incarnation holds %llu\n",
+                (unsigned long long)ss.stored_pages, ss.sessions_detached,
+                (unsigned long long)st.servers[5].pages_stored);
   assert_true(match);
   assert_int_equal(st.read_errors, 0);
   rig_stop(&r);
@@ -395,8 +413,8 @@ static void test_resume_after_lost_is_refused(void **state)
 static void outage_past_io_timeout(const char *policy, unsigned nservers)
 {
   struct rig r;
-  const char *extra[] = { "redundancy", policy, "lease", "20", "timeout", "1000",
-                          "io-timeout", "1000", NULL };
+  const char *extra[] = { "redundancy", policy,       "lease", "20", "timeout",
+                          "1000",       "io-timeout", "1000",  NULL };
   rig_start(&r, nservers, true, 1024, extra);
   bool wt = strcmp(policy, "write-through") == 0;
   rp_test_relay_refuse(r.relay, RP_TEST_RELAY_ALL, true);
@@ -413,8 +431,8 @@ static void outage_past_io_timeout(const char *policy, unsigned nservers)
   if (wr == 0)
     memcpy(r.dev.shadow + 9 * PAGE, buf, PAGE);
   print_message("%s, every server unreachable past io-timeout=1000: read %d after %llu ms, "
-                "write %d after %llu ms\n", policy, rr, (unsigned long long)read_ms, wr,
-                (unsigned long long)write_ms);
+                "write %d after %llu ms\n",
+                policy, rr, (unsigned long long)read_ms, wr, (unsigned long long)write_ms);
   print_stats(&r);
   if (wt) {
     assert_true(read_right);
@@ -483,9 +501,10 @@ static void *stop_watch_main(void *arg)
     char report[8192];
     rampart_get_stats(w->rig->dev.engine, &st);
     rampart_format_stats(&st, report, sizeof report);
-    fprintf(stderr, "requests never completed: %u s after the servers resumed, the shadow "
-            "device's threads still wait for a batch. The engine says:\n%s\n", w->limit_s,
-            report);
+    fprintf(stderr,
+            "requests never completed: %u s after the servers resumed, the shadow "
+            "device's threads still wait for a batch. The engine says:\n%s\n",
+            w->limit_s, report);
     abort();
   }
   return NULL;
@@ -493,8 +512,10 @@ static void *stop_watch_main(void *arg)
 
 static struct rp_test_shadow_result shadow_stop_within(struct rig *r, unsigned limit_s)
 {
-  struct stop_watch w = { .rig = r, .lock = PTHREAD_MUTEX_INITIALIZER,
-                          .cond = PTHREAD_COND_INITIALIZER, .limit_s = limit_s };
+  struct stop_watch w = { .rig = r,
+                          .lock = PTHREAD_MUTEX_INITIALIZER,
+                          .cond = PTHREAD_COND_INITIALIZER,
+                          .limit_s = limit_s };
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, stop_watch_main, &w), 0);
   struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
@@ -515,8 +536,8 @@ static void test_parity_log_every_server_stalled(void **state)
 {
   (void)state;
   struct rig r;
-  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "10",
-                          "timeout", "1000", NULL };
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease",
+                          "10",         "timeout",    "1000",  NULL };
   rig_start(&r, 5, false, 4096, extra);
   for (unsigned k = 0; k < 4; k++) {
     rp_test_shadow_start(&r.dev, 3, 3, 16, 400 + k);
@@ -550,8 +571,8 @@ struct async_batch {
   atomic_uint done;
   atomic_uint failed;
   struct rampart_io *ios;
-  unsigned *submitted_after;    /* per request: completions counted when it was submitted */
-  unsigned *completed_as;       /* per request: its number among the completions */
+  unsigned *submitted_after; /* per request: completions counted when it was submitted */
+  unsigned *completed_as;    /* per request: its number among the completions */
 };
 
 static void async_done(struct rampart_io *io, int result)
@@ -632,8 +653,8 @@ static void traffic_completes_without_failures(struct page_traffic *t)
 {
   bool all = wait_batch(&t->wb, t->n, 30000) && wait_batch(&t->rb, t->n, 30000);
   print_message("writes %u done (%u failed), reads %u done (%u failed)\n",
-                atomic_load(&t->wb.done), atomic_load(&t->wb.failed), atomic_load(&t->rb.done),
-                atomic_load(&t->rb.failed));
+                atomic_load(&t->wb.done), atomic_load(&t->wb.failed),
+                atomic_load(&t->rb.done), atomic_load(&t->rb.failed));
   assert_true(all);
   assert_int_equal(atomic_load(&t->wb.failed), 0);
   assert_int_equal(atomic_load(&t->rb.failed), 0);
@@ -658,12 +679,13 @@ static void traffic_reads_are_new_or_overlapped(const struct page_traffic *t,
     }
     if (bad++ < 8)
       print_message("page %u read %s: its write completed as #%u, its read was submitted "
-                    "after #%u and completed as #%u\n", i,
-                    is_old ? "its old bytes" : "bytes that are neither version",
+                    "after #%u and completed as #%u\n",
+                    i, is_old ? "its old bytes" : "bytes that are neither version",
                     t->wb.completed_as[i], t->rb.submitted_after[i], t->rb.completed_as[i]);
   }
   print_message("%u of %u reads overlapped their page's write and returned the old bytes; "
-                "%u wrong\n", overlapped_old, t->n, bad);
+                "%u wrong\n",
+                overlapped_old, t->n, bad);
   assert_int_equal(bad, 0);
 }
 
@@ -704,8 +726,8 @@ static void test_degraded_read_piece_failing_after_its_group_lost_parity(void **
 {
   (void)state;
   struct rig r;
-  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "10",
-                          "timeout", "1000", NULL };
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease",
+                          "10",         "timeout",    "1000",  NULL };
   rig_start(&r, 5, true, 1024, extra);
   struct rampart_engine *e = r.dev.engine;
   struct page_traffic t;
@@ -748,8 +770,8 @@ static void test_failed_read_blames_its_server_not_a_reused_group(void **state)
 {
   (void)state;
   struct rig r;
-  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", "10",
-                          "timeout", "1000", NULL };
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease",
+                          "10",         "timeout",    "1000",  NULL };
   rig_start(&r, 5, false, 1024, extra);
   struct rampart_engine *e = r.dev.engine;
   struct page_traffic t;

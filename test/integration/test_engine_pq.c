@@ -27,8 +27,8 @@ static void start_pq_device_with(struct rp_test_cluster *c, struct rp_test_devic
                                  uint64_t pages, uint64_t seed)
 {
   assert_int_equal(rp_test_cluster_start(c, n, "64M", faults), 0);
-  const char *extra[] = { "redundancy", "parity-log", "group", group, "parity", "2",
-                          "lease", "1", "timeout", "1000", NULL };
+  const char *extra[] = { "redundancy", "parity-log", "group",   group,  "parity", "2",
+                          "lease",      "1",          "timeout", "1000", NULL };
   rp_test_device_init(d, rp_test_engine_open(c, pages, extra), pages, seed);
   struct rampart_stats st;
   rp_test_device_stats(d, &st);
@@ -204,8 +204,8 @@ static void test_a_third_loss_is_eio_for_exactly_the_pages_counted(void **state)
   uint64_t eio = rp_test_device_verify(&d, true);
   rp_test_device_stats(&d, &st);
   print_message("three of eight lost: %u groups had no loss to spare, %llu pages lost, "
-                "%llu read EIO\n", no_spare, (unsigned long long)st.pages_lost,
-                (unsigned long long)eio);
+                "%llu read EIO\n",
+                no_spare, (unsigned long long)st.pages_lost, (unsigned long long)eio);
   assert_true(no_spare > 0);
   assert_true(eio > 0);
   assert_int_equal(eio, st.pages_lost);
@@ -222,8 +222,11 @@ static void test_parity_2_is_refused_where_it_cannot_work(void **state)
   char err[512];
   assert_non_null(cfg);
   assert_int_equal(rampart_config_set(cfg, "size", "16M", err, sizeof err), 0);
-  assert_int_equal(rampart_config_set(cfg, "servers", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,"
-                                      "127.0.0.1:4,127.0.0.1:5", err, sizeof err), 0);
+  assert_int_equal(rampart_config_set(cfg, "servers",
+                                      "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,"
+                                      "127.0.0.1:4,127.0.0.1:5",
+                                      err, sizeof err),
+                   0);
   assert_int_equal(rampart_config_set(cfg, "parity", "3", err, sizeof err), -1);
   assert_int_equal(rampart_config_set(cfg, "parity", "2", err, sizeof err), 0);
   assert_int_equal(rampart_config_set(cfg, "redundancy", "mirror", err, sizeof err), 0);

@@ -49,7 +49,7 @@ struct ledger {
   _Atomic uint32_t writing[PAGES];
   _Atomic uint32_t acked[PAGES];
   _Atomic uint64_t completed;
-  _Atomic int opened;           /* the child's engine is open (the device taken over) */
+  _Atomic int opened; /* the child's engine is open (the device taken over) */
 };
 
 struct rig {
@@ -57,8 +57,8 @@ struct rig {
   char state_path[700];
   char enckey[700];
   char size[32];
-  const char *group;            /* group= (NULL: 4) */
-  const char *parity;           /* parity= (NULL: 1) */
+  const char *group;  /* group= (NULL: 4) */
+  const char *parity; /* parity= (NULL: 1) */
   struct ledger *ledger;
 };
 
@@ -87,8 +87,8 @@ static int rig_setup_with_faults(void **state, const char *const *faults)
     return -1;
   snprintf(r->enckey, sizeof r->enckey, "%s", path);
   snprintf(r->size, sizeof r->size, "%u", PAGES * PAGE);
-  r->ledger = mmap(NULL, sizeof *r->ledger, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
+  r->ledger = mmap(NULL, sizeof *r->ledger, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (r->ledger == MAP_FAILED)
     return -1;
   *state = r;
@@ -126,11 +126,15 @@ static struct rampart_engine *open_engine(struct rig *r, const char *enckey, cha
     snprintf(servers + strlen(servers), sizeof servers - strlen(servers), "%s%s",
              i ? "," : "", r->cluster.servers[i].addr);
   const char *kv[][2] = {
-    { "size", r->size }, { "servers", servers }, { "key", r->cluster.key_path },
-    { "redundancy", "parity-log" }, { "group", r->group ? r->group : "4" },
+    { "size", r->size },
+    { "servers", servers },
+    { "key", r->cluster.key_path },
+    { "redundancy", "parity-log" },
+    { "group", r->group ? r->group : "4" },
     { "parity", r->parity ? r->parity : "1" },
     { "state", r->state_path },
-    { "enckey", enckey }, { "lease", "30" },
+    { "enckey", enckey },
+    { "lease", "30" },
   };
   for (unsigned i = 0; i < sizeof kv / sizeof kv[0]; i++)
     if (rampart_config_set(c, kv[i][0], kv[i][1], err, errlen) < 0) {
@@ -158,7 +162,7 @@ struct writer {
   struct rampart_engine *engine;
   struct ledger *ledger;
   unsigned index;
-  unsigned count;               /* writers: page % count == index are this one's */
+  unsigned count; /* writers: page % count == index are this one's */
 };
 
 static void *writer_main(void *arg)
@@ -312,7 +316,8 @@ static unsigned verify_every_page(struct rig *r, struct rampart_engine *e)
   free(buf);
   free(expect);
   print_message("verified %u pages after the restart: %u writes were in flight, %u of them "
-                "landed, %u pages differ\n", PAGES, in_flight, newer, differing);
+                "landed, %u pages differ\n",
+                PAGES, in_flight, newer, differing);
   assert_int_equal(differing, 0);
   return newer;
 }
@@ -363,8 +368,8 @@ static void test_a_restart_with_another_key_or_device_is_refused(void **state)
 
   char other_key[700], err[1024] = "";
   struct rp_key key;
-  assert_int_equal(rp_test_write_key(r->cluster.dir, "other.key", other_key,
-                                     sizeof other_key, &key), 0);
+  assert_int_equal(
+    rp_test_write_key(r->cluster.dir, "other.key", other_key, sizeof other_key, &key), 0);
   assert_null(open_engine(r, other_key, err, sizeof err));
   assert_non_null(strstr(err, "was attached with another key"));
   print_message("another key: %s\n", err);
@@ -443,7 +448,10 @@ static void test_a_parity_2_device_taken_over_survives_two_servers_lost(void **s
 static void test_a_crash_at_each_step_of_a_member_write_with_a_server_lost(void **state)
 {
   static const char *const points[] = {
-    "member-recorded", "parity-computed", "parity-published", "member-joined",
+    "member-recorded",
+    "parity-computed",
+    "parity-published",
+    "member-joined",
   };
   struct rig *r = *state;
   for (unsigned p = 0; p < sizeof points / sizeof points[0]; p++)
@@ -472,7 +480,9 @@ static void test_a_crash_at_each_step_of_a_member_write_with_a_server_lost(void 
 static void test_a_crash_while_a_refused_write_is_placed_again(void **state)
 {
   static const char *const points[] = {
-    "retry-member-recorded", "retry-parity-computed", "retry-parity-published",
+    "retry-member-recorded",
+    "retry-parity-computed",
+    "retry-parity-published",
     "retry-member-joined",
   };
   static const char *const faults[] = { "refuse-writes", NULL, NULL, NULL, NULL };
@@ -498,7 +508,8 @@ static void kill_second_pager_once_opened(struct rig *r, pid_t child, unsigned s
   int status;
   while (!atomic_load(&r->ledger->opened)) {
     if (waitpid(child, &status, WNOHANG) == child)
-      fail_msg("the second pager ended (status %#x) before it got where it is killed", status);
+      fail_msg("the second pager ended (status %#x) before it got where it is killed",
+               status);
     if (rp_test_now_ms() - start > 120000)
       fail_msg("the second pager did not get where it is killed in 120 s");
     rp_test_sleep_ms(5);
@@ -537,7 +548,8 @@ static void test_a_pager_killed_again_before_its_replays_land(void **state)
       r = fresh_rig(state);
     unsigned hits = 1002 + server % 3;
     print_message("crash at 'member-joined' (pass %u); the takeover killed before its "
-                  "replays land; server %u lost\n", hits, server);
+                  "replays land; server %u lost\n",
+                  hits, server);
     crash_pager_at(r, "member-joined", hits);
     kill_the_takeover_before_its_replays_land(r, 0);
     take_over_with_a_server_lost(r, server);
@@ -608,7 +620,8 @@ static void test_a_replay_not_stored_leaves_no_record_naming_a_reused_group(void
     if (server > 0)
       r = fresh_rig(state);
     print_message("crash at 'member-joined' (pass 1003); server %u lost; the takeover "
-                  "rewrites every other page and is killed\n", server);
+                  "rewrites every other page and is killed\n",
+                  server);
     crash_pager_at(r, "member-joined", 1003);
     uint64_t inflight = PAGES;
     for (uint64_t p = 0; p < PAGES; p++)
@@ -699,7 +712,8 @@ static void test_server_indices_past_255_outlive_the_pager(void **state)
   const struct rampart_server_stats *s = newest(&st, r->cluster.servers[CYCLED].addr);
   assert_non_null(s);
   print_message("after the takeover: %u table entries, %u in the stats; entry %u (%s) "
-                "holds %llu live pages\n", st.server_entries, st.nservers, s->index,
+                "holds %llu live pages\n",
+                st.server_entries, st.nservers, s->index,
                 rampart_server_health_name(s->state), (unsigned long long)s->pages_live);
   assert_true(s->index > 255);
   assert_true(s->pages_live > 0);
@@ -727,7 +741,7 @@ struct bad_field {
   int segment;
   size_t offset, size;
   uint64_t value;
-  char names[64];      /* what the refusal must say */
+  char names[64]; /* what the refusal must say */
 };
 
 /* Writes f's value (restore: the saved bytes back) into its segment. */
@@ -832,22 +846,24 @@ int main(void)
                                     rig_setup, rig_teardown),
     cmocka_unit_test_setup_teardown(test_a_server_lost_while_the_pager_was_down_is_rebuilt,
                                     rig_setup, rig_teardown),
-    cmocka_unit_test_setup_teardown(test_a_parity_2_device_taken_over_survives_two_servers_lost,
-                                    rig_setup, rig_teardown),
-    cmocka_unit_test_setup_teardown(test_a_crash_at_each_step_of_a_member_write_with_a_server_lost,
-                                    rig_setup, rig_teardown),
+    cmocka_unit_test_setup_teardown(
+      test_a_parity_2_device_taken_over_survives_two_servers_lost, rig_setup, rig_teardown),
+    cmocka_unit_test_setup_teardown(
+      test_a_crash_at_each_step_of_a_member_write_with_a_server_lost, rig_setup,
+      rig_teardown),
     cmocka_unit_test_setup_teardown(test_a_crash_while_a_refused_write_is_placed_again,
                                     rig_setup, rig_teardown),
     cmocka_unit_test_setup_teardown(test_a_pager_killed_again_before_its_replays_land,
                                     rig_setup, rig_teardown),
-    cmocka_unit_test_setup_teardown(test_a_pager_killed_twice_while_writing,
-                                    rig_setup, rig_teardown),
-    cmocka_unit_test_setup_teardown(test_a_replay_not_stored_leaves_no_record_naming_a_reused_group,
-                                    rig_setup, rig_teardown),
+    cmocka_unit_test_setup_teardown(test_a_pager_killed_twice_while_writing, rig_setup,
+                                    rig_teardown),
+    cmocka_unit_test_setup_teardown(
+      test_a_replay_not_stored_leaves_no_record_naming_a_reused_group, rig_setup,
+      rig_teardown),
     cmocka_unit_test_setup_teardown(test_server_indices_past_255_outlive_the_pager, rig_setup,
                                     rig_teardown),
-    cmocka_unit_test_setup_teardown(test_a_corrupt_state_is_refused_naming_the_field, rig_setup,
-                                    rig_teardown),
+    cmocka_unit_test_setup_teardown(test_a_corrupt_state_is_refused_naming_the_field,
+                                    rig_setup, rig_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -33,8 +33,8 @@
 #include "rampart.h"
 
 #define SERVERS 64u
-#define PAGES 16384u      /* 64 MiB: 256 pages a server before parity */
-#define VICTIM 17u        /* any server; not the first, whose neighbours wrap around */
+#define PAGES 16384u /* 64 MiB: 256 pages a server before parity */
+#define VICTIM 17u   /* any server; not the first, whose neighbours wrap around */
 
 static double seconds_since(const struct timespec *t0)
 {
@@ -55,8 +55,10 @@ static bool descriptors_for_servers(unsigned n, char *why, size_t whylen)
   }
   if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
     if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want) {
-      snprintf(why, whylen, "RLIMIT_NOFILE's hard limit is %llu; %u servers need %llu "
-               "descriptors", (unsigned long long)rl.rlim_max, n, (unsigned long long)want);
+      snprintf(why, whylen,
+               "RLIMIT_NOFILE's hard limit is %llu; %u servers need %llu "
+               "descriptors",
+               (unsigned long long)rl.rlim_max, n, (unsigned long long)want);
       return false;
     }
     rl.rlim_cur = want;
@@ -123,8 +125,8 @@ static void rebuild_spreads_over_survivors(unsigned group)
 
   char group_text[8];
   snprintf(group_text, sizeof group_text, "%u", group);
-  const char *extra[] = { "redundancy", "parity-log", "group", group_text, "lease", "1",
-                          "timeout", "1000", NULL };
+  const char *extra[] = { "redundancy", "parity-log", "group", group_text, "lease",
+                          "1",          "timeout",    "1000",  NULL };
   clock_gettime(CLOCK_MONOTONIC, &t0);
   struct rp_test_device d;
   rp_test_device_init(&d, rp_test_engine_open(&c, PAGES, extra), PAGES, 1800 + group);
@@ -160,15 +162,18 @@ static void rebuild_spreads_over_survivors(unsigned group)
     most = served > most ? served : most;
   }
   double mean = (double)total / (SERVERS - 1);
-  print_message("reads each server served during the rebuild (server %u was killed):\n", VICTIM);
+  print_message("reads each server served during the rebuild (server %u was killed):\n",
+                VICTIM);
   for (unsigned i = 0; i < SERVERS; i++)
-    print_message("%4llu%s", (unsigned long long)(after[i] - before[i]), i % 16 == 15 ? "\n" : "");
-  print_message("64 servers, group %u: started in %.1f s, attached in %.2f s, filled %u pages "
-                "in %.1f s; rebuild: %llu pages in %.2f s; %u of %u survivors served its %llu "
-                "reads (the busiest %llu, %.1fx the mean)\n", group, started_s, open_s, PAGES,
-                fill_s, (unsigned long long)st.rebuild_pages_moved, st.rebuild_seconds, readers,
-                SERVERS - 1, (unsigned long long)total, (unsigned long long)most,
-                mean > 0 ? (double)most / mean : 0.0);
+    print_message("%4llu%s", (unsigned long long)(after[i] - before[i]),
+                  i % 16 == 15 ? "\n" : "");
+  print_message(
+    "64 servers, group %u: started in %.1f s, attached in %.2f s, filled %u pages "
+    "in %.1f s; rebuild: %llu pages in %.2f s; %u of %u survivors served its %llu "
+    "reads (the busiest %llu, %.1fx the mean)\n",
+    group, started_s, open_s, PAGES, fill_s, (unsigned long long)st.rebuild_pages_moved,
+    st.rebuild_seconds, readers, SERVERS - 1, (unsigned long long)total,
+    (unsigned long long)most, mean > 0 ? (double)most / mean : 0.0);
   assert_true(st.rebuilds_finished >= 1);
   assert_true(st.rebuild_pages_moved > 0);
   assert_int_equal(st.pages_lost, 0);
@@ -179,8 +184,8 @@ static void rebuild_spreads_over_survivors(unsigned group)
    * them carries the rebuild alone. */
   if (readers < (SERVERS - 1) * 9 / 10 || (double)most > 3.0 * mean)
     fail_msg("the rebuild read from %u of %u survivors, the busiest %.1fx the mean: its "
-             "reads are not spread over the cluster", readers, SERVERS - 1,
-             mean > 0 ? (double)most / mean : 0.0);
+             "reads are not spread over the cluster",
+             readers, SERVERS - 1, mean > 0 ? (double)most / mean : 0.0);
   assert_int_equal(rp_test_device_verify(&d, false), 0);
 
   /* The killed server back on its address, empty: a new incarnation, which must be
@@ -192,7 +197,8 @@ static void rebuild_spreads_over_survivors(unsigned group)
   assert_string_equal(st.servers[fresh].address, c.servers[VICTIM].addr);
   assert_int_equal(st.servers[VICTIM].state, RAMPART_SERVER_LOST); /* the old one stays */
   print_message("server %u rejoined as incarnation %u, holding %llu live pages after "
-                "3200 more writes\n", VICTIM, fresh, (unsigned long long)st.servers[fresh].pages_live);
+                "3200 more writes\n",
+                VICTIM, fresh, (unsigned long long)st.servers[fresh].pages_live);
   assert_true(st.servers[fresh].pages_live > 0);
   assert_int_equal(rp_test_device_verify(&d, false), 0);
   rp_test_device_free(&d);

@@ -96,7 +96,8 @@ static struct rig *rig_start(unsigned servers, const char *count)
   assert_int_equal(rp_test_tmpdir(r->etcd_dir, sizeof r->etcd_dir), 0);
   assert_int_equal(rp_test_etcd_start(&r->etcd, r->etcd_dir), 0);
   char err[300];
-  struct rp_etcd_options eo = { .endpoints = r->etcd.endpoints, .timeout_ms = 2000,
+  struct rp_etcd_options eo = { .endpoints = r->etcd.endpoints,
+                                .timeout_ms = 2000,
                                 .reply_max = 1 << 20 };
   r->client = rp_etcd_new(&eo, err, sizeof err);
   assert_non_null(r->client);
@@ -105,7 +106,8 @@ static struct rig *rig_start(unsigned servers, const char *count)
   r->member_args[2] = "--cluster";
   r->member_args[3] = CLUSTER;
   r->member_args[4] = NULL;
-  assert_int_equal(rp_test_cluster_start_args(&r->cluster, servers, "48M", r->member_args), 0);
+  assert_int_equal(rp_test_cluster_start_args(&r->cluster, servers, "48M", r->member_args),
+                   0);
   /* etcd://127.0.0.1:A,127.0.0.1:B,127.0.0.1:C/NAME */
   size_t n = (size_t)snprintf(r->etcd_url, sizeof r->etcd_url, "etcd://");
   for (unsigned i = 0; i < RP_TEST_ETCD_MEMBERS; i++)
@@ -120,9 +122,11 @@ static struct rig *rig_start(unsigned servers, const char *count)
     assert_true(wait_registered(r, r->cluster.servers[i].addr, true, 20000) >= 0);
   struct rp_test_cluster view = r->cluster;
   view.n = 0;
-  const char *extra[] = { "key", r->cluster.key_path, "tmpdir", r->cluster.dir,
-                          "cluster", r->etcd_url, "count", count, "cluster-cache", r->cache,
-                          "lease", "2", "timeout", "1000", NULL };
+  const char *extra[] = {
+    "key", r->cluster.key_path, "tmpdir", r->cluster.dir, "cluster", r->etcd_url, "count",
+    count, "cluster-cache",     r->cache, "lease",        "2",       "timeout",   "1000",
+    NULL
+  };
   struct rampart_engine *e = rp_test_engine_open(&view, PAGES, extra);
   rp_test_shadow_init(&r->dev, e, PAGES);
   rp_test_shadow_fill(&r->dev, 0xe7cd);
@@ -148,8 +152,9 @@ static struct rp_test_server *start_extra(struct rig *r, const char *key_path)
 {
   assert_true(r->nextra < 4);
   struct rp_test_server *s = &r->extra[r->nextra++];
-  const char *args[] = { "--memory", "48M", "--key", key_path, "--pressure-file", r->psi,
-                         "--etcd", r->etcd.endpoints, "--cluster", CLUSTER, NULL };
+  const char *args[] = { "--memory",        "48M",   "--key",  key_path,
+                         "--pressure-file", r->psi,  "--etcd", r->etcd.endpoints,
+                         "--cluster",       CLUSTER, NULL };
   assert_int_equal(rp_test_server_start(s, r->cluster.dir, args), 0);
   return s;
 }
@@ -231,8 +236,14 @@ static void verify_all(struct rig *r, const char *what)
   assert_int_equal(failed, 0);
 }
 
-#define NEED_ETCD() do { const char *why = rp_test_etcd_missing(); \
-    if (why) { print_message("skipped: %s\n", why); skip(); } } while (0)
+#define NEED_ETCD() \
+  do { \
+    const char *why = rp_test_etcd_missing(); \
+    if (why) { \
+      print_message("skipped: %s\n", why); \
+      skip(); \
+    } \
+  } while (0)
 
 /* ---- tests -------------------------------------------------------------------------------- */
 
@@ -277,8 +288,8 @@ static void test_attach_new_server_and_replacement(void **state)
   assert_int_equal(us->state, RAMPART_SERVER_UP);
   assert_true(us->pages_stored <= stored_before);
   struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
-  rp_test_shadow_expect_clean("workload through a new server, a kill -9, a replacement and an unlisting",
-               &res);
+  rp_test_shadow_expect_clean(
+    "workload through a new server, a kill -9, a replacement and an unlisting", &res);
   rampart_get_stats(r->dev.engine, &the_stats);
   assert_int_equal(the_stats.pages_lost, 0);
   verify_all(r, "after the replacement, every page");
@@ -357,12 +368,21 @@ static void test_etcd_leader_killed_then_all_down(void **state)
   assert_false(watch_live(r));
   rp_test_sleep_ms(10000);
   struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
-  rp_test_shadow_expect_clean("workload with etcd's leader killed, then all of etcd stopped 10 s", &res);
+  rp_test_shadow_expect_clean(
+    "workload with etcd's leader killed, then all of etcd stopped 10 s", &res);
   assert_true(res.writes > 0 && res.reads > 0);
   /* An attach while etcd is down uses the set written down. */
-  const char *args_cache[] = { "key", r->cluster.key_path, "tmpdir", r->cluster.dir,
-                               "cluster", r->etcd_url, "count", "3", "cluster-cache",
-                               r->cache, NULL };
+  const char *args_cache[] = { "key",
+                               r->cluster.key_path,
+                               "tmpdir",
+                               r->cluster.dir,
+                               "cluster",
+                               r->etcd_url,
+                               "count",
+                               "3",
+                               "cluster-cache",
+                               r->cache,
+                               NULL };
   struct rp_test_cluster view = r->cluster;
   view.n = 0;
   struct rampart_engine *second = rp_test_engine_open(&view, 256, args_cache);
@@ -392,8 +412,8 @@ static void test_forged_registration_refused(void **state)
   struct rig *r = rig_start(3, "4");
   /* A real rampartd with another key, registered as if it belonged. */
   char other_key[600];
-  assert_int_equal(rp_test_write_key(r->cluster.dir, "other.key", other_key, sizeof other_key,
-                                     NULL), 0);
+  assert_int_equal(
+    rp_test_write_key(r->cluster.dir, "other.key", other_key, sizeof other_key, NULL), 0);
   rp_test_shadow_start(&r->dev, 1, 1, 8, 0x45);
   struct rp_test_server *forged = start_extra(r, other_key);
   uint64_t until = rp_test_now_ms() + 15000;
@@ -439,13 +459,18 @@ static const struct lie {
   { "/v3/watch",
     "{\"result\":{\"header\":{\"revision\":\"7\"},\"events\":{\"type\":\"PUT\"}}}\n",
     "\"events\" is not an array" },
-  { "/v3/watch", "{\"result\":{\"header\":{\"revision\":\"7\"},\"events\":[{\"type\":null,"
-    "\"kv\":{\"key\":\"eA==\"}}]}}\n", "an event's \"type\" is not a string" },
-  { "/v3/watch", "{\"result\":{\"header\":{\"revision\":\"7\"},\"events\":[{\"kv\":{\"key\":"
+  { "/v3/watch",
+    "{\"result\":{\"header\":{\"revision\":\"7\"},\"events\":[{\"type\":null,"
+    "\"kv\":{\"key\":\"eA==\"}}]}}\n",
+    "an event's \"type\" is not a string" },
+  { "/v3/watch",
+    "{\"result\":{\"header\":{\"revision\":\"7\"},\"events\":[{\"kv\":{\"key\":"
     "\"eA==\",\"mod_revision\":\"9223372036854775807\"}}]}}\n",
     "\"mod_revision\" is 9223372036854775807, not a revision" },
-  { "/v3/watch", "{\"result\":{\"header\":{\"revision\":\"9223372036854775807\"},"
-    "\"created\":true}}\n", "\"revision\" is 9223372036854775807, not a revision" },
+  { "/v3/watch",
+    "{\"result\":{\"header\":{\"revision\":\"9223372036854775807\"},"
+    "\"created\":true}}\n",
+    "\"revision\" is 9223372036854775807, not a revision" },
 };
 
 /* A device whose endpoint list starts with a liar: it attaches and watches through the
@@ -457,15 +482,24 @@ static void test_hostile_gateway_listed_first(void **state)
   for (size_t i = 0; i < sizeof lies / sizeof lies[0]; i++) {
     const struct lie *l = &lies[i];
     struct rp_test_etcd_liar liar;
-    assert_int_equal(rp_test_etcd_liar_start(&liar, r->etcd.m[0].client_port, l->path,
-                                             l->body), 0);
+    assert_int_equal(
+      rp_test_etcd_liar_start(&liar, r->etcd.m[0].client_port, l->path, l->body), 0);
     char url[400], cache[800], liar_url[64];
     const char *real = strchr(r->etcd_url, '/') + 2; /* past "etcd://" */
     snprintf(url, sizeof url, "etcd://127.0.0.1:%u,%s", liar.port, real);
     snprintf(cache, sizeof cache, "%s/liar-%zu.servers", r->cluster.dir, i);
     snprintf(liar_url, sizeof liar_url, "etcd at http://127.0.0.1:%u answered", liar.port);
-    const char *args[] = { "key", r->cluster.key_path, "tmpdir", r->cluster.dir,
-                           "cluster", url, "count", "3", "cluster-cache", cache, NULL };
+    const char *args[] = { "key",
+                           r->cluster.key_path,
+                           "tmpdir",
+                           r->cluster.dir,
+                           "cluster",
+                           url,
+                           "count",
+                           "3",
+                           "cluster-cache",
+                           cache,
+                           NULL };
     struct rp_test_cluster view = r->cluster;
     view.n = 0;
     struct rampart_engine *e = rp_test_engine_open(&view, 256, args);
@@ -547,17 +581,21 @@ static void test_registry_churn_and_a_huge_key(void **state)
     for (unsigned i = base; i < base + PER_TXN; i++) {
       char key[128], value[200], k64[200], v64[300];
       snprintf(key, sizeof key, "/rampart/%s/servers/gone-%u:7070", CLUSTER, i);
-      snprintf(value, sizeof value, "{\"address\":\"127.0.0.1:%u\",\"domain\":\"gone\","
-               "\"capacity_pages\":1,\"version\":\"0.1.0\"}", 1 + i % 1000);
+      snprintf(value, sizeof value,
+               "{\"address\":\"127.0.0.1:%u\",\"domain\":\"gone\","
+               "\"capacity_pages\":1,\"version\":\"0.1.0\"}",
+               1 + i % 1000);
       b64(key, strlen(key), k64);
       b64(value, strlen(value), v64);
-      n += (size_t)snprintf(txn + n, sizeof txn - n, "%s{\"request_put\":{\"key\":\"%s\","
-                            "\"value\":\"%s\",\"lease\":\"%lld\"}}", i > base ? "," : "", k64,
-                            v64, (long long)lease);
+      n += (size_t)snprintf(txn + n, sizeof txn - n,
+                            "%s{\"request_put\":{\"key\":\"%s\","
+                            "\"value\":\"%s\",\"lease\":\"%lld\"}}",
+                            i > base ? "," : "", k64, v64, (long long)lease);
     }
     n += (size_t)snprintf(txn + n, sizeof txn - n, "]}");
     assert_int_equal(rp_test_http_post(r->etcd.m[0].client_port, "/v3/kv/txn", txn, n, reply,
-                                       sizeof reply, 10000), 200);
+                                       sizeof reply, 10000),
+                     200);
   }
   rp_test_sleep_ms(1000);
   assert_int_equal(rp_etcd_lease_revoke(r->client, lease, err, sizeof err), 0);

@@ -59,7 +59,11 @@ static int rig_teardown(void **state)
   return 0;
 }
 
-#define NEED_ETCD(state) do { if (!*(state)) skip(); } while (0)
+#define NEED_ETCD(state) \
+  do { \
+    if (!*(state)) \
+      skip(); \
+  } while (0)
 
 struct seen {
   char keys[16][128];
@@ -82,14 +86,15 @@ static void test_put_range_delete(void **state)
 {
   NEED_ETCD(state);
   struct rig *r = *state;
-  assert_int_equal(rp_etcd_put(r->client, "/t/a/x", "{\"v\":1}", 0, r->err, sizeof r->err), 0);
+  assert_int_equal(rp_etcd_put(r->client, "/t/a/x", "{\"v\":1}", 0, r->err, sizeof r->err),
+                   0);
   assert_int_equal(rp_etcd_put(r->client, "/t/a/y", "two", 0, r->err, sizeof r->err), 0);
-  assert_int_equal(rp_etcd_put(r->client, "/t/b/z", "other prefix", 0, r->err,
-                               sizeof r->err), 0);
+  assert_int_equal(rp_etcd_put(r->client, "/t/b/z", "other prefix", 0, r->err, sizeof r->err),
+                   0);
   struct seen s = { 0 };
   int64_t rev = 0;
-  assert_int_equal(rp_etcd_range_prefix(r->client, "/t/a/", collect, &s, &rev, r->err,
-                                        sizeof r->err), 0);
+  assert_int_equal(
+    rp_etcd_range_prefix(r->client, "/t/a/", collect, &s, &rev, r->err, sizeof r->err), 0);
   assert_int_equal(s.n, 2);
   assert_string_equal(s.keys[0], "/t/a/x");
   assert_string_equal(s.values[0], "{\"v\":1}");
@@ -98,8 +103,8 @@ static void test_put_range_delete(void **state)
   assert_true(rev > 0);
   assert_int_equal(rp_etcd_delete(r->client, "/t/a/x", r->err, sizeof r->err), 0);
   memset(&s, 0, sizeof s);
-  assert_int_equal(rp_etcd_range_prefix(r->client, "/t/a/", collect, &s, NULL, r->err,
-                                        sizeof r->err), 0);
+  assert_int_equal(
+    rp_etcd_range_prefix(r->client, "/t/a/", collect, &s, NULL, r->err, sizeof r->err), 0);
   assert_int_equal(s.n, 1);
   assert_string_equal(s.keys[0], "/t/a/y");
 }
@@ -111,24 +116,28 @@ static void test_lease_expires_and_revokes(void **state)
   int64_t lease = 0, ttl = 0;
   assert_int_equal(rp_etcd_lease_grant(r->client, 2, &lease, r->err, sizeof r->err), 0);
   assert_true(lease != 0);
-  assert_int_equal(rp_etcd_put(r->client, "/t/lease/k", "v", lease, r->err, sizeof r->err), 0);
+  assert_int_equal(rp_etcd_put(r->client, "/t/lease/k", "v", lease, r->err, sizeof r->err),
+                   0);
   assert_int_equal(rp_etcd_lease_keepalive(r->client, lease, &ttl, r->err, sizeof r->err), 0);
   assert_true(ttl > 0);
   /* No keep-alive: the key goes with the lease, and the keep-alive then says so. */
   rp_test_sleep_ms(3500);
   struct seen s = { 0 };
-  assert_int_equal(rp_etcd_range_prefix(r->client, "/t/lease/", collect, &s, NULL, r->err,
-                                        sizeof r->err), 0);
+  assert_int_equal(
+    rp_etcd_range_prefix(r->client, "/t/lease/", collect, &s, NULL, r->err, sizeof r->err),
+    0);
   assert_int_equal(s.n, 0);
   assert_int_equal(rp_etcd_lease_keepalive(r->client, lease, &ttl, r->err, sizeof r->err), 0);
   assert_int_equal(ttl, 0);
   /* A revoke deletes at once. */
   assert_int_equal(rp_etcd_lease_grant(r->client, 60, &lease, r->err, sizeof r->err), 0);
-  assert_int_equal(rp_etcd_put(r->client, "/t/lease/k2", "v", lease, r->err, sizeof r->err), 0);
+  assert_int_equal(rp_etcd_put(r->client, "/t/lease/k2", "v", lease, r->err, sizeof r->err),
+                   0);
   assert_int_equal(rp_etcd_lease_revoke(r->client, lease, r->err, sizeof r->err), 0);
   memset(&s, 0, sizeof s);
-  assert_int_equal(rp_etcd_range_prefix(r->client, "/t/lease/", collect, &s, NULL, r->err,
-                                        sizeof r->err), 0);
+  assert_int_equal(
+    rp_etcd_range_prefix(r->client, "/t/lease/", collect, &s, NULL, r->err, sizeof r->err),
+    0);
   assert_int_equal(s.n, 0);
 }
 
@@ -152,8 +161,8 @@ static void test_watch_from_revision(void **state)
   struct rig *r = *state;
   int64_t rev = 0;
   struct seen s = { 0 };
-  assert_int_equal(rp_etcd_range_prefix(r->client, "/t/w/", collect, &s, &rev, r->err,
-                                        sizeof r->err), 0);
+  assert_int_equal(
+    rp_etcd_range_prefix(r->client, "/t/w/", collect, &s, &rev, r->err, sizeof r->err), 0);
   /* Changes made before the watch starts are still seen: it starts at rev + 1. */
   assert_int_equal(rp_etcd_put(r->client, "/t/w/1", "one", 0, r->err, sizeof r->err), 0);
   assert_int_equal(rp_etcd_delete(r->client, "/t/w/1", r->err, sizeof r->err), 0);
@@ -161,7 +170,8 @@ static void test_watch_from_revision(void **state)
   memset(&s, 0, sizeof s);
   int64_t next = 0;
   assert_int_equal(rp_etcd_watch_prefix(r->client, "/t/w/", rev + 1, on_event, on_live, NULL,
-                                        &s, 1500, &next, r->err, sizeof r->err), 0);
+                                        &s, 1500, &next, r->err, sizeof r->err),
+                   0);
   assert_true(s.live);
   assert_int_equal(s.n, 2);
   assert_string_equal(s.keys[0], "/t/w/1");
@@ -186,8 +196,8 @@ static void test_leader_killed(void **state)
   while (rc < 0 && rp_test_now_ms() < deadline);
   assert_int_equal(rc, 0);
   struct seen s = { 0 };
-  assert_int_equal(rp_etcd_range_prefix(r->client, "/t/after", collect, &s, NULL, r->err,
-                                        sizeof r->err), 0);
+  assert_int_equal(
+    rp_etcd_range_prefix(r->client, "/t/after", collect, &s, NULL, r->err, sizeof r->err), 0);
   assert_int_equal(s.n, 1);
   assert_int_equal(rp_test_etcd_member_start(&r->etcd, (unsigned)leader), 0);
 }

@@ -47,7 +47,8 @@ static int rig_setup(void **state)
   struct rig *r = &the_rig;
   if (rp_test_tmpdir(r->dir, sizeof r->dir) < 0 || rp_test_etcd_start(&r->etcd, r->dir) < 0)
     return -1;
-  struct rp_etcd_options o = { .endpoints = r->etcd.endpoints, .timeout_ms = 2000,
+  struct rp_etcd_options o = { .endpoints = r->etcd.endpoints,
+                               .timeout_ms = 2000,
                                .reply_max = 1 << 20 };
   r->client = rp_etcd_new(&o, r->err, sizeof r->err);
   if (!r->client || rp_cluster_registry_init(&r->reg, CLUSTER, 256, NULL, 0) < 0)
@@ -68,13 +69,18 @@ static int rig_teardown(void **state)
   return 0;
 }
 
-#define NEED_ETCD(state) do { if (!*(state)) skip(); } while (0)
+#define NEED_ETCD(state) \
+  do { \
+    if (!*(state)) \
+      skip(); \
+  } while (0)
 
 static int start_announcing(struct rig *r, struct rp_test_server *s, const char *memory,
                             const char *domain)
 {
-  const char *args[] = { "--memory", memory, "--etcd", r->etcd.endpoints, "--cluster",
-                         CLUSTER, "--failure-domain", domain, NULL };
+  const char *args[] = { "--memory",         memory,      "--etcd",
+                         r->etcd.endpoints,  "--cluster", CLUSTER,
+                         "--failure-domain", domain,      NULL };
   return rp_test_server_start(s, r->dir, args);
 }
 
@@ -235,14 +241,15 @@ static void test_tls_client_certificates(void **state)
   static struct rp_test_etcd tls;
   assert_int_equal(rp_test_etcd_start_tls(&tls, dir), 0);
   struct rp_test_server s;
-  const char *args[] = { "--memory", "16M", "--etcd", tls.endpoints, "--cluster", "tls",
-                         "--etcd-cacert", tls.ca, "--etcd-cert", tls.client_cert,
-                         "--etcd-key", tls.client_key, NULL };
+  const char *args[] = { "--memory",    "16M",           "--etcd",        tls.endpoints,
+                         "--cluster",   "tls",           "--etcd-cacert", tls.ca,
+                         "--etcd-cert", tls.client_cert, "--etcd-key",    tls.client_key,
+                         NULL };
   assert_int_equal(rp_test_server_start(&s, dir, args), 0);
   char out[8192];
-  const char *ctl[] = { getenv("RAMPARTCTL"), "cluster", tls.endpoints, "tls", "--etcd-cacert",
-                        tls.ca, "--etcd-cert", tls.client_cert, "--etcd-key", tls.client_key,
-                        NULL };
+  const char *ctl[] = { getenv("RAMPARTCTL"), "cluster",      tls.endpoints, "tls",
+                        "--etcd-cacert",      tls.ca,         "--etcd-cert", tls.client_cert,
+                        "--etcd-key",         tls.client_key, NULL };
   uint64_t until = rp_test_now_ms() + 5000;
   do {
     int st = rp_test_run_program(ctl, out, sizeof out, 10000);
@@ -255,9 +262,11 @@ static void test_tls_client_certificates(void **state)
   char url[128], cache[600];
   snprintf(url, sizeof url, "etcd://127.0.0.1:%u/tls", tls.m[0].client_port);
   snprintf(cache, sizeof cache, "%s/tls.servers", dir);
-  const char *kv[] = { "size", "1M", "cluster", url, "count", "1", "cluster-cache", cache,
-                       "etcd-cacert", tls.ca, "etcd-cert", tls.client_cert, "etcd-key",
-                       tls.client_key, "tmpdir", dir, NULL };
+  const char *kv[] = {
+    "size",          "1M",           "cluster",     url,    "count",     "1",
+    "cluster-cache", cache,          "etcd-cacert", tls.ca, "etcd-cert", tls.client_cert,
+    "etcd-key",      tls.client_key, "tmpdir",      dir,    NULL
+  };
   for (unsigned i = 0; kv[i]; i += 2)
     assert_int_equal(rampart_config_set(cfg, kv[i], kv[i + 1], err, sizeof err), 0);
   struct rampart_engine *e = rampart_open(cfg, err, sizeof err);
@@ -276,7 +285,7 @@ static void test_tls_client_certificates(void **state)
   rampart_close(e);
   /* Without a client certificate etcd refuses the handshake. */
   const char *bare[] = { getenv("RAMPARTCTL"), "cluster", tls.endpoints, "tls",
-                         "--etcd-cacert", tls.ca, NULL };
+                         "--etcd-cacert",      tls.ca,    NULL };
   int st2 = rp_test_run_program(bare, out, sizeof out, 10000);
   printf("without a client certificate: %s", out);
   assert_true(WIFEXITED(st2) && WEXITSTATUS(st2) == 1);
@@ -289,13 +298,13 @@ static void test_tls_client_certificates(void **state)
 static void test_options_refused(void **state)
 {
   char out[2048];
-  const char *no_etcd[] = { "--listen", "127.0.0.1:0", "--memory", "16M", "--cluster", "x",
-                            NULL };
+  const char *no_etcd[] = { "--listen",  "127.0.0.1:0", "--memory", "16M",
+                            "--cluster", "x",           NULL };
   int st = rp_test_run_rampartd(no_etcd, out, sizeof out, 5000);
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
   assert_non_null(strstr(out, "give --etcd"));
-  const char *no_cluster[] = { "--listen", "127.0.0.1:0", "--memory", "16M", "--etcd",
-                               "http://127.0.0.1:1", NULL };
+  const char *no_cluster[] = { "--listen", "127.0.0.1:0",        "--memory", "16M",
+                               "--etcd",   "http://127.0.0.1:1", NULL };
   st = rp_test_run_rampartd(no_cluster, out, sizeof out, 5000);
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
   assert_non_null(strstr(out, "--cluster NAME"));

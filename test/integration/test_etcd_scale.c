@@ -113,7 +113,8 @@ static void test_64_registered_set_of_32(void **state)
   char etcd_dir[512], err[600];
   assert_int_equal(rp_test_tmpdir(etcd_dir, sizeof etcd_dir), 0);
   assert_int_equal(rp_test_etcd_start(&etcd, etcd_dir), 0);
-  struct rp_etcd_options eo = { .endpoints = etcd.endpoints, .timeout_ms = 3000,
+  struct rp_etcd_options eo = { .endpoints = etcd.endpoints,
+                                .timeout_ms = 3000,
                                 .reply_max = 1 << 20 };
   struct rp_etcd *client = rp_etcd_new(&eo, err, sizeof err);
   assert_non_null(client);
@@ -133,8 +134,9 @@ static void test_64_registered_set_of_32(void **state)
   snprintf(cache, sizeof cache, "%s/scale.servers", cluster.dir);
   struct rp_test_cluster view = cluster;
   view.n = 0;
-  const char *extra[] = { "key", cluster.key_path, "tmpdir", cluster.dir, "cluster", url,
-                          "count", "32", "cluster-cache", cache, NULL };
+  const char *extra[] = { "key", cluster.key_path, "tmpdir", cluster.dir,     "cluster",
+                          url,   "count",          "32",     "cluster-cache", cache,
+                          NULL };
   /* Locked as a pager runs (mlock=true: mlockall, current and future), so what the
    * engine maps and its threads' stacks count whole; where mlockall is refused, only
    * the resident growth is shown. */
@@ -158,8 +160,8 @@ static void test_64_registered_set_of_32(void **state)
    * locked mappings that hold no page yet (it ran 64 MiB above it in some runs). */
   print_message("64 registered, set of 32: attach %llu ms; engine's own count of its memory "
                 "%.1f MiB (%.1f MiB fixed: buffers and pools); process RSS +%.1f MiB%s "
-                "(VmLck +%.1f MiB); threads %u -> %u\n", (unsigned long long)attach_ms,
-                (double)st.client_memory_bytes / 1048576.0,
+                "(VmLck +%.1f MiB); threads %u -> %u\n",
+                (unsigned long long)attach_ms, (double)st.client_memory_bytes / 1048576.0,
                 (double)st.client_memory_fixed_bytes / 1048576.0,
                 (double)(rss_after - rss_before) / 1024.0, locking ? " under mlockall" : "",
                 (double)(lck_after - lck_before) / 1024.0, threads_before, threads_after);
@@ -178,8 +180,9 @@ static void test_64_registered_set_of_32(void **state)
   until = rp_test_now_ms() + 5000;
   while (registered(client) > SET && rp_test_now_ms() < until)
     rp_test_sleep_ms(100);
-  const char *extra64[] = { "key", cluster.key_path, "tmpdir", cluster.dir, "cluster", url,
-                            "count", "64", "cluster-cache", cache, NULL };
+  const char *extra64[] = { "key", cluster.key_path, "tmpdir", cluster.dir,     "cluster",
+                            url,   "count",          "64",     "cluster-cache", cache,
+                            NULL };
   e = rp_test_engine_open(&view, PAGES, extra64);
   assert_int_equal(up(e), SET);
   rp_test_shadow_init(&dev, e, PAGES);
@@ -200,8 +203,8 @@ static void test_64_registered_set_of_32(void **state)
   assert_int_equal(res.read_failures + res.write_failures + res.mismatches, 0);
   qsort(took, samples, sizeof took[0], cmp_u64);
   print_message("registration (rampartd start) to the device's first page there, %u "
-                "servers one at a time: p50 %llu ms, p99 %llu ms, max %llu ms\n", samples,
-                (unsigned long long)took[samples / 2],
+                "servers one at a time: p50 %llu ms, p99 %llu ms, max %llu ms\n",
+                samples, (unsigned long long)took[samples / 2],
                 (unsigned long long)took[(samples * 99 + 99) / 100 - 1],
                 (unsigned long long)took[samples - 1]);
   assert_int_equal(up(e), SERVERS);

@@ -88,8 +88,8 @@ static void start_daemon(struct setup *s, const char *const *extra)
   }
   snprintf(key, sizeof key, "key=%s", c->key_path);
   snprintf(tmp, sizeof tmp, "tmpdir=%s", c->dir);
-  const char *argv[32] = { daemon_path(), "--mount", s->mount, "--threads", "4",
-                           "mlock=false", "size=48M", servers, key, tmp };
+  const char *argv[32] = { daemon_path(), "--mount",  s->mount, "--threads", "4",
+                           "mlock=false", "size=48M", servers,  key,         tmp };
   unsigned a = 10;
   for (unsigned i = 0; extra && extra[i] && a < 31; i++)
     argv[a++] = extra[i];
@@ -104,7 +104,8 @@ static void start_daemon(struct setup *s, const char *const *extra)
     _exit(127);
   }
   close(fd);
-  for (unsigned waited = 0; !rp_test_file_has(s->log, "rampart-fuse: serving"); waited += 20) {
+  for (unsigned waited = 0; !rp_test_file_has(s->log, "rampart-fuse: serving");
+       waited += 20) {
     int status;
     if (waitpid(s->daemon, &status, WNOHANG) == s->daemon) {
       s->daemon = 0;
@@ -147,7 +148,8 @@ static void stop_all(struct setup *s)
   if (s->daemon > 0) {
     kill(s->daemon, SIGTERM);
     int status = -1;
-    for (unsigned waited = 0; waitpid(s->daemon, &status, WNOHANG) != s->daemon; waited += 20) {
+    for (unsigned waited = 0; waitpid(s->daemon, &status, WNOHANG) != s->daemon;
+         waited += 20) {
       if (waited > 20000) {
         kill(s->daemon, SIGKILL);
         waitpid(s->daemon, &status, 0);
@@ -298,8 +300,10 @@ static void *work(void *arg)
     if (!is_read) {
       memcpy(w->s->shadow + off, w->buf, len);
     } else if (memcmp(w->buf, w->s->shadow + off, len) != 0) {
-      snprintf(w->failed, sizeof w->failed, "a read of %u bytes at %llu differs from "
-               "what was written", len, (unsigned long long)off);
+      snprintf(w->failed, sizeof w->failed,
+               "a read of %u bytes at %llu differs from "
+               "what was written",
+               len, (unsigned long long)off);
       return NULL;
     }
   }
@@ -313,8 +317,11 @@ static void run_workers(struct setup *s, unsigned requests, uint64_t seed)
   pthread_t t[THREADS];
   uint64_t quarter = DEVICE_SIZE / THREADS;
   for (unsigned i = 0; i < THREADS; i++) {
-    w[i] = (struct worker){ .s = s, .lo = i * quarter, .hi = (i + 1) * quarter,
-                            .rng = seed * 7919 + i + 1, .requests = requests,
+    w[i] = (struct worker){ .s = s,
+                            .lo = i * quarter,
+                            .hi = (i + 1) * quarter,
+                            .rng = seed * 7919 + i + 1,
+                            .requests = requests,
                             .buf = malloc(MAX_LEN) };
     assert_non_null(w[i].buf);
     assert_int_equal(pthread_create(&t[i], NULL, work, &w[i]), 0);
@@ -331,7 +338,8 @@ static void run_workers(struct setup *s, unsigned requests, uint64_t seed)
 static void test_every_byte_through_a_server_killed_mid_stream(void **state)
 {
   struct setup *s = *state;
-  const char *extra[] = { "redundancy=parity-log", "group=4", "lease=1", "timeout=1000", NULL };
+  const char *extra[] = { "redundancy=parity-log", "group=4", "lease=1", "timeout=1000",
+                          NULL };
   setup_all(s, extra);
   run_workers(s, 300, 1);
   verify_range(s, 0, DEVICE_SIZE);
@@ -352,7 +360,10 @@ static void test_holes_and_zeroed_ranges_read_back_zeros(void **state)
       s->shadow[i + k] = (uint8_t)rp_xorshift64s(&rng);
   full_pwrite(s->fd, s->shadow, DEVICE_SIZE / 8, 0);
   /* whole pages, a span with partial pages at both ends, and one inside a page */
-  const struct { uint64_t off, len; int mode; } cuts[] = {
+  const struct {
+    uint64_t off, len;
+    int mode;
+  } cuts[] = {
     { 64 * PAGE, 32 * PAGE, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE },
     { 200 * PAGE + 100, 9 * PAGE + 1000, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE },
     { 300 * PAGE + 512, 1024, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE },
@@ -416,7 +427,8 @@ static void test_a_loop_device_with_direct_io(void **state)
   if (!ok)
     fail_msg("O_DIRECT I/O through %s failed: %s", loop, strerror(errno));
   if (dio != '1')
-    fail_msg("%s does not use direct I/O over the FUSE file (%s says %c)", loop, dio_path, dio);
+    fail_msg("%s does not use direct I/O over the FUSE file (%s says %c)", loop, dio_path,
+             dio);
   verify_range(s, 0, 4u << 20);
   stop_all(s);
 }
@@ -427,11 +439,15 @@ static void test_arguments_refused_with_a_reason(void **state)
   static const struct rp_test_refusal cases[] = {
     { { "size=1M", NULL }, "give --mount DIR" },
     { { "--mount", "/nonexistent-dir", "size=1M", NULL }, "--mount /nonexistent-dir:" },
-    { { "--mount", "/tmp", "--threads", "lots", "size=1M", NULL }, "--threads 'lots': give a number from 1 to 64" },
-    { { "--mount", "/tmp", "--file", "a/b", "size=1M", NULL }, "--file 'a/b': give a plain file name" },
+    { { "--mount", "/tmp", "--threads", "lots", "size=1M", NULL },
+      "--threads 'lots': give a number from 1 to 64" },
+    { { "--mount", "/tmp", "--file", "a/b", "size=1M", NULL },
+      "--file 'a/b': give a plain file name" },
     { { "--mount", "/tmp", "colour=red", "size=1M", NULL }, "colour" },
-    { { "--mount", "/tmp", "mlock=maybe", "size=1M", NULL }, "mlock=maybe: give true or false" },
-    { { "--mount", "/tmp", "standby=true", "size=1M", NULL }, "cannot be handed to a standby" },
+    { { "--mount", "/tmp", "mlock=maybe", "size=1M", NULL },
+      "mlock=maybe: give true or false" },
+    { { "--mount", "/tmp", "standby=true", "size=1M", NULL },
+      "cannot be handed to a standby" },
   };
   rp_test_expect_refusals(daemon_path(), cases, sizeof cases / sizeof cases[0]);
 }
@@ -441,8 +457,8 @@ int main(void)
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_every_byte_through_a_server_killed_mid_stream,
                                     setup_state, teardown_state),
-    cmocka_unit_test_setup_teardown(test_holes_and_zeroed_ranges_read_back_zeros,
-                                    setup_state, teardown_state),
+    cmocka_unit_test_setup_teardown(test_holes_and_zeroed_ranges_read_back_zeros, setup_state,
+                                    teardown_state),
     cmocka_unit_test_setup_teardown(test_a_loop_device_with_direct_io, setup_state,
                                     teardown_state),
     cmocka_unit_test(test_arguments_refused_with_a_reason),

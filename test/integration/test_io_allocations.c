@@ -34,7 +34,7 @@
 #include "tcp_relay.h"
 
 #define PAGE RAMPART_PAGE_SIZE
-#define PAGES 4096u            /* 16 MiB device */
+#define PAGES 4096u /* 16 MiB device */
 #define REQUESTS 100000u
 #define TRACES 5
 
@@ -54,7 +54,8 @@ static void note_allocation(size_t size)
     int n = backtrace(frames, 24);
     char line[64];
     int len = snprintf(line, sizeof line, "allocation of %zu bytes in the window:\n", size);
-    if (write(STDOUT_FILENO, line, (size_t)len) < 0) { /* best effort */ }
+    if (write(STDOUT_FILENO, line, (size_t)len) < 0) { /* best effort */
+    }
     backtrace_symbols_fd(frames, n, STDOUT_FILENO);
   }
 }
@@ -169,8 +170,8 @@ static void steady_state_allocates_nothing(const char *policy, unsigned nservers
   char stats[700], metrics[700];
   snprintf(stats, sizeof stats, "%s/stats", c.dir);
   snprintf(metrics, sizeof metrics, "%s/metrics.prom", c.dir);
-  const char *extra[] = { "redundancy", policy, "stats-file", stats, "metrics-file", metrics,
-                          NULL };
+  const char *extra[] = { "redundancy",   policy,  "stats-file", stats,
+                          "metrics-file", metrics, NULL };
   struct rampart_engine *e = rp_test_engine_open(&c, PAGES, extra);
   uint64_t *versions = calloc(PAGES, sizeof *versions);
   uint8_t *buf = aligned_alloc(PAGE, PAGE), *expect = aligned_alloc(PAGE, PAGE);
@@ -208,7 +209,8 @@ static void steady_state_allocates_nothing(const char *policy, unsigned nservers
     report[fread(report, 1, sizeof report - 1, rf)] = '\0';
     fclose(rf);
   }
-  const char *computed = strstr(report, "client memory"), *measured = strstr(report, "process ");
+  const char *computed = strstr(report, "client memory"),
+             *measured = strstr(report, "process ");
   double resident_mib = measured ? strtod(measured + strlen("process         resident"), NULL)
                                  : 0;
   bool stats_written = computed && measured && resident_mib > 1.0;
@@ -216,9 +218,9 @@ static void steady_state_allocates_nothing(const char *policy, unsigned nservers
     print_message("%.*s%.*s", (int)(strchr(computed, '\n') - computed + 1), computed,
                   (int)(strchr(measured, '\n') - measured + 1), measured);
   print_message("%s: %lu heap allocations in %u requests after warm-up (%.4f per request); "
-                "%llu groups cleaned meanwhile; stats file %s\n", policy, n, REQUESTS,
-                (double)n / REQUESTS, (unsigned long long)st.groups_cleaned,
-                stats_written ? "written" : "MISSING");
+                "%llu groups cleaned meanwhile; stats file %s\n",
+                policy, n, REQUESTS, (double)n / REQUESTS,
+                (unsigned long long)st.groups_cleaned, stats_written ? "written" : "MISSING");
   free(versions);
   free(buf);
   free(expect);
@@ -335,7 +337,7 @@ static void test_reconnect_allocates_nothing(void **state)
 {
   (void)state;
   struct rig r;
-  const char *extra[] = {"redundancy", "parity-log", NULL};
+  const char *extra[] = { "redundancy", "parity-log", NULL };
   rig_open(&r, 5, true, extra);
   rp_test_relay_reset(r.relay, 1); /* warm-up: one reconnect */
   run_until(r.e, r.versions, &r.seed, r.buf, r.expect, resumed, 1);
@@ -349,7 +351,8 @@ static void test_reconnect_allocates_nothing(void **state)
   struct rampart_stats st;
   rampart_get_stats(r.e, &st);
   print_message("reconnect: %lu heap allocations over %u reconnects (%llu sessions resumed, "
-                "%llu requests replayed)\n", n, RECONNECTS, (unsigned long long)st.resumes,
+                "%llu requests replayed)\n",
+                n, RECONNECTS, (unsigned long long)st.resumes,
                 (unsigned long long)st.requests_replayed);
   rig_close(&r);
   assert_int_equal(n, 0);
@@ -362,8 +365,8 @@ static void test_rebuild_allocates_nothing(void **state)
 {
   (void)state;
   struct rig r;
-  const char *extra[] = {"redundancy", "parity-log", "group", "2", "lease", "1",
-                         "timeout", "300", NULL};
+  const char *extra[] = { "redundancy", "parity-log", "group", "2", "lease",
+                          "1",          "timeout",    "300",   NULL };
   rig_open(&r, 6, false, extra);
   rp_test_server_kill(&r.c.servers[5]);
   run_until(r.e, r.versions, &r.seed, r.buf, r.expect, rebuilt, 1);

@@ -162,8 +162,8 @@ static void assert_no_duplicate_series(const char *samples)
 struct rig {
   struct rp_test_cluster cluster;
   struct rampart_engine *engine;
-  char prom[700];     /* the pager's metrics-file */
-  char scraped[700];  /* where a scrape of rampartd is saved */
+  char prom[700];    /* the pager's metrics-file */
+  char scraped[700]; /* where a scrape of rampartd is saved */
 };
 
 static const char *const metrics_args[] = { "--metrics", "127.0.0.1:0", NULL };
@@ -174,8 +174,8 @@ static void rig_start(struct rig *r)
   assert_int_equal(rp_test_cluster_start_args(&r->cluster, NSERVERS, "32M", metrics_args), 0);
   snprintf(r->prom, sizeof r->prom, "%s/rampart.prom", r->cluster.dir);
   snprintf(r->scraped, sizeof r->scraped, "%s/scraped.prom", r->cluster.dir);
-  const char *extra[] = { "redundancy", "parity-log", "group", "2", "lease", "1",
-                          "timeout", "1000", "metrics-file", r->prom, NULL };
+  const char *extra[] = { "redundancy", "parity-log", "group",        "2",     "lease", "1",
+                          "timeout",    "1000",       "metrics-file", r->prom, NULL };
   r->engine = rp_test_engine_open(&r->cluster, 4096, extra);
 }
 
@@ -226,11 +226,11 @@ static void test_counters_after_writes(void **state)
   char *pager = await_pager(&r, "rampart_pager_written_pages_total{}", NPAGES);
   assert_int_equal(value_of(pager, "rampart_pager_pages{where=\"remote\"}"), NPAGES);
   assert_int_equal(value_of(pager, "rampart_pager_device_size_pages{}"), 4096);
-  assert_int_equal(value_of(pager,
-                            "rampart_pager_request_duration_seconds_count{op=\"write\"}"),
-                   NPAGES);
+  assert_int_equal(
+    value_of(pager, "rampart_pager_request_duration_seconds_count{op=\"write\"}"), NPAGES);
   assert_int_equal(value_of(pager, "rampart_pager_request_duration_seconds_bucket"
-                                   "{le=\"+Inf\",op=\"write\"}"), NPAGES);
+                                   "{le=\"+Inf\",op=\"write\"}"),
+                   NPAGES);
   double sum = value_of(pager, "rampart_pager_request_duration_seconds_sum{op=\"write\"}");
   assert_true(sum > 0.0 && sum < 60.0);
   assert_int_equal(value_of(pager, "rampart_pager_lost_pages_total{}"), 0);
@@ -240,8 +240,10 @@ static void test_counters_after_writes(void **state)
     const char *addr = r.cluster.servers[i].addr;
     live += server_value(pager, "rampart_pager_server_live_pages", i, addr);
     char up[256];
-    snprintf(up, sizeof up, "rampart_pager_server_state{incarnation=\"%u\",server=\"%s\","
-             "state=\"up\"}", i, addr);
+    snprintf(up, sizeof up,
+             "rampart_pager_server_state{incarnation=\"%u\",server=\"%s\","
+             "state=\"up\"}",
+             i, addr);
     assert_int_equal(value_of(pager, up), 1);
   }
   assert_int_equal(live, NPAGES);
@@ -295,8 +297,10 @@ static void test_degraded_reads_and_rebuild(void **state)
   }
   char *pager = await_pager(&r, "rampart_pager_rebuilds_total{}", 1);
   char lost[256];
-  snprintf(lost, sizeof lost, "rampart_pager_server_state{incarnation=\"0\",server=\"%s\","
-           "state=\"lost\"}", r.cluster.servers[0].addr);
+  snprintf(lost, sizeof lost,
+           "rampart_pager_server_state{incarnation=\"0\",server=\"%s\","
+           "state=\"lost\"}",
+           r.cluster.servers[0].addr);
   assert_int_equal(value_of(pager, lost), 1);
   assert_no_duplicate_series(pager);
 
@@ -305,15 +309,17 @@ static void test_degraded_reads_and_rebuild(void **state)
    * systemd restarted a killed rampartd, they were one series sampled twice.) */
   assert_int_equal(rp_test_cluster_restart(&r.cluster, 0, NULL), 0);
   char rejoined[256];
-  snprintf(rejoined, sizeof rejoined, "rampart_pager_server_state{incarnation=\"%u\","
-           "server=\"%s\",state=\"up\"}", NSERVERS, r.cluster.servers[0].addr);
+  snprintf(rejoined, sizeof rejoined,
+           "rampart_pager_server_state{incarnation=\"%u\","
+           "server=\"%s\",state=\"up\"}",
+           NSERVERS, r.cluster.servers[0].addr);
   pager = await_pager(&r, rejoined, 1);
   assert_no_duplicate_series(pager);
   double degraded = value_of(pager, "rampart_pager_degraded_reads_total{}");
   double seconds = value_of(pager, "rampart_pager_rebuild_duration_seconds{}");
   double moved = value_of(pager, "rampart_pager_moves_total{reason=\"rebuild\"}");
-  print_message("after kill -9: %g degraded reads, rebuild of %g pages in %.3f s\n",
-                degraded, moved, seconds);
+  print_message("after kill -9: %g degraded reads, rebuild of %g pages in %.3f s\n", degraded,
+                moved, seconds);
   assert_true(degraded > 0);
   assert_true(seconds > 0);
   assert_true(moved > 0);
@@ -321,7 +327,8 @@ static void test_degraded_reads_and_rebuild(void **state)
   assert_int_equal(value_of(pager, "rampart_pager_lost_pages_total{}"), 0);
   assert_int_equal(value_of(pager, "rampart_pager_read_errors_total{}"), 0);
   assert_int_equal(value_of(pager, "rampart_pager_request_duration_seconds_count"
-                                   "{op=\"read\"}"), NPAGES);
+                                   "{op=\"read\"}"),
+                   NPAGES);
   rig_stop(&r);
 }
 
@@ -387,8 +394,8 @@ static void test_metrics_option(void **state)
   assert_int_equal(rp_test_server_stop_clean(&s), 0);
   rp_test_tmpdir_remove(dir);
 
-  const char *bad[] = { "--listen", "127.0.0.1:0", "--memory", "16M", "--metrics",
-                        "somewhere", NULL };
+  const char *bad[] = { "--listen",  "127.0.0.1:0", "--memory", "16M",
+                        "--metrics", "somewhere",   NULL };
   char out[2048];
   int status = rp_test_run_rampartd(bad, out, sizeof out, 10000);
   print_message("%s", out);

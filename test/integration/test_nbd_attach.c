@@ -39,7 +39,8 @@ static void nbdkit_start(struct nbdkit *k, const char *const *args)
 {
   assert_int_equal(rp_test_tmpdir(k->dir, sizeof k->dir), 0);
   snprintf(k->sock, sizeof k->sock, "%s/nbd.sock", k->dir);
-  const char *argv[16] = { "nbdkit", "--foreground", "--exit-with-parent", "--unix", k->sock };
+  const char *argv[16] = { "nbdkit", "--foreground", "--exit-with-parent", "--unix",
+                           k->sock };
   unsigned a = 5;
   for (unsigned i = 0; args[i] && a < 15; i++)
     argv[a++] = args[i];
@@ -94,7 +95,8 @@ static void test_handshake_gives_the_export_size_and_flags(void **state)
   assert_true(e.transmission_flags & NBD_FLAG_SEND_TRIM);
   assert_false(e.transmission_flags & NBD_FLAG_READ_ONLY);
   /* The socket is in the transmission phase: a read request is answered. */
-  struct nbd_request req = { .magic = htonl(NBD_REQUEST_MAGIC), .type = htonl(NBD_CMD_READ),
+  struct nbd_request req = { .magic = htonl(NBD_REQUEST_MAGIC),
+                             .type = htonl(NBD_CMD_READ),
                              .len = htonl(4096) };
   req.from = htobe64(4096);
   assert_int_equal(write(fd, &req, sizeof req), (ssize_t)sizeof req);
@@ -110,7 +112,7 @@ static void test_an_unknown_export_is_refused_in_the_servers_words(void **state)
 {
   (void)state;
   struct nbdkit k;
-  const char *args[] = { "--filter=exportname", "memory", "1M", "exportname=swap",
+  const char *args[] = { "--filter=exportname",    "memory", "1M", "exportname=swap",
                          "exportname-strict=true", NULL };
   nbdkit_start(&k, args);
   int fd = connect_unix(k.sock);
@@ -154,8 +156,8 @@ static int attach(const char *a1, const char *a2, const char *a3)
   if (!argv[0])
     fail_msg("RAMPART_NBD_ATTACH is not set: run the tests through ctest");
   int status = rp_test_run_program(argv, out, sizeof out, 30000);
-  print_message("$ rampart-nbd-attach %s %s %s\n%s", a1 ? a1 : "", a2 ? a2 : "",
-                a3 ? a3 : "", out);
+  print_message("$ rampart-nbd-attach %s %s %s\n%s", a1 ? a1 : "", a2 ? a2 : "", a3 ? a3 : "",
+                out);
   assert_true(status != -1 && WIFEXITED(status));
   return WEXITSTATUS(status);
 }

@@ -287,8 +287,11 @@ static void verify_range(struct setup *s, struct nbd_handle *nbd, uint64_t lo, u
     wait_free_slot(nbd, slots, QD, &i);
     struct in_flight *f = &slots[i];
     uint64_t pages = hi - page < MAX_LEN / PAGE ? hi - page : MAX_LEN / PAGE;
-    *f = (struct in_flight){ .s = s, .off = page * PAGE, .len = (uint32_t)(pages * PAGE),
-                             .is_read = true, .busy = true };
+    *f = (struct in_flight){ .s = s,
+                             .off = page * PAGE,
+                             .len = (uint32_t)(pages * PAGE),
+                             .is_read = true,
+                             .busy = true };
     nbd_completion_callback cb = { .callback = on_complete, .user_data = f };
     if (nbd_aio_pread(nbd, f->buf, f->len, f->off, cb, 0) < 0)
       fail_msg("cannot queue a read: %s", nbd_get_error());
@@ -302,8 +305,8 @@ static void test_every_byte_through_a_server_killed_mid_stream(void **state)
 {
   (void)state;
   struct setup s = { 0 };
-  const char *extra[] = { "size=48M", "redundancy=parity-log", "group=4", "lease=1",
-                          "timeout=1000", NULL };
+  const char *extra[] = { "size=48M", "redundancy=parity-log", "group=4",
+                          "lease=1",  "timeout=1000",          NULL };
   setup_all(&s, 5, extra);
   struct nbd_handle *nbd = connect_client(&s);
   /* what the server says of its block sizes, as the handshake gave them */
@@ -322,8 +325,8 @@ static void test_every_byte_through_a_server_killed_mid_stream(void **state)
     if (k % 500 == 499) { /* trims and zeroes between the streams, in order */
       drain(nbd, slots, QD);
       uint64_t off = PAGE * (rp_xorshift64s(&s.rng) % (pages - 64));
-      if (nbd_trim(nbd, 32 * PAGE, off, 0) < 0 || nbd_zero(nbd, 16 * PAGE, off + 48 * PAGE, 0) < 0 ||
-          nbd_flush(nbd, 0) < 0)
+      if (nbd_trim(nbd, 32 * PAGE, off, 0) < 0 ||
+          nbd_zero(nbd, 16 * PAGE, off + 48 * PAGE, 0) < 0 || nbd_flush(nbd, 0) < 0)
         fail_msg("trim, zero or flush failed: %s", nbd_get_error());
       memset(s.shadow + off, 0, 32 * PAGE);
       memset(s.shadow + off + 48 * PAGE, 0, 16 * PAGE);
@@ -506,7 +509,8 @@ static void test_refused_writes_drop_their_payloads(void **state)
   enum { ONE = NBD_REQUEST_SIZE + PAGE };
   static uint8_t out[2 * ONE + NBD_REQUEST_SIZE];
   memset(out, 0xee, sizeof out);
-  put_request_flags(out, NBD_REQUEST_MAGIC, NBD_CMD_FLAG_DF, NBD_CMD_WRITE, 8, 3 * PAGE, PAGE);
+  put_request_flags(out, NBD_REQUEST_MAGIC, NBD_CMD_FLAG_DF, NBD_CMD_WRITE, 8, 3 * PAGE,
+                    PAGE);
   put_request(out + ONE, NBD_REQUEST_MAGIC, NBD_CMD_WRITE, 9, s.size, PAGE);
   put_request(out + 2 * ONE, NBD_REQUEST_MAGIC, NBD_CMD_READ, 10, 3 * PAGE, PAGE);
   assert_int_equal(write(fd, out, sizeof out), (ssize_t)sizeof out);
@@ -568,7 +572,8 @@ static void test_sigterm_answers_what_is_in_flight(void **state)
     }
     if (n != (ssize_t)sizeof reply)
       fail_msg("the connection ended after %u of the %u writes sent before SIGTERM were "
-               "answered", i, QD);
+               "answered",
+               i, QD);
     assert_int_equal(be32toh(reply.magic), NBD_SIMPLE_REPLY_MAGIC);
     assert_int_equal(be32toh(reply.error), 0);
     assert_true(reply.handle < QD && !answered[reply.handle]);
@@ -775,7 +780,8 @@ static void test_clients_that_pipeline_huge_reads_hold_bounded_memory(void **sta
   int hostile[HOSTILE];
   static uint8_t burst[256 * NBD_REQUEST_SIZE];
   for (unsigned i = 0; i < 256; i++)
-    put_request(burst + i * NBD_REQUEST_SIZE, NBD_REQUEST_MAGIC, NBD_CMD_READ, i, 0, HUGE_READ);
+    put_request(burst + i * NBD_REQUEST_SIZE, NBD_REQUEST_MAGIC, NBD_CMD_READ, i, 0,
+                HUGE_READ);
   for (unsigned h = 0; h < HOSTILE; h++) {
     hostile[h] = raw_client(&s);
     assert_int_equal(write(hostile[h], burst, sizeof burst), (ssize_t)sizeof burst);
@@ -791,8 +797,8 @@ static void test_clients_that_pipeline_huge_reads_hold_bounded_memory(void **sta
   }
   end_rss_watch(&w, &s);
   printf("resident memory %ld MiB before the hostile clients, at most %ld MiB with them "
-         "(bound: +%ld MiB)\n", w.base_kib >> 10, atomic_load(&w.peak_kib) >> 10,
-         RSS_GROWTH_BOUND_KIB >> 10);
+         "(bound: +%ld MiB)\n",
+         w.base_kib >> 10, atomic_load(&w.peak_kib) >> 10, RSS_GROWTH_BOUND_KIB >> 10);
   nbd_close(nbd);
   assert_stops_within(&s, 10000);
   assert_true(rp_test_file_has(s.log, "stopping, and the client has not read its replies"));
@@ -896,7 +902,8 @@ static void test_slow_handshakes_do_not_keep_a_client_out(void **state)
   if (!served) {
     print_log(s.log);
     fail_msg("no new client was let in for %lu ms while 64 clients trickled their "
-             "handshakes", waited);
+             "handshakes",
+             waited);
   }
   printf("a new client got a connection %lu ms after 64 slow handshakes took them all\n",
          waited);
@@ -996,15 +1003,20 @@ static void test_arguments_refused_with_a_reason(void **state)
 {
   (void)state;
   static const struct rp_test_refusal cases[] = {
-    { { "--unix", "/tmp/x.sock", "--depth", "lots", "size=1M", NULL }, "--depth 'lots': give a number" },
+    { { "--unix", "/tmp/x.sock", "--depth", "lots", "size=1M", NULL },
+      "--depth 'lots': give a number" },
     { { "size=1M", NULL }, "give one of --unix PATH or --tcp HOST:PORT" },
     { { "--unix", "/tmp/x.sock", "size=lots", NULL }, "size" },
     { { "--unix", "/tmp/x.sock", "colour=red", "size=1M", NULL }, "colour" },
-    { { "--unix", "/tmp/x.sock", "--frobnicate", NULL }, "unexpected argument '--frobnicate'" },
-    { { "--unix", "/tmp/x.sock", "mlock=maybe", "size=1M", NULL }, "mlock=maybe: give true or false" },
-    { { "--unix", "/tmp/x.sock", "standby=true", "size=1M", NULL }, "standby=true needs state=PATH" },
+    { { "--unix", "/tmp/x.sock", "--frobnicate", NULL },
+      "unexpected argument '--frobnicate'" },
+    { { "--unix", "/tmp/x.sock", "mlock=maybe", "size=1M", NULL },
+      "mlock=maybe: give true or false" },
+    { { "--unix", "/tmp/x.sock", "standby=true", "size=1M", NULL },
+      "standby=true needs state=PATH" },
     { { "--unix", "/tmp/x.sock", "--max-buffered", "1M", "size=1M", NULL }, "at least 32M" },
-    { { "--unix", "/tmp/x.sock", "--stall-timeout", "0", "size=1M", NULL }, "whole seconds from 1" },
+    { { "--unix", "/tmp/x.sock", "--stall-timeout", "0", "size=1M", NULL },
+      "whole seconds from 1" },
   };
   rp_test_expect_refusals(server_path(), cases, sizeof cases / sizeof cases[0]);
 }

@@ -75,13 +75,16 @@ static uint64_t rng(struct setup *s)
 static void start_servers(struct setup *s, unsigned n)
 {
   assert_int_equal(rp_test_tmpdir(s->dir, sizeof s->dir), 0);
-  assert_int_equal(rp_test_write_key(s->dir, "key", s->key_path, sizeof s->key_path, NULL), 0);
+  assert_int_equal(rp_test_write_key(s->dir, "key", s->key_path, sizeof s->key_path, NULL),
+                   0);
   s->n = n;
   for (unsigned i = 0; i < n; i++) {
     char psi[700];
     snprintf(psi, sizeof psi, "%s/psi-%u", s->dir, i);
-    assert_int_equal(rp_test_write_file(psi, "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"), 0);
-    const char *args[] = { "--memory", "160M", "--key", s->key_path, "--pressure-file", psi, NULL };
+    assert_int_equal(
+      rp_test_write_file(psi, "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"), 0);
+    const char *args[] = { "--memory",        "160M", "--key", s->key_path,
+                           "--pressure-file", psi,    NULL };
     assert_int_equal(rp_test_server_start(&s->servers[i], s->dir, args), 0);
   }
 }
@@ -101,7 +104,8 @@ static bool log_has_error(const char *path)
 
 /* nbdkit binds its socket before the plugin's after_fork starts the engine, so a socket
  * can exist on a server that is about to refuse to start: never block on it. */
-static int connect_with_deadline(struct nbd_handle *nbd, const char *sock, unsigned timeout_ms)
+static int connect_with_deadline(struct nbd_handle *nbd, const char *sock,
+                                 unsigned timeout_ms)
 {
   if (nbd_aio_connect_unix(nbd, sock) < 0)
     return -1;
@@ -321,8 +325,8 @@ static void test_parity_log_through_nbdkit_survives_a_kill(void **state)
   start_servers(&s, 5);
   char servers[512], keyp[700], tmp[700];
   cluster_params(&s, servers, keyp, tmp);
-  const char *params[] = { "size=256M", servers, keyp, tmp, "redundancy=parity-log",
-                           "lease=1", "timeout=1000", NULL };
+  const char *params[] = { "size=256M", servers,        keyp, tmp, "redundancy=parity-log",
+                           "lease=1",   "timeout=1000", NULL };
   if (start_nbdkit(&s, params) < 0) {
     print_log(s.log);
     fail_msg("nbdkit exited at start-up");
@@ -345,8 +349,8 @@ static void test_write_through_through_nbdkit_survives_losing_all_servers(void *
   start_servers(&s, 3);
   char servers[512], keyp[700], tmp[700];
   cluster_params(&s, servers, keyp, tmp);
-  const char *params[] = { "size=32M", servers, keyp, tmp, "redundancy=write-through",
-                           "lease=1", "timeout=1000", NULL };
+  const char *params[] = { "size=32M", servers,        keyp, tmp, "redundancy=write-through",
+                           "lease=1",  "timeout=1000", NULL };
   assert_int_equal(start_nbdkit(&s, params), 0);
   size_t buflen = 128 * 1024;
   uint8_t *buf = malloc(buflen);
@@ -432,8 +436,8 @@ static void test_concurrent_sub_page_writes_over_several_connections(void **stat
   struct subpage_writer writers[SUBPAGE_CONNECTIONS];
   for (unsigned i = 0; i < SUBPAGE_CONNECTIONS; i++) {
     writers[i] = (struct subpage_writer){ .sock = s.sock, .index = i };
-    assert_int_equal(pthread_create(&writers[i].thread, NULL, subpage_writer_main,
-                                    &writers[i]), 0);
+    assert_int_equal(
+      pthread_create(&writers[i].thread, NULL, subpage_writer_main, &writers[i]), 0);
   }
   for (unsigned i = 0; i < SUBPAGE_CONNECTIONS; i++) {
     pthread_join(writers[i].thread, NULL);
@@ -456,8 +460,9 @@ static void test_concurrent_sub_page_writes_over_several_connections(void **stat
     }
   }
   print_message("%u connections writing %u-byte chunks of the same %u pages: %llu of %u "
-                "chunks lost their last update\n", SUBPAGE_CONNECTIONS, SUBPAGE_CHUNK,
-                SUBPAGE_PAGES, (unsigned long long)lost, SUBPAGE_CONNECTIONS * SUBPAGE_PAGES);
+                "chunks lost their last update\n",
+                SUBPAGE_CONNECTIONS, SUBPAGE_CHUNK, SUBPAGE_PAGES, (unsigned long long)lost,
+                SUBPAGE_CONNECTIONS * SUBPAGE_PAGES);
   stop_all(&s);
   assert_int_equal(lost, 0);
 }
@@ -505,7 +510,7 @@ static void test_standby_nbdkits_take_over_killed_ones_in_turn(void **state)
   cluster_params(&s, servers, keyp, tmp);
   snprintf(statep, sizeof statep, "state=%s/state", s.dir);
   const char *params[] = { "size=64M", servers, keyp, tmp, "redundancy=parity-log",
-                           statep, NULL, NULL };
+                           statep,     NULL,    NULL };
   if (start_nbdkit(&s, params) < 0) {
     print_log(s.log);
     fail_msg("nbdkit exited at start-up");
@@ -548,7 +553,7 @@ static void test_standby_nbdkits_take_over_killed_ones_in_turn(void **state)
     serve_from(&s, standby[taker], sock[taker], log[taker]);
     standby[taker] = 0;
     verify_device(&s, buf, buflen);
-    print_log(log[taker]); /* how long the takeover took */
+    print_log(log[taker]);                /* how long the takeover took */
     workload(&s, 16u << 20, buf, buflen); /* and it serves on */
     verify_device(&s, buf, buflen);
   }

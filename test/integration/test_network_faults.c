@@ -109,9 +109,9 @@ static void read_everything(struct run *r)
 static void check_nothing_failed(const struct run *r, const char *fault)
 {
   print_message("%s: %llu writes, %llu reads, %llu failed, %llu wrong, longest request "
-                "%.0f ms\n", fault, (unsigned long long)r->writes,
-                (unsigned long long)r->reads, (unsigned long long)r->failed,
-                (unsigned long long)r->wrong, r->longest_ms);
+                "%.0f ms\n",
+                fault, (unsigned long long)r->writes, (unsigned long long)r->reads,
+                (unsigned long long)r->failed, (unsigned long long)r->wrong, r->longest_ms);
   assert_int_equal(r->wrong, 0);
   assert_int_equal(r->failed, 0);
 }
@@ -132,8 +132,8 @@ static void start(struct rp_test_cluster *c, struct run *r, const char *lease)
   if (!netns_usable())
     skip();
   assert_int_equal(rp_test_cluster_start_netns(c, 5, "64M"), 0);
-  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease", lease,
-                          "timeout", "1000", NULL };
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease",
+                          lease,        "timeout",    "1000",  NULL };
   memset(r, 0, sizeof *r);
   r->engine = rp_test_engine_open(c, PAGES, extra);
   r->shadow = calloc(PAGES, PAGE);
@@ -164,7 +164,8 @@ static enum rampart_server_health server_state(struct run *r, unsigned i)
 }
 
 /* Waits up to ms for server i to reach state, doing verified I/O meanwhile. */
-static bool wait_state(struct run *r, unsigned i, enum rampart_server_health want, unsigned ms)
+static bool wait_state(struct run *r, unsigned i, enum rampart_server_health want,
+                       unsigned ms)
 {
   double end = now_ms() + ms;
   while (now_ms() < end) {

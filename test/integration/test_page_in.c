@@ -41,8 +41,9 @@ static void on_done(struct rampart_io *io, int result)
 /* One request at a time, waited for in rampart_reap, as a QD1 page-in is. */
 static int qd1(struct rampart_engine *e, enum rampart_op op, uint64_t page, uint8_t *buf)
 {
-  struct one_io o = { .io = { .op = op, .offset = page * PAGE, .length = PAGE, .buf = buf,
-                              .done = on_done } };
+  struct one_io o = {
+    .io = { .op = op, .offset = page * PAGE, .length = PAGE, .buf = buf, .done = on_done }
+  };
   o.io.user = &o;
   rp_hop(RP_HOP_FRONTEND_IN);
   rampart_submit(e, &o.io);
@@ -87,8 +88,8 @@ static double cpu_ms(pid_t pid)
   assert_non_null(p);
   unsigned long utime = 0, stime = 0;
   /* fields 14 and 15; p points at the end of field 2 */
-  assert_int_equal(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
-                          &utime, &stime), 2);
+  assert_int_equal(
+    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime), 2);
   return (double)(utime + stime) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
 }
 
@@ -121,7 +122,8 @@ static void test_spinning_reaper_and_servers_read_back_and_idle(void **state)
   for (unsigned k = 0; k < 10; k++)
     rampart_reap(e);
   double self = thread_cpu_ms() - self0;
-  print_message("10 reaps with nothing out: %.2f ms of this thread's CPU (a spin: 20)\n", self);
+  print_message("10 reaps with nothing out: %.2f ms of this thread's CPU (a spin: 20)\n",
+                self);
   assert_true(self < 10);
   for (unsigned i = 0; i < 3; i++) {
     double used = cpu_ms(c.servers[i].pid) - server0[i];

@@ -44,8 +44,9 @@
  * hits); the fault transport set with no rules. extra: more settings, or NULL. */
 static void rig_start(struct rig *r, const char *redundancy, const char *const *extra)
 {
-  static const char *const base[] = { "lease", "3", "timeout", "2000", "rebalance", "0",
-                                      NULL };
+  static const char *const base[] = {
+    "lease", "3", "timeout", "2000", "rebalance", "0", NULL
+  };
   rig_open(r, base, redundancy, extra, PAGES, 97);
 }
 
@@ -124,9 +125,13 @@ static void test_mirror_refused_copy_then_the_other_copy_lost(void **state)
   (void)state;
   struct rig r;
   rig_start(&r, "mirror", NULL);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 2, .op = RP_OP_WRITE, .skip = 1, .count = 6, .fault = RP_TEST_FAULT_FAIL,
-    .status = RP_ERR_INTERNAL });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 2,
+                                           .op = RP_OP_WRITE,
+                                           .skip = 1,
+                                           .count = 6,
+                                           .fault = RP_TEST_FAULT_FAIL,
+                                           .status = RP_ERR_INTERNAL });
   rp_test_device_workload(&r.dev, 40, 100, 0);
   print_message("mirror, refused copies: %u hit\n", rp_test_faults_hits(r.faults, rule));
   assert_int_equal(rp_test_faults_hits(r.faults, rule), 6);
@@ -143,9 +148,12 @@ static void test_mirror_lost_copy_replies_then_the_other_copy_lost(void **state)
   (void)state;
   struct rig r;
   rig_start(&r, "mirror", NULL);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 2, .op = RP_OP_WRITE, .skip = 1, .count = 5,
-    .fault = RP_TEST_FAULT_LOSE_REPLY });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 2,
+                                           .op = RP_OP_WRITE,
+                                           .skip = 1,
+                                           .count = 5,
+                                           .fault = RP_TEST_FAULT_LOSE_REPLY });
   rp_test_device_workload(&r.dev, 40, 100, 0);
   print_message("mirror, lost copy replies: %u hit\n", rp_test_faults_hits(r.faults, rule));
   assert_int_equal(rp_test_faults_hits(r.faults, rule), 5);
@@ -164,8 +172,11 @@ static void test_parity_log_refusal_burst_then_another_server_lost(void **state)
   (void)state;
   struct rig r;
   rig_start(&r, "parity-log", NULL);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 1, .op = RP_OP_WRITE, .fault = RP_TEST_FAULT_FAIL, .status = RP_ERR_INTERNAL });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 1,
+                                           .op = RP_OP_WRITE,
+                                           .fault = RP_TEST_FAULT_FAIL,
+                                           .status = RP_ERR_INTERNAL });
   rp_test_device_workload(&r.dev, 20, 100, 0);
   rp_test_faults_clear(r.faults);
   print_message("refusal burst: %u writes refused\n", rp_test_faults_hits(r.faults, rule));
@@ -184,8 +195,11 @@ static void test_parity_log_refusal_burst_then_another_server_lost_at_once(void 
   (void)state;
   struct rig r;
   rig_start(&r, "parity-log", NULL);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 1, .op = RP_OP_WRITE, .fault = RP_TEST_FAULT_FAIL, .status = RP_ERR_INTERNAL });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 1,
+                                           .op = RP_OP_WRITE,
+                                           .fault = RP_TEST_FAULT_FAIL,
+                                           .status = RP_ERR_INTERNAL });
   rp_test_device_workload(&r.dev, 20, 100, 0);
   rp_test_faults_clear(r.faults);
   struct rampart_stats st;
@@ -211,14 +225,19 @@ static void test_a_degraded_reads_piece_unanswered(void **state)
   wait_settled(&r, 10);
   assert_true(rp_test_server_kill(&r.cluster.servers[0]) != -1);
   rp_test_device_wait_noticed(&r.dev, 0, 10);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 2, .op = RP_OP_READ, .skip = 5, .count = 3, .fault = RP_TEST_FAULT_TIMEOUT,
-    .hold_ms = 200 });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 2,
+                                           .op = RP_OP_READ,
+                                           .skip = 5,
+                                           .count = 3,
+                                           .fault = RP_TEST_FAULT_TIMEOUT,
+                                           .hold_ms = 200 });
   uint64_t eio = rp_test_device_verify(&r.dev, true);
   struct rampart_stats st;
   rp_test_device_stats(&r.dev, &st);
   print_message("degraded reads, piece unanswered: %u hit, %llu pages EIO, %llu degraded "
-                "reads\n", rp_test_faults_hits(r.faults, rule), (unsigned long long)eio,
+                "reads\n",
+                rp_test_faults_hits(r.faults, rule), (unsigned long long)eio,
                 (unsigned long long)st.pages_degraded_reads);
   assert_int_equal(rp_test_faults_hits(r.faults, rule), 3);
   assert_true(st.pages_degraded_reads >= 1);
@@ -241,15 +260,18 @@ static void test_a_rebuild_whose_write_replies_are_lost(void **state)
   wait_settled(&r, 10);
   assert_true(rp_test_server_kill(&r.cluster.servers[4]) != -1);
   rp_test_device_wait_noticed(&r.dev, 4, 10);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 1, .op = RP_OP_WRITE, .skip = 3, .count = 4,
-    .fault = RP_TEST_FAULT_LOSE_REPLY });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 1,
+                                           .op = RP_OP_WRITE,
+                                           .skip = 3,
+                                           .count = 4,
+                                           .fault = RP_TEST_FAULT_LOSE_REPLY });
   rp_test_device_wait_rebuilt(&r.dev, 40);
   struct rampart_stats st;
   rp_test_device_stats(&r.dev, &st);
   print_message("rebuild, lost write replies: %u hit, %llu pages rebuilt, %llu lost\n",
-                rp_test_faults_hits(r.faults, rule), (unsigned long long)st.rebuild_pages_done,
-                (unsigned long long)st.pages_lost);
+                rp_test_faults_hits(r.faults, rule),
+                (unsigned long long)st.rebuild_pages_done, (unsigned long long)st.pages_lost);
   assert_int_equal(rp_test_faults_hits(r.faults, rule), 4);
   assert_int_equal(st.pages_lost, 0);
   assert_int_equal(rp_test_device_verify(&r.dev, false), 0);
@@ -269,17 +291,21 @@ static void test_a_rebuild_whose_piece_reads_are_refused(void **state)
   struct rig r;
   rig_start(&r, "parity-log", NULL);
   wait_settled(&r, 10);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 2, .op = RP_OP_READ, .skip = 5, .count = 3, .fault = RP_TEST_FAULT_FAIL,
-    .status = RP_ERR_INTERNAL });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 2,
+                                           .op = RP_OP_READ,
+                                           .skip = 5,
+                                           .count = 3,
+                                           .fault = RP_TEST_FAULT_FAIL,
+                                           .status = RP_ERR_INTERNAL });
   assert_true(rp_test_server_kill(&r.cluster.servers[4]) != -1);
   rp_test_device_wait_noticed(&r.dev, 4, 10);
   rp_test_device_wait_rebuilt(&r.dev, 40);
   struct rampart_stats st;
   rp_test_device_stats(&r.dev, &st);
   print_message("rebuild, refused piece reads: %u hit, %llu pages rebuilt, %llu lost\n",
-                rp_test_faults_hits(r.faults, rule), (unsigned long long)st.rebuild_pages_done,
-                (unsigned long long)st.pages_lost);
+                rp_test_faults_hits(r.faults, rule),
+                (unsigned long long)st.rebuild_pages_done, (unsigned long long)st.pages_lost);
   assert_int_equal(rp_test_faults_hits(r.faults, rule), 3);
   assert_int_equal(st.pages_lost, 0);
   assert_int_equal(rp_test_device_verify(&r.dev, false), 0);
@@ -297,8 +323,11 @@ static void test_write_through_refused_members_then_a_server_lost(void **state)
   (void)state;
   struct rig r;
   rig_start(&r, "write-through", NULL);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 1, .op = RP_OP_WRITE, .fault = RP_TEST_FAULT_FAIL, .status = RP_ERR_INTERNAL });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 1,
+                                           .op = RP_OP_WRITE,
+                                           .fault = RP_TEST_FAULT_FAIL,
+                                           .status = RP_ERR_INTERNAL });
   rp_test_device_workload(&r.dev, 20, 100, 0);
   rp_test_faults_clear(r.faults);
   print_message("write-through, refused members: %u hit\n",
@@ -322,12 +351,20 @@ static void test_requests_arriving_1500_ms_late(void **state)
   struct rig r;
   const char *extra[] = { "timeout", "1000", "io-timeout", "1000", NULL };
   rig_start(&r, "parity-log", extra);
-  unsigned writes = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 3, .op = RP_OP_WRITE, .skip = 10, .count = 6, .fault = RP_TEST_FAULT_DELAY,
-    .hold_ms = 1500 });
-  unsigned frees = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 3, .op = RP_OP_FREE, .skip = 2, .count = 6, .fault = RP_TEST_FAULT_DELAY,
-    .hold_ms = 1500 });
+  unsigned writes = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 3,
+                                           .op = RP_OP_WRITE,
+                                           .skip = 10,
+                                           .count = 6,
+                                           .fault = RP_TEST_FAULT_DELAY,
+                                           .hold_ms = 1500 });
+  unsigned frees = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 3,
+                                           .op = RP_OP_FREE,
+                                           .skip = 2,
+                                           .count = 6,
+                                           .fault = RP_TEST_FAULT_DELAY,
+                                           .hold_ms = 1500 });
   rp_test_device_workload(&r.dev, 120, 100, 20);
   print_message("late requests: %u writes, %u FREEs\n", rp_test_faults_hits(r.faults, writes),
                 rp_test_faults_hits(r.faults, frees));
@@ -374,8 +411,10 @@ static void probe_owners(struct rig *r, int *owner)
 {
   unsigned rules[5], seen[5] = { 0 };
   for (unsigned s = 0; s < 5; s++)
-    rules[s] = rp_test_faults_add(r->faults, (struct rp_test_fault_rule){
-      .server = (int)s, .op = RP_OP_READ, .fault = RP_TEST_FAULT_DELAY, .hold_ms = 0 });
+    rules[s] = rp_test_faults_add(
+      r->faults,
+      (struct rp_test_fault_rule){
+        .server = (int)s, .op = RP_OP_READ, .fault = RP_TEST_FAULT_DELAY, .hold_ms = 0 });
   uint8_t *buf = malloc(PAGE);
   for (uint64_t p = 0; p < PAGES; p++) {
     assert_int_equal(rampart_pread(r->dev.engine, buf, PAGE, p * PAGE), 0);
@@ -430,9 +469,12 @@ static unsigned degraded_reads_with_a_piece_refused(const char *redundancy)
     if (owner[p] != 0)
       continue;
     wait_others_up(&r, 0, 10);
-    unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-      .server = -1, .op = RP_OP_READ, .count = 1, .fault = RP_TEST_FAULT_FAIL,
-      .status = RP_ERR_INTERNAL });
+    unsigned rule = rp_test_faults_add(
+      r.faults, (struct rp_test_fault_rule){ .server = -1,
+                                             .op = RP_OP_READ,
+                                             .count = 1,
+                                             .fault = RP_TEST_FAULT_FAIL,
+                                             .status = RP_ERR_INTERNAL });
     int rc = rampart_pread(r.dev.engine, buf, PAGE, p * PAGE);
     assert_int_equal(rp_test_faults_hits(r.faults, rule), 1);
     tried++;
@@ -455,7 +497,8 @@ static unsigned degraded_reads_with_a_piece_refused(const char *redundancy)
   rp_test_device_stats(&r.dev, &st);
   print_message("%s, degraded reads with one piece refused each: %u of %u reads EIO (%u "
                 "still EIO on a second read); %llu degraded reads, %llu read errors\n",
-                redundancy, eio, tried, eio_again, (unsigned long long)st.pages_degraded_reads,
+                redundancy, eio, tried, eio_again,
+                (unsigned long long)st.pages_degraded_reads,
                 (unsigned long long)st.read_errors);
   assert_int_equal(tried, 4);
   assert_int_equal(eio_again, 0); /* the page was there all along */
@@ -499,8 +542,10 @@ static void test_a_degraded_reads_piece_corrupt_is_never_wrong(void **state)
   for (uint64_t p = 0; p < PAGES && tried < 3; p++) {
     if (owner[p] != 0)
       continue;
-    unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-      .server = 2, .op = RP_OP_READ, .count = 1, .fault = RP_TEST_FAULT_CORRUPT });
+    unsigned rule = rp_test_faults_add(
+      r.faults,
+      (struct rp_test_fault_rule){
+        .server = 2, .op = RP_OP_READ, .count = 1, .fault = RP_TEST_FAULT_CORRUPT });
     int rc = rampart_pread(r.dev.engine, buf, PAGE, p * PAGE);
     assert_int_equal(rp_test_faults_hits(r.faults, rule), 1);
     tried++;
@@ -517,8 +562,9 @@ static void test_a_degraded_reads_piece_corrupt_is_never_wrong(void **state)
   struct rampart_stats st;
   rp_test_device_stats(&r.dev, &st);
   print_message("degraded reads, one piece corrupt each: %u of %u reads EIO; %llu copies "
-                "failed verification, %llu pages lost\n", eio, tried,
-                (unsigned long long)st.integrity_failures, (unsigned long long)st.pages_lost);
+                "failed verification, %llu pages lost\n",
+                eio, tried, (unsigned long long)st.integrity_failures,
+                (unsigned long long)st.pages_lost);
   assert_int_equal(tried, 3);
   assert_int_equal(st.pages_lost, 0);
   expect_rebuilt_then_rejoined(&r, 0, false);
@@ -540,9 +586,12 @@ static void test_mirror_both_copies_of_a_page_refused(void **state)
   wait_settled(&r, 10);
   for (unsigned k = 0; k < 8; k++) {
     wait_settled(&r, 20);
-    unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-      .server = -1, .op = RP_OP_WRITE, .count = 2, .fault = RP_TEST_FAULT_FAIL,
-      .status = RP_ERR_INTERNAL });
+    unsigned rule = rp_test_faults_add(
+      r.faults, (struct rp_test_fault_rule){ .server = -1,
+                                             .op = RP_OP_WRITE,
+                                             .count = 2,
+                                             .fault = RP_TEST_FAULT_FAIL,
+                                             .status = RP_ERR_INTERNAL });
     rp_test_device_fill(&r.dev, 37u * k + 5u, 1);
     assert_int_equal(rp_test_faults_hits(r.faults, rule), 2);
   }
@@ -566,8 +615,9 @@ static void test_mirror_corrupt_copy_then_its_server_emptied_then_another_lost(v
   struct rig r;
   rig_start(&r, "mirror", NULL);
   wait_settled(&r, 10);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 2, .op = RP_OP_READ, .count = 1, .fault = RP_TEST_FAULT_CORRUPT });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){
+                .server = 2, .op = RP_OP_READ, .count = 1, .fault = RP_TEST_FAULT_CORRUPT });
   assert_int_equal(rp_test_device_verify(&r.dev, false), 0);
   assert_int_equal(rp_test_faults_hits(r.faults, rule), 1);
   static struct rampart_stats st;
@@ -583,8 +633,8 @@ static void test_mirror_corrupt_copy_then_its_server_emptied_then_another_lost(v
     usleep(100000);
   }
   print_message("mirror, corrupt copy: %llu failed verification, server 2 suspect %d, "
-                "%llu pages evacuated\n", (unsigned long long)st.integrity_failures,
-                st.servers[2].suspect,
+                "%llu pages evacuated\n",
+                (unsigned long long)st.integrity_failures, st.servers[2].suspect,
                 (unsigned long long)st.moves_by_reason[RAMPART_MOVE_EVACUATE]);
   assert_int_equal(st.integrity_failures, 1);
   assert_true(st.servers[2].suspect);
@@ -614,9 +664,11 @@ static void test_a_parity_held_past_io_timeout_while_a_member_server_dies(void *
   wait_settled(&r, 10);
   unsigned rules[5];
   for (unsigned s = 0; s < 5; s++)
-    rules[s] = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-      .server = (int)s, .op = RP_OP_WRITE, .fault = RP_TEST_FAULT_DELAY,
-      .hold_ms = s == 3 ? 1200 : 0 });
+    rules[s] = rp_test_faults_add(
+      r.faults, (struct rp_test_fault_rule){ .server = (int)s,
+                                             .op = RP_OP_WRITE,
+                                             .fault = RP_TEST_FAULT_DELAY,
+                                             .hold_ms = s == 3 ? 1200 : 0 });
   bool held = false;
   uint64_t p = 0, sealed_at = 0;
   for (; p < 128 && !held; p++) {
@@ -648,8 +700,9 @@ static void test_a_parity_held_past_io_timeout_while_a_member_server_dies(void *
   struct rampart_stats st;
   rp_test_device_stats(&r.dev, &st);
   print_message("parity held 1200 ms: group sealed by page %llu, its pages read %llu ms "
-                "after, server 1 killed; %llu degraded reads\n", (unsigned long long)(p - 1),
-                (unsigned long long)read_ms, (unsigned long long)st.pages_degraded_reads);
+                "after, server 1 killed; %llu degraded reads\n",
+                (unsigned long long)(p - 1), (unsigned long long)read_ms,
+                (unsigned long long)st.pages_degraded_reads);
   expect_rebuilt_then_rejoined(&r, 1, true);
   rig_stop(&r);
 }
@@ -683,9 +736,13 @@ static void test_a_server_stalled_while_another_refuses_writes(void **state)
   const char *extra[] = { "timeout", "1000", NULL };
   rig_start(&r, "parity-log", extra);
   wait_settled(&r, 10);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 3, .op = RP_OP_WRITE, .skip = 5, .count = 10, .fault = RP_TEST_FAULT_FAIL,
-    .status = RP_ERR_INTERNAL });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 3,
+                                           .op = RP_OP_WRITE,
+                                           .skip = 5,
+                                           .count = 10,
+                                           .fault = RP_TEST_FAULT_FAIL,
+                                           .status = RP_ERR_INTERNAL });
   struct pause_arg pa = { .server = &r.cluster.servers[1], .ms = 1800 };
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, pause_for, &pa), 0);
@@ -696,8 +753,9 @@ static void test_a_server_stalled_while_another_refuses_writes(void **state)
   struct rampart_stats st;
   rp_test_device_stats(&r.dev, &st);
   print_message("stall + refusals: %u writes refused, %llu sessions resumed, %llu requests "
-                "sent again, %llu degraded reads\n", rp_test_faults_hits(r.faults, rule),
-                (unsigned long long)st.resumes, (unsigned long long)st.requests_replayed,
+                "sent again, %llu degraded reads\n",
+                rp_test_faults_hits(r.faults, rule), (unsigned long long)st.resumes,
+                (unsigned long long)st.requests_replayed,
                 (unsigned long long)st.pages_degraded_reads);
   assert_int_equal(rp_test_faults_hits(r.faults, rule), 10);
   assert_true(st.resumes >= 2); /* server 1 after its stall, server 3 after a refusal */
@@ -719,8 +777,11 @@ static void test_refused_frees_cost_nothing(void **state)
   (void)state;
   struct rig r;
   rig_start(&r, "parity-log", NULL);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 0, .op = RP_OP_FREE, .fault = RP_TEST_FAULT_FAIL, .status = RP_ERR_INTERNAL });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 0,
+                                           .op = RP_OP_FREE,
+                                           .fault = RP_TEST_FAULT_FAIL,
+                                           .status = RP_ERR_INTERNAL });
   rp_test_device_workload(&r.dev, 120, 100, 20);
   rp_test_device_workload(&r.dev, 40, 50, 10);
   struct rampart_stats st;
@@ -747,9 +808,12 @@ static void test_write_through_lost_member_replies_then_that_server_lost(void **
   (void)state;
   struct rig r;
   rig_start(&r, "write-through", NULL);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 1, .op = RP_OP_WRITE, .skip = 3, .count = 8,
-    .fault = RP_TEST_FAULT_LOSE_REPLY });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 1,
+                                           .op = RP_OP_WRITE,
+                                           .skip = 3,
+                                           .count = 8,
+                                           .fault = RP_TEST_FAULT_LOSE_REPLY });
   rp_test_device_workload(&r.dev, 40, 100, 0);
   print_message("write-through, lost member replies: %u hit\n",
                 rp_test_faults_hits(r.faults, rule));

@@ -53,9 +53,13 @@ static void test_refused_writes_are_placed_again(void **state)
   (void)state;
   struct rig r;
   rig_start(&r, "parity-log", NULL);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 2, .op = RP_OP_WRITE, .skip = 3, .count = 4, .fault = RP_TEST_FAULT_FAIL,
-    .status = RP_ERR_INTERNAL });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 2,
+                                           .op = RP_OP_WRITE,
+                                           .skip = 3,
+                                           .count = 4,
+                                           .fault = RP_TEST_FAULT_FAIL,
+                                           .status = RP_ERR_INTERNAL });
   rp_test_device_workload(&r.dev, 40, 100, 0);
   print_message("refused writes: %u hit\n", rp_test_faults_hits(r.faults, rule));
   assert_int_equal(rp_test_faults_hits(r.faults, rule), 4);
@@ -70,14 +74,19 @@ static void test_unanswered_writes_are_sent_again(void **state)
   (void)state;
   struct rig r;
   rig_start(&r, "parity-log", NULL);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 1, .op = RP_OP_WRITE, .skip = 5, .count = 3, .fault = RP_TEST_FAULT_TIMEOUT,
-    .hold_ms = 50 });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 1,
+                                           .op = RP_OP_WRITE,
+                                           .skip = 5,
+                                           .count = 3,
+                                           .fault = RP_TEST_FAULT_TIMEOUT,
+                                           .hold_ms = 50 });
   rp_test_device_workload(&r.dev, 40, 100, 0);
   struct rampart_stats st;
   rp_test_device_stats(&r.dev, &st);
   print_message("unanswered writes: %u hit; %llu sessions resumed, %llu requests sent "
-                "again\n", rp_test_faults_hits(r.faults, rule), (unsigned long long)st.resumes,
+                "again\n",
+                rp_test_faults_hits(r.faults, rule), (unsigned long long)st.resumes,
                 (unsigned long long)st.requests_replayed);
   assert_int_equal(rp_test_faults_hits(r.faults, rule), 3);
   assert_true(st.resumes >= 1);
@@ -92,9 +101,12 @@ static void test_a_write_whose_reply_is_lost_is_sent_again(void **state)
   (void)state;
   struct rig r;
   rig_start(&r, "mirror", NULL);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 3, .op = RP_OP_WRITE, .skip = 2, .count = 2,
-    .fault = RP_TEST_FAULT_LOSE_REPLY });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 3,
+                                           .op = RP_OP_WRITE,
+                                           .skip = 2,
+                                           .count = 2,
+                                           .fault = RP_TEST_FAULT_LOSE_REPLY });
   rp_test_device_workload(&r.dev, 40, 100, 0);
   assert_int_equal(rp_test_faults_hits(r.faults, rule), 2);
   expect_every_page(&r);
@@ -108,8 +120,10 @@ static void test_a_free_whose_reply_is_lost_never_frees_a_later_page(void **stat
   (void)state;
   struct rig r;
   rig_start(&r, "parity-log", NULL);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 0, .op = RP_OP_FREE, .count = 3, .fault = RP_TEST_FAULT_LOSE_REPLY });
+  unsigned rule = rp_test_faults_add(
+    r.faults,
+    (struct rp_test_fault_rule){
+      .server = 0, .op = RP_OP_FREE, .count = 3, .fault = RP_TEST_FAULT_LOSE_REPLY });
   rp_test_device_workload(&r.dev, 120, 100, 20); /* overwrites and trims: frees */
   print_message("lost FREE replies: %u hit\n", rp_test_faults_hits(r.faults, rule));
   assert_true(rp_test_faults_hits(r.faults, rule) >= 1);
@@ -127,9 +141,13 @@ static void test_refused_writes_then_another_server_lost_lose_nothing(void **sta
   (void)state;
   struct rig r;
   rig_start(&r, "parity-log", NULL);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 2, .op = RP_OP_WRITE, .skip = 40, .count = 30, .fault = RP_TEST_FAULT_FAIL,
-    .status = RP_ERR_INTERNAL });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 2,
+                                           .op = RP_OP_WRITE,
+                                           .skip = 40,
+                                           .count = 30,
+                                           .fault = RP_TEST_FAULT_FAIL,
+                                           .status = RP_ERR_INTERNAL });
   /* Every page once more, and no overwrite after: the groups the refusals left are the
    * ones the loss then needs. */
   rp_test_device_fill(&r.dev, 0, PAGES);
@@ -142,7 +160,8 @@ static void test_refused_writes_then_another_server_lost_lose_nothing(void **sta
   struct rampart_stats st;
   rp_test_device_stats(&r.dev, &st);
   print_message("30 writes refused, then a server lost: %llu pages EIO, %llu lost, %llu "
-                "degraded reads\n", (unsigned long long)eio, (unsigned long long)st.pages_lost,
+                "degraded reads\n",
+                (unsigned long long)eio, (unsigned long long)st.pages_lost,
                 (unsigned long long)st.pages_degraded_reads);
   assert_int_equal(eio, 0);
   assert_int_equal(st.pages_lost, 0);
@@ -157,9 +176,12 @@ static void test_mirror_copies_whose_replies_were_lost_then_their_server_lost(vo
   (void)state;
   struct rig r;
   rig_start(&r, "mirror", NULL);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 1, .op = RP_OP_WRITE, .skip = 3, .count = 6,
-    .fault = RP_TEST_FAULT_LOSE_REPLY });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 1,
+                                           .op = RP_OP_WRITE,
+                                           .skip = 3,
+                                           .count = 6,
+                                           .fault = RP_TEST_FAULT_LOSE_REPLY });
   rp_test_device_workload(&r.dev, 40, 100, 0);
   assert_int_equal(rp_test_faults_hits(r.faults, rule), 6);
   wait_settled(&r, 30);
@@ -181,9 +203,13 @@ static void test_write_through_refused_members_then_their_server_lost(void **sta
   (void)state;
   struct rig r;
   rig_start(&r, "write-through", NULL);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 0, .op = RP_OP_WRITE, .skip = 2, .count = 8, .fault = RP_TEST_FAULT_FAIL,
-    .status = RP_ERR_INTERNAL });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 0,
+                                           .op = RP_OP_WRITE,
+                                           .skip = 2,
+                                           .count = 8,
+                                           .fault = RP_TEST_FAULT_FAIL,
+                                           .status = RP_ERR_INTERNAL });
   rp_test_device_workload(&r.dev, 40, 100, 0);
   assert_int_equal(rp_test_faults_hits(r.faults, rule), 8);
   wait_settled(&r, 30);
@@ -203,13 +229,15 @@ static void test_a_corrupt_read_is_rebuilt_from_its_group(void **state)
   (void)state;
   struct rig r;
   rig_start(&r, "parity-log", NULL);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 4, .op = RP_OP_READ, .count = 1, .fault = RP_TEST_FAULT_CORRUPT });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){
+                .server = 4, .op = RP_OP_READ, .count = 1, .fault = RP_TEST_FAULT_CORRUPT });
   assert_int_equal(rp_test_device_verify(&r.dev, false), 0);
   struct rampart_stats st;
   rp_test_device_stats(&r.dev, &st);
   print_message("corrupt read: %u hit; %llu copies failed verification, %llu degraded "
-                "reads\n", rp_test_faults_hits(r.faults, rule),
+                "reads\n",
+                rp_test_faults_hits(r.faults, rule),
                 (unsigned long long)st.integrity_failures,
                 (unsigned long long)st.pages_degraded_reads);
   assert_int_equal(rp_test_faults_hits(r.faults, rule), 1);
@@ -226,9 +254,13 @@ static void test_a_refused_read_is_rebuilt_from_its_group(void **state)
   (void)state;
   struct rig r;
   rig_start(&r, "parity-log", NULL);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 0, .op = RP_OP_READ, .skip = 10, .count = 2, .fault = RP_TEST_FAULT_FAIL,
-    .status = RP_ERR_INTERNAL });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 0,
+                                           .op = RP_OP_READ,
+                                           .skip = 10,
+                                           .count = 2,
+                                           .fault = RP_TEST_FAULT_FAIL,
+                                           .status = RP_ERR_INTERNAL });
   assert_int_equal(rp_test_device_verify(&r.dev, false), 0);
   assert_int_equal(rp_test_faults_hits(r.faults, rule), 2);
   expect_every_page(&r);
@@ -243,13 +275,18 @@ static void test_a_corrupt_copy_with_a_piece_of_its_group_refused_is_never_wrong
   (void)state;
   struct rig r;
   rig_start(&r, "parity-log", NULL);
-  unsigned corrupt = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 2, .op = RP_OP_READ, .count = 1, .fault = RP_TEST_FAULT_CORRUPT });
-  unsigned refused = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 3, .op = RP_OP_READ, .fault = RP_TEST_FAULT_FAIL, .status = RP_ERR_INTERNAL });
+  unsigned corrupt = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){
+                .server = 2, .op = RP_OP_READ, .count = 1, .fault = RP_TEST_FAULT_CORRUPT });
+  unsigned refused = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 3,
+                                           .op = RP_OP_READ,
+                                           .fault = RP_TEST_FAULT_FAIL,
+                                           .status = RP_ERR_INTERNAL });
   uint64_t eio = rp_test_device_verify(&r.dev, true);
   print_message("corrupt copy, piece refused: %u corrupt, %u refused; %llu of %u pages "
-                "EIO\n", rp_test_faults_hits(r.faults, corrupt),
+                "EIO\n",
+                rp_test_faults_hits(r.faults, corrupt),
                 rp_test_faults_hits(r.faults, refused), (unsigned long long)eio, PAGES);
   assert_int_equal(rp_test_faults_hits(r.faults, corrupt), 1);
   assert_true(rp_test_faults_hits(r.faults, refused) >= 1);
@@ -301,11 +338,17 @@ static void test_a_read_meeting_a_late_write_of_its_page_waits_for_it(void **sta
   memcpy(old, r.dev.shadow + page * PAGE, PAGE);
   for (unsigned i = 0; i < PAGE; i++)
     fresh[i] = (uint8_t)(old[i] ^ 0x5a ^ i);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = -1, .op = RP_OP_WRITE, .count = 1, .fault = RP_TEST_FAULT_DELAY,
-    .hold_ms = 400 });
-  struct timed_write w = { .io = { .op = RAMPART_OP_WRITE, .offset = page * PAGE,
-                                   .length = PAGE, .buf = fresh, .done = timed_write_done } };
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = -1,
+                                           .op = RP_OP_WRITE,
+                                           .count = 1,
+                                           .fault = RP_TEST_FAULT_DELAY,
+                                           .hold_ms = 400 });
+  struct timed_write w = { .io = { .op = RAMPART_OP_WRITE,
+                                   .offset = page * PAGE,
+                                   .length = PAGE,
+                                   .buf = fresh,
+                                   .done = timed_write_done } };
   w.io.user = &w;
   rampart_submit(r.dev.engine, &w.io);
   usleep(50000);
@@ -319,7 +362,9 @@ static void test_a_read_meeting_a_late_write_of_its_page_waits_for_it(void **sta
   rp_test_device_stats(&r.dev, &st);
   print_message("read during a late write: returned the %s bytes, %s the write ended; "
                 "%llu sessions resumed, %llu copies failed verification\n",
-                was_new ? "new" : was_old ? "old" : "WRONG",
+                was_new   ? "new"
+                : was_old ? "old"
+                          : "WRONG",
                 read_ended >= w.ended_ns ? "after" : "before", (unsigned long long)st.resumes,
                 (unsigned long long)st.integrity_failures);
   assert_int_equal(rp_test_faults_hits(r.faults, rule), 1);
@@ -348,12 +393,16 @@ static void test_a_drain_whose_move_writes_time_out_still_finishes(void **state)
   struct rig r;
   rig_start(&r, "parity-log", NULL);
   wait_settled(&r, 10);
-  unsigned rule = rp_test_faults_add(r.faults, (struct rp_test_fault_rule){
-    .server = 1, .op = RP_OP_WRITE, .skip = 20, .count = 3, .fault = RP_TEST_FAULT_TIMEOUT,
-    .hold_ms = 20 });
+  unsigned rule = rp_test_faults_add(
+    r.faults, (struct rp_test_fault_rule){ .server = 1,
+                                           .op = RP_OP_WRITE,
+                                           .skip = 20,
+                                           .count = 3,
+                                           .fault = RP_TEST_FAULT_TIMEOUT,
+                                           .hold_ms = 20 });
   char msg[512];
-  assert_int_equal(rampart_server_drain(r.dev.engine, r.cluster.servers[4].addr, false, msg,
-                                        sizeof msg), 0);
+  assert_int_equal(
+    rampart_server_drain(r.dev.engine, r.cluster.servers[4].addr, false, msg, sizeof msg), 0);
   static struct rampart_stats st;
   unsigned waited = 0;
   for (;; waited++) {

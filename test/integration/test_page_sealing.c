@@ -28,7 +28,8 @@
 #define CANARY "RAMPART-PLAINTEXT-CANARY"
 
 /* faults[i]: the --test-fault mode of server i, or NULL for an honest one. */
-static void hostile_cluster_start(struct rp_test_cluster *c, unsigned n, const char *const *faults)
+static void hostile_cluster_start(struct rp_test_cluster *c, unsigned n,
+                                  const char *const *faults)
 {
   assert_int_equal(rp_test_cluster_start(c, n, "32M", faults), 0);
 }
@@ -277,8 +278,8 @@ static void test_write_through_reads_the_disk_copy_of_a_corrupted_page(void **st
   write_all(e, 256, 1);
   uint64_t eio = check_all(e, 256, 1, true);
   print_message("write-through with a corrupting server: %llu of 256 pages EIO, %llu copies "
-                "failed verification\n", (unsigned long long)eio,
-                (unsigned long long)integrity_failures(e));
+                "failed verification\n",
+                (unsigned long long)eio, (unsigned long long)integrity_failures(e));
   assert_int_equal(eio, 0);
   assert_true(integrity_failures(e) > 0);
   rampart_close(e);
@@ -365,7 +366,8 @@ static void test_servers_hold_no_plaintext(void **state)
   servers_hold_plaintext("on", &found);
   if (found)
     fail_msg("a server's memory holds the plaintext pattern '%s' with encrypt=on", CANARY);
-  print_message("memory of 3 servers: pattern found with encrypt=off, absent with encrypt=on\n");
+  print_message(
+    "memory of 3 servers: pattern found with encrypt=off, absent with encrypt=on\n");
 }
 
 int main(void)

@@ -36,8 +36,8 @@ static int setup(void **state)
     return -1;
   if (rp_test_write_key(f.dir, "cluster.key", f.key_path, sizeof f.key_path, NULL) < 0)
     return -1;
-  const char *plain_args[] = {"--memory", "64M", NULL};
-  const char *keyed_args[] = {"--memory", "16M", "--key", f.key_path, NULL};
+  const char *plain_args[] = { "--memory", "64M", NULL };
+  const char *keyed_args[] = { "--memory", "16M", "--key", f.key_path, NULL };
   if (rp_test_server_start(&f.plain, f.dir, plain_args) < 0 ||
       rp_test_server_start(&f.keyed, f.dir, keyed_args) < 0)
     return -1;
@@ -62,7 +62,7 @@ static char out[65536];
 static int ctl(struct fixture *f, const char *a1, const char *a2, const char *a3,
                const char *a4, const char *a5, const char *a6, const char *a7)
 {
-  const char *argv[] = {f->ctl, a1, a2, a3, a4, a5, a6, a7, NULL};
+  const char *argv[] = { f->ctl, a1, a2, a3, a4, a5, a6, a7, NULL };
   int status = rp_test_run_program(argv, out, sizeof out, 120000);
   fprintf(stderr, "$ rampartctl %s %s %s ...\n%s", a1 ? a1 : "", a2 ? a2 : "", a3 ? a3 : "",
           out);
@@ -119,7 +119,7 @@ static void test_keygen_is_32_random_bytes_mode_0600(void **state)
   assert_int_equal(ra, 0);
   assert_int_equal(rb, 0);
   uint8_t raw[2][32];
-  const char *paths[] = {a, b};
+  const char *paths[] = { a, b };
   for (int k = 0; k < 2; k++) {
     struct stat st;
     assert_int_equal(stat(paths[k], &st), 0);
@@ -155,12 +155,29 @@ static void test_stat_table_and_json(void **state)
 {
   struct fixture *f = *state;
   assert_int_equal(ctl(f, "stat", f->plain.addr, NULL, NULL, NULL, NULL, NULL), 0);
-  const char *rows[] = {"capacity", "16384 pages (64.0 MiB)", "reserved", "stored",
-                        "resident bytes", "memory per stored page", "clients connected",
-                        "sessions detached", "sessions expired", "ops write", "ops read",
-                        "ops free", "bytes in", "bytes out", "errors protocol",
-                        "errors auth", "errors refused", "pressure", "psi some avg10",
-                        "memory available", "advises sent", "uptime", NULL};
+  const char *rows[] = { "capacity",
+                         "16384 pages (64.0 MiB)",
+                         "reserved",
+                         "stored",
+                         "resident bytes",
+                         "memory per stored page",
+                         "clients connected",
+                         "sessions detached",
+                         "sessions expired",
+                         "ops write",
+                         "ops read",
+                         "ops free",
+                         "bytes in",
+                         "bytes out",
+                         "errors protocol",
+                         "errors auth",
+                         "errors refused",
+                         "pressure",
+                         "psi some avg10",
+                         "memory available",
+                         "advises sent",
+                         "uptime",
+                         NULL };
   for (int i = 0; rows[i]; i++)
     if (!strstr(out, rows[i]))
       fail_msg("stat output lacks '%s'", rows[i]);
@@ -184,7 +201,8 @@ static void test_stat_table_and_json(void **state)
 static void test_bench(void **state)
 {
   struct fixture *f = *state;
-  assert_int_equal(ctl(f, "bench", f->plain.addr, "--pages", "3000", "--depth", "16", NULL), 0);
+  assert_int_equal(ctl(f, "bench", f->plain.addr, "--pages", "3000", "--depth", "16", NULL),
+                   0);
   assert_non_null(strstr(out, "write:"));
   assert_non_null(strstr(out, "read:"));
   assert_non_null(strstr(out, "pages/s"));
@@ -196,19 +214,19 @@ static void test_bench(void **state)
   assert_non_null(strstr(out, "\"stored_pages\": 0"));
   assert_non_null(strstr(out, "\"reserved_pages\": 0"));
   /* More than the server has: refused with the server's sentence, exit 1. */
-  assert_int_equal(ctl(f, "bench", f->keyed.addr, "--key", f->key_path, "--pages", "100000",
-                       NULL), 1);
+  assert_int_equal(
+    ctl(f, "bench", f->keyed.addr, "--key", f->key_path, "--pages", "100000", NULL), 1);
   assert_non_null(strstr(out, "100000"));
 }
 
 int main(void)
 {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_help_and_usage_errors),
-      cmocka_unit_test(test_keygen),
-      cmocka_unit_test(test_keygen_is_32_random_bytes_mode_0600),
-      cmocka_unit_test(test_stat_table_and_json),
-      cmocka_unit_test(test_bench),
+    cmocka_unit_test(test_help_and_usage_errors),
+    cmocka_unit_test(test_keygen),
+    cmocka_unit_test(test_keygen_is_32_random_bytes_mode_0600),
+    cmocka_unit_test(test_stat_table_and_json),
+    cmocka_unit_test(test_bench),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

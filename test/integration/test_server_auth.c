@@ -32,8 +32,8 @@ static int setup(void **state)
   if (rp_test_write_key(f.dir, "cluster.key", f.key_path, sizeof f.key_path, &f.key) < 0 ||
       rp_test_write_key(f.dir, "other.key", f.other_path, sizeof f.other_path, &f.other) < 0)
     return -1;
-  const char *keyed_args[] = {"--memory", "16M", "--key", f.key_path, NULL};
-  const char *keyless_args[] = {"--memory", "16M", NULL};
+  const char *keyed_args[] = { "--memory", "16M", "--key", f.key_path, NULL };
+  const char *keyless_args[] = { "--memory", "16M", NULL };
   if (rp_test_server_start(&f.keyed, f.dir, keyed_args) < 0 ||
       rp_test_server_start(&f.keyless, f.dir, keyless_args) < 0)
     return -1;
@@ -131,7 +131,7 @@ static void test_keyless_server_refused_by_keyed_client(void **state)
 static void test_public_listen_needs_key(void **state)
 {
   char out[8192];
-  const char *args[] = {"--listen", "0.0.0.0:0", "--foreground", "--memory", "16M", NULL};
+  const char *args[] = { "--listen", "0.0.0.0:0", "--foreground", "--memory", "16M", NULL };
   int status = rp_test_run_rampartd(args, out, sizeof out, 5000);
   fprintf(stderr, "rampartd on 0.0.0.0 without a key said: %s\n", out);
   assert_true(status != -1); /* it exited by itself rather than starting to serve */
@@ -144,11 +144,11 @@ static void test_public_listen_needs_key(void **state)
 int main(void)
 {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_right_key_works),
-      cmocka_unit_test(test_wrong_key_refused),
-      cmocka_unit_test(test_no_key_refused_by_keyed_server),
-      cmocka_unit_test(test_keyless_server_refused_by_keyed_client),
-      cmocka_unit_test(test_public_listen_needs_key),
+    cmocka_unit_test(test_right_key_works),
+    cmocka_unit_test(test_wrong_key_refused),
+    cmocka_unit_test(test_no_key_refused_by_keyed_server),
+    cmocka_unit_test(test_keyless_server_refused_by_keyed_client),
+    cmocka_unit_test(test_public_listen_needs_key),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

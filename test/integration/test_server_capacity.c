@@ -26,7 +26,7 @@ static int setup(void **state)
   memset(&f, 0, sizeof f);
   if (rp_test_tmpdir(f.dir, sizeof f.dir) < 0)
     return -1;
-  const char *args[] = {"--memory", "4M", NULL};
+  const char *args[] = { "--memory", "4M", NULL };
   if (rp_test_server_start(&f.server, f.dir, args) < 0)
     return -1;
   *state = &f;
@@ -63,8 +63,8 @@ static void test_reserve_past_memory_refused(void **state)
   assert_int_equal(rp_reserve_sync(c, 2000, NULL, NULL, &err), -1);
   assert_int_equal(err.code, RP_ERR_NO_SPACE);
   fprintf(stderr, "reserve 2000 of 1024: %s\n", err.message);
-  assert_non_null(strstr(err.message, "2000"));   /* what was asked */
-  assert_non_null(strstr(err.message, "1024"));   /* what there is */
+  assert_non_null(strstr(err.message, "2000")); /* what was asked */
+  assert_non_null(strstr(err.message, "1024")); /* what there is */
   /* Exactly the capacity is fine, and then everything is usable. */
   uint64_t reserved = 0, free_pages = 99;
   assert_int_equal(rp_reserve_sync(c, CAPACITY, &reserved, &free_pages, &err), 0);
@@ -123,8 +123,8 @@ static void test_two_sessions_share_the_cap(void **state)
 int main(void)
 {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_reserve_past_memory_refused),
-      cmocka_unit_test(test_two_sessions_share_the_cap),
+    cmocka_unit_test(test_reserve_past_memory_refused),
+    cmocka_unit_test(test_two_sessions_share_the_cap),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

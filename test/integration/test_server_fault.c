@@ -32,8 +32,8 @@ static void start(struct fixture *f, const char *mode)
 {
   memset(f, 0, sizeof *f);
   assert_int_equal(rp_test_tmpdir(f->dir, sizeof f->dir), 0);
-  const char *honest[] = {"--memory", "64M", NULL};
-  const char *faulty[] = {"--memory", "64M", "--test-fault", mode, NULL};
+  const char *honest[] = { "--memory", "64M", NULL };
+  const char *faulty[] = { "--memory", "64M", "--test-fault", mode, NULL };
   assert_int_equal(rp_test_server_start(&f->server, f->dir, mode ? faulty : honest), 0);
   struct rp_error err;
   struct rp_session_info info;
@@ -77,7 +77,8 @@ static void write_page(struct fixture *f, uint64_t slot, uint64_t seed)
 }
 
 /* Reads slot and asserts it holds exactly the page written to from_slot with seed. */
-static void assert_reads_as(struct fixture *f, uint64_t slot, uint64_t seed, uint64_t from_slot)
+static void assert_reads_as(struct fixture *f, uint64_t slot, uint64_t seed,
+                            uint64_t from_slot)
 {
   uint8_t got[RP_PAGE_SIZE], expect[RP_PAGE_SIZE];
   struct rp_error err;
@@ -86,7 +87,7 @@ static void assert_reads_as(struct fixture *f, uint64_t slot, uint64_t seed, uin
   assert_memory_equal(got, expect, RP_PAGE_SIZE);
 }
 
-static const uint64_t slots[] = {0, 1, 5, 4097};
+static const uint64_t slots[] = { 0, 1, 5, 4097 };
 
 static void test_without_the_option_pages_come_back_exact(void **state)
 {
@@ -193,8 +194,8 @@ static void test_refuse_writes_turns_one_write_in_64_away(void **state)
 
 static void test_bad_mode_is_refused_with_the_choices(void **state)
 {
-  const char *args[] = {"--listen", "127.0.0.1:0", "--memory", "64M", "--test-fault", "x",
-                        NULL};
+  const char *args[] = { "--listen",     "127.0.0.1:0", "--memory", "64M",
+                         "--test-fault", "x",           NULL };
   char out[8192];
   int status = rp_test_run_rampartd(args, out, sizeof out, 5000);
   assert_true(status != -1);
@@ -204,7 +205,7 @@ static void test_bad_mode_is_refused_with_the_choices(void **state)
                               "(test-only: makes this server corrupt what it returns or "
                               "refuse writes)"));
 
-  const char *help[] = {"--help", NULL};
+  const char *help[] = { "--help", NULL };
   status = rp_test_run_rampartd(help, out, sizeof out, 5000);
   assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   assert_non_null(strstr(out, "--test-fault MODE"));
@@ -213,12 +214,12 @@ static void test_bad_mode_is_refused_with_the_choices(void **state)
 int main(void)
 {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_without_the_option_pages_come_back_exact),
-      cmocka_unit_test(test_flip_changes_one_byte_at_slot_mod_4096),
-      cmocka_unit_test(test_swap_returns_the_neighbour_slot),
-      cmocka_unit_test(test_replay_returns_the_write_before),
-      cmocka_unit_test(test_refuse_writes_turns_one_write_in_64_away),
-      cmocka_unit_test(test_bad_mode_is_refused_with_the_choices),
+    cmocka_unit_test(test_without_the_option_pages_come_back_exact),
+    cmocka_unit_test(test_flip_changes_one_byte_at_slot_mod_4096),
+    cmocka_unit_test(test_swap_returns_the_neighbour_slot),
+    cmocka_unit_test(test_replay_returns_the_write_before),
+    cmocka_unit_test(test_refuse_writes_turns_one_write_in_64_away),
+    cmocka_unit_test(test_bad_mode_is_refused_with_the_choices),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -39,9 +39,9 @@
 #include "frame_auth.h"
 #include "server_process.h"
 
-#define FLOOD_IDLE    1000
+#define FLOOD_IDLE 1000
 #define FLOOD_GARBAGE 1000
-#define GOOD_PAGES    512
+#define GOOD_PAGES 512
 
 struct fixture {
   char dir[256];
@@ -59,7 +59,7 @@ static double now_s(void)
 
 static void sleep_ms(long ms)
 {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
   nanosleep(&ts, NULL);
 }
 
@@ -70,7 +70,7 @@ static void raise_nofile(void)
   getrlimit(RLIMIT_NOFILE, &rl);
   rlim_t want = 16384;
   if (rl.rlim_max < want) {
-    struct rlimit hard = {want, want};
+    struct rlimit hard = { want, want };
     if (setrlimit(RLIMIT_NOFILE, &hard) == 0)
       return;
     want = rl.rlim_max;
@@ -92,8 +92,8 @@ static int setup(void **state)
   snprintf(psi, sizeof psi, "%s/psi", f.dir);
   if (rp_test_write_file(psi, "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n") < 0)
     return -1;
-  const char *args[] = {"--memory", "64M", "--key", f.key_path, "--verbose",
-                        "--pressure-file", psi, NULL};
+  const char *args[] = { "--memory",        "64M", "--key", f.key_path, "--verbose",
+                         "--pressure-file", psi,   NULL };
   if (rp_test_server_start(&f.server, f.dir, args) < 0)
     return -1;
   *state = &f;
@@ -116,9 +116,10 @@ static int connect_from(const struct fixture *f, const char *src)
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0)
     return -1;
-  struct sockaddr_in a = {.sin_family = AF_INET};
+  struct sockaddr_in a = { .sin_family = AF_INET };
   inet_pton(AF_INET, src, &a.sin_addr);
-  struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(f->server.port))};
+  struct sockaddr_in to = { .sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)atoi(f->server.port)) };
   inet_pton(AF_INET, f->server.host, &to.sin_addr);
   if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
       connect(fd, (struct sockaddr *)&to, sizeof to) < 0) {
@@ -164,7 +165,7 @@ static bool read_refusal(int fd, uint16_t *status, char *text, size_t textlen)
   uint8_t buf[1024];
   size_t got = 0;
   while (got < sizeof buf) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
+    struct pollfd p = { .fd = fd, .events = POLLIN };
     if (poll(&p, 1, 0) <= 0)
       break;
     ssize_t n = recv(fd, buf + got, sizeof buf - got, MSG_DONTWAIT);
@@ -187,8 +188,9 @@ static bool read_refusal(int fd, uint16_t *status, char *text, size_t textlen)
 
 static struct rp_conn *connect_good(const struct fixture *f, struct rp_error *err)
 {
-  struct rp_conn_options o = {.host = f->server.host, .port = f->server.port, .key = &f->key,
-                              .client_name = "good"};
+  struct rp_conn_options o = {
+    .host = f->server.host, .port = f->server.port, .key = &f->key, .client_name = "good"
+  };
   return rp_conn_open(&o, NULL, err);
 }
 
@@ -236,12 +238,14 @@ static void test_flood_does_not_keep_a_keyed_client_out(void **state)
       break;
   }
   pthread_join(th, NULL);
-  fprintf(stderr, "flood: %d of %d connections opened from 127.0.0.2 in %.1f s; the keyed "
+  fprintf(stderr,
+          "flood: %d of %d connections opened from 127.0.0.2 in %.1f s; the keyed "
           "client moved %llu pages in %llu rounds: %llu failed, %llu differed; a newcomer "
-          "mid-flood %s%s\n", fl.opened, FLOOD_IDLE + FLOOD_GARBAGE, now_s() - t0,
-          (unsigned long long)pages, (unsigned long long)rounds, (unsigned long long)failed,
-          (unsigned long long)mismatched, newcomer_ok ? "got in" : "was refused: ",
-          newcomer_err);
+          "mid-flood %s%s\n",
+          fl.opened, FLOOD_IDLE + FLOOD_GARBAGE, now_s() - t0, (unsigned long long)pages,
+          (unsigned long long)rounds, (unsigned long long)failed,
+          (unsigned long long)mismatched,
+          newcomer_ok ? "got in" : "was refused: ", newcomer_err);
 
   /* Idle connections beyond the per-address budget were refused, in words. */
   int refused = 0;
@@ -257,8 +261,10 @@ static void test_flood_does_not_keep_a_keyed_client_out(void **state)
       }
     }
   }
-  fprintf(stderr, "flood: %d idle connections were refused with an Error frame; the "
-          "first said (status %u): %s\n", refused, status, text);
+  fprintf(stderr,
+          "flood: %d idle connections were refused with an Error frame; the "
+          "first said (status %u): %s\n",
+          refused, status, text);
   for (int i = 0; i < FLOOD_IDLE + FLOOD_GARBAGE; i++)
     if (fl.fds[i] >= 0)
       close(fl.fds[i]);
@@ -285,7 +291,7 @@ static double seconds_until_closed(int fd, double limit_s)
     double left = limit_s - (now_s() - t0);
     if (left <= 0)
       return -1;
-    struct pollfd p = {.fd = fd, .events = POLLIN};
+    struct pollfd p = { .fd = fd, .events = POLLIN };
     if (poll(&p, 1, (int)(left * 1000) + 1) <= 0)
       continue;
     char buf[4096];
@@ -311,8 +317,10 @@ static void test_stalled_handshake_closed_after_deadline(void **state)
   assert_true(half >= 0);
   assert_int_equal(send(half, hdr, 16, MSG_NOSIGNAL), 16);
   double b = seconds_until_closed(half, 15);
-  fprintf(stderr, "stalled handshakes closed after %.2f s (silent) and %.2f s (half a "
-          "header)\n", a, b);
+  fprintf(stderr,
+          "stalled handshakes closed after %.2f s (silent) and %.2f s (half a "
+          "header)\n",
+          a, b);
   close(half);
   assert_true(a >= 1.5 && a <= 4.0);
   assert_true(b >= 1.5 && b <= 4.0);
@@ -359,8 +367,8 @@ static void raw_send(struct raw_conn *rc, const uint8_t *frame, size_t n)
   send_all(rc->fd, frame, n);
   if (rp_frame_auth_active(&rc->tx)) {
     uint8_t tag[RP_TAG_LEN];
-    assert_int_equal(rp_frame_tag(&rc->tx, frame, frame + RP_HEADER_SIZE,
-                                  n - RP_HEADER_SIZE, tag), 0);
+    assert_int_equal(
+      rp_frame_tag(&rc->tx, frame, frame + RP_HEADER_SIZE, n - RP_HEADER_SIZE, tag), 0);
     send_all(rc->fd, tag, sizeof tag);
   }
 }
@@ -403,7 +411,7 @@ static uint8_t *exchange(struct raw_conn *rc, enum rp_op op, uint64_t id,
  * its Challenge, every frame from AUTH on is tagged), holding one page at slot 0. */
 static struct raw_conn raw_login(const struct fixture *f)
 {
-  struct raw_conn rc = {.fd = connect_from(f, "127.0.0.1")};
+  struct raw_conn rc = { .fd = connect_from(f, "127.0.0.1") };
   assert_true(rc.fd >= 0);
   uint8_t cn[RP_NONCE_LEN];
   rp_random_bytes(cn, sizeof cn);
@@ -521,9 +529,10 @@ static void test_reply_buffer_shrinks_after_burst(void **state)
     logged = log_mentions(f, "reply buffer back to");
   }
   after = server_rss_kib(f);
-  fprintf(stderr, "server RSS: %ld KiB before the burst, %ld KiB with replies queued, %ld "
-          "KiB after they were read; shrink logged: %s\n", before, peak, after,
-          logged ? "yes" : "no");
+  fprintf(stderr,
+          "server RSS: %ld KiB before the burst, %ld KiB with replies queued, %ld "
+          "KiB after they were read; shrink logged: %s\n",
+          before, peak, after, logged ? "yes" : "no");
   raw_close(&rc);
   assert_true(logged);
   assert_true(peak - before >= 6 * 1024); /* the burst did fill the buffer */
@@ -540,8 +549,15 @@ static void test_connection_and_session_limits(void **state)
   struct fixture *f = *state;
   struct rp_test_server small;
   memset(&small, 0, sizeof small);
-  const char *args[] = {"--memory", "16M", "--key", f->key_path, "--max-connections", "2",
-                        "--max-sessions-per-key", "3", NULL};
+  const char *args[] = { "--memory",
+                         "16M",
+                         "--key",
+                         f->key_path,
+                         "--max-connections",
+                         "2",
+                         "--max-sessions-per-key",
+                         "3",
+                         NULL };
   assert_int_equal(rp_test_server_start(&small, f->dir, args), 0);
   struct rp_error err;
   struct rp_session_info info;

@@ -63,8 +63,8 @@ struct relay {
   int wake[2];
   pthread_mutex_t mu;
   uint8_t inject[RP_HEADER_SIZE + RP_PAGE_SIZE + 64];
-  size_t inject_len;   /* > 0: waiting to be injected */
-  unsigned sessions;   /* connections relayed so far */
+  size_t inject_len;     /* > 0: waiting to be injected */
+  unsigned sessions;     /* connections relayed so far */
   bool alter_next_write; /* set the count field of the client's next WRITE header */
   bool stop;
   struct recorded rec[MAX_RECORDED];
@@ -85,8 +85,9 @@ static void relay_one(struct relay *r, int cfd)
   size_t clen = 0;
   unsigned frames = 0;
   for (;;) {
-    struct pollfd p[3] = {{.fd = cfd, .events = POLLIN}, {.fd = sfd, .events = POLLIN},
-                          {.fd = r->wake[0], .events = POLLIN}};
+    struct pollfd p[3] = { { .fd = cfd, .events = POLLIN },
+                           { .fd = sfd, .events = POLLIN },
+                           { .fd = r->wake[0], .events = POLLIN } };
     if (poll(p, 3, 200) < 0 && errno != EINTR)
       break;
     pthread_mutex_lock(&r->mu);
@@ -162,7 +163,7 @@ static void *relay_main(void *arg)
 {
   struct relay *r = arg;
   for (;;) {
-    struct pollfd p = {.fd = r->lfd, .events = POLLIN};
+    struct pollfd p = { .fd = r->lfd, .events = POLLIN };
     int n = poll(&p, 1, 100);
     pthread_mutex_lock(&r->mu);
     bool stop = r->stop;
@@ -184,7 +185,7 @@ static void *relay_main(void *arg)
 static int listen_loopback(char port[16])
 {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
   socklen_t alen = sizeof a;
   if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 4) < 0 ||
       getsockname(fd, (struct sockaddr *)&a, &alen) < 0)
@@ -359,9 +360,10 @@ static void test_injected_frames_are_refused(void **state)
    * under pressure must not make the server refuse this test's reservation. */
   char psi[600];
   snprintf(psi, sizeof psi, "%s/psi", f->dir);
-  assert_int_equal(rp_test_write_file(psi, "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"), 0);
-  const char *args[] = {"--memory", "16M", "--lease", "60", "--key", f->key_path,
-                        "--pressure-file", psi, NULL};
+  assert_int_equal(
+    rp_test_write_file(psi, "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"), 0);
+  const char *args[] = { "--memory",        "16M", "--lease", "60", "--key", f->key_path,
+                         "--pressure-file", psi,   NULL };
   assert_int_equal(rp_test_server_start(&f->srv, f->dir, args), 0);
   f->via = f->srv;
   relay_start(&f->relay, &f->srv);
@@ -422,9 +424,10 @@ static void test_altered_header_is_not_an_answer(void **state)
   struct fixture *f = *state;
   char psi[600];
   snprintf(psi, sizeof psi, "%s/psi", f->dir);
-  assert_int_equal(rp_test_write_file(psi, "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"), 0);
-  const char *args[] = {"--memory", "16M", "--lease", "60", "--key", f->key_path,
-                        "--pressure-file", psi, NULL};
+  assert_int_equal(
+    rp_test_write_file(psi, "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"), 0);
+  const char *args[] = { "--memory",        "16M", "--lease", "60", "--key", f->key_path,
+                         "--pressure-file", psi,   NULL };
   assert_int_equal(rp_test_server_start(&f->srv, f->dir, args), 0);
   f->via = f->srv;
   relay_start(&f->relay, &f->srv);
@@ -452,7 +455,8 @@ static void test_altered_header_is_not_an_answer(void **state)
   if (err.code != RP_ERR_DISCONNECTED)
     fail_msg("an altered WRITE completed with status %u (%s), an authenticated answer from "
              "the server, instead of %u (disconnected): the attacker chose a request's "
-             "answer", err.code, rp_status_name(err.code), RP_ERR_DISCONNECTED);
+             "answer",
+             err.code, rp_status_name(err.code), RP_ERR_DISCONNECTED);
   if (!rp_conn_wait(c, disconnected, c, 5000))
     fail_msg("the server did not drop the connection");
   rp_conn_close(c);
@@ -516,7 +520,7 @@ static void *fake_main(void *arg)
   rp_send_full(fd, out, len);
   /* Whatever the client sends next, until it hangs up. */
   for (;;) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
+    struct pollfd p = { .fd = fd, .events = POLLIN };
     if (poll(&p, 1, 3000) <= 0)
       break;
     ssize_t n = recv(fd, fk->got + fk->got_len, sizeof fk->got - fk->got_len, 0);
@@ -581,11 +585,11 @@ static void test_fake_server_never_gets_the_token(void **state)
 static void test_version_1_client_told_to_upgrade(void **state)
 {
   struct fixture *f = *state;
-  const char *args[] = {"--memory", "16M", "--key", f->key_path, NULL};
+  const char *args[] = { "--memory", "16M", "--key", f->key_path, NULL };
   assert_int_equal(rp_test_server_start(&f->srv, f->dir, args), 0);
   int fd = rp_test_raw_connect(&f->srv);
   assert_true(fd >= 0);
-  uint8_t nonce[RP_NONCE_LEN] = {1}, token[RP_TOKEN_LEN] = {2};
+  uint8_t nonce[RP_NONCE_LEN] = { 1 }, token[RP_TOKEN_LEN] = { 2 };
   Rampart__Hello hello = RAMPART__HELLO__INIT;
   hello.magic = RP_HELLO_MAGIC;
   hello.version = 1;

@@ -37,7 +37,7 @@ static int setup(void **state)
   /* test_many_hostile_connections_at_once opens 32 from one address: room for all of
    * them, so each one's garbage is read and counted (test_server_flood covers the
    * default budget of 8, past which connections are refused unread). */
-  const char *args[] = {"--memory", "32M", "--max-unauthenticated-per-address", "64", NULL};
+  const char *args[] = { "--memory", "32M", "--max-unauthenticated-per-address", "64", NULL };
   if (rp_test_server_start(&f.server, f.dir, args) < 0)
     return -1;
   struct rp_error err;
@@ -90,7 +90,7 @@ static bool closed_by_server(int fd, int timeout_ms)
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (;;) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
+    struct pollfd p = { .fd = fd, .events = POLLIN };
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     long spent = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
@@ -110,7 +110,7 @@ static void expect_survived(struct fixture *f, uint64_t before, uint64_t at_leas
 {
   uint64_t now = before;
   for (int i = 0; i < 300 && now < before + at_least; i++) {
-    struct timespec ts = {0, 10 * 1000 * 1000};
+    struct timespec ts = { 0, 10 * 1000 * 1000 };
     nanosleep(&ts, NULL);
     now = protocol_errors(f);
   }
@@ -266,12 +266,12 @@ static void test_many_hostile_connections_at_once(void **state)
 int main(void)
 {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_random_bytes),
-      cmocka_unit_test(test_truncated_frame),
-      cmocka_unit_test(test_length_four_gigabytes),
-      cmocka_unit_test(test_unknown_op),
-      cmocka_unit_test(test_hello_then_vanish_mid_frame),
-      cmocka_unit_test(test_many_hostile_connections_at_once),
+    cmocka_unit_test(test_random_bytes),
+    cmocka_unit_test(test_truncated_frame),
+    cmocka_unit_test(test_length_four_gigabytes),
+    cmocka_unit_test(test_unknown_op),
+    cmocka_unit_test(test_hello_then_vanish_mid_frame),
+    cmocka_unit_test(test_many_hostile_connections_at_once),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

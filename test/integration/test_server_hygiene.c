@@ -77,7 +77,7 @@ static pid_t spawn_as_nobody(const char *const *args, rlim_t memlock_bytes, int 
     dup2(p[1], STDOUT_FILENO);
     dup2(p[1], STDERR_FILENO);
     if (memlock_bytes) {
-      struct rlimit rl = {memlock_bytes, memlock_bytes};
+      struct rlimit rl = { memlock_bytes, memlock_bytes };
       setrlimit(RLIMIT_MEMLOCK, &rl);
     }
     if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 || setuid(NOBODY) < 0)
@@ -96,7 +96,7 @@ static bool read_until(int fd, const char *needle, char *buf, size_t buflen, int
   size_t got = 0;
   buf[0] = '\0';
   for (int waited = 0; waited < timeout_ms && got + 1 < buflen; waited += 50) {
-    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    struct pollfd pf = { .fd = fd, .events = POLLIN };
     if (poll(&pf, 1, 50) <= 0)
       continue;
     ssize_t n = read(fd, buf + got, buflen - 1 - got);
@@ -142,8 +142,8 @@ static void test_rampartd_is_not_dumpable(void **state)
   }
   const char *bin = rp_test_rampartd_path();
   assert_non_null(bin);
-  const char *args[] = {bin, "--listen", "127.0.0.1:0", "--foreground", "--memory", "16M",
-                        NULL};
+  const char *args[] = { bin,        "--listen", "127.0.0.1:0", "--foreground",
+                         "--memory", "16M",      NULL };
   int out;
   pid_t pid = spawn_as_nobody(args, 0, &out);
   assert_true(pid > 0);
@@ -191,8 +191,8 @@ static void test_release_rampartd_has_no_fault_injection(void **state)
 {
   const char *bin = rp_test_rampartd_path();
   assert_non_null(bin);
-  const char *argv[] = {bin, "--listen", "127.0.0.1:0", "--memory", "16M", "--test-fault",
-                        "flip", NULL};
+  const char *argv[] = { bin,   "--listen",     "127.0.0.1:0", "--memory",
+                         "16M", "--test-fault", "flip",        NULL };
   char out[2048];
   int status = rp_test_run_program(argv, out, sizeof out, 10000);
   fprintf(stderr, "rampartd --test-fault flip: %s", out);
@@ -205,8 +205,9 @@ static void test_release_rampartd_has_no_fault_injection(void **state)
   char conf[600];
   snprintf(conf, sizeof conf, "%s/faulty.conf", f->dir);
   assert_int_equal(rp_test_write_file(conf, "listen = 127.0.0.1:0\nmemory = 16M\n"
-                                            "test-fault = swap\n"), 0);
-  const char *argv2[] = {bin, "--config", conf, NULL};
+                                            "test-fault = swap\n"),
+                   0);
+  const char *argv2[] = { bin, "--config", conf, NULL };
   status = rp_test_run_program(argv2, out, sizeof out, 10000);
   assert_true(WIFEXITED(status));
   assert_int_equal(WEXITSTATUS(status), 2);
@@ -227,7 +228,7 @@ static void test_mlock_locks_pages_and_still_frees_them(void **state)
     skip();
   }
   struct rp_test_server s;
-  const char *args[] = {"--memory", "64M", "--mlock", "--pressure-file", f->psi, NULL};
+  const char *args[] = { "--memory", "64M", "--mlock", "--pressure-file", f->psi, NULL };
   assert_int_equal(rp_test_server_start(&s, f->dir, args), 0);
   struct rp_error err;
   struct rp_conn *c = rp_test_connect(&s, NULL, NULL, NULL, &err);
@@ -245,15 +246,17 @@ static void test_mlock_locks_pages_and_still_frees_them(void **state)
   for (uint64_t slot = 0; slot < PAGES; slot += 512)
     assert_int_equal(rp_free_sync(c, (uint32_t)slot + 1, 511, &err), 0);
   long rss2 = status_field(s.pid, "VmRSS");
-  fprintf(stderr, "--mlock: VmLck %ld -> %ld KiB; VmRSS %ld KiB before, %ld KiB with 32 MiB "
-          "stored, %ld KiB after freeing 31.9 MiB of it\n", lck0, lck1, rss0, rss1, rss2);
+  fprintf(stderr,
+          "--mlock: VmLck %ld -> %ld KiB; VmRSS %ld KiB before, %ld KiB with 32 MiB "
+          "stored, %ld KiB after freeing 31.9 MiB of it\n",
+          lck0, lck1, rss0, rss1, rss2);
   rp_conn_close(c);
   assert_int_equal(rp_test_server_stop_clean(&s), 0);
   /* AddressSanitizer makes mlock and mlockall do nothing (it says so on stderr), so
    * only a build without it can show the pages locked. */
   const char *asan = getenv("RAMPART_ASAN_RUNTIME");
   if (!asan || !asan[0])
-    assert_true(lck1 >= 32 * 1024);      /* the stored pages are locked */
+    assert_true(lck1 >= 32 * 1024); /* the stored pages are locked */
   assert_true(rss1 - rss0 >= 30 * 1024);
   /* and freeing them still gives them back, all but the warm pool's 4 MiB (page_store.c) */
   assert_true(rss1 - rss2 >= 24 * 1024);
@@ -266,8 +269,8 @@ static void test_mlock_refused_without_memlock_limit(void **state)
     skip();
   }
   const char *bin = rp_test_rampartd_path();
-  const char *args[] = {bin, "--listen", "127.0.0.1:0", "--foreground", "--memory", "64M",
-                        "--mlock", NULL};
+  const char *args[] = { bin,        "--listen", "127.0.0.1:0", "--foreground",
+                         "--memory", "64M",      "--mlock",     NULL };
   int out;
   pid_t pid = spawn_as_nobody(args, 64 * 1024, &out);
   assert_true(pid > 0);
@@ -278,7 +281,7 @@ static void test_mlock_refused_without_memlock_limit(void **state)
   for (int i = 0; i < 100 && !exited; i++) {
     exited = waitpid(pid, &status, WNOHANG) == pid;
     if (!exited) {
-      struct timespec ts = {0, 50 * 1000 * 1000};
+      struct timespec ts = { 0, 50 * 1000 * 1000 };
       nanosleep(&ts, NULL);
     }
   }

@@ -28,7 +28,7 @@ static int setup(void **state)
   memset(&f, 0, sizeof f);
   if (rp_test_tmpdir(f.dir, sizeof f.dir) < 0)
     return -1;
-  const char *args[] = {"--memory", "64M", NULL};
+  const char *args[] = { "--memory", "64M", NULL };
   if (rp_test_server_start(&f.server, f.dir, args) < 0)
     return -1;
   struct rp_error err;
@@ -124,10 +124,10 @@ static void test_goodbye_frees_only_own_session(void **state)
 int main(void)
 {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_sessions_differ),
-      cmocka_unit_test(test_same_slots_own_bytes),
-      cmocka_unit_test(test_free_and_shrink_stay_in_session),
-      cmocka_unit_test(test_goodbye_frees_only_own_session),
+    cmocka_unit_test(test_sessions_differ),
+    cmocka_unit_test(test_same_slots_own_bytes),
+    cmocka_unit_test(test_free_and_shrink_stay_in_session),
+    cmocka_unit_test(test_goodbye_frees_only_own_session),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -50,7 +50,7 @@ static void test_resume_within_lease(void **state)
 {
   struct fixture *f = *state;
   struct rp_test_server s;
-  const char *args[] = {"--memory", "16M", "--lease", "60", NULL};
+  const char *args[] = { "--memory", "16M", "--lease", "60", NULL };
   assert_int_equal(rp_test_server_start(&s, f->dir, args), 0);
 
   struct rp_session_info info;
@@ -72,7 +72,7 @@ static void test_resume_within_lease(void **state)
     assert_int_equal(rp_stat_sync(watcher, &st, &err), 0);
     if (st.sessions_detached == 1)
       break;
-    struct timespec ts = {0, 10 * 1000 * 1000};
+    struct timespec ts = { 0, 10 * 1000 * 1000 };
     nanosleep(&ts, NULL);
   }
   assert_int_equal(st.sessions_detached, 1);
@@ -99,7 +99,7 @@ static void test_lease_expires(void **state)
 {
   struct fixture *f = *state;
   struct rp_test_server s;
-  const char *args[] = {"--memory", "16M", "--lease", "2", NULL};
+  const char *args[] = { "--memory", "16M", "--lease", "2", NULL };
   assert_int_equal(rp_test_server_start(&s, f->dir, args), 0);
 
   struct rp_session_info info;
@@ -113,7 +113,7 @@ static void test_lease_expires(void **state)
   assert_int_equal(rp_test_pages(c, RP_OP_WRITE, 0, 100, 16, 5, &res), 0);
   rp_conn_close(c);
 
-  struct timespec ts = {3, 500 * 1000 * 1000};
+  struct timespec ts = { 3, 500 * 1000 * 1000 };
   nanosleep(&ts, NULL);
 
   c = open_conn(&s, token, &info);
@@ -138,8 +138,8 @@ static void test_lease_expires(void **state)
 int main(void)
 {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_resume_within_lease),
-      cmocka_unit_test(test_lease_expires),
+    cmocka_unit_test(test_resume_within_lease),
+    cmocka_unit_test(test_lease_expires),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

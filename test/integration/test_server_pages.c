@@ -28,7 +28,7 @@ static int setup(void **state)
   memset(&f, 0, sizeof f);
   if (rp_test_tmpdir(f.dir, sizeof f.dir) < 0)
     return -1;
-  const char *args[] = {"--memory", "256M", NULL};
+  const char *args[] = { "--memory", "256M", NULL };
   if (rp_test_server_start(&f.server, f.dir, args) < 0)
     return -1;
   struct rp_error err;
@@ -196,11 +196,11 @@ static void test_shrink_reservation_frees_pages(void **state)
 int main(void)
 {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_write_then_read_back_every_byte),
-      cmocka_unit_test(test_overwrite),
-      cmocka_unit_test(test_free_then_read_is_not_found),
-      cmocka_unit_test(test_never_written_and_out_of_range),
-      cmocka_unit_test(test_shrink_reservation_frees_pages),
+    cmocka_unit_test(test_write_then_read_back_every_byte),
+    cmocka_unit_test(test_overwrite),
+    cmocka_unit_test(test_free_then_read_is_not_found),
+    cmocka_unit_test(test_never_written_and_out_of_range),
+    cmocka_unit_test(test_shrink_reservation_frees_pages),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

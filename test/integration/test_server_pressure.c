@@ -12,10 +12,12 @@
 #include "client.h"
 #include "server_process.h"
 
-#define CALM "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n" \
-             "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-#define STRESSED "some avg10=50.00 avg60=10.00 avg300=2.00 total=123456\n" \
-                 "full avg10=20.00 avg60=5.00 avg300=1.00 total=65432\n"
+#define CALM \
+  "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n" \
+  "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+#define STRESSED \
+  "some avg10=50.00 avg60=10.00 avg300=2.00 total=123456\n" \
+  "full avg10=20.00 avg60=5.00 avg300=1.00 total=65432\n"
 
 struct advice {
   int count;
@@ -33,8 +35,8 @@ struct fixture {
   struct advice adv;
 };
 
-static void on_advise(struct rp_conn *c, bool pressure, const char *reason, uint64_t free_pages,
-                      void *user)
+static void on_advise(struct rp_conn *c, bool pressure, const char *reason,
+                      uint64_t free_pages, void *user)
 {
   struct advice *a = user;
   a->count++;
@@ -58,8 +60,15 @@ static int setup(void **state)
   snprintf(f.psi_path, sizeof f.psi_path, "%s/memory.pressure", f.dir);
   if (rp_test_write_file(f.psi_path, CALM) < 0)
     return -1;
-  const char *args[] = {"--memory", "16M", "--pressure-file", f.psi_path, "--psi-threshold",
-                        "10", "--pressure-interval-ms", "100", NULL};
+  const char *args[] = { "--memory",
+                         "16M",
+                         "--pressure-file",
+                         f.psi_path,
+                         "--psi-threshold",
+                         "10",
+                         "--pressure-interval-ms",
+                         "100",
+                         NULL };
   if (rp_test_server_start(&f.server, f.dir, args) < 0)
     return -1;
   struct rp_error err;
@@ -156,7 +165,7 @@ static void test_pressure_advises_and_refuses(void **state)
 int main(void)
 {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_pressure_advises_and_refuses),
+    cmocka_unit_test(test_pressure_advises_and_refuses),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -115,7 +115,8 @@ static void test_messages_arrive_under_the_kernels_pid(void **state)
   struct sockaddr_un a = { .sun_family = AF_UNIX };
   assert_true(strlen(sock) < sizeof a.sun_path);
   memcpy(a.sun_path, sock, strlen(sock) + 1);
-  static const char claim[] = "READY=1\nMAINPID=1\nX=a\x01" "b\nnot a setting";
+  static const char claim[] = "READY=1\nMAINPID=1\nX=a\x01"
+                              "b\nnot a setting";
   assert_true(sendto(fd, claim, sizeof claim - 1, 0, (struct sockaddr *)&a, sizeof a) > 0);
   close(fd);
 

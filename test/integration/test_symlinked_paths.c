@@ -86,13 +86,10 @@ struct planted {
 };
 
 static const struct planted planted[] = {
-  { "state", "" },           /* the anchor */
-  { "state", ".lock" },      /* its lock */
-  { "state", ".spill" },     /* the spill file named after it */
-  { "spill", "" },
-  { "stats-file", "" },
-  { "metrics-file", "" },
-  { "control", "" },
+  { "state", "" },       /* the anchor */
+  { "state", ".lock" },  /* its lock */
+  { "state", ".spill" }, /* the spill file named after it */
+  { "spill", "" },       { "stats-file", "" }, { "metrics-file", "" }, { "control", "" },
 };
 
 static void test_the_pager_refuses_a_link_at_each_path(void **state)
@@ -107,8 +104,10 @@ static void test_the_pager_refuses_a_link_at_each_path(void **state)
     snprintf(servers, sizeof servers, "%s,%s", r->cluster.servers[0].addr,
              r->cluster.servers[1].addr);
     struct rampart_config *c = rampart_config_new();
-    const char *kv[][2] = { { "size", "16M" }, { "servers", servers },
-                            { "key", r->cluster.key_path }, { p->key, path } };
+    const char *kv[][2] = { { "size", "16M" },
+                            { "servers", servers },
+                            { "key", r->cluster.key_path },
+                            { p->key, path } };
     for (unsigned k = 0; k < sizeof kv / sizeof kv[0]; k++)
       if (rampart_config_set(c, kv[k][0], kv[k][1], err, sizeof err) < 0)
         fail_msg("%s=%s: %s", kv[k][0], kv[k][1], err);
@@ -139,8 +138,8 @@ static void test_rampartd_refuses_a_link_at_its_pid_file(void **state)
   char link[720], out[4096] = "";
   snprintf(link, sizeof link, "%s/rampartd.pid", r->cluster.dir);
   assert_int_equal(symlink(r->victim, link), 0);
-  const char *args[] = { "--listen", "127.0.0.1:0", "--memory", "16M", "--foreground",
-                         "--pid-file", link, NULL };
+  const char *args[] = { "--listen",     "127.0.0.1:0", "--memory", "16M",
+                         "--foreground", "--pid-file",  link,       NULL };
   int status = rp_test_run_rampartd(args, out, sizeof out, 10000);
   print_message("%s", out);
   assert_true(WIFEXITED(status) && WEXITSTATUS(status) != 0);

@@ -20,7 +20,7 @@ static char out[16384];
 /* Runs rampart-ublk with the arguments; returns its exit code (asserts it exited). */
 static int ublk(const char *a1, const char *a2, const char *a3, const char *a4)
 {
-  const char *argv[] = {getenv("RAMPART_UBLK"), a1, a2, a3, a4, NULL};
+  const char *argv[] = { getenv("RAMPART_UBLK"), a1, a2, a3, a4, NULL };
   int status = rp_test_run_program(argv, out, sizeof out, 60000);
   print_message("$ rampart-ublk %s %s %s %s\n%s", a1 ? a1 : "", a2 ? a2 : "", a3 ? a3 : "",
                 a4 ? a4 : "", out);

@@ -39,24 +39,36 @@
 #include "wire.h"
 
 #define PAGE RAMPART_PAGE_SIZE
-#define PAGES 4096   /* 16 MiB */
+#define PAGES 4096 /* 16 MiB */
 #define WORKERS 2
 #define NSERVERS 5
 #define LEASE_S 6
 
-enum fault_kind { F_KILL, F_STOP, F_PARTITION, F_LONG_PARTITION, F_IMPAIR, F_FLIP, F_REFUSE,
-                  F_KINDS };
+enum fault_kind {
+  F_KILL,
+  F_STOP,
+  F_PARTITION,
+  F_LONG_PARTITION,
+  F_IMPAIR,
+  F_FLIP,
+  F_REFUSE,
+  F_KINDS
+};
 /* --faults takes these names. */
 static const char *const fault_keys[F_KINDS] = {
-  [F_KILL] = "kill", [F_STOP] = "stop", [F_PARTITION] = "partition",
-  [F_LONG_PARTITION] = "long-partition", [F_IMPAIR] = "impair", [F_FLIP] = "flip",
+  [F_KILL] = "kill",           [F_STOP] = "stop",
+  [F_PARTITION] = "partition", [F_LONG_PARTITION] = "long-partition",
+  [F_IMPAIR] = "impair",       [F_FLIP] = "flip",
   [F_REFUSE] = "refuse",
 };
 static bool fault_enabled[F_KINDS] = { true, true, true, true, true, true, true };
 static const char *const fault_names[F_KINDS] = {
-  [F_KILL] = "kill -9 + restart",    [F_STOP] = "SIGSTOP 1-3 s",
-  [F_PARTITION] = "partition 1-3 s", [F_LONG_PARTITION] = "partition > lease",
-  [F_IMPAIR] = "delay + 5% loss",    [F_FLIP] = "corrupting server",
+  [F_KILL] = "kill -9 + restart",
+  [F_STOP] = "SIGSTOP 1-3 s",
+  [F_PARTITION] = "partition 1-3 s",
+  [F_LONG_PARTITION] = "partition > lease",
+  [F_IMPAIR] = "delay + 5% loss",
+  [F_FLIP] = "corrupting server",
   [F_REFUSE] = "writes refused, replies lost",
 };
 
@@ -67,7 +79,7 @@ static const char *soak_policies = "parity-log,mirror,write-through";
 struct worker {
   pthread_t thread;
   struct rampart_engine *engine;
-  uint8_t *shadow;         /* whole device; each worker touches only its own pages */
+  uint8_t *shadow; /* whole device; each worker touches only its own pages */
   unsigned index;
   uint64_t rng, version;
   uint64_t writes, reads, verified, failed, bytes_differing;
@@ -182,7 +194,7 @@ struct chaos {
   unsigned injected[F_KINDS];
   unsigned unsettled;
   struct rp_test_faults *faults;
-  unsigned requests_hit;        /* by F_REFUSE's rules */
+  unsigned requests_hit; /* by F_REFUSE's rules */
 };
 
 static bool settled(struct rampart_engine *e)
@@ -307,14 +319,22 @@ static void inject_one(struct chaos *ch)
      * replies to a few writes and FREEs are lost on the way: each costs it its
      * connection, and each write must land somewhere, each FREE be answered, once. */
     unsigned r[3];
-    r[0] = rp_test_faults_add(ch->faults, (struct rp_test_fault_rule){
-      .server = (int)i, .op = RP_OP_WRITE, .count = 6, .fault = RP_TEST_FAULT_FAIL,
-      .status = RP_ERR_INTERNAL });
-    r[1] = rp_test_faults_add(ch->faults, (struct rp_test_fault_rule){
-      .server = (int)i, .op = RP_OP_WRITE, .skip = 6, .count = 4,
-      .fault = RP_TEST_FAULT_LOSE_REPLY });
-    r[2] = rp_test_faults_add(ch->faults, (struct rp_test_fault_rule){
-      .server = (int)i, .op = RP_OP_FREE, .count = 2, .fault = RP_TEST_FAULT_LOSE_REPLY });
+    r[0] = rp_test_faults_add(ch->faults,
+                              (struct rp_test_fault_rule){ .server = (int)i,
+                                                           .op = RP_OP_WRITE,
+                                                           .count = 6,
+                                                           .fault = RP_TEST_FAULT_FAIL,
+                                                           .status = RP_ERR_INTERNAL });
+    r[1] = rp_test_faults_add(
+      ch->faults, (struct rp_test_fault_rule){ .server = (int)i,
+                                               .op = RP_OP_WRITE,
+                                               .skip = 6,
+                                               .count = 4,
+                                               .fault = RP_TEST_FAULT_LOSE_REPLY });
+    r[2] = rp_test_faults_add(
+      ch->faults,
+      (struct rp_test_fault_rule){
+        .server = (int)i, .op = RP_OP_FREE, .count = 2, .fault = RP_TEST_FAULT_LOSE_REPLY });
     sleep_ms(hold);
     rp_test_faults_clear(ch->faults);
     for (unsigned n = 0; n < 3; n++)
@@ -336,10 +356,13 @@ static void soak_policy(const char *policy)
   struct rp_test_cluster c;
   bool netns = rp_test_netns_supported(why, sizeof why);
   if (!netns)
-    fprintf(stderr, "soak: no network namespaces here (%s): partitions and delay are not "
-                    "injected\n", why);
+    fprintf(stderr,
+            "soak: no network namespaces here (%s): partitions and delay are not "
+            "injected\n",
+            why);
   assert_int_equal(netns ? rp_test_cluster_start_netns(&c, NSERVERS, "64M")
-                         : rp_test_cluster_start(&c, NSERVERS, "64M", NULL), 0);
+                         : rp_test_cluster_start(&c, NSERVERS, "64M", NULL),
+                   0);
   char lease[16];
   snprintf(lease, sizeof lease, "%d", LEASE_S);
   const char *extra[] = { "redundancy", policy, "lease", lease, "timeout", "1000", NULL };
@@ -351,7 +374,9 @@ static void soak_policy(const char *policy)
   memset(w, 0, sizeof w);
   atomic_store(&stop_workers, false);
   for (unsigned i = 0; i < WORKERS; i++) {
-    w[i] = (struct worker){ .engine = e, .shadow = shadow, .index = i,
+    w[i] = (struct worker){ .engine = e,
+                            .shadow = shadow,
+                            .index = i,
                             .rng = soak_seed * 0x9e3779b97f4a7c15ull + i + 1 };
     for (uint64_t p = i; p < PAGES; p += WORKERS) /* every page written once first */
       worker_write(&w[i], p);
@@ -361,7 +386,9 @@ static void soak_policy(const char *policy)
 
   struct rampart_stats st0;
   rampart_get_stats(e, &st0);
-  struct chaos ch = { .cluster = &c, .engine = e, .netns = netns,
+  struct chaos ch = { .cluster = &c,
+                      .engine = e,
+                      .netns = netns,
                       .rng = soak_seed * 0xbf58476d1ce4e5b9ull + 7,
                       .faults = rp_test_faults_install(e) };
   double end = now_ms() + soak_seconds * 1000.0;
@@ -431,7 +458,8 @@ static void enable_faults(const char *list, const char *argv0)
   char copy[256];
   snprintf(copy, sizeof copy, "%s", list);
   memset(fault_enabled, 0, sizeof fault_enabled);
-  for (char *save = NULL, *p = strtok_r(copy, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+  for (char *save = NULL, *p = strtok_r(copy, ",", &save); p;
+       p = strtok_r(NULL, ",", &save)) {
     unsigned k = 0;
     while (k < F_KINDS && strcmp(p, fault_keys[k]) != 0)
       k++;
@@ -445,8 +473,10 @@ static void enable_faults(const char *list, const char *argv0)
 
 static void usage_exit(const char *argv0)
 {
-  fprintf(stderr, "usage: %s [--seconds N] [--policies LIST] [--seed N] [--faults LIST]\n"
-                  "  faults: kill, stop, partition, long-partition, impair, flip, refuse\n", argv0);
+  fprintf(stderr,
+          "usage: %s [--seconds N] [--policies LIST] [--seed N] [--faults LIST]\n"
+          "  faults: kill, stop, partition, long-partition, impair, flip, refuse\n",
+          argv0);
   exit(2);
 }
 

@@ -20,8 +20,8 @@ static int start_member(struct rp_test_cluster *c, unsigned i, const char *fault
   if (!bin)
     return -1;
   char listen[64];
-  snprintf(listen, sizeof listen, "%s:%s", c->netns[i].name[0] ? c->netns[i].ns_ip
-                                                                : "127.0.0.1", port);
+  snprintf(listen, sizeof listen, "%s:%s",
+           c->netns[i].name[0] ? c->netns[i].ns_ip : "127.0.0.1", port);
   const char *argv[40];
   size_t k = 0;
   if (c->netns[i].name[0]) {
@@ -30,10 +30,23 @@ static int start_member(struct rp_test_cluster *c, unsigned i, const char *fault
     argv[k++] = "exec";
     argv[k++] = c->netns[i].name;
   }
-  const char *args[] = { bin, "--listen", listen, "--foreground", "--memory", c->memory,
-                         "--key", c->key_path, "--pressure-file", c->psi[i],
-                         "--psi-threshold", "10", "--pressure-interval-ms", "100",
-                         fault ? "--test-fault" : NULL, fault, NULL };
+  const char *args[] = { bin,
+                         "--listen",
+                         listen,
+                         "--foreground",
+                         "--memory",
+                         c->memory,
+                         "--key",
+                         c->key_path,
+                         "--pressure-file",
+                         c->psi[i],
+                         "--psi-threshold",
+                         "10",
+                         "--pressure-interval-ms",
+                         "100",
+                         fault ? "--test-fault" : NULL,
+                         fault,
+                         NULL };
   for (size_t j = 0; args[j]; j++)
     argv[k++] = args[j];
   for (size_t j = 0; c->member_args && c->member_args[j] && k < 39; j++)

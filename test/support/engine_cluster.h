@@ -21,10 +21,10 @@
 
 
 struct rp_test_cluster {
-  char dir[512];                 /* temporary directory: key, pressure files, logs */
+  char dir[512]; /* temporary directory: key, pressure files, logs */
   char psi[RP_TEST_MAX_SERVERS][640];
   char key_path[600];
-  char memory[16];               /* each server's --memory */
+  char memory[16]; /* each server's --memory */
   struct rp_key key;
   unsigned n;
   struct rp_test_server servers[RP_TEST_MAX_SERVERS];

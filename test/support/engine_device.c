@@ -76,8 +76,8 @@ static uint64_t rng(uint64_t *s)
   return *s;
 }
 
-static void report_mismatch(const struct rp_test_device *d, const uint8_t *buf, uint64_t first,
-                            uint64_t n)
+static void report_mismatch(const struct rp_test_device *d, const uint8_t *buf,
+                            uint64_t first, uint64_t n)
 {
   for (uint64_t q = 0; q < n; q++) {
     const uint8_t *want = d->shadow + (first + q) * PAGE, *got = buf + q * PAGE;
@@ -90,7 +90,8 @@ static void report_mismatch(const struct rp_test_device *d, const uint8_t *buf, 
     memcpy(&w, want, 8);
     memcpy(&g, got, 8);
     fail_msg("page %llu: wrong bytes from offset %zu (want first word %016llx, got %016llx)",
-             (unsigned long long)(first + q), at, (unsigned long long)w, (unsigned long long)g);
+             (unsigned long long)(first + q), at, (unsigned long long)w,
+             (unsigned long long)g);
   }
 }
 
@@ -128,10 +129,12 @@ void rp_test_device_fill(struct rp_test_device *d, uint64_t first, uint64_t n)
     for (; count < RP_TEST_BATCH && first < end; count++) {
       uint64_t len = end - first < RP_TEST_MAX_RUN ? end - first : RP_TEST_MAX_RUN;
       struct rampart_io *io = &b.io[count];
-      *io = (struct rampart_io){ .op = RAMPART_OP_WRITE, .offset = first * PAGE,
+      *io = (struct rampart_io){ .op = RAMPART_OP_WRITE,
+                                 .offset = first * PAGE,
                                  .length = (uint32_t)(len * PAGE),
                                  .buf = d->scratch + (size_t)count * RP_TEST_MAX_RUN * PAGE,
-                                 .done = batch_done, .user = &b };
+                                 .done = batch_done,
+                                 .user = &b };
       fill_pages(io->buf, len, &d->seed);
       memcpy(d->shadow + first * PAGE, io->buf, len * PAGE);
       first += len;
@@ -162,9 +165,11 @@ static void run_batch(struct rp_test_device *d, uint64_t *state, unsigned write_
     uint64_t first = i * stripe + rng(state) % (stripe - len + 1);
     unsigned kind = (unsigned)(rng(state) % 100);
     struct rampart_io *io = &b.io[i];
-    *io = (struct rampart_io){ .offset = first * PAGE, .length = (uint32_t)(len * PAGE),
+    *io = (struct rampart_io){ .offset = first * PAGE,
+                               .length = (uint32_t)(len * PAGE),
                                .buf = d->scratch + (size_t)i * RP_TEST_MAX_RUN * PAGE,
-                               .done = batch_done, .user = &b };
+                               .done = batch_done,
+                               .user = &b };
     if (kind < write_pct) {
       io->op = RAMPART_OP_WRITE;
       fill_pages(io->buf, len, state);
@@ -232,7 +237,8 @@ uint64_t rp_test_device_verify(struct rp_test_device *d, bool allow_eio)
   return eio;
 }
 
-void rp_test_device_wait_noticed(struct rp_test_device *d, unsigned server, unsigned timeout_s)
+void rp_test_device_wait_noticed(struct rp_test_device *d, unsigned server,
+                                 unsigned timeout_s)
 {
   struct rampart_stats st;
   for (unsigned i = 0; i < timeout_s * 100; i++) {
@@ -253,7 +259,8 @@ void rp_test_device_wait_rebuilt(struct rp_test_device *d, unsigned timeout_s)
     bool settled = st.rebuild_pages_pending == 0 && !st.rebuild_running;
     for (unsigned s = 0; s < st.nservers; s++)
       settled &= st.servers[s].state != RAMPART_SERVER_RECONNECTING &&
-                 (st.servers[s].state != RAMPART_SERVER_LOST || st.servers[s].pages_live == 0);
+                 (st.servers[s].state != RAMPART_SERVER_LOST ||
+                  st.servers[s].pages_live == 0);
     if (settled)
       return;
     usleep(100000);

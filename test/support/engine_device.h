@@ -53,7 +53,8 @@ void rp_test_device_print_stats(struct rp_test_device *d);
  * its place in the cluster until one is replaced) no longer up: a kill is seen when the
  * engine reads the connection's end, not when the process dies, and the stats answer
  * from the engine's state at that instant. Fails the test after timeout_s. */
-void rp_test_device_wait_noticed(struct rp_test_device *d, unsigned server, unsigned timeout_s);
+void rp_test_device_wait_noticed(struct rp_test_device *d, unsigned server,
+                                 unsigned timeout_s);
 
 /* Waits until no server is reconnecting, every lost server holds no live page and no
  * rebuild is pending; fails the test after timeout_s, printing the stats. After a kill,

@@ -86,26 +86,25 @@ static pid_t spawn_member(struct rp_test_etcd *c, unsigned i, bool existing)
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
             "--initial-cluster", c->initial_cluster, "--initial-cluster-token",
             "rampart-test", "--initial-cluster-state", existing ? "existing" : "new",
-            "--heartbeat-interval", "50", "--election-timeout", "500",
-            "--cert-file", c->server_cert, "--key-file", c->server_key,
-            "--client-cert-auth", "--trusted-ca-file", c->ca,
-            "--logger", "zap", "--log-level", "warn", (char *)NULL);
+            "--heartbeat-interval", "50", "--election-timeout", "500", "--cert-file",
+            c->server_cert, "--key-file", c->server_key, "--client-cert-auth",
+            "--trusted-ca-file", c->ca, "--logger", "zap", "--log-level", "warn",
+            (char *)NULL);
     else
       execl(etcd_path(), etcd_path(), "--name", name, "--data-dir", m->data_dir,
-          "--listen-client-urls", client, "--advertise-client-urls", client,
-          "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-          "--initial-cluster", c->initial_cluster, "--initial-cluster-token",
-          "rampart-test", "--initial-cluster-state", existing ? "existing" : "new",
-          "--heartbeat-interval", "50", "--election-timeout", "500",
-          "--logger", "zap", "--log-level", "warn", (char *)NULL);
+            "--listen-client-urls", client, "--advertise-client-urls", client,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", c->initial_cluster, "--initial-cluster-token",
+            "rampart-test", "--initial-cluster-state", existing ? "existing" : "new",
+            "--heartbeat-interval", "50", "--election-timeout", "500", "--logger", "zap",
+            "--log-level", "warn", (char *)NULL);
     _exit(127);
   }
   close(out);
   return pid;
 }
 
-int rp_test_etcdctl(struct rp_test_etcd *c, const char *const *args, char *out,
-                    size_t outlen)
+int rp_test_etcdctl(struct rp_test_etcd *c, const char *const *args, char *out, size_t outlen)
 {
   const char *argv[32];
   unsigned n = 0;
@@ -194,11 +193,17 @@ static int issue(const struct rp_test_etcd *c, const char *dir, const char *name
   snprintf(text, sizeof text, "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=%s\n", usage);
   if (rp_test_write_file(ext, text) < 0)
     return -1;
-  const char *req[] = { "req", "-new", "-newkey", "ec", "-pkeyopt",
-                        "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", csr,
-                        "-subj", "/CN=127.0.0.1", NULL };
-  const char *sign[] = { "x509", "-req", "-in", csr, "-CA", c->ca, "-CAkey", c->server_key,
-                         "-CAcreateserial", "-days", "2", "-out", cert, "-extfile", ext, NULL };
+  const char *req[] = {
+    "req",           "-new",    "-newkey", "ec",   "-pkeyopt", "ec_paramgen_curve:prime256v1",
+    "-nodes",        "-keyout", key,       "-out", csr,        "-subj",
+    "/CN=127.0.0.1", NULL
+  };
+  const char *sign[] = { "x509",   "-req",        "-in",
+                         csr,      "-CA",         c->ca,
+                         "-CAkey", c->server_key, "-CAcreateserial",
+                         "-days",  "2",           "-out",
+                         cert,     "-extfile",    ext,
+                         NULL };
   return openssl(req) < 0 || openssl(sign) < 0 ? -1 : 0;
 }
 
@@ -209,9 +214,12 @@ int rp_test_etcd_start_tls(struct rp_test_etcd *c, const char *dir)
   char ca_key[600];
   snprintf(c->ca, sizeof c->ca, "%s/ca.pem", dir);
   snprintf(ca_key, sizeof ca_key, "%s/ca.key", dir);
-  const char *ca[] = { "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                       "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", ca_key, "-out",
-                       c->ca, "-days", "2", "-subj", "/CN=rampart test CA", NULL };
+  const char *ca[] = { "req",    "-x509",    "-newkey",
+                       "ec",     "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                       "-nodes", "-keyout",  ca_key,
+                       "-out",   c->ca,      "-days",
+                       "2",      "-subj",    "/CN=rampart test CA",
+                       NULL };
   if (openssl(ca) < 0)
     return -1;
   /* issue() signs with the key in server_key: the CA's, until the server's own. */

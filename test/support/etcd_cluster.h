@@ -17,7 +17,7 @@
 #define RP_TEST_ETCD_MEMBERS 3
 
 struct rp_test_etcd_member {
-  pid_t pid;               /* 0 when not running */
+  pid_t pid; /* 0 when not running */
   unsigned client_port, peer_port;
   char data_dir[512];
   char log_path[512];
@@ -26,7 +26,7 @@ struct rp_test_etcd_member {
 struct rp_test_etcd {
   struct rp_test_etcd_member m[RP_TEST_ETCD_MEMBERS];
   char dir[512];
-  char endpoints[256];     /* "http://127.0.0.1:A,http://127.0.0.1:B,http://127.0.0.1:C" */
+  char endpoints[256]; /* "http://127.0.0.1:A,http://127.0.0.1:B,http://127.0.0.1:C" */
   char initial_cluster[512];
   /* rp_test_etcd_start_tls: clients must use https and a certificate the CA signed */
   bool tls;

@@ -29,7 +29,8 @@ struct request {
 static int connect_loopback(unsigned port)
 {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+  struct sockaddr_in a = { .sin_family = AF_INET,
+                           .sin_port = htons((uint16_t)port),
                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
   if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
     return fd;
@@ -89,7 +90,8 @@ static void relay(struct rp_test_etcd_liar *l, int client, const struct request 
   if (up < 0)
     return;
   char head[512];
-  int n = snprintf(head, sizeof head, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+  int n = snprintf(head, sizeof head,
+                   "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                    "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
                    q->path, q->body_len);
   if (rp_send_full(up, head, (size_t)n) == 0 && rp_send_full(up, q->body, q->body_len) == 0) {
@@ -125,8 +127,10 @@ static void *serve(void *arg)
   if (q && read_request(c->fd, q) == 0) {
     if (strcmp(q->path, l->path) == 0) {
       char head[256];
-      int n = snprintf(head, sizeof head, "HTTP/1.1 200 OK\r\nContent-Type: application/json"
-                       "\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", strlen(l->lie));
+      int n = snprintf(head, sizeof head,
+                       "HTTP/1.1 200 OK\r\nContent-Type: application/json"
+                       "\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                       strlen(l->lie));
       if (rp_send_full(c->fd, head, (size_t)n) == 0 &&
           rp_send_full(c->fd, l->lie, strlen(l->lie)) == 0)
         atomic_fetch_add(&l->lies, 1);
@@ -208,7 +212,8 @@ int rp_test_http_post(unsigned port, const char *path, const char *body, size_t 
   if (fd < 0)
     return -1;
   char head[512];
-  int n = snprintf(head, sizeof head, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+  int n = snprintf(head, sizeof head,
+                   "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                    "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
                    path, body_len);
   size_t have = 0;

@@ -18,13 +18,13 @@
 
 struct rp_test_etcd_liar {
   int listen_fd;
-  unsigned port;            /* where it listens, on 127.0.0.1 */
-  unsigned upstream_port;   /* the etcd member it relays to */
-  char path[64];            /* the path it lies on */
-  const char *lie;          /* the body it answers there (the caller's, kept) */
-  atomic_uint lies;         /* replies of the wrong shape sent */
-  atomic_uint relayed;      /* requests relayed */
-  atomic_uint serving;      /* connections being served */
+  unsigned port;          /* where it listens, on 127.0.0.1 */
+  unsigned upstream_port; /* the etcd member it relays to */
+  char path[64];          /* the path it lies on */
+  const char *lie;        /* the body it answers there (the caller's, kept) */
+  atomic_uint lies;       /* replies of the wrong shape sent */
+  atomic_uint relayed;    /* requests relayed */
+  atomic_uint serving;    /* connections being served */
   atomic_bool stopping;
   pthread_t thread;
 };

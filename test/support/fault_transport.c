@@ -21,34 +21,38 @@
 #include "server_transport.h"
 #include "wire.h"
 
-#define MAX_RULES 256 /* every rule a test adds stays, cleared or not: its hits stay readable */
+#define MAX_RULES \
+  256 /* every rule a test adds stays, cleared or not: its hits stay readable */
 #define MAX_HELD 1024
 
 struct held_request {
-  struct rp_request *req;  /* NULL: free entry */
+  struct rp_request *req; /* NULL: free entry */
   unsigned server;
   enum rp_test_fault fault;
   uint16_t status;
   uint64_t due_ns;
-  uint64_t seq;            /* send order: held requests end in it, as a connection's would */
+  uint64_t seq; /* send order: held requests end in it, as a connection's would */
 };
 
 struct rule_state {
   struct rp_test_fault_rule rule;
-  unsigned seen;           /* matching requests so far */
-  bool cleared;            /* rp_test_faults_clear */
+  unsigned seen; /* matching requests so far */
+  bool cleared;  /* rp_test_faults_clear */
   atomic_uint hits;
 };
 
 struct rp_test_faults {
   struct rampart_engine *engine;
-  pthread_mutex_t lock;    /* the rules: the test's thread adds, the engine reads */
+  pthread_mutex_t lock; /* the rules: the test's thread adds, the engine reads */
   struct rule_state rules[MAX_RULES];
   unsigned nrules;
   struct held_request held[MAX_HELD]; /* the engine's only (held by it) */
   unsigned nheld;
   uint64_t next_seq;
-  struct held_order { unsigned index; uint64_t seq; } order[MAX_HELD]; /* end_due's */
+  struct held_order {
+    unsigned index;
+    uint64_t seq;
+  } order[MAX_HELD]; /* end_due's */
   ev_timer timer;
 };
 
@@ -160,7 +164,9 @@ static bool hold(struct rp_test_faults *f, unsigned server, struct rp_request *r
     struct held_request *h = &f->held[i];
     if (h->req)
       continue;
-    *h = (struct held_request){ .req = req, .server = server, .fault = rule->fault,
+    *h = (struct held_request){ .req = req,
+                                .server = server,
+                                .fault = rule->fault,
                                 .status = rule->status,
                                 .due_ns = now_ns() + (uint64_t)rule->hold_ms * 1000000u,
                                 .seq = f->next_seq++ };
@@ -192,7 +198,8 @@ static void filter_send(void *ctx, struct rampart_engine *e, unsigned server,
     struct reply_change *c = malloc(sizeof *c);
     if (!c)
       abort();
-    *c = (struct reply_change){ .fault = r->rule.fault, .done = req->done, .user = req->user };
+    *c =
+      (struct reply_change){ .fault = r->rule.fault, .done = req->done, .user = req->user };
     req->done = reply_changed;
     req->user = c;
     server_transport_pass(e, server, req);

@@ -26,13 +26,13 @@ enum rp_test_fault {
 };
 
 struct rp_test_fault_rule {
-  int server;               /* server incarnation (its place in the cluster); -1: any */
-  uint8_t op;               /* RP_OP_WRITE, RP_OP_READ or RP_OP_FREE; 0: any */
-  unsigned skip;            /* matching requests let by before the first hit */
-  unsigned count;           /* requests hit, then the rule is spent; 0: every one */
+  int server;     /* server incarnation (its place in the cluster); -1: any */
+  uint8_t op;     /* RP_OP_WRITE, RP_OP_READ or RP_OP_FREE; 0: any */
+  unsigned skip;  /* matching requests let by before the first hit */
+  unsigned count; /* requests hit, then the rule is spent; 0: every one */
   enum rp_test_fault fault;
-  uint16_t status;          /* RP_TEST_FAULT_FAIL */
-  unsigned hold_ms;         /* RP_TEST_FAULT_TIMEOUT, RP_TEST_FAULT_DELAY */
+  uint16_t status;  /* RP_TEST_FAULT_FAIL */
+  unsigned hold_ms; /* RP_TEST_FAULT_TIMEOUT, RP_TEST_FAULT_DELAY */
 };
 
 struct rp_test_faults;

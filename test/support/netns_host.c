@@ -64,8 +64,9 @@ bool rp_test_netns_supported(char *why, size_t whylen)
   char name[32];
   snprintf(name, sizeof name, "rp%dprobe", (int)getpid());
   if (run(true, (const char *const[]){ rp_test_ip_path(), "netns", "add", name, NULL }) < 0) {
-    snprintf(why, whylen, "'ip netns add' is refused here (no CAP_SYS_ADMIN, or no "
-                          "network namespaces in this kernel)");
+    snprintf(why, whylen,
+             "'ip netns add' is refused here (no CAP_SYS_ADMIN, or no "
+             "network namespaces in this kernel)");
     return false;
   }
   run(true, (const char *const[]){ rp_test_ip_path(), "netns", "del", name, NULL });
@@ -176,8 +177,8 @@ int rp_test_netns_impair(struct rp_test_netns *ns, unsigned delay_ms, unsigned l
     snprintf(half, sizeof half, "%ums", delay_ms / 2);
     if (run(false, (const char *const[]){ tc, "qdisc", "add", "dev", ns->veth_host, "root",
                                           "netem", "delay", half, "loss", loss, NULL }) < 0 ||
-        IP("netns", "exec", ns->name, tc, "qdisc", "add", "dev", ns->veth_ns, "root",
-           "netem", "delay", half, "loss", loss) < 0)
+        IP("netns", "exec", ns->name, tc, "qdisc", "add", "dev", ns->veth_ns, "root", "netem",
+           "delay", half, "loss", loss) < 0)
       return -1;
     snprintf(how, howlen, "netem: %s round trip, %s loss each way", delay, loss);
     return 0;
@@ -193,7 +194,8 @@ int rp_test_netns_impair(struct rp_test_netns *ns, unsigned delay_ms, unsigned l
   snprintf(rule, sizeof rule,
            "table inet rp_impair { chain in { type filter hook input priority 0; "
            "numgen random mod 100 < %u drop; }; chain out { type filter hook output "
-           "priority 0; numgen random mod 100 < %u drop; }; }", loss_pct, loss_pct);
+           "priority 0; numgen random mod 100 < %u drop; }; }",
+           loss_pct, loss_pct);
   /* A rate limit whose queue holds delay_ms of traffic: under load, packets wait that
    * long, the nearest this kernel comes to a fixed delay without netem. */
   char latency[16];
@@ -203,8 +205,10 @@ int rp_test_netns_impair(struct rp_test_netns *ns, unsigned delay_ms, unsigned l
                                         "tbf", "rate", "40mbit", "burst", "32kb", "latency",
                                         latency, NULL }) < 0)
     return -1;
-  snprintf(how, howlen, "no sch_netem in this kernel: nftables drops %s of packets each "
-                        "way, and a 40 Mbit/s token bucket queues up to %s", loss, delay);
+  snprintf(how, howlen,
+           "no sch_netem in this kernel: nftables drops %s of packets each "
+           "way, and a 40 Mbit/s token bucket queues up to %s",
+           loss, delay);
   return 0;
 }
 
@@ -214,8 +218,8 @@ int rp_test_netns_unimpair(struct rp_test_netns *ns)
   char tc[64];
   snprintf(tc, sizeof tc, "%s", tcp ? tcp : "tc");
   run(true, (const char *const[]){ tc, "qdisc", "del", "dev", ns->veth_host, "root", NULL });
-  run(true, (const char *const[]){ rp_test_ip_path(), "netns", "exec", ns->name, tc,
-                                   "qdisc", "del", "dev", ns->veth_ns, "root", NULL });
+  run(true, (const char *const[]){ rp_test_ip_path(), "netns", "exec", ns->name, tc, "qdisc",
+                                   "del", "dev", ns->veth_ns, "root", NULL });
   const char *nft = tool_path("nft");
   if (nft) {
     char n[64];

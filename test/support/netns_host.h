@@ -21,11 +21,11 @@
 #include <stddef.h>
 
 struct rp_test_netns {
-  char name[24];        /* namespace, "" when not created */
-  char veth_host[16];   /* the end in the test's own namespace, where the engine runs */
-  char veth_ns[16];     /* the end in the server's namespace */
-  char host_ip[20];     /* address of the test's end */
-  char ns_ip[20];       /* address of the server inside its namespace */
+  char name[24];      /* namespace, "" when not created */
+  char veth_host[16]; /* the end in the test's own namespace, where the engine runs */
+  char veth_ns[16];   /* the end in the server's namespace */
+  char host_ip[20];   /* address of the test's end */
+  char ns_ip[20];     /* address of the server inside its namespace */
 };
 
 /* True when this process may make namespaces and veth pairs (root, iproute2 present,

@@ -62,8 +62,8 @@ static void issue(struct run *run, struct rp_request *r)
   rp_conn_submit(run->conn, r);
 }
 
-int rp_test_pages(struct rp_conn *conn, uint8_t op, uint64_t first, uint64_t n, unsigned depth,
-                  uint64_t seed, struct rp_test_io_result *res)
+int rp_test_pages(struct rp_conn *conn, uint8_t op, uint64_t first, uint64_t n,
+                  unsigned depth, uint64_t seed, struct rp_test_io_result *res)
 {
   struct rp_test_io_result local;
   if (!res)
@@ -79,8 +79,9 @@ int rp_test_pages(struct rp_conn *conn, uint8_t op, uint64_t first, uint64_t n, 
     free(bufs);
     return -1;
   }
-  struct run run = {.conn = conn, .op = op, .next = first, .end = first + n, .seed = seed,
-                    .res = res};
+  struct run run = {
+    .conn = conn, .op = op, .next = first, .end = first + n, .seed = seed, .res = res
+  };
   for (unsigned i = 0; i < depth && i < n; i++) {
     reqs[i].page = bufs + (size_t)i * RP_PAGE_SIZE;
     reqs[i].done = done;

@@ -42,7 +42,7 @@ void rp_test_sleep_ms(unsigned ms)
 
 static void sleep_ms(unsigned ms)
 {
-  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+  struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
   while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
   }
 }
@@ -341,8 +341,10 @@ const char *rp_test_describe_status(int status, char *buf, size_t len)
 static int report_death(struct rp_test_server *s, int status)
 {
   char how[96];
-  fprintf(stderr, "test: rampartd %s died during the test (%s) before it was asked to stop; "
-                  "its stderr:\n", s->addr, rp_test_describe_status(status, how, sizeof how));
+  fprintf(stderr,
+          "test: rampartd %s died during the test (%s) before it was asked to stop; "
+          "its stderr:\n",
+          s->addr, rp_test_describe_status(status, how, sizeof how));
   echo_file("  rampartd stderr: ", s->stderr_path);
   return -1;
 }
@@ -397,7 +399,8 @@ bool rp_test_server_alive(struct rp_test_server *s)
   return true;
 }
 
-int rp_test_run_program(const char *const *argv, char *out, size_t outlen, uint32_t timeout_ms)
+int rp_test_run_program(const char *const *argv, char *out, size_t outlen,
+                        uint32_t timeout_ms)
 {
   int p[2];
   if (pipe2(p, O_CLOEXEC) < 0)
@@ -417,7 +420,7 @@ int rp_test_run_program(const char *const *argv, char *out, size_t outlen, uint3
     uint64_t now = rp_test_now_ms();
     if (now >= deadline)
       break;
-    struct pollfd pfd = {.fd = p[0], .events = POLLIN};
+    struct pollfd pfd = { .fd = p[0], .events = POLLIN };
     int n = poll(&pfd, 1, (int)(deadline - now));
     if (n < 0 && errno == EINTR)
       continue;
@@ -443,7 +446,8 @@ int rp_test_run_program(const char *const *argv, char *out, size_t outlen, uint3
   uint32_t left = now < deadline ? (uint32_t)(deadline - now) : 0;
   int r = wait_exit(pid, eof ? left + 1000 : 0, &status);
   if (r != 0) {
-    fprintf(stderr, "test: %s did not finish within %u ms: killing it\n", argv[0], timeout_ms);
+    fprintf(stderr, "test: %s did not finish within %u ms: killing it\n", argv[0],
+            timeout_ms);
     kill(pid, SIGKILL);
     wait_exit(pid, STOP_TIMEOUT_MS, &status);
     return -1;

@@ -19,10 +19,10 @@
 #include "client.h"
 
 struct rp_test_server {
-  pid_t pid;           /* 0 when not running */
+  pid_t pid; /* 0 when not running */
   char host[64];
   char port[16];
-  char addr[96];       /* "HOST:PORT" */
+  char addr[96]; /* "HOST:PORT" */
   char stdout_path[512];
   char stderr_path[512];
   /* Set when the process was found dead without the test having stopped or killed it
@@ -62,10 +62,12 @@ int rp_test_write_file(const char *path, const char *text);
 
 /* Memory pressure files for rampartd --pressure-file: calm (what a test server reads
  * unless the test chose), and high enough to make a server advise. */
-#define RP_TEST_PSI_CALM "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n" \
-                         "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-#define RP_TEST_PSI_HIGH "some avg10=80.00 avg60=50.00 avg300=20.00 total=99999\n" \
-                         "full avg10=40.00 avg60=20.00 avg300=10.00 total=9999\n"
+#define RP_TEST_PSI_CALM \
+  "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n" \
+  "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+#define RP_TEST_PSI_HIGH \
+  "some avg10=80.00 avg60=50.00 avg300=20.00 total=99999\n" \
+  "full avg10=40.00 avg60=20.00 avg300=10.00 total=9999\n"
 
 /* The rampartd binary: $RAMPARTD. NULL (with a message on stderr) when unset. */
 const char *rp_test_rampartd_path(void);
@@ -111,7 +113,8 @@ int rp_test_run_rampartd(const char *const *args, char *out, size_t outlen,
                          uint32_t timeout_ms);
 
 /* Runs any program (argv[0] is the path) the same way. */
-int rp_test_run_program(const char *const *argv, char *out, size_t outlen, uint32_t timeout_ms);
+int rp_test_run_program(const char *const *argv, char *out, size_t outlen,
+                        uint32_t timeout_ms);
 
 /* A daemon's command line it must refuse: its arguments (NULL-terminated) and what its
  * output must say. */

@@ -65,7 +65,8 @@ static void fill_page(uint8_t *page, uint64_t value)
 }
 
 /* Remembers the first failure of a run, for the test's message. */
-static void note_failure(struct rp_test_shadow *d, const char *what, uint64_t page, int result)
+static void note_failure(struct rp_test_shadow *d, const char *what, uint64_t page,
+                         int result)
 {
   if (!d->result.first_failure[0])
     snprintf(d->result.first_failure, sizeof d->result.first_failure, "%s at page %llu (%d)",
@@ -156,8 +157,11 @@ static void run_batch(struct worker *w)
     s->w = w;
     s->result = 0;
     s->io = (struct rampart_io){ .op = w->writer ? RAMPART_OP_WRITE : RAMPART_OP_READ,
-                                 .offset = first * PAGE, .length = (uint32_t)(len * PAGE),
-                                 .buf = buf, .done = slot_done, .user = s };
+                                 .offset = first * PAGE,
+                                 .length = (uint32_t)(len * PAGE),
+                                 .buf = buf,
+                                 .done = slot_done,
+                                 .user = s };
     if (w->writer)
       for (uint64_t q = 0; q < len; q++)
         fill_page(buf + q * PAGE, rng(&w->state));
@@ -289,12 +293,13 @@ uint64_t rp_test_shadow_verify(struct rp_test_shadow *d, struct rp_test_shadow_r
 
 void rp_test_shadow_describe(const struct rp_test_shadow_result *r, char *out, size_t outlen)
 {
-  snprintf(out, outlen, "%llu reads (%llu failed), %llu writes (%llu failed), %llu wrong, "
-           "longest %.1f ms%s%s", (unsigned long long)r->reads,
-           (unsigned long long)r->read_failures, (unsigned long long)r->writes,
-           (unsigned long long)r->write_failures, (unsigned long long)r->mismatches,
-           (double)r->max_latency_us / 1000.0, r->first_failure[0] ? "; first: " : "",
-           r->first_failure);
+  snprintf(out, outlen,
+           "%llu reads (%llu failed), %llu writes (%llu failed), %llu wrong, "
+           "longest %.1f ms%s%s",
+           (unsigned long long)r->reads, (unsigned long long)r->read_failures,
+           (unsigned long long)r->writes, (unsigned long long)r->write_failures,
+           (unsigned long long)r->mismatches, (double)r->max_latency_us / 1000.0,
+           r->first_failure[0] ? "; first: " : "", r->first_failure);
 }
 
 void rp_test_shadow_expect_clean(const char *what, const struct rp_test_shadow_result *r)

@@ -21,18 +21,18 @@
 #define RP_TEST_STRIPE_PAGES 8u
 
 struct rp_test_shadow_result {
-  uint64_t reads, writes;         /* requests completed */
+  uint64_t reads, writes; /* requests completed */
   uint64_t read_failures, write_failures;
-  uint64_t mismatches;            /* reads that succeeded with wrong bytes */
-  uint64_t max_latency_us;        /* longest request, submit to completion */
+  uint64_t mismatches;     /* reads that succeeded with wrong bytes */
+  uint64_t max_latency_us; /* longest request, submit to completion */
   char first_failure[256];
 };
 
 struct rp_test_shadow {
   struct rampart_engine *engine;
   uint64_t pages;
-  uint8_t *shadow;                /* what every page must read as */
-  uint8_t *unknown;               /* per page: a write of it failed, contents undefined */
+  uint8_t *shadow;  /* what every page must read as */
+  uint8_t *unknown; /* per page: a write of it failed, contents undefined */
   unsigned nstripes;
   pthread_mutex_t *stripe_locks;
   atomic_bool stop;

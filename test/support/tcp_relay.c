@@ -24,10 +24,10 @@
 #define MAX_PAIRS 256u
 
 struct pair {
-  int client;              /* accepted from the test's client */
-  int server;              /* to the real server; -1 while held */
-  unsigned port;           /* which relayed server */
-  uint8_t *to_server;      /* client -> server bytes not yet sent */
+  int client;         /* accepted from the test's client */
+  int server;         /* to the real server; -1 while held */
+  unsigned port;      /* which relayed server */
+  uint8_t *to_server; /* client -> server bytes not yet sent */
   size_t ts_len, ts_off;
   uint8_t *to_client;
   size_t tc_len, tc_off;
@@ -47,7 +47,7 @@ struct rp_test_relay {
   int wake[2];
   pthread_mutex_t lock;
   pthread_cond_t applied;
-  uint64_t requests, done;  /* command generations, under lock */
+  uint64_t requests, done; /* command generations, under lock */
   bool stop;
   unsigned n;
   struct port ports[RP_TEST_RELAY_MAX];
@@ -69,7 +69,7 @@ static void close_with_reset(int fd)
 {
   if (fd < 0)
     return;
-  struct linger l = {.l_onoff = 1, .l_linger = 0};
+  struct linger l = { .l_onoff = 1, .l_linger = 0 };
   setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
   close(fd);
 }
@@ -211,9 +211,9 @@ static void *relay_main(void *arg)
     if (stop)
       break;
     unsigned nfds = 0;
-    fds[nfds++] = (struct pollfd){.fd = r->wake[0], .events = POLLIN};
+    fds[nfds++] = (struct pollfd){ .fd = r->wake[0], .events = POLLIN };
     for (unsigned i = 0; i < r->n; i++)
-      fds[nfds++] = (struct pollfd){.fd = r->ports[i].listen_fd, .events = POLLIN};
+      fds[nfds++] = (struct pollfd){ .fd = r->ports[i].listen_fd, .events = POLLIN };
     unsigned first_pair = nfds;
     for (unsigned k = 0; k < r->npairs; k++) {
       struct pair *p = r->pairs[k];
@@ -229,8 +229,8 @@ static void *relay_main(void *arg)
           se |= POLLOUT;
       }
       /* A held client is not read: what it sends waits in its socket until released. */
-      fds[nfds++] = (struct pollfd){.fd = p->server >= 0 ? p->client : -1, .events = ce};
-      fds[nfds++] = (struct pollfd){.fd = p->server, .events = se};
+      fds[nfds++] = (struct pollfd){ .fd = p->server >= 0 ? p->client : -1, .events = ce };
+      fds[nfds++] = (struct pollfd){ .fd = p->server, .events = se };
     }
     int n = poll(fds, nfds, 1000);
     if (n < 0 && errno != EINTR)
@@ -272,7 +272,7 @@ static int listen_loopback(struct port *pt)
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0)
     return -1;
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
   socklen_t len = sizeof a;
   if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 64) < 0 ||
       getsockname(fd, (struct sockaddr *)&a, &len) < 0) {

@@ -194,15 +194,16 @@ static void test_hmac_sha256_rfc4231(void **state)
   static const struct {
     const char *key_hex, *data, *mac_hex;
   } cases[] = {
-    {"0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b", "Hi There",
-     "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"},
-    {"4a656665", "what do ya want for nothing?",
-     "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"},
-    {NULL, "Test Using Larger Than Block-Size Key - Hash Key First",
-     "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"},
-    {NULL, "This is a test using a larger than block-size key and a larger than block-size "
-           "data. The key needs to be hashed before being used by the HMAC algorithm.",
-     "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"},
+    { "0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b", "Hi There",
+      "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7" },
+    { "4a656665", "what do ya want for nothing?",
+      "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843" },
+    { NULL, "Test Using Larger Than Block-Size Key - Hash Key First",
+      "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54" },
+    { NULL,
+      "This is a test using a larger than block-size key and a larger than block-size "
+      "data. The key needs to be hashed before being used by the HMAC algorithm.",
+      "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2" },
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     uint8_t key[131];
@@ -215,9 +216,9 @@ static void test_hmac_sha256_rfc4231(void **state)
     }
     /* the message in two parts, to check that parts are concatenated */
     size_t n = strlen(cases[c].data), half = n / 2;
-    const uint8_t *parts[] = {(const uint8_t *)cases[c].data,
-                              (const uint8_t *)cases[c].data + half};
-    const size_t lens[] = {half, n - half};
+    const uint8_t *parts[] = { (const uint8_t *)cases[c].data,
+                               (const uint8_t *)cases[c].data + half };
+    const size_t lens[] = { half, n - half };
     uint8_t mac[RP_HMAC_SHA256_LEN];
     rp_hmac_sha256(key, key_len, parts, lens, 2, mac);
     char hex[2 * RP_HMAC_SHA256_LEN + 1];
@@ -236,8 +237,8 @@ static void test_hmac_sha256_matches_libcrypto(void **state)
     size_t key_len = (size_t)(t * 7) % sizeof key, msg_len = (size_t)(t * 13) % sizeof msg;
     assert_int_equal(rp_random_bytes(key, sizeof key), 0);
     assert_int_equal(rp_random_bytes(msg, sizeof msg), 0);
-    const uint8_t *parts[] = {msg};
-    const size_t lens[] = {msg_len};
+    const uint8_t *parts[] = { msg };
+    const size_t lens[] = { msg_len };
     rp_hmac_sha256(key, key_len, parts, lens, 1, a);
     unsigned int len = sizeof b;
     assert_non_null(HMAC(EVP_sha256(), key, (int)key_len, msg, msg_len, b, &len));
@@ -473,7 +474,7 @@ static void test_session_keys_known_answer(void **state)
   hexof(keys.client_to_server, RP_SESSION_KEY_LEN, hex);
   assert_string_equal(hex, KNOWN_C2S_KEY);
 
-  struct rp_frame_auth fa = {0};
+  struct rp_frame_auth fa = { 0 };
   assert_int_equal(rp_frame_auth_init(&fa, keys.client_to_server), 0);
   uint8_t hdr[RP_HEADER_SIZE], payload[100], tag[RP_TAG_LEN];
   for (unsigned i = 0; i < RP_HEADER_SIZE; i++)
@@ -587,7 +588,9 @@ static void test_tag_flipped_bit_fails(void **state)
   pair_free(&p);
   unsigned failed = 0, tried = 0;
   for (unsigned part = 0; part < 3; part++) {
-    size_t bits = part == 0 ? RP_HEADER_SIZE * 8 : part == 1 ? RP_PAGE_SIZE * 8 : RP_TAG_LEN * 8;
+    size_t bits = part == 0   ? RP_HEADER_SIZE * 8
+                  : part == 1 ? RP_PAGE_SIZE * 8
+                              : RP_TAG_LEN * 8;
     size_t step = part == 1 ? 61 : 1; /* a prime stride over the page's 32768 bits */
     for (size_t bit = 0; bit < bits; bit += step) {
       uint8_t *b = part == 0 ? hdr : part == 1 ? page : tag;
@@ -660,7 +663,7 @@ static void test_tag_bound_to_direction_and_connection(void **state)
   uint8_t hdr[RP_HEADER_SIZE], page[RP_PAGE_SIZE], tag[RP_TAG_LEN];
   make_frame(hdr, page, 2);
   assert_int_equal(rp_frame_tag(&p.tx, hdr, page, RP_PAGE_SIZE, tag), 0);
-  struct rp_frame_auth other = {0};
+  struct rp_frame_auth other = { 0 };
   assert_int_equal(rp_frame_auth_init(&other, p.keys.server_to_client), 0);
   assert_false(rp_frame_verify(&other, hdr, page, RP_PAGE_SIZE, tag));
   rp_frame_auth_free(&other);
@@ -706,12 +709,12 @@ static void test_tag_same_contiguous_or_split(void **state)
 static void test_tag_reused_context_matches_fresh(void **state)
 {
   (void)state;
-  uint8_t k1[RP_SESSION_KEY_LEN], k2[RP_SESSION_KEY_LEN], hdr[RP_HEADER_SIZE] = {1, 2, 3};
+  uint8_t k1[RP_SESSION_KEY_LEN], k2[RP_SESSION_KEY_LEN], hdr[RP_HEADER_SIZE] = { 1, 2, 3 };
   uint8_t page[4096], fresh_tag[RP_TAG_LEN], reused_tag[RP_TAG_LEN];
   memset(k1, 0x11, sizeof k1);
   memset(k2, 0x22, sizeof k2);
   memset(page, 0x5a, sizeof page);
-  struct rp_frame_auth fresh = {0}, reused = {0};
+  struct rp_frame_auth fresh = { 0 }, reused = { 0 };
   assert_int_equal(rp_frame_auth_prepare(&reused), 0);
   assert_false(rp_frame_auth_active(&reused));
   assert_int_equal(rp_frame_auth_init(&reused, k1), 0);
@@ -735,8 +738,8 @@ static void test_tag_reused_context_matches_fresh(void **state)
 static void test_tag_without_context_fails_closed(void **state)
 {
   (void)state;
-  struct rp_frame_auth none = {0};
-  uint8_t hdr[RP_HEADER_SIZE] = {0}, tag[RP_TAG_LEN] = {0};
+  struct rp_frame_auth none = { 0 };
+  uint8_t hdr[RP_HEADER_SIZE] = { 0 }, tag[RP_TAG_LEN] = { 0 };
   assert_false(rp_frame_auth_active(&none));
   assert_int_equal(rp_frame_tag(&none, hdr, NULL, 0, tag), -1);
   assert_false(rp_frame_verify(&none, hdr, NULL, 0, tag));

@@ -27,18 +27,18 @@
 #include "message.h"
 
 enum scenario {
-  HONEST_DRIBBLE,   /* READ reply sent one byte per write */
-  BAD_SERVER_MAC,   /* Challenge with a MAC made without the key */
-  SHORT_NONCE,      /* Challenge with a 5-byte nonce */
-  UNKNOWN_ID,       /* reply to an id that was never sent */
-  WRONG_OP,         /* WRITE reply to a READ */
-  SHORT_PAGE,       /* READ reply carrying 100 bytes */
-  HUGE_LENGTH,      /* header claiming 0xFFFFFFFF bytes */
-  BAD_PUSH,         /* id 0 frame that is not an ADVISE */
-  JUNK_ERROR,       /* error status with an undecodable Error payload: request fails, conn lives */
-  GARBAGE,          /* random bytes */
-  BAD_TAG,          /* an honest READ reply whose tag has one bit flipped */
-  BIG_ERROR,        /* error status with the largest payload, sent in two parts: request
+  HONEST_DRIBBLE, /* READ reply sent one byte per write */
+  BAD_SERVER_MAC, /* Challenge with a MAC made without the key */
+  SHORT_NONCE,    /* Challenge with a 5-byte nonce */
+  UNKNOWN_ID,     /* reply to an id that was never sent */
+  WRONG_OP,       /* WRITE reply to a READ */
+  SHORT_PAGE,     /* READ reply carrying 100 bytes */
+  HUGE_LENGTH,    /* header claiming 0xFFFFFFFF bytes */
+  BAD_PUSH,       /* id 0 frame that is not an ADVISE */
+  JUNK_ERROR, /* error status with an undecodable Error payload: request fails, conn lives */
+  GARBAGE,    /* random bytes */
+  BAD_TAG,    /* an honest READ reply whose tag has one bit flipped */
+  BIG_ERROR,  /* error status with the largest payload, sent in two parts: request
                        fails, conn lives */
 };
 
@@ -91,7 +91,8 @@ static int read_frame(int fd, struct rp_header *h, uint8_t *buf, size_t cap,
     return -1;
   if (read_full(fd, buf, h->length) < 0)
     return -1;
-  if (rx && (read_full(fd, tag, sizeof tag) < 0 || !rp_frame_verify(rx, hb, buf, h->length, tag)))
+  if (rx &&
+      (read_full(fd, tag, sizeof tag) < 0 || !rp_frame_verify(rx, hb, buf, h->length, tag)))
     return -1;
   return 0;
 }
@@ -99,7 +100,8 @@ static int read_frame(int fd, struct rp_header *h, uint8_t *buf, size_t cap,
 /* Tags the frame of n bytes at out (room for the tag after it); returns its new size. */
 static size_t tag_frame(struct rp_frame_auth *tx, uint8_t *out, size_t n)
 {
-  assert_int_equal(rp_frame_tag(tx, out, out + RP_HEADER_SIZE, n - RP_HEADER_SIZE, out + n), 0);
+  assert_int_equal(rp_frame_tag(tx, out, out + RP_HEADER_SIZE, n - RP_HEADER_SIZE, out + n),
+                   0);
   return n + RP_TAG_LEN;
 }
 
@@ -113,7 +115,7 @@ static void *fake_main(void *arg)
   static uint8_t out[RP_MAX_CONTROL_FRAME + RP_PAGE_SIZE];
   struct rp_header h, r;
   uint8_t cnonce[RP_NONCE_LEN], snonce[RP_NONCE_LEN];
-  struct rp_frame_auth rx = {0}, tx = {0};
+  struct rp_frame_auth rx = { 0 }, tx = { 0 };
 
   if (read_frame(fd, &h, buf, sizeof buf, NULL) < 0 || h.op != RP_OP_HELLO)
     goto out;
@@ -125,7 +127,7 @@ static void *fake_main(void *arg)
   rp_random_bytes(snonce, sizeof snonce);
   uint8_t mac[RP_MAC_LEN], token[RP_TOKEN_LEN];
   if (f->scenario == BAD_SERVER_MAC) {
-    struct rp_key none = {.len = 0};
+    struct rp_key none = { .len = 0 };
     rp_auth_server_mac(&none, cnonce, snonce, mac); /* "proves" without knowing the key */
   } else {
     rp_auth_server_mac(&f->key, cnonce, snonce, mac);
@@ -466,18 +468,18 @@ static void test_undecodable_error_payload(void **state)
 int main(void)
 {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_dribbled_reply_is_reassembled),
-      cmocka_unit_test(test_server_without_key_is_refused),
-      cmocka_unit_test(test_short_nonce_is_refused),
-      cmocka_unit_test(test_unknown_id),
-      cmocka_unit_test(test_wrong_op),
-      cmocka_unit_test(test_short_page),
-      cmocka_unit_test(test_huge_length),
-      cmocka_unit_test(test_bad_push),
-      cmocka_unit_test(test_garbage),
+    cmocka_unit_test(test_dribbled_reply_is_reassembled),
+    cmocka_unit_test(test_server_without_key_is_refused),
+    cmocka_unit_test(test_short_nonce_is_refused),
+    cmocka_unit_test(test_unknown_id),
+    cmocka_unit_test(test_wrong_op),
+    cmocka_unit_test(test_short_page),
+    cmocka_unit_test(test_huge_length),
+    cmocka_unit_test(test_bad_push),
+    cmocka_unit_test(test_garbage),
     cmocka_unit_test(test_bad_tag),
-      cmocka_unit_test(test_undecodable_error_payload),
-      cmocka_unit_test(test_pooled_connection_reassembles_frames),
+    cmocka_unit_test(test_undecodable_error_payload),
+    cmocka_unit_test(test_pooled_connection_reassembles_frames),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

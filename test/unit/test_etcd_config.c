@@ -89,12 +89,12 @@ static void test_choice_spreads_over_domains(void **state)
   }
   struct rp_cluster_registry r;
   assert_int_equal(rp_cluster_registry_init(&r, "t", 16, NULL, 0), 0);
-  put(&r, "a1:1", "rack-a", 9000, false, false);  /* 0 */
-  put(&r, "a2:1", "rack-a", 8000, false, false);  /* 1 */
-  put(&r, "b1:1", "rack-b", 1000, false, false);  /* 2 */
-  put(&r, "c1:1", "rack-c", 9999, true, false);   /* 3: under pressure */
-  put(&r, "c2:1", "rack-c", 500, false, false);   /* 4 */
-  put(&r, "d1:1", "rack-d", 9999, false, true);   /* 5: draining */
+  put(&r, "a1:1", "rack-a", 9000, false, false); /* 0 */
+  put(&r, "a2:1", "rack-a", 8000, false, false); /* 1 */
+  put(&r, "b1:1", "rack-b", 1000, false, false); /* 2 */
+  put(&r, "c1:1", "rack-c", 9999, true, false);  /* 3: under pressure */
+  put(&r, "c2:1", "rack-c", 500, false, false);  /* 4 */
+  put(&r, "d1:1", "rack-d", 9999, false, true);  /* 5: draining */
   assert_int_equal(r.servers[0].free_pages, 9000);
   assert_true(r.servers[3].pressure);
   unsigned out[16];
@@ -137,7 +137,8 @@ static void test_registry_reuses_entries_of_gone_ids(void **state)
     }
     /* Full of live IDs: a fifth is not taken. */
     assert_int_equal(rp_cluster_registry_take(&r, false, "/rampart/t/servers/extra:1",
-                                              "{\"address\":\"extra:1\"}"), -1);
+                                              "{\"address\":\"extra:1\"}"),
+                     -1);
     for (unsigned i = 0; i < 4; i++) {
       snprintf(addr, sizeof addr, "r%u-%u:1", round, i);
       snprintf(key, sizeof key, "/rampart/t/servers/%s", addr);
@@ -155,8 +156,9 @@ static void test_registry_reuses_entries_of_gone_ids(void **state)
   assert_int_equal(cluster_follow_choose(&r, 4, out), 1);
   assert_string_equal(r.servers[out[0]].address, "new:1");
   /* Fields of the wrong type: no address (not "(null)"), no pages, no flag. */
-  int at = rp_cluster_registry_take(&r, false, "/rampart/t/servers/odd:1",
-                                    "{\"address\":null,\"domain\":7,\"capacity_pages\":\"9\"}");
+  int at = rp_cluster_registry_take(
+    &r, false, "/rampart/t/servers/odd:1",
+    "{\"address\":null,\"domain\":7,\"capacity_pages\":\"9\"}");
   assert_true(at >= 0);
   assert_string_equal(r.servers[at].address, "");
   assert_false(r.servers[at].registered);

@@ -255,8 +255,8 @@ static void test_build_refuses_small_buffer(void **state)
   assert_int_equal(rp_frame_build(small, need, &req, &r.base), need);
   assert_memory_equal(small, frame, need);
 
-  assert_int_equal(rp_frame_build_error(small, RP_HEADER_SIZE, &req, RP_ERR_NO_SPACE,
-                                        "no"), 0);
+  assert_int_equal(rp_frame_build_error(small, RP_HEADER_SIZE, &req, RP_ERR_NO_SPACE, "no"),
+                   0);
 }
 
 static void test_build_refuses_oversize_message(void **state)

@@ -135,15 +135,16 @@ static void test_every_transition_is_taken_or_refused_as_the_protocol_says(void 
         bool want = is_legal((enum page_op_kind)kind, (enum page_op_stage)from,
                              (enum page_op_stage)to);
         if (aborted == want)
-          fail_msg("%s: %s -> %s %s", kind_names[kind],
-                   page_op_stage_name((enum page_op_stage)from),
-                   page_op_stage_name((enum page_op_stage)to),
-                   want ? "refused, but the protocol has it" : "taken, but the protocol lacks it");
+          fail_msg(
+            "%s: %s -> %s %s", kind_names[kind], page_op_stage_name((enum page_op_stage)from),
+            page_op_stage_name((enum page_op_stage)to),
+            want ? "refused, but the protocol has it" : "taken, but the protocol lacks it");
         if (aborted) {
           refused++;
           char expect[128];
-          snprintf(expect, sizeof expect, "internal error: page operation (%s of page 4242, %s)",
-                   kind_names[kind], page_op_stage_name((enum page_op_stage)from));
+          snprintf(expect, sizeof expect,
+                   "internal error: page operation (%s of page 4242, %s)", kind_names[kind],
+                   page_op_stage_name((enum page_op_stage)from));
           assert_non_null(strstr(err, expect));
           assert_non_null(strstr(err, page_op_stage_name((enum page_op_stage)to)));
         } else {

@@ -463,7 +463,8 @@ static void test_last_chunk_is_short(void **state)
   struct rps_store *s = rps_store_create(RPS_CHUNK_PAGES + 3);
   struct rps_account *a = rps_account_create(s);
   char msg[256];
-  assert_int_equal(rps_store_reserve(s, a, RPS_CHUNK_PAGES + 3, false, msg, sizeof msg), RP_OK);
+  assert_int_equal(rps_store_reserve(s, a, RPS_CHUNK_PAGES + 3, false, msg, sizeof msg),
+                   RP_OK);
   for (uint32_t i = 0; i < RPS_CHUNK_PAGES + 3; i++)
     write_tag(s, a, i, i);
   struct rps_store_stats st;

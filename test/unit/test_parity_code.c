@@ -125,8 +125,8 @@ static void test_the_worked_recoveries_agree_with_parity_code(void **state)
         qxy[b] ^= ref_mul(gf_exp_table[i], data[i][b]);
       }
   uint8_t gyx = gf_exp_table[y - x];
-  uint8_t a = ref_mul(gyx, ref_inv(gyx ^ 1)), bb = ref_mul(ref_inv(gf_exp_table[x]),
-                                                          ref_inv(gyx ^ 1));
+  uint8_t a = ref_mul(gyx, ref_inv(gyx ^ 1)),
+          bb = ref_mul(ref_inv(gf_exp_table[x]), ref_inv(gyx ^ 1));
   for (size_t b = 0; b < PAGE; b++) {
     dx[b] = ref_mul(a, p_page[b] ^ pxy[b]) ^ ref_mul(bb, ref_q[b] ^ qxy[b]);
     dy[b] = p_page[b] ^ pxy[b] ^ dx[b];

@@ -161,8 +161,9 @@ static void test_group_lifecycle_and_reclaim(void **state)
 static void test_server_indices_past_255_are_kept(void **state)
 {
   (void)state;
-  static const server_index where[GROUP_MAX_DATA] = { 256, 300, 1000, 4095, 0, 255, 511,
-                                                      4094 };
+  static const server_index where[GROUP_MAX_DATA] = {
+    256, 300, 1000, 4095, 0, 255, 511, 4094
+  };
   struct group_table t;
   struct page_map map;
   assert_int_equal(group_table_init(&t, 1), 0);

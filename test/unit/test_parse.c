@@ -91,7 +91,8 @@ static void test_uint(void **state)
   assert_int_equal(rp_parse_uint("--lease", "0", 3600, &v, err, sizeof err), 0);
   assert_int_equal(v, 0);
 
-  static const char *bad[] = { "3601", "-1", "", "abc", "1x", " 1", "1.0", "99999999999999999999999" };
+  static const char *bad[] = { "3601", "-1", "",    "abc",
+                               "1x",   " 1", "1.0", "99999999999999999999999" };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     v = 77;
     err[0] = '\0';
@@ -109,7 +110,8 @@ static void test_bool(void **state)
 {
   (void)state;
   char err[256] = "";
-  static const char *yes[] = { "true", "on", "yes", "1" }, *no[] = { "false", "off", "no", "0" };
+  static const char *yes[] = { "true", "on", "yes", "1" },
+                    *no[] = { "false", "off", "no", "0" };
   for (size_t i = 0; i < 4; i++) {
     bool v = false;
     assert_int_equal(rp_parse_bool("mlock", yes[i], &v, err, sizeof err), 0);
@@ -165,9 +167,9 @@ static void test_bad_hostport(void **state)
   (void)state;
   hp_bad("");
   hp_bad(NULL);
-  hp_bad("127.0.0.1");        /* missing port */
-  hp_bad("127.0.0.1:");       /* empty port */
-  hp_bad(":7070");            /* empty host */
+  hp_bad("127.0.0.1");  /* missing port */
+  hp_bad("127.0.0.1:"); /* empty port */
+  hp_bad(":7070");      /* empty host */
   hp_bad("host:0");
   hp_bad("host:65536");
   hp_bad("host:99999999999999999999");
@@ -176,8 +178,8 @@ static void test_bad_hostport(void **state)
   hp_bad("host:80x");
   hp_bad("host:http");
   hp_bad("host: 80");
-  hp_bad("::1:7070");         /* v6 without brackets */
-  hp_bad("[::1]");            /* v6 missing port */
+  hp_bad("::1:7070"); /* v6 without brackets */
+  hp_bad("[::1]");    /* v6 missing port */
   hp_bad("[::1]:");
   hp_bad("[::1]7070");
   hp_bad("[::1:7070");
@@ -190,15 +192,15 @@ static void test_hostport_buffers(void **state)
   (void)state;
   char host[4], port[3], err[256];
   /* fits exactly */
-  assert_int_equal(rp_parse_hostport("abc:12", host, sizeof host, port, sizeof port, err,
-                                     sizeof err), 0);
+  assert_int_equal(
+    rp_parse_hostport("abc:12", host, sizeof host, port, sizeof port, err, sizeof err), 0);
   assert_string_equal(host, "abc");
   assert_string_equal(port, "12");
   /* one too long, host or port */
-  assert_int_equal(rp_parse_hostport("abcd:12", host, sizeof host, port, sizeof port, err,
-                                     sizeof err), -1);
-  assert_int_equal(rp_parse_hostport("abc:123", host, sizeof host, port, sizeof port, err,
-                                     sizeof err), -1);
+  assert_int_equal(
+    rp_parse_hostport("abcd:12", host, sizeof host, port, sizeof port, err, sizeof err), -1);
+  assert_int_equal(
+    rp_parse_hostport("abc:123", host, sizeof host, port, sizeof port, err, sizeof err), -1);
 }
 
 static void test_format_bytes(void **state)

@@ -85,11 +85,13 @@ static void test_harden_locks_what_is_used_not_what_is_mapped(void **state)
       _exit(4); /* no mlockall here (no CAP_IPC_LOCK, a small RLIMIT_MEMLOCK) */
     /* VmLck counts locked mappings whole, resident or not: what costs memory is VmRSS. */
     long after_harden = status_kib("VmRSS");
-    char *later = mmap(NULL, LATER, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *later = mmap(NULL, LATER, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                       0);
     if (later == MAP_FAILED)
       _exit(3);
     long after_map = status_kib("VmRSS");
-    fprintf(stderr, "VmRSS %ld KiB after harden with 64 MiB mapped, %ld KiB after mapping 8 MiB\n",
+    fprintf(stderr,
+            "VmRSS %ld KiB after harden with 64 MiB mapped, %ld KiB after mapping 8 MiB\n",
             after_harden, after_map);
     if (after_harden >= UNTOUCHED / 2 / 1024)
       _exit(1); /* the untouched mapping was faulted in */
@@ -98,8 +100,8 @@ static void test_harden_locks_what_is_used_not_what_is_mapped(void **state)
     /* Every later thread's stack is populated whole: 1 MiB, not RLIMIT_STACK's 8. */
     pthread_attr_t attr;
     size_t stack = 0;
-    if (pthread_getattr_default_np(&attr) != 0 || pthread_attr_getstacksize(&attr, &stack) != 0 ||
-        stack > (1 << 20))
+    if (pthread_getattr_default_np(&attr) != 0 ||
+        pthread_attr_getstacksize(&attr, &stack) != 0 || stack > (1 << 20))
       _exit(5);
     _exit(0);
   }

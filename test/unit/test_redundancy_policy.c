@@ -18,7 +18,9 @@ static void test_every_effective_policy_has_its_own_row(void **state)
 {
   (void)state;
   static const enum rampart_redundancy all[] = {
-    RAMPART_REDUNDANCY_NONE, RAMPART_REDUNDANCY_MIRROR, RAMPART_REDUNDANCY_PARITY_LOG,
+    RAMPART_REDUNDANCY_NONE,
+    RAMPART_REDUNDANCY_MIRROR,
+    RAMPART_REDUNDANCY_PARITY_LOG,
     RAMPART_REDUNDANCY_WRITE_THROUGH,
   };
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {

@@ -26,15 +26,21 @@ static void test_psi_parses_real_file(void **state)
   assert_int_equal(rps_psi_parse_some_avg10("some avg10=23.45 avg60=1.00 avg300=0.10 "
                                             "total=123456\n"
                                             "full avg10=3.00 avg60=0.00 avg300=0.00 "
-                                            "total=99\n", &v), 0);
+                                            "total=99\n",
+                                            &v),
+                   0);
   assert_true(v > 23.449 && v < 23.451);
-  assert_int_equal(rps_psi_parse_some_avg10("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-                                            "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
-                                            &v), 0);
+  assert_int_equal(
+    rps_psi_parse_some_avg10("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+                             "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+                             &v),
+    0);
   assert_true(v == 0.0);
   /* "full" first, no trailing newline: still the "some" line's value. */
   assert_int_equal(rps_psi_parse_some_avg10("full avg10=99.00 avg60=0 avg300=0 total=0\n"
-                                            "some avg10=100.00 avg60=0 avg300=0 total=0", &v), 0);
+                                            "some avg10=100.00 avg60=0 avg300=0 total=0",
+                                            &v),
+                   0);
   assert_true(v == 100.0);
 }
 
@@ -43,15 +49,15 @@ static void test_psi_rejects_malformed(void **state)
   static const char *bad[] = {
     "",
     "\n",
-    "full avg10=1.00 avg60=0.00 avg300=0.00 total=0\n",     /* no some line */
-    "some avg60=1.00 avg300=0.00 total=0\n",                /* no avg10 */
-    "some avg10= avg60=1.00\n",                             /* empty value */
+    "full avg10=1.00 avg60=0.00 avg300=0.00 total=0\n", /* no some line */
+    "some avg60=1.00 avg300=0.00 total=0\n",            /* no avg10 */
+    "some avg10= avg60=1.00\n",                         /* empty value */
     "some avg10=abc avg60=1.00\n",
     "some avg10=-1.00 avg60=1.00\n",
-    "some avg10=101.00 avg60=1.00\n",                       /* not a percentage */
+    "some avg10=101.00 avg60=1.00\n", /* not a percentage */
     "some avg10=nan avg60=1.00\n",
-    "some avg10=1.5x avg60=1.00\n",                         /* trailing junk */
-    "some xavg10=1.00 avg60=1.00\n",                        /* not the avg10 field */
+    "some avg10=1.5x avg60=1.00\n",  /* trailing junk */
+    "some xavg10=1.00 avg60=1.00\n", /* not the avg10 field */
     "something avg10=1.00\n",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -70,13 +76,15 @@ static void test_meminfo_available(void **state)
   assert_int_equal(rps_meminfo_parse_available("MemTotal:        8000000 kB\n"
                                                "MemFree:          100000 kB\n"
                                                "MemAvailable:    2500000 kB\n"
-                                               "Buffers:           12 kB\n", &b), 0);
+                                               "Buffers:           12 kB\n",
+                                               &b),
+                   0);
   assert_int_equal(b, UINT64_C(2500000) * 1024);
   assert_int_equal(rps_meminfo_parse_available("MemAvailable: 0 kB", &b), 0);
   assert_int_equal(b, 0);
 
   static const char *bad[] = {
-    "MemTotal: 100 kB\nMemFree: 50 kB\n",    /* old kernel: no MemAvailable */
+    "MemTotal: 100 kB\nMemFree: 50 kB\n", /* old kernel: no MemAvailable */
     "MemAvailable: kB\n",
     "MemAvailable: -5 kB\n",
     "MemAvailable: 12 MB\n",
@@ -107,7 +115,7 @@ static void test_threshold_logic(void **state)
   struct rps_pressure_sample s = { true, 9.99, true, UINT64_C(1) << 30 };
   assert_false(rps_pressure_evaluate(&c, &s, reason, sizeof reason));
   assert_non_null(strstr(reason, "< 10%"));
-  s.psi_some_avg10 = 10.0;  /* at the threshold counts */
+  s.psi_some_avg10 = 10.0; /* at the threshold counts */
   assert_true(rps_pressure_evaluate(&c, &s, reason, sizeof reason));
   s.psi_some_avg10 = 23.5;
   assert_true(rps_pressure_evaluate(&c, &s, reason, sizeof reason));

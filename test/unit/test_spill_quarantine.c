@@ -70,8 +70,9 @@ static void submit(struct fixture *f, struct counted_io *io, bool write, uint64_
   io->q = &f->q;
   io->done = false;
   io->epoch = spill_quarantine_io_started(&f->q);
-  io->sio = (struct spill_io){ .write = write, .slot = slot, .page = io->page,
-                               .done = counted_done, .user = io };
+  io->sio = (struct spill_io){
+    .write = write, .slot = slot, .page = io->page, .done = counted_done, .user = io
+  };
   spill_store_submit(f->store, &io->sio);
   spill_store_flush_submissions(f->store);
 }

@@ -80,8 +80,9 @@ static unsigned dir_entries(const char *path)
 
 static struct spill_store *open_temp_store(const char *dir, uint64_t pages, uint32_t qd)
 {
-  struct spill_store_options o = { .path = NULL, .temp_dir = dir, .pages = pages,
-                                   .queue_depth = qd };
+  struct spill_store_options o = {
+    .path = NULL, .temp_dir = dir, .pages = pages, .queue_depth = qd
+  };
   char err[512] = "";
   struct spill_store *s = spill_store_open(&o, err, sizeof err);
   if (!s)
@@ -127,7 +128,8 @@ static double now_s(void)
 
 /* Writes then reads back `pages` slots with `qd` buffers, checking every byte.
  * Requests outnumber buffers, so most wait in the store's queue. */
-static void write_read_all(struct spill_store *s, uint64_t pages, double *write_s, double *read_s)
+static void write_read_all(struct spill_store *s, uint64_t pages, double *write_s,
+                           double *read_s)
 {
   struct req *reqs = calloc(pages, sizeof *reqs);
   uint8_t *data = malloc(pages * PAGE);
@@ -141,8 +143,9 @@ static void write_read_all(struct spill_store *s, uint64_t pages, double *write_
     r->buf = data + i * PAGE;
     r->pending = &pending;
     fill(r->buf, i, 1);
-    r->io = (struct spill_io){ .write = true, .slot = i, .page = r->buf, .done = req_done,
-                               .user = r };
+    r->io = (struct spill_io){
+      .write = true, .slot = i, .page = r->buf, .done = req_done, .user = r
+    };
     pending++;
     spill_store_submit(s, &r->io);
   }
@@ -155,8 +158,9 @@ static void write_read_all(struct spill_store *s, uint64_t pages, double *write_
   double t2 = now_s();
   for (uint64_t i = 0; i < pages; i++) {
     struct req *r = &reqs[i];
-    r->io = (struct spill_io){ .write = false, .slot = i, .page = r->buf, .done = req_done,
-                               .user = r };
+    r->io = (struct spill_io){
+      .write = false, .slot = i, .page = r->buf, .done = req_done, .user = r
+    };
     pending++;
     spill_store_submit(s, &r->io);
   }
@@ -205,10 +209,12 @@ static void test_queue_is_fifo(void **state)
   unsigned order[N], next = 0, pending = 0;
   for (unsigned i = 0; i < N; i++) {
     fill(bufs[i], i, 2);
-    reqs[i] = (struct req){ .buf = bufs[i], .pending = &pending, .order = order,
-                            .next_order = &next, .index = i };
-    reqs[i].io = (struct spill_io){ .write = true, .slot = i, .page = bufs[i],
-                                    .done = req_done, .user = &reqs[i] };
+    reqs[i] = (struct req){
+      .buf = bufs[i], .pending = &pending, .order = order, .next_order = &next, .index = i
+    };
+    reqs[i].io = (struct spill_io){
+      .write = true, .slot = i, .page = bufs[i], .done = req_done, .user = &reqs[i]
+    };
     pending++;
     spill_store_submit(s, &reqs[i].io);
   }
@@ -302,7 +308,7 @@ static void test_claim_slot(void **state)
   spill_store_claim_slot(s, 0);
   spill_store_claim_slot(s, 64);
   spill_store_claim_slot(s, 129);
-  spill_store_claim_slot(s, 64); /* idempotent */
+  spill_store_claim_slot(s, 64);  /* idempotent */
   spill_store_claim_slot(s, 130); /* past the end: logged, ignored */
   assert_int_equal(spill_store_used(s), 3);
   for (unsigned i = 0; i < 127; i++) {
@@ -401,14 +407,15 @@ static void test_async_sync(void **state)
   for (unsigned i = 0; i < N; i++) {
     fill(bufs[i], i, 3);
     reqs[i] = (struct req){ .buf = bufs[i], .pending = &pending };
-    reqs[i].io = (struct spill_io){ .write = true, .slot = i, .page = bufs[i],
-                                    .done = req_done, .user = &reqs[i] };
+    reqs[i].io = (struct spill_io){
+      .write = true, .slot = i, .page = bufs[i], .done = req_done, .user = &reqs[i]
+    };
     pending++;
     spill_store_submit(s, &reqs[i].io);
     if (i % 8 == 0) { /* two syncs among the writes: neither takes a buffer */
       syncs[i / 8] = (struct req){ .pending = &pending };
-      syncs[i / 8].io = (struct spill_io){ .done = req_done, .user = &syncs[i / 8],
-                                           .result = 1 };
+      syncs[i / 8].io =
+        (struct spill_io){ .done = req_done, .user = &syncs[i / 8], .result = 1 };
       pending++;
       spill_store_submit_sync(s, &syncs[i / 8].io);
     }
@@ -447,8 +454,9 @@ static void test_close_with_queued(void **state)
   unsigned pending = 0;
   for (unsigned i = 0; i < N; i++) {
     reqs[i] = (struct req){ .buf = bufs[i], .pending = &pending };
-    reqs[i].io = (struct spill_io){ .write = true, .slot = i, .page = bufs[i],
-                                    .done = req_done, .user = &reqs[i] };
+    reqs[i].io = (struct spill_io){
+      .write = true, .slot = i, .page = bufs[i], .done = req_done, .user = &reqs[i]
+    };
     pending++;
     spill_store_submit(s, &reqs[i].io);
   }

@@ -38,8 +38,9 @@ static int rig_setup(void **state)
   if (!mkdtemp(r->dir))
     return -1;
   snprintf(r->path, sizeof r->path, "%s/state", r->dir);
-  r->fp = (struct state_segment_fingerprint){ .pages = PAGES, .redundancy = 1, .group = 4,
-                                            .encrypt = 1 };
+  r->fp = (struct state_segment_fingerprint){
+    .pages = PAGES, .redundancy = 1, .group = 4, .encrypt = 1
+  };
   *state = r;
   return 0;
 }
@@ -53,7 +54,7 @@ static int rig_teardown(void **state)
   uint8_t device_key[32];
   char err[512];
   if (state_segment_open(&st, r->path, &r->fp, key_a, 32, device_key, NULL, 0, err,
-                       sizeof err) == 0)
+                         sizeof err) == 0)
     state_segment_remove(&st); /* with its group chunks */
   FILE *f = fopen(r->path, "re");
   int id;
@@ -175,8 +176,8 @@ static void seal_and_store(struct rig *r, uint8_t report[32])
   (void)report;
   stored_path_of(r, stored_path, sizeof stored_path);
   if (open_state(r, &st, key_a, device_key, err, sizeof err) < 0 ||
-      page_sealer_init_at(&sealer, PAGES, true, device_key, st.seals, st.next_version,
-                          err, sizeof err) < 0)
+      page_sealer_init_at(&sealer, PAGES, true, device_key, st.seals, st.next_version, err,
+                          sizeof err) < 0)
     _exit(1);
   FILE *stored = fopen(stored_path, "we");
   struct page_map map;
@@ -210,7 +211,8 @@ static void test_pages_sealed_before_a_crash_open_after_it(void **state)
   char err[512] = "";
   open_state_ok(r, &st, device_key);
   assert_int_equal(page_sealer_init_at(&sealer, PAGES, true, device_key, st.seals,
-                                       st.next_version, err, sizeof err), 0);
+                                       st.next_version, err, sizeof err),
+                   0);
   struct page_map map;
   page_map_init_at(&map, PAGES, st.map);
   assert_true(map.count[PAGE_SPILL] == 64 && map.count[PAGE_ZERO] == PAGES - 64);
@@ -290,8 +292,8 @@ static void test_groups_outlive_a_killed_pager(void **state)
   page_map_init_at(&map, PAGES, st.map);
   struct group_chunk_source source = state_segment_group_chunks(&st);
   struct group_table t;
-  assert_int_equal(group_table_adopt(&t, (struct group **)st.chunks, st.nchunks, &source,
-                                     &map), 0);
+  assert_int_equal(
+    group_table_adopt(&t, (struct group **)st.chunks, st.nchunks, &source, &map), 0);
   assert_int_equal(t.count, 2 * GROUP_CHUNK_SIZE);
   assert_int_equal(t.in_use, groups);
   /* Pages are reused past PAGES: only the newest group of each page is live. */
@@ -428,9 +430,10 @@ static void test_server_entries_past_255_outlive_the_pager(void **state)
   open_state_ok(r, &st, device_key);
   *st.nservers = STATE_SEGMENT_SERVERS;
   for (uint32_t i = 250; i < STATE_SEGMENT_SERVERS; i += 97)
-    snprintf(st.servers[i].address, sizeof st.servers[i].address, "10.0.%u.%u:7070",
-             i / 256, i % 256);
-  snprintf(st.servers[STATE_SEGMENT_SERVERS - 1].address, STATE_SEGMENT_ADDRESS_LEN, "last:1");
+    snprintf(st.servers[i].address, sizeof st.servers[i].address, "10.0.%u.%u:7070", i / 256,
+             i % 256);
+  snprintf(st.servers[STATE_SEGMENT_SERVERS - 1].address, STATE_SEGMENT_ADDRESS_LEN,
+           "last:1");
   *st.open_parity_server = STATE_SEGMENT_SERVERS - 1;
   state_segment_detach(&st);
 
@@ -472,7 +475,8 @@ static void test_a_segment_gone_starts_empty_and_says_so(void **state)
   assert_int_equal(shmctl(old, IPC_RMID, NULL), 0); /* what a host restart does */
 
   assert_int_equal(state_segment_open(&st, r->path, &r->fp, key_a, 32, device_key, note,
-                                    sizeof note, err, sizeof err), 0);
+                                      sizeof note, err, sizeof err),
+                   0);
   assert_false(st.recovered);
   assert_non_null(strstr(note, "is gone"));
   assert_non_null(strstr(note, "starting empty"));
@@ -546,14 +550,15 @@ static void test_the_layout_names_the_chunk_size(void **state)
 
 /* ---- a corrupt segment is refused, naming the field ------------------------------------- */
 
-#define RECORD_GROUP 3u  /* a sealed group of two members and its parity */
-#define OPEN_GROUP 4u    /* the open group: one member, its parity slot reserved */
-#define RESERVED 64u     /* slots server 0 reserved */
+#define RECORD_GROUP 3u /* a sealed group of two members and its parity */
+#define OPEN_GROUP 4u   /* the open group: one member, its parity slot reserved */
+#define RESERVED 64u    /* slots server 0 reserved */
 
 /* A state with one of every record a takeover reads: a server, a chunk of groups with a
  * sealed one and an open one, the map and the seals naming them, a write in flight and
  * a parity buffer. It passes every check: the corruptions below start from it. */
-static void write_every_record(struct rig *r, uint8_t device_key[32], int *segment, int *chunk)
+static void write_every_record(struct rig *r, uint8_t device_key[32], int *segment,
+                               int *chunk)
 {
   struct state_segment st;
   open_state_ok(r, &st, device_key);
@@ -563,8 +568,12 @@ static void write_every_record(struct rig *r, uint8_t device_key[32], int *segme
   struct group *groups = state_segment_chunk_new(&st, 0);
   assert_non_null(groups);
   struct group *g = &groups[RECORD_GROUP];
-  *g = (struct group){ .state = GROUP_SEALED, .capacity = 2, .members = 2, .has_parity = 1,
-                       .live = 2, .buffer = GROUP_NO_BUFFER };
+  *g = (struct group){ .state = GROUP_SEALED,
+                       .capacity = 2,
+                       .members = 2,
+                       .has_parity = 1,
+                       .live = 2,
+                       .buffer = GROUP_NO_BUFFER };
   for (unsigned m = 0; m <= GROUP_MAX_DATA; m++)
     g->server[m] = SERVER_INDEX_NONE;
   for (unsigned m = 0; m < 3; m++) {
@@ -574,8 +583,9 @@ static void write_every_record(struct rig *r, uint8_t device_key[32], int *segme
   g->page[0] = 5;
   g->page[1] = 6;
   struct group *open = &groups[OPEN_GROUP];
-  *open = (struct group){ .state = GROUP_OPEN, .capacity = 2, .members = 1, .has_parity = 1,
-                          .live = 1, .buffer = 0 };
+  *open = (struct group){
+    .state = GROUP_OPEN, .capacity = 2, .members = 1, .has_parity = 1, .live = 1, .buffer = 0
+  };
   for (unsigned m = 0; m <= GROUP_MAX_DATA; m++)
     open->server[m] = SERVER_INDEX_NONE;
   open->server[0] = 0;
@@ -584,17 +594,20 @@ static void write_every_record(struct rig *r, uint8_t device_key[32], int *segme
   *st.open_parity_server = 0;
   *st.open_parity_slot = 5;
   *st.open_group = OPEN_GROUP;
-  st.parity[0] = (struct state_segment_parity){ .group = OPEN_GROUP,
-                                                .published = STATE_SEGMENT_PARITY_PUBLISHED(0, 1) };
+  st.parity[0] = (struct state_segment_parity){
+    .group = OPEN_GROUP, .published = STATE_SEGMENT_PARITY_PUBLISHED(0, 1)
+  };
   st.map[5] = page_entry_remote(RECORD_GROUP, 0);
   st.map[6] = page_entry_remote(RECORD_GROUP, 1);
   st.map[8] = page_entry_remote(OPEN_GROUP, 0);
   st.map[9] = page_entry_slot(PAGE_SPILL, 2);
   for (uint64_t p = 5; p <= 9; p++)
     st.seals[p].version = (*st.next_version)++;
-  st.writes[1] = (struct state_segment_write){ .page = 7, .new_entry = page_entry_slot(PAGE_SPILL, 9),
+  st.writes[1] = (struct state_segment_write){ .page = 7,
+                                               .new_entry = page_entry_slot(PAGE_SPILL, 9),
                                                .joining = page_entry_slot(PAGE_SPILL, 9),
-                                               .old_entry = 0, .active = 1 };
+                                               .old_entry = 0,
+                                               .active = 1 };
   *segment = st.segment;
   *chunk = st.header->group_chunk_segment[0];
   state_segment_detach(&st);
@@ -606,17 +619,20 @@ struct corruption {
   const char *what;
   enum where where;
   size_t offset, size;
-  uint64_t value;      /* the field's new value; a field of more than 8 bytes is filled
+  uint64_t value;    /* the field's new value; a field of more than 8 bytes is filled
                           with its low byte */
-  const char *names;   /* what the refusal says; NULL: the value is one the takeover
+  const char *names; /* what the refusal says; NULL: the value is one the takeover
                           handles (no bound), and it is taken over */
 };
 
-#define HEADER(member) IN_HEADER, offsetof(struct state_segment_header, member), \
-                       sizeof(((struct state_segment_header *)0)->member)
-#define GROUP_AT(id, member) IN_CHUNK, (id) * sizeof(struct group) + offsetof(struct group, member), \
-                             sizeof(((struct group *)0)->member)
-#define MAP(p) IN_HEADER, (size_t)(STATE_HEADER_BYTES + (p) * sizeof(page_entry)), sizeof(page_entry)
+#define HEADER(member) \
+  IN_HEADER, offsetof(struct state_segment_header, member), \
+    sizeof(((struct state_segment_header *)0)->member)
+#define GROUP_AT(id, member) \
+  IN_CHUNK, (id) * sizeof(struct group) + offsetof(struct group, member), \
+    sizeof(((struct group *)0)->member)
+#define MAP(p) \
+  IN_HEADER, (size_t)(STATE_HEADER_BYTES + (p) * sizeof(page_entry)), sizeof(page_entry)
 
 static const struct corruption corruptions[] = {
   { "magic", HEADER(fixed.magic), 'X', "field magic" },
@@ -627,10 +643,12 @@ static const struct corruption corruptions[] = {
   { "redundancy", HEADER(fixed.fingerprint.redundancy), 9, "field fingerprint.redundancy" },
   { "group", HEADER(fixed.fingerprint.group), 200, "field fingerprint.group" },
   { "encrypt", HEADER(fixed.fingerprint.encrypt), 0, "field fingerprint.encrypt" },
-  { "chunk_bytes", HEADER(fixed.fingerprint.chunk_bytes), 12, "field fingerprint.chunk_bytes" },
+  { "chunk_bytes", HEADER(fixed.fingerprint.chunk_bytes), 12,
+    "field fingerprint.chunk_bytes" },
   { "map_offset", HEADER(fixed.regions.map), UINT64_C(1) << 40, "field map_offset" },
   { "seals_offset", HEADER(fixed.regions.seals), 8, "field seals_offset" },
-  { "parity_offset", HEADER(fixed.regions.parity_pages), UINT64_MAX - 4095, "field parity_offset" },
+  { "parity_offset", HEADER(fixed.regions.parity_pages), UINT64_MAX - 4095,
+    "field parity_offset" },
   { "op_pages_offset", HEADER(fixed.regions.op_pages), 1u << 30, "field op_pages_offset" },
   { "total_bytes", HEADER(fixed.regions.total), UINT64_C(1) << 50, "field total_bytes" },
   { "generation", HEADER(generation), 0, "field generation" },
@@ -638,25 +656,34 @@ static const struct corruption corruptions[] = {
   { "wrap_nonce", HEADER(wrap_nonce), 0x55, "field wrap_tag" },
   { "wrapped_key", HEADER(wrapped_key), 0x55, "field wrap_tag" },
   { "wrap_tag", HEADER(wrap_tag), 0x55, "field wrap_tag" },
-  { "group_chunks", HEADER(group_chunks), STATE_SEGMENT_MAX_CHUNKS + 1, "field group_chunks" },
-  { "group_chunk_segment", HEADER(group_chunk_segment[0]), (uint32_t)-7, "field group_chunk_segment[0]" },
+  { "group_chunks", HEADER(group_chunks), STATE_SEGMENT_MAX_CHUNKS + 1,
+    "field group_chunks" },
+  { "group_chunk_segment", HEADER(group_chunk_segment[0]), (uint32_t)-7,
+    "field group_chunk_segment[0]" },
   { "nservers", HEADER(nservers), STATE_SEGMENT_SERVERS + 1, "field nservers" },
   { "nservers past the table's entries", HEADER(nservers), 0, "field groups[3].server[0]" },
   { "server address", HEADER(servers[0].address), 'a', "field servers[0].address" },
   { "server addr_len", HEADER(servers[0].addr_len), 4096, "field servers[0].addr_len" },
   { "server state", HEADER(servers[0].state), 200, "field servers[0].state" },
   { "server flags", HEADER(servers[0].flags), 0x80, "field servers[0].flags" },
-  { "server reserved_pages", HEADER(servers[0].reserved_pages), UINT64_C(1) << 40, "field servers[0].reserved_pages" },
-  { "server reserved_pages below its slots", HEADER(servers[0].reserved_pages), 2, "field groups[3].slot[1]" },
+  { "server reserved_pages", HEADER(servers[0].reserved_pages), UINT64_C(1) << 40,
+    "field servers[0].reserved_pages" },
+  { "server reserved_pages below its slots", HEADER(servers[0].reserved_pages), 2,
+    "field groups[3].slot[1]" },
   { "server token", HEADER(servers[0].token), 0x33, NULL },
   { "server addr", HEADER(servers[0].addr), 0x33, NULL },
   { "write active", HEADER(writes[1].active), 2, "field writes[1].active" },
   { "write page", HEADER(writes[1].page), PAGES, "field writes[1].page" },
-  { "write new_entry", HEADER(writes[1].new_entry), UINT64_C(1) << 62 | UINT64_C(99999) << 8, "field writes[1].new_entry" },
-  { "write joining", HEADER(writes[1].joining), UINT64_C(3) << 62, "field writes[1].joining" },
-  { "write old_entry", HEADER(writes[1].old_entry), UINT64_C(1) << 62 | UINT64_C(4096) << 8, "field writes[1].old_entry" },
-  { "write old_seal", HEADER(writes[1].old_seal.version), 1000, "field writes[1].old_seal.version" },
-  { "parity published", HEADER(parity[0].published), STATE_SEGMENT_PARITY_PUBLISHED(0, 40), "field parity[0].published" },
+  { "write new_entry", HEADER(writes[1].new_entry), UINT64_C(1) << 62 | UINT64_C(99999) << 8,
+    "field writes[1].new_entry" },
+  { "write joining", HEADER(writes[1].joining), UINT64_C(3) << 62,
+    "field writes[1].joining" },
+  { "write old_entry", HEADER(writes[1].old_entry), UINT64_C(1) << 62 | UINT64_C(4096) << 8,
+    "field writes[1].old_entry" },
+  { "write old_seal", HEADER(writes[1].old_seal.version), 1000,
+    "field writes[1].old_seal.version" },
+  { "parity published", HEADER(parity[0].published), STATE_SEGMENT_PARITY_PUBLISHED(0, 40),
+    "field parity[0].published" },
   { "parity group", HEADER(parity[0].group), 77, NULL },
   { "open_group", HEADER(open_group), GROUP_CHUNK_SIZE, "field open_group" },
   { "open_parity_server", HEADER(open_parity_server), 9, NULL },
@@ -665,22 +692,29 @@ static const struct corruption corruptions[] = {
   { "rebuild finished", HEADER(rebuild.finished), 3, "field rebuild.finished" },
   { "rebuild pages_moved", HEADER(rebuild.pages_moved), UINT64_MAX, NULL },
   { "group state", GROUP_AT(RECORD_GROUP, state), 9, "field groups[3].state" },
-  { "group capacity", GROUP_AT(RECORD_GROUP, capacity), GROUP_MAX_DATA + 1, "field groups[3].capacity" },
-  { "group members", GROUP_AT(RECORD_GROUP, members), GROUP_MAX_DATA + 1, "field groups[3].members" },
-  { "group members past capacity", GROUP_AT(OPEN_GROUP, members), 3, "field groups[4].members" },
+  { "group capacity", GROUP_AT(RECORD_GROUP, capacity), GROUP_MAX_DATA + 1,
+    "field groups[3].capacity" },
+  { "group members", GROUP_AT(RECORD_GROUP, members), GROUP_MAX_DATA + 1,
+    "field groups[3].members" },
+  { "group members past capacity", GROUP_AT(OPEN_GROUP, members), 3,
+    "field groups[4].members" },
   { "group has_parity", GROUP_AT(RECORD_GROUP, has_parity), 2, "field groups[3].has_parity" },
-  { "group parities", GROUP_AT(RECORD_GROUP, parities), GROUP_MAX_PARITY + 1, "field groups[3].parities" },
+  { "group parities", GROUP_AT(RECORD_GROUP, parities), GROUP_MAX_PARITY + 1,
+    "field groups[3].parities" },
   { "group absent", GROUP_AT(RECORD_GROUP, absent), 0x8000, "field groups[3].absent" },
-  { "group buffer", GROUP_AT(OPEN_GROUP, buffer), STATE_SEGMENT_PARITY_BUFFERS, "field groups[4].buffer" },
+  { "group buffer", GROUP_AT(OPEN_GROUP, buffer), STATE_SEGMENT_PARITY_BUFFERS,
+    "field groups[4].buffer" },
   { "group server", GROUP_AT(RECORD_GROUP, server[1]), 1, "field groups[3].server[1]" },
-  { "group parity server", GROUP_AT(RECORD_GROUP, server[2]), 4000, "field groups[3].server[2]" },
+  { "group parity server", GROUP_AT(RECORD_GROUP, server[2]), 4000,
+    "field groups[3].server[2]" },
   { "group slot", GROUP_AT(RECORD_GROUP, slot[0]), RESERVED, "field groups[3].slot[0]" },
   { "group page", GROUP_AT(RECORD_GROUP, page[1]), PAGES, "field groups[3].page[1]" },
   { "map group", MAP(5), UINT64_C(1) << 62 | UINT64_C(5000) << 8, "field map[5]" },
   { "map local", MAP(6), UINT64_C(3) << 62 | 1, "field map[6]" },
   { "map zero kind", MAP(7), 12345, "field map[7]" },
-  { "seal version", IN_HEADER, (size_t)(STATE_HEADER_BYTES + 
-    ((PAGES * sizeof(page_entry) + 4095) & ~(size_t)4095) + 9 * sizeof(struct page_seal)),
+  { "seal version", IN_HEADER,
+    (size_t)(STATE_HEADER_BYTES + ((PAGES * sizeof(page_entry) + 4095) & ~(size_t)4095) +
+             9 * sizeof(struct page_seal)),
     sizeof(uint64_t), 6, "field seals[9].version" },
 };
 

@@ -11,8 +11,8 @@
 #include "wire.h"
 
 static const uint8_t all_ops[] = {
-  RP_OP_HELLO, RP_OP_AUTH, RP_OP_RESERVE, RP_OP_STAT, RP_OP_ADVISE,
-  RP_OP_PING,  RP_OP_GOODBYE, RP_OP_WRITE, RP_OP_READ, RP_OP_FREE,
+  RP_OP_HELLO, RP_OP_AUTH,    RP_OP_RESERVE, RP_OP_STAT, RP_OP_ADVISE,
+  RP_OP_PING,  RP_OP_GOODBYE, RP_OP_WRITE,   RP_OP_READ, RP_OP_FREE,
 };
 #define N_OPS (sizeof all_ops / sizeof all_ops[0])
 
@@ -101,17 +101,21 @@ static void test_layout_is_little_endian(void **state)
 {
   (void)state;
   struct rp_header h = {
-    .magic = RP_FRAME_MAGIC, .op = RP_OP_FREE, .flags = RP_FLAG_REPLY, .status = 0x0102,
-    .length = 0x03040506, .count = 0x0708090a, .id = 0x1112131415161718ull,
+    .magic = RP_FRAME_MAGIC,
+    .op = RP_OP_FREE,
+    .flags = RP_FLAG_REPLY,
+    .status = 0x0102,
+    .length = 0x03040506,
+    .count = 0x0708090a,
+    .id = 0x1112131415161718ull,
     .slot = 0x2122232425262728ull,
   };
   uint8_t b[RP_HEADER_SIZE];
   rp_header_encode(&h, b);
   static const uint8_t want[RP_HEADER_SIZE] = {
-    'R', 'P', 'M', 'F', RP_OP_FREE, RP_FLAG_REPLY, 0x02, 0x01,
-    0x06, 0x05, 0x04, 0x03, 0x0a, 0x09, 0x08, 0x07,
-    0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,
-    0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,
+    'R',  'P',  'M',  'F',  RP_OP_FREE, RP_FLAG_REPLY, 0x02, 0x01, 0x06, 0x05, 0x04,
+    0x03, 0x0a, 0x09, 0x08, 0x07,       0x18,          0x17, 0x16, 0x15, 0x14, 0x13,
+    0x12, 0x11, 0x28, 0x27, 0x26,       0x25,          0x24, 0x23, 0x22, 0x21,
   };
   assert_memory_equal(b, want, RP_HEADER_SIZE);
 }
@@ -242,8 +246,8 @@ static void test_status_on_request(void **state)
 static void test_control_payload_limit(void **state)
 {
   (void)state;
-  static const uint8_t control[] = { RP_OP_HELLO, RP_OP_AUTH, RP_OP_RESERVE, RP_OP_STAT,
-                                     RP_OP_PING, RP_OP_GOODBYE };
+  static const uint8_t control[] = { RP_OP_HELLO, RP_OP_AUTH, RP_OP_RESERVE,
+                                     RP_OP_STAT,  RP_OP_PING, RP_OP_GOODBYE };
   for (size_t i = 0; i < sizeof control; i++) {
     struct rp_header h = request(control[i]), out;
     h.length = RP_MAX_CONTROL_PAYLOAD;
@@ -265,7 +269,8 @@ static void test_control_payload_limit(void **state)
 static void test_write_length(void **state)
 {
   (void)state;
-  static const uint32_t bad[] = { 0, 1, RP_PAGE_SIZE - 1, RP_PAGE_SIZE + 1, 2 * RP_PAGE_SIZE };
+  static const uint32_t bad[] = { 0, 1, RP_PAGE_SIZE - 1, RP_PAGE_SIZE + 1,
+                                  2 * RP_PAGE_SIZE };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     struct rp_header h = request(RP_OP_WRITE);
     h.length = bad[i];
@@ -379,10 +384,10 @@ static void test_names_and_advice(void **state)
   for (size_t i = 0; i < N_OPS; i++)
     assert_string_not_equal(rp_op_name(all_ops[i]), "UNKNOWN");
   static const uint16_t errors[] = {
-    RP_ERR_BAD_FRAME, RP_ERR_UNKNOWN_OP, RP_ERR_VERSION, RP_ERR_AUTH, RP_ERR_NOT_AUTHED,
-    RP_ERR_NO_SPACE, RP_ERR_PRESSURE, RP_ERR_OUT_OF_RANGE, RP_ERR_NOT_FOUND,
-    RP_ERR_TOO_BIG, RP_ERR_SHUTTING_DOWN, RP_ERR_INTERNAL, RP_ERR_TIMEOUT,
-    RP_ERR_DISCONNECTED, RP_ERR_CONNECT,
+    RP_ERR_BAD_FRAME,  RP_ERR_UNKNOWN_OP,   RP_ERR_VERSION,       RP_ERR_AUTH,
+    RP_ERR_NOT_AUTHED, RP_ERR_NO_SPACE,     RP_ERR_PRESSURE,      RP_ERR_OUT_OF_RANGE,
+    RP_ERR_NOT_FOUND,  RP_ERR_TOO_BIG,      RP_ERR_SHUTTING_DOWN, RP_ERR_INTERNAL,
+    RP_ERR_TIMEOUT,    RP_ERR_DISCONNECTED, RP_ERR_CONNECT,
   };
   for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {
     assert_string_not_equal(rp_status_name(errors[i]), "unknown status");

@@ -188,7 +188,7 @@ int main(int argc, char **argv)
   if ((argc != 4 && !poweroff) || atoi(argv[1]) <= 0 || atoi(argv[2]) <= 0 ||
       atoi(argv[3]) <= 0) {
     fprintf(stderr, "usage: rampart-swap-watchdog WORKLOAD-PID DAEMON-PID STALL-SECONDS "
-            "[--poweroff]\n");
+                    "[--poweroff]\n");
     return 2;
   }
   int workload = atoi(argv[1]), daemon_pid = atoi(argv[2]);
