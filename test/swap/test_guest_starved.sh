@@ -8,7 +8,7 @@
 #
 # The real single-host topology (docs/faults.md): the swap daemon runs inside the shortage it
 # relieves. A Debian kernel booted under qemu (as test_guest_nbd_client.sh boots it) runs
-# rampart-nbd-server itself, attaches it with nbd-client -swap over a unix socket inside the
+# the swap daemon itself, attaches it with nbd-client -swap over a unix socket inside the
 # guest, and the guest as a whole is starved: no cgroup, GUEST_MB of RAM, verifying
 # workloads of twice that. The five rampartd run on this host, in a network namespace the
 # test makes, and the guest's virtio NIC is a tap device in that namespace: guest and
@@ -24,9 +24,9 @@
 #             out and, while its pages are rebuilt, the pager itself SIGKILLed at 96 MiB:
 #             the standby takes its state over and rampart-nbd-attach moves /dev/nbd0 to
 #             it (docs/recovery.md)
-#   outage    pages on rampart through Debian's own nbd-client -swap, every rampartd
-#             SIGSTOPped for 3 s once 64 MiB are swapped out: every request in flight
-#             times out and waits inside the shortage
+#   outage    pages on nbdkit rampart through Debian's own nbd-client -swap, every
+#             rampartd SIGSTOPped for 3 s once 64 MiB are swapped out: every request in
+#             flight times out and waits inside the shortage
 #   kill-ublk forks on rampart-ublk, the same two kills as kill-nbd
 #   baseline  forks on a swap disk in the same guest (/dev/vda, a file on this host):
 #             each rampart run's time is reported against it as a ratio
@@ -70,7 +70,9 @@
 guest_initramfs_tools
 [[ -x ${RAMPART_NBD_SERVER:-} ]] \
   || fail "RAMPART_NBD_SERVER must name the built rampart-nbd-server (ctest sets it)"
-# RAMPART_STARVED_FRONTEND: nbd (rampart-nbd-server + nbd-client) or ublk (rampart-ublk) alone; by
+nbdkit=$(command -v nbdkit || true)
+[[ -n $nbdkit ]] || skip "nbdkit is missing (package nbdkit)"
+# RAMPART_STARVED_FRONTEND: nbd (rampart-nbd-server or nbdkit, + nbd-client) or ublk alone; by
 # default both, in one boot of the kernel that has ublk_drv (and nbd).
 frontend=${RAMPART_STARVED_FRONTEND:-both}
 case $frontend in
@@ -93,9 +95,9 @@ guest_mb=${RAMPART_GUEST_MEM_MB:-192}
 program_mb=${RAMPART_STARVED_PROGRAM_MB:-$((guest_mb * 2))}
 ((program_mb > guest_mb)) \
   || fail "RAMPART_STARVED_PROGRAM_MB ($program_mb) must exceed the guest's RAM ($guest_mb MiB), or nothing swaps"
-# With NBD two runs: a server killed and then the pager killed in one run (rampart-nbd-attach
-# moves /dev/nbd0 to the standby), then Debian's own nbd-client -swap with every server
-# stopped for 3 s. With ublk the same two kills: the device waits in the kernel and the
+# With NBD two runs: a server killed and then rampart-nbd-server killed in one run
+# (rampart-nbd-attach moves /dev/nbd0 to the standby), then nbdkit rampart under Debian's
+# own nbd-client -swap with every server stopped for 3 s. With ublk the same two kills: the device waits in the kernel and the
 # standby takes it over (docs/recovery.md). One baseline on the swap disk, forks, for the
 # ratio; the pages workload's ratio to the disk is in bench/results (bench/guest).
 nbd_runs="kill-nbd:nbd:forks:kill+pager outage:nbd:pages:outage"
@@ -180,7 +182,7 @@ victim=2
 
 # ---- the initramfs: busybox, the daemons, nbd-client, the workload, their libraries -----
 root=$work/initramfs
-mkdir -p "$root"/{bin,dev,proc,sys,tmp,run,etc/rampart,lib/modules}
+mkdir -p "$root"/{bin,dev,proc,sys,tmp,run,etc/rampart,lib/modules,lib/nbdkit}
 cp "$busybox" "$root/bin/busybox"
 # The ublk kernel's directory also holds what the systemd guest boots from (e1000, ext4
 # and what ext4 needs): this guest's root is in its own starved RAM, so it gets only the
@@ -201,11 +203,14 @@ copy_libs() { # file: its shared libraries, where ldd says they live
 }
 [[ -x ${RAMPART_SWAP_WATCHDOG:-} ]] \
   || fail "RAMPART_SWAP_WATCHDOG must name the built rampart-swap-watchdog (ctest sets it)"
-for prog in "$nbd_client" "$RAMPART_NBD_SERVER" "$RAMPART_WORKLOAD" "$RAMPART_SWAP_WATCHDOG" \
+for prog in "$nbd_client" "$nbdkit" "$RAMPART_NBD_SERVER" "$RAMPART_WORKLOAD" "$RAMPART_SWAP_WATCHDOG" \
             "$RAMPART_NBD_ATTACH" ${ublk_prog:-} ${RAMPART_STARVED_EXTRA_PROGS:-}; do
   cp "$prog" "$root/bin/"
   copy_libs "$prog"
 done
+# nbdkit loads the plugin by path; its libraries come along the same way.
+cp "$RAMPART_PLUGIN" "$root/lib/nbdkit/rampart.so"
+copy_libs "$RAMPART_PLUGIN"
 install -m 0600 "$key" "$root/etc/rampart/key"
 servers=$(IFS=,; echo "${guest_addrs[*]}")
 cat >"$root/etc/starved.conf" <<EOF
@@ -274,10 +279,10 @@ hung_guest() {
   # the NBD driver's and the workload's: the kernel's own idle threads fill thousands of
   # lines and hid the daemon's workers the first time this fired.
   echo "---- the daemon's last words" >&2
-  LC_ALL=C grep -a -E ' rampart: (error|warning|info):' "$console" | tail -n 40 >&2
+  LC_ALL=C grep -a -E ' rampart: (error|warning|info):|nbdkit:' "$console" | tail -n 40 >&2
   LC_ALL=C sed -n '/sysrq: Changing Loglevel/,/sysrq: Show State/p' "$console" >&2
   LC_ALL=C sed -n '/sysrq: Show State/,$p' "$console" | awk '
-    / task:/ { keep = ($0 ~ / task:(rampart|nbd|init|kswapd)/) }
+    / task:/ { keep = ($0 ~ / task:(nbdkit|rampart|nbd|init|kswapd)/) }
     keep && !/^\[ *[0-9.]*\]  \? / && !/ R[0-9A-Z]+: / { print }' | head -n 1500 >&2
 }
 

@@ -1,15 +1,14 @@
 #!/bin/busybox sh
 # /init of the starved guest (test_guest_starved.sh builds the initramfs around it): the
-# swap daemon (rampart-nbd-server, or rampart-ublk) runs in this guest, inside the very memory shortage its
+# swap daemon (rampart-nbd-server, nbdkit rampart or rampart-ublk) runs in this guest, inside the memory shortage its
 # swap relieves. No cgroup: the guest as a whole has RAM_MB and runs programs of twice
 # that. Everything the host must see goes to the serial console as "rampart-guest: ..."
 # lines; the host parses "result", "fault", "stall" and "end". /etc/starved.conf (written
 # by the host) sets SERVERS, KILL_ADDR, PROGRAM_MB, DEVICE_SIZE, RUNS, STALL_SECONDS and
-# FRONTEND (nbd: rampart-nbd-server + nbd-client; ublk: rampart-ublk). A run names its
-# frontend; a run on the other one stops the daemon and starts that one. An nbd run that
-# kills the pager attaches with rampart-nbd-attach beside a standby rampart-nbd-server
-# instead (nbd-persist). The NBD daemon is the one rampartctl swap deploys; the nbdkit
-# plugin serves the nbd-client guest's kernel swap (test_guest_nbd_client.sh).
+# FRONTEND (nbd: nbdkit rampart + Debian's nbd-client; ublk: rampart-ublk). A run names
+# its frontend; a run on the other one stops the daemon and starts that one. An nbd run
+# that kills the pager runs rampart-nbd-server, the NBD daemon rampartctl swap deploys,
+# beside a standby, attached with rampart-nbd-attach instead (nbd-persist).
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
@@ -31,10 +30,11 @@ ip addr add 10.0.2.15/24 dev eth0
 # The kernel must still be able to send swap-out traffic when memory is short (what the
 # host-side guest test found: the default stalled the NBD socket in half the runs).
 echo 16384 >/proc/sys/vm/min_free_kbytes
-# The daemons map more than they touch (what they touch is locked and bounded). The
-# default heuristic overcommit refuses a single mapping larger than RAM + swap, which in
-# this guest (145 MiB of RAM, no swap before the daemon serves it) can fail a daemon at
-# its start: overcommit.
+# Debian's nbdkit 1.32 has a 192 MiB zero-filled (bss) segment. The default heuristic
+# overcommit refuses a single mapping larger than RAM + swap, so in this guest (145 MiB
+# of RAM, and no swap before nbdkit serves it) the exec itself fails and nbdkit dies of
+# SIGSEGV. The segment is never touched (and the plugin locks only what is touched), so
+# overcommit it.
 echo 1 >/proc/sys/vm/overcommit_memory
 # If the guest hangs past the host's timeout, the host sends SysRq w and t through qemu's
 # monitor (blocked tasks, then every task's stack): allow them.
@@ -162,8 +162,10 @@ start_daemon() {
     launch_nbd_persist
     swapdev=/dev/nbd0
   else
-    launch_nbd_server /run/nbd.sock $settings
-    daemon_pid=$last_pid
+    nbdkit --foreground --unix /run/nbd.sock /lib/nbdkit/rampart.so size=$DEVICE_SIZE \
+      $settings </dev/null &
+    daemon_pid=$!
+    wait_for "[ -S /run/nbd.sock ]" $daemon_pid 30 "nbdkit did not create /run/nbd.sock"
     nbd-client -u /run/nbd.sock /dev/nbd0 -N rampart -nonetlink -swap -block-size 4096 \
       || finish "nbd-client failed"
     # nbd-client (ioctl mode) returns before its daemon child enters NBD_DO_IT, and only
