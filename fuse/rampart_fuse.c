@@ -47,19 +47,6 @@ struct options {
   struct rampart_frontend_switches switches;
 };
 
-static int parse_count(const char *option, const char *value, unsigned most, unsigned *out)
-{
-  char err[256];
-  uint64_t v;
-  if (!value || rp_parse_uint(option, value, most, &v, err, sizeof err) < 0 || v == 0) {
-    fprintf(stderr, "rampart-fuse: %s '%s': give a number from 1 to %u\n", option,
-            value ? value : "", most);
-    return -1;
-  }
-  *out = (unsigned)v;
-  return 2;
-}
-
 /* One of the daemon's own arguments (struct rampart_frontend_args's option). */
 static int take_option(void *ctx, const char *a, const char *value)
 {
@@ -73,9 +60,11 @@ static int take_option(void *ctx, const char *a, const char *value)
     return 2;
   }
   if (strcmp(a, "--threads") == 0)
-    return parse_count(a, value, MAX_THREADS, &o->threads);
+    return rampart_frontend_count("rampart-fuse", a, value, MAX_THREADS, "a number",
+                                  &o->threads);
   if (strcmp(a, "--background") == 0)
-    return parse_count(a, value, 65535, &o->background);
+    return rampart_frontend_count("rampart-fuse", a, value, 65535, "a number",
+                                  &o->background);
   if (strncmp(a, "standby=", 8) == 0) {
     fprintf(stderr,
             "rampart-fuse: %s: a FUSE mount cannot be handed to a standby (its "

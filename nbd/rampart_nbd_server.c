@@ -74,25 +74,11 @@ static const char usage[] =
 struct options {
   const char *unix_path;
   const char *tcp;
-  unsigned long depth;
+  unsigned depth;
   uint64_t max_buffered;
   unsigned handshake_s, stall_s;
   struct rampart_frontend_switches switches;
 };
-
-/* --handshake-timeout and --stall-timeout: whole seconds, 1 to MAX_TIMEOUT_S. */
-static int parse_seconds(const char *a, const char *value, unsigned *out)
-{
-  uint64_t v;
-  char err[256];
-  if (rp_parse_uint(a, value, MAX_TIMEOUT_S, &v, err, sizeof err) < 0 || v == 0) {
-    fprintf(stderr, "rampart-nbd-server: %s '%s': give whole seconds from 1 to %u\n", a,
-            value ? value : "", MAX_TIMEOUT_S);
-    return -1;
-  }
-  *out = (unsigned)v;
-  return 2;
-}
 
 /* One of the daemon's own arguments (struct rampart_frontend_args's option). */
 static int take_option(void *ctx, const char *a, const char *value)
@@ -107,20 +93,15 @@ static int take_option(void *ctx, const char *a, const char *value)
     *(a[2] == 'u' ? &o->unix_path : &o->tcp) = value;
     return 2;
   }
-  if (strcmp(a, "--depth") == 0) {
-    uint64_t v;
-    if (rp_parse_uint("--depth", value, MAX_DEPTH, &v, err, sizeof err) < 0 || v == 0) {
-      fprintf(stderr, "rampart-nbd-server: --depth '%s': give a number from 1 to %u\n",
-              value ? value : "", MAX_DEPTH);
-      return -1;
-    }
-    o->depth = (unsigned long)v;
-    return 2;
-  }
+  if (strcmp(a, "--depth") == 0)
+    return rampart_frontend_count("rampart-nbd-server", a, value, MAX_DEPTH, "a number",
+                                  &o->depth);
   if (strcmp(a, "--handshake-timeout") == 0)
-    return parse_seconds(a, value, &o->handshake_s);
+    return rampart_frontend_count("rampart-nbd-server", a, value, MAX_TIMEOUT_S,
+                                  "whole seconds", &o->handshake_s);
   if (strcmp(a, "--stall-timeout") == 0)
-    return parse_seconds(a, value, &o->stall_s);
+    return rampart_frontend_count("rampart-nbd-server", a, value, MAX_TIMEOUT_S,
+                                  "whole seconds", &o->stall_s);
   if (strcmp(a, "--max-buffered") == 0) {
     uint64_t v;
     if (!value || rp_parse_size(a, value, &v, err, sizeof err) < 0 || v < MAX_REQUEST) {
@@ -304,7 +285,7 @@ int main(int argc, char **argv)
   struct nbd_buffer_budget all_buffers;
   nbd_buffer_budget_init(&all_buffers, o.max_buffered);
   const struct nbd_server_limits limits = {
-    .depth = (unsigned)o.depth,
+    .depth = o.depth,
     .connection_buffers = MAX_REQUEST,
     .unshared_buffers = UNSHARED_BUFFERS,
     .all_buffers = &all_buffers,
@@ -318,7 +299,7 @@ int main(int argc, char **argv)
     rampart_notify(RAMPART_NOTICE_SERVING, o.unix_path ? o.unix_path : o.tcp);
   char buffered[32];
   fprintf(stderr,
-          "rampart-nbd-server: serving %llu bytes on %s, %lu requests in flight "
+          "rampart-nbd-server: serving %llu bytes on %s, %u requests in flight "
           "per connection, %s of request buffers in all, handshake %u s, stall %u s\n",
           (unsigned long long)export.size, o.unix_path ? o.unix_path : o.tcp, o.depth,
           rp_format_bytes(o.max_buffered, buffered, sizeof buffered), o.handshake_s,

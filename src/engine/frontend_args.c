@@ -4,6 +4,7 @@
  * and the exit status each outcome gives (rampart_config_from_arguments, rampart.h).
  * The nbdkit plugin is handed its settings by nbdkit one by one and takes only the
  * switches from here (rampart_frontend_switch). */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,6 +20,20 @@ int rampart_frontend_switch(struct rampart_frontend_switches *switches, const ch
   if (!flag)
     return 0;
   return rp_parse_bool(key, value, flag, err, errlen) < 0 ? -1 : 1;
+}
+
+int rampart_frontend_count(const char *who, const char *option, const char *value,
+                           unsigned most, const char *unit, unsigned *out)
+{
+  uint64_t v;
+  char err[256];
+  if (!value || rp_parse_uint(option, value, most, &v, err, sizeof err) < 0 || v == 0) {
+    fprintf(stderr, "%s: %s '%s': give %s from 1 to %u\n", who, option, value ? value : "",
+            unit, most);
+    return -1;
+  }
+  *out = (unsigned)v;
+  return 2;
 }
 
 int rampart_frontend_switches_check(const struct rampart_frontend_switches *switches,

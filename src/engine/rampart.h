@@ -120,6 +120,12 @@ struct rampart_frontend_switches {
  * with a sentence in err when value is not true/false, on/off, yes/no or 1/0. */
 int rampart_frontend_switch(struct rampart_frontend_switches *switches, const char *key,
                             const char *value, char *err, size_t errlen);
+/* A frontend's own option whose value is a whole number from 1 to most (--depth N,
+ * --threads N, --stall-timeout S): 2 (it took the value) with *out set, or -1 after
+ * saying on stderr "WHO: OPTION 'VALUE': give UNIT from 1 to MOST". unit says what the
+ * number counts, e.g. "a number" or "whole seconds". */
+int rampart_frontend_count(const char *who, const char *option, const char *value,
+                           unsigned most, const char *unit, unsigned *out);
 /* The switches against the whole configuration (standby=true needs state=): 0, or -1
  * with a sentence in err. */
 int rampart_frontend_switches_check(const struct rampart_frontend_switches *switches,
