@@ -334,6 +334,22 @@ static int set_poll_us(struct rampart_config *c, const char *key, const char *v,
   return set_unsigned(&c->poll_us, key, v, 10000, err, errlen);
 }
 
+/* The cache is locked memory the pager holds for good: 64 MiB at most. */
+static int set_prefetch(struct rampart_config *c, const char *key, const char *v, char *err,
+                        size_t errlen)
+{
+  return set_unsigned(&c->prefetch_pages, key, v, 16384, err, errlen);
+}
+
+static int set_prefetch_depth(struct rampart_config *c, const char *key, const char *v,
+                              char *err, size_t errlen)
+{
+  return parse_count(key, v, 256,
+                     "give the pages to read ahead, 1 or more (prefetch=0 "
+                     "turns the prefetcher off)",
+                     &c->prefetch_depth, err, errlen);
+}
+
 static int set_timeout(struct rampart_config *c, const char *key, const char *v, char *err,
                        size_t errlen)
 {

@@ -75,6 +75,11 @@
     "                          it sleeps, while a request is out: for a host with a core " \
     "to\n" \
     "                          spare (default 0: never)\n") \
+  X("prefetch", set_prefetch, "0", \
+    "prefetch=PAGES            a locked cache of pages read ahead along the trend of the\n" \
+    "                          reads (default 0: off; docs/page-in.md)\n") \
+  X("prefetch-depth", set_prefetch_depth, "8", \
+    "prefetch-depth=PAGES      pages read ahead of a read, at most prefetch= (default 8)\n") \
   X("tmpdir", set_tmpdir, NULL, \
     "tmpdir=DIR                where the temporary spill file goes\n") \
   X("stats-file", set_stats_file, NULL, \

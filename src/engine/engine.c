@@ -59,20 +59,27 @@ static void frontend_done(struct rampart_engine *e, struct rampart_io *io, int r
 }
 
 /* A frontend's request completes with its last page. */
-static void request_page_ended(struct page_op *op, int result)
+void engine_request_page_ended(struct rampart_engine *e, struct rampart_io *io, int result)
 {
-  struct rampart_io *io = op->io;
   if (result < 0 && io->result == 0)
     io->result = result;
   if (--io->pages_pending != 0)
     return;
-  struct rampart_engine *e = op->engine;
   if (!e->defer_completions) {
     frontend_done(e, io, io->result);
     return;
   }
   /* next is free once its last page started (engine_start_ios) */
   FIFO_APPEND(e->done_head, e->done_tail, io, next);
+}
+
+static void request_page_ended(struct page_op *op, int result)
+{
+  /* The prefetcher's hook: a write may wait (for a buffer, for cleaning) before it
+   * places its version, and a prefetch meanwhile reads the version it replaces. */
+  if (op->kind == PAGE_OP_WRITE)
+    prefetch_forget(op->engine, op->page);
+  engine_request_page_ended(op->engine, op->io, result);
 }
 
 /* The requests the last pass of the loop completed, in the order they completed. */
@@ -119,11 +126,26 @@ void engine_start_ios(struct rampart_engine *e)
     uint32_t npages = io->length / RAMPART_PAGE_SIZE;
     bool last;
     do {
+      uint32_t i = io->pages_started;
+      last = i + 1 == npages;
+      /* The prefetcher's hook: a page it holds, or is fetching, needs no op. */
+      if (io->op == RAMPART_OP_READ) {
+        enum prefetch_answer a = prefetch_answer(e, io, io->offset / RAMPART_PAGE_SIZE + i,
+                                                 (uint8_t *)io->buf +
+                                                   (size_t)i * RAMPART_PAGE_SIZE);
+        if (a != PREFETCH_MISS) {
+          io->pages_started++;
+          if (last)
+            FIFO_POP(e->io_head, e->io_tail, io, next); /* as below: io is the head */
+          if (a == PREFETCH_COPIED)
+            engine_request_page_ended(e, io, 0);
+          continue;
+        }
+      }
       struct page_op *op = page_op_get(e);
       if (!op)
         goto out;
-      uint32_t i = io->pages_started++;
-      last = i + 1 == npages;
+      io->pages_started++;
       op->owner = &frontend_request;
       op->kind = io->op == RAMPART_OP_READ ? PAGE_OP_READ : PAGE_OP_WRITE;
       op->io = io;
@@ -145,10 +167,12 @@ void engine_start_ios(struct rampart_engine *e)
          * to the caller) before the start returns: unlink it now, touch it never again. */
         FIFO_POP(e->io_head, e->io_tail, io, next); /* io is the head */
       }
-      if (op->kind == PAGE_OP_READ)
+      if (op->kind == PAGE_OP_READ) {
         page_read_start(op);
-      else
+      } else {
+        prefetch_forget(e, op->page); /* the prefetcher's hook: no stale copy answers */
         page_write_start(op);
+      }
     } while (!last);
   }
 out:
@@ -205,8 +229,10 @@ static void io_begin(struct rampart_engine *e, struct rampart_io *io)
   case RAMPART_OP_TRIM:
   case RAMPART_OP_ZERO:
     /* Both leave the pages reading as zeros; no I/O, only bookkeeping. */
-    for (uint32_t i = 0; i < npages; i++)
+    for (uint32_t i = 0; i < npages; i++) {
+      prefetch_forget(e, io->offset / RAMPART_PAGE_SIZE + i); /* the prefetcher's hook */
       page_write_trim(e, io->offset / RAMPART_PAGE_SIZE + i);
+    }
     frontend_done(e, io, 0);
     return;
   case RAMPART_OP_READ:
@@ -216,8 +242,14 @@ static void io_begin(struct rampart_engine *e, struct rampart_io *io)
       return;
     }
     io->pages_pending = npages;
+    /* (io may complete, and be reused, once it starts) */
+    bool read = io->op == RAMPART_OP_READ;
+    uint64_t first = io->offset / RAMPART_PAGE_SIZE;
     io_queue(e, io);
     engine_start_ios(e);
+    /* The prefetcher's hook, after the read's own pages started: demand goes first. */
+    if (read)
+      prefetch_after_read(e, first, npages);
     return;
   }
   frontend_done(e, io, -EINVAL);
@@ -815,6 +847,8 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
     rampart_event_arena_bytes() + rp_conn_pool_bytes(e->set.conn_pool) +
     (uint64_t)e->set.nservers * (sizeof(struct server) + server_health_attempt_bytes()) +
     (uint64_t)e->set.per_entry_capacity * 2 * sizeof(uint64_t);
+  prefetch_stats(e, st);
+  st->client_memory_fixed_bytes += st->prefetch_bytes_locked;
   /* What grows with the device: map, pending bits, groups, per-server slot bitmaps. */
   st->client_memory_bytes = st->client_memory_fixed_bytes + page_map_memory_bytes(&e->map) +
                             page_sealer_memory_bytes(&e->sealer) + (e->pages + 63) / 64 * 8 +
@@ -1170,7 +1204,7 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
     goto fail;
   }
   e->write_pending = calloc((e->pages + 63) / 64, sizeof(uint64_t));
-  if (!e->write_pending || engine_alloc_pools(e) < 0) {
+  if (!e->write_pending || engine_alloc_pools(e) < 0 || prefetch_init(e) < 0) {
     snprintf(err, errlen, "out of memory setting up a %llu-page device",
              (unsigned long long)e->pages);
     goto fail;
@@ -1264,6 +1298,7 @@ void rampart_close(struct rampart_engine *e)
   local_store_destroy(&e->local);
   engine_reap_destroy(e);
   engine_free_pools(e);
+  prefetch_destroy(e); /* after the ops: the last prefetch in flight landed above */
   group_table_destroy(&e->groups);
   page_map_destroy(&e->map);
   page_sealer_destroy(&e->sealer);

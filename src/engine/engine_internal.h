@@ -30,6 +30,9 @@
 /* Submits one request and sleeps until it completes (frontend threads only). */
 int engine_run_sync(struct rampart_engine *e, enum rampart_op op, void *buf, uint32_t length,
                     uint64_t offset, uint32_t flags);
+/* One page of a frontend request ended with result (0 or -errno): the request
+ * completes with its last page. */
+void engine_request_page_ended(struct rampart_engine *e, struct rampart_io *io, int result);
 /* Starts the frontend requests waiting for a page op, as many as the pool has ops for. */
 void engine_start_ios(struct rampart_engine *e);
 /* Runs fn(e, arg) on the engine (holding it, on the I/O thread or inline) and waits for
@@ -58,6 +61,26 @@ void engine_reap_wake(struct rampart_engine *e);
 void engine_reap_tick(struct rampart_engine *e);
 /* Every lent socket back to the loop now (closing). */
 void engine_reap_give_back(struct rampart_engine *e);
+
+/* prefetch.c: the prefetcher (prefetch=), on the engine like everything here. */
+/* The cache for config.prefetch_pages, or none when it is 0: 0, or -1 out of memory. */
+int prefetch_init(struct rampart_engine *e);
+void prefetch_destroy(struct rampart_engine *e);
+enum prefetch_answer {
+  PREFETCH_MISS,   /* not there: the caller reads the page */
+  PREFETCH_COPIED, /* copied into buf: the caller ends the page now */
+  PREFETCH_JOINED, /* in flight: its landing ends io's page (engine_request_page_ended) */
+};
+/* A frontend read of `page` into buf, a page of io. */
+enum prefetch_answer prefetch_answer(struct rampart_engine *e, struct rampart_io *io,
+                                     uint64_t page, uint8_t *buf);
+/* A frontend read of npages from first has started: its place in the trend, and the
+ * prefetches the trend asks for. */
+void prefetch_after_read(struct rampart_engine *e, uint64_t first, uint32_t npages);
+/* page is written, trimmed or zeroed: no copy read before now may answer a read. */
+void prefetch_forget(struct rampart_engine *e, uint64_t page);
+/* Its counters into st (prefetch_*). */
+void prefetch_stats(const struct rampart_engine *e, struct rampart_stats *st);
 
 /* cluster_follow.c: a server whose etcd registration went (listed false) takes no new
  * pages, and is not declared lost for it; listed true undoes that. True when that

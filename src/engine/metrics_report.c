@@ -49,6 +49,22 @@ static void device_metrics(struct prom_out *o, const struct rampart_stats *st)
               (double)st->client_memory_bytes);
 }
 
+static void prefetch_metrics(struct prom_out *o, const struct rampart_stats *st)
+{
+  prom_metric(o, "rampart_pager_prefetch_hits_total", "counter",
+              "Frontend page reads answered by the prefetcher, with no round trip of their "
+              "own.",
+              (double)st->prefetch_hits);
+  prom_metric(o, "rampart_pager_prefetch_issued_total", "counter",
+              "Pages the prefetcher read ahead.", (double)st->prefetch_issued);
+  prom_metric(o, "rampart_pager_prefetch_wasted_total", "counter",
+              "Pages the prefetcher read that nothing read: evicted, or written first.",
+              (double)st->prefetch_wasted);
+  prom_metric(o, "rampart_pager_prefetch_locked_bytes", "gauge",
+              "Locked memory the prefetcher's cache holds (prefetch=).",
+              (double)st->prefetch_bytes_locked);
+}
+
 static void failure_metrics(struct prom_out *o, const struct rampart_stats *st)
 {
   prom_metric(o, "rampart_pager_degraded_reads_total", "counter",
@@ -63,6 +79,8 @@ static void failure_metrics(struct prom_out *o, const struct rampart_stats *st)
               (double)st->read_errors);
   prom_metric(o, "rampart_pager_integrity_failures_total", "counter",
               "Stored pages that failed verification.", (double)st->integrity_failures);
+  if (st->prefetch_bytes_locked)
+    prefetch_metrics(o, st);
   if (st->etcd_following) {
     prom_metric(o, "rampart_pager_etcd_watch_live", "gauge",
                 "1 while the device's watch of its cluster in etcd (cluster=etcd://) is "

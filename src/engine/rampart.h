@@ -71,6 +71,11 @@ struct rampart_engine;
  *   poll-us=US            a thread waiting for a server's reply (rampart_reap) spins this
  *                         long before it sleeps, only while a request is out: for a host
  *                         with a core to spare (default 0: never spin)
+ *   prefetch=PAGES        a locked cache of that many pages, read ahead along the
+ *                         majority trend of the reads; a read it holds needs no round
+ *                         trip (default 0: off; docs/page-in.md)
+ *   prefetch-depth=PAGES  pages read ahead of a read along the trend, at most prefetch=
+ *                         (default 8)
  *   stats-file=PATH       the engine rewrites its stats report here every second
  *   metrics-file=PATH     ... and its counters in the Prometheus text format (for
  *                         node_exporter's textfile collector: a NAME.prom file)

@@ -48,6 +48,13 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
       "failed verification %llu\n",
       (unsigned long long)st->pages_degraded_reads, (unsigned long long)st->pages_lost,
       (unsigned long long)st->read_errors, (unsigned long long)st->integrity_failures);
+  if (st->prefetch_bytes_locked)
+    OUT("prefetch        hits %llu (joined in flight %llu), issued %llu, wasted %llu, "
+        "cached %u, in flight %u, %s locked\n",
+        (unsigned long long)st->prefetch_hits, (unsigned long long)st->prefetch_joins,
+        (unsigned long long)st->prefetch_issued, (unsigned long long)st->prefetch_wasted,
+        st->prefetch_cached_pages, st->prefetch_in_flight,
+        rp_format_bytes(st->prefetch_bytes_locked, a, sizeof a));
   OUT("protection      %llu live pages unprotected (one loss from gone until moved); "
       "groups with one loss to spare %u, with none %u\n",
       (unsigned long long)st->pages_unprotected, st->groups_one_spare, st->groups_no_spare);

@@ -244,6 +244,7 @@ struct recovered_write {
 
 struct state_segment;
 struct page_mover;
+struct prefetch;
 struct server_health_shared;
 
 /* What the servers' table (server_set.c) and the transport below it tell the servers'
@@ -416,6 +417,8 @@ struct rampart_engine {
 
   /* the mover's own state (page_mover.c), and the watcher that runs it each iteration */
   struct page_mover *mover;
+  /* the prefetcher's cache and trend (engine/prefetch.c), or NULL with prefetch=0 */
+  struct prefetch *prefetch;
   ev_prepare mover_watcher;
   struct control_socket *control; /* control=, or NULL */
   struct cluster_follow *follow;  /* cluster=etcd://, or NULL (cluster_follow.c) */

@@ -42,7 +42,9 @@ struct rampart_config {
   unsigned lease_seconds;
   unsigned io_timeout_ms; /* io-timeout=; only if io_timeout_given, else the lease */
   bool io_timeout_given;
-  unsigned poll_us; /* poll-us=: a reaper spins this long before it sleeps */
+  unsigned poll_us;        /* poll-us=: a reaper spins this long before it sleeps */
+  unsigned prefetch_pages; /* prefetch=: the prefetcher's cache, pages; 0: off */
+  unsigned prefetch_depth; /* prefetch-depth=: pages read ahead along a trend */
   bool size_given;
   /* cluster=etcd://ENDPOINTS/NAME (src/engine/cluster_follow.c): the servers come from etcd */
   char etcd_endpoints[1024]; /* "http://a:2379,http://b:2379"; "": no etcd */

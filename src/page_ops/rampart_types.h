@@ -135,6 +135,13 @@ struct rampart_stats {
   double live_ratio; /* live data pages / data pages held by sealed groups */
   uint64_t pages_remote, pages_spilled, pages_local_ram, pages_zero;
   uint64_t pages_degraded_reads, pages_lost, read_errors;
+  /* The prefetcher (prefetch=), since open: pages it read ahead, frontend pages it
+   * answered (of which joined a prefetch still in flight), pages it read that nothing
+   * read (evicted, or written before they were read); now: pages ready in its cache,
+   * in flight, and the bytes its cache holds locked. */
+  uint64_t prefetch_issued, prefetch_hits, prefetch_joins, prefetch_wasted;
+  uint32_t prefetch_cached_pages, prefetch_in_flight;
+  uint64_t prefetch_bytes_locked;
   /* Live pages whose group can no longer rebuild them (its parity could not be stored,
    * or covers a copy that never reached its server): one loss from gone until the mover
    * rewrites them into whole groups. */
