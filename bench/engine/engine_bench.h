@@ -15,7 +15,7 @@
 
 #include "rampart.h"
 
-#define BENCH_MAX_SERVERS 16u
+#define BENCH_MAX_SERVERS 64u
 #define BENCH_MAX_QD 256u
 
 /* ---- bench_cluster.c: the rampartd processes ---- */

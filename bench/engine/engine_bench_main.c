@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +31,7 @@ struct options {
   const char *settings[MAX_SETTINGS]; /* KEY=VALUE, after the defaults */
   unsigned nsettings;
   unsigned settle;
+  unsigned kill; /* servers killed at once after the tests, for the rebuild's time */
   bool floor, mlock;
   const char *tsv;
 };
@@ -37,7 +39,7 @@ struct options {
 static const char usage[] =
   "usage: rampart-engine-bench [--seconds S] [--qd LIST] [--tests rw,rr] [--servers N]\n"
   "         [--memory SIZE] [--size SIZE] [--span SIZE] [--set KEY=VALUE]... [--settle S]\n"
-  "         [--no-floor] [--no-mlock] [--tsv FILE]\n"
+  "         [--kill N] [--no-floor] [--no-mlock] [--tsv FILE]\n"
   "  --seconds S      seconds per test (default 5)\n"
   "  --qd LIST        queue depths (default 1,32)\n"
   "  --tests LIST     rw (random writes), rr (random reads), or both (default rw,rr)\n"
@@ -48,6 +50,7 @@ static const char usage[] =
   "  --set KEY=VALUE  an engine setting (rampart_config_help), after the defaults:\n"
   "                   redundancy=parity-log group=4 (sealing and frame tags are on)\n"
   "  --settle S       before each test, wait up to S s for cleaning to finish (default 15)\n"
+  "  --kill N         after the tests, SIGKILL N servers at once and time the rebuild\n"
   "  --no-floor       do not run rampart-floor (no '× floor' figures)\n"
   "  --no-mlock       do not lock memory (rampart-ublk locks it, as deployed)\n"
   "  --tsv FILE       also write one line per test (and the floor's lines) to FILE\n"
@@ -107,6 +110,8 @@ static int set_valued_option(const char *a, const char *v, struct options *o)
     o->settings[o->nsettings++] = v;
   } else if (!strcmp(a, "--settle"))
     o->settle = (unsigned)strtoul(v, NULL, 10);
+  else if (!strcmp(a, "--kill"))
+    o->kill = (unsigned)strtoul(v, NULL, 10);
   else if (!strcmp(a, "--tsv"))
     o->tsv = v;
   else
@@ -150,8 +155,10 @@ static int parse_options(int argc, char **argv, struct options *o)
     }
   }
   if (!(o->seconds > 0) || o->servers < 1 || o->servers > BENCH_MAX_SERVERS ||
-      (!o->writes && !o->reads)) {
-    fprintf(stderr, "engine-bench: --seconds > 0, --servers 1 to %u, --tests rw and/or rr\n",
+      (!o->writes && !o->reads) || o->kill >= o->servers) {
+    fprintf(stderr,
+            "engine-bench: --seconds > 0, --servers 1 to %u, --tests rw and/or rr, "
+            "--kill fewer than --servers\n",
             BENCH_MAX_SERVERS);
     return -1;
   }
@@ -359,6 +366,51 @@ static int run_test(struct rampart_engine *e, struct bench_load *l, const struct
   return 0;
 }
 
+/* What the servers hold per live page, once the tests are done: live data, parity and
+ * the old versions cleaning has not yet reclaimed, over the pages the map points at. */
+static void print_server_memory(struct rampart_engine *e)
+{
+  static struct rampart_stats st; /* static: the server table is large */
+  rampart_get_stats(e, &st);
+  uint64_t stored = 0, live = 0;
+  for (uint32_t i = 0; i < st.nservers; i++) {
+    stored += st.servers[i].pages_stored;
+    live += st.servers[i].pages_live;
+  }
+  printf("Server memory: %.3f pages stored per live page (%llu stored, %llu live; group %u, "
+         "parity %u).\n",
+         live ? (double)stored / (double)live : 0.0, (unsigned long long)stored,
+         (unsigned long long)live, st.group_size, st.parity);
+}
+
+/* N servers, spread over the cluster, killed with one SIGKILL each back to back; then
+ * waits until the engine has declared them lost and rebuilt what they held, and prints
+ * its own rebuild figures (from the first server declared lost, a lease after its
+ * kill, to the end). */
+static void time_rebuild(struct rampart_engine *e, unsigned n)
+{
+  static struct rampart_stats st;
+  rampart_get_stats(e, &st);
+  uint32_t finished = st.rebuilds_finished;
+  for (unsigned k = 0; k < n; k++) {
+    unsigned i = k * cluster.n / n;
+    kill(cluster.pid[i], SIGKILL);
+    waitpid(cluster.pid[i], NULL, 0);
+    cluster.pid[i] = 0;
+  }
+  for (unsigned t = 0; t < 1200; t++) { /* 5 minutes */
+    sleep_ms(250);
+    rampart_get_stats(e, &st);
+    if (st.rebuilds_finished > finished && !st.rebuild_running &&
+        st.rebuild_pages_pending == 0)
+      break;
+  }
+  printf("Rebuild after %u of %u servers killed at once: %llu pages in %.2f s from the "
+         "first declared lost to the end; %llu pages lost, %llu read errors.\n",
+         n, cluster.n, (unsigned long long)st.rebuild_pages_moved, st.rebuild_seconds,
+         (unsigned long long)st.pages_lost, (unsigned long long)st.read_errors);
+}
+
 static void print_ratio(char *out, size_t len, double v, double floor)
 {
   if (floor > 0)
@@ -537,6 +589,9 @@ int main(int argc, char **argv)
     }
   }
   printf("\n%s", notes);
+  print_server_memory(e);
+  if (o.kill)
+    time_rebuild(e, o.kill);
   status = 0;
 out:
   bench_load_free(l);

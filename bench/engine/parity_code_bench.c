@@ -139,12 +139,13 @@ int main(int argc, char **argv)
   static const char *const names[] = {
     "seal", "P add", "Q add", "Q add, scalar", "recover 1 (XOR)", "recover 2 (P+Q)"
   };
-  printf("%-18s %10s %10s   (ns per 4 KiB page, best of %u rounds of %u)\n", "work", "S=4",
-         "S=8", rounds, pages);
+  static const unsigned widths[] = { 4, 8, 16 };
+  printf("%-18s %10s %10s %10s   (ns per 4 KiB page, best of %u rounds of %u)\n", "work",
+         "S=4", "S=8", "S=16", rounds, pages);
   for (unsigned w = SEAL; w <= RECOVER_2; w++) {
-    double ns[2];
-    for (unsigned j = 0; j < 2; j++) {
-      r.k = j ? 8 : 4;
+    double ns[3];
+    for (unsigned j = 0; j < 3; j++) {
+      r.k = widths[j];
       /* P and Q of the k members, for the recoveries to be real ones. */
       memset(r.p, 0, PAGE);
       memset(r.q, 0, PAGE);
@@ -154,7 +155,7 @@ int main(int argc, char **argv)
       }
       ns[j] = best_ns(&r, (enum work)w, pages, rounds);
     }
-    printf("%-18s %10.0f %10.0f\n", names[w], ns[0], ns[1]);
+    printf("%-18s %10.0f %10.0f %10.0f\n", names[w], ns[0], ns[1], ns[2]);
   }
   page_sealer_destroy(&r.sealer);
   free(mem);

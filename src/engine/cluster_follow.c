@@ -322,7 +322,7 @@ static void reconcile(struct cluster_follow *f)
     if (at >= 0)
       taken[at] = true;
     bool listed = r && r->registered;
-    if (f->set_listed(e, m->address, listed))
+    if (f->set_listed(e, m->address, listed, r ? r->domain : NULL))
       rp_log(RP_LOG_INFO, "etcd: %s %s", m->address,
              listed ? "is registered again: it takes new pages again"
                     : "left the registry (its lease expired or it stopped): no new pages go "

@@ -48,10 +48,11 @@ unsigned cluster_follow_choose(const struct rp_cluster_registry *r, unsigned cou
 
 /* The engine's side the follower calls that rampart.h does not offer: a server whose
  * etcd registration went (listed false) takes no new pages, and is not declared lost
- * for it; listed true undoes that (server_membership_set_listed). True when that
- * changed the server. */
+ * for it; listed true undoes that (server_membership_set_listed). domain: the failure
+ * domain its registration names (NULL: none), for placement. True when listed changed
+ * the server. */
 typedef bool (*cluster_follow_listed_fn)(struct rampart_engine *e, const char *address,
-                                         bool listed);
+                                         bool listed, const char *domain);
 
 /* Starts the engine's follower into *followp; it drives e through rampart.h's entry
  * points and set_listed, and reads c (the engine's settings, which outlive it).

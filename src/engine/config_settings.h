@@ -46,7 +46,7 @@
     "redundancy=none|mirror|parity-log|write-through  (default auto: parity-log with\n" \
     "                          3+ servers, mirror with 2, none with 1)\n") \
   X("group", set_group, NULL, \
-    "group=S                   data pages per parity group (default: up to 4)\n") \
+    "group=S                   data pages per parity group, 1 to 16 (default: up to 4)\n") \
   X("parity", set_parity, "1", \
     "parity=1|2                parity pages per group with parity-log: 2 (P and Q) " \
     "survives\n" \

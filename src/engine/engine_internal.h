@@ -85,7 +85,8 @@ void prefetch_stats(const struct rampart_engine *e, struct rampart_stats *st);
 /* cluster_follow.c: a server whose etcd registration went (listed false) takes no new
  * pages, and is not declared lost for it; listed true undoes that. True when that
  * changed the server. */
-bool server_membership_set_listed(struct rampart_engine *e, const char *address, bool listed);
+bool server_membership_set_listed(struct rampart_engine *e, const char *address, bool listed,
+                                  const char *domain);
 
 /* server_membership.c (on the loop) */
 /* A pass of the mover ended: drains that finished end (and removes happen). */

@@ -27,6 +27,7 @@
 #include "page_mover.h"
 #include "page_write.h"
 #include "parse.h"
+#include "placement_domains.h"
 #include "server_health.h"
 
 #define ADD_CONNECT_TIMEOUT_MS 5000u
@@ -422,6 +423,7 @@ void server_membership_pass_done(struct rampart_engine *e)
 struct listed_call {
   const char *address;
   bool listed;
+  const char *domain;
   bool changed;
 };
 
@@ -430,13 +432,16 @@ static void listed_set(struct rampart_engine *e, void *arg)
   struct listed_call *c = arg;
   struct server *s = server_set_find(e, c->address);
   c->changed = s && s->unlisted == c->listed;
-  if (s)
+  if (s) {
     s->unlisted = !c->listed;
+    placement_domains_set(e, s, c->domain);
+  }
 }
 
-bool server_membership_set_listed(struct rampart_engine *e, const char *address, bool listed)
+bool server_membership_set_listed(struct rampart_engine *e, const char *address, bool listed,
+                                  const char *domain)
 {
-  struct listed_call c = { .address = address, .listed = listed };
+  struct listed_call c = { .address = address, .listed = listed, .domain = domain };
   engine_call(e, listed_set, &c);
   return c.changed;
 }

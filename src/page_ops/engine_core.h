@@ -144,7 +144,9 @@ struct server {
    * block the loop nor allocate in getaddrinfo (addr_len 0: not known yet). */
   struct sockaddr_storage addr;
   socklen_t addr_len;
-  bool unlisted; /* its etcd registration is gone: placed on no more */
+  bool unlisted;      /* its etcd registration is gone: placed on no more */
+  char domain[64];    /* its failure domain in etcd ("": not known) */
+  unsigned domain_id; /* the same number for the same domain; 0: not known */
   enum rampart_server_health state;
   struct rp_conn *conn;
   uint8_t token[RP_TOKEN_LEN];
@@ -298,7 +300,15 @@ struct write_placement {
   uint32_t open_parity_slot;
   server_index open_q_server; /* parity=2: Q's server and slot, reserved at open too */
   uint32_t open_q_slot;
+  /* Failure domains (placement_domains.c): whether the open group keeps to the
+   * per-domain bound, the ids handed out, and what the log has said (DOMAINS_SAID_*
+   * bits: each once a device). */
+  bool open_spread;
+  unsigned domain_ids;
+  uint8_t domains_said;
 };
+
+enum { DOMAINS_SAID_SPREAD = 1, DOMAINS_SAID_NOT = 2 };
 
 /* What the engine counts, for stats-file=, metrics-file= and rampartctl (engine.c
  * reports them; each path counts its own). */

@@ -18,6 +18,7 @@
 #include "page_op.h"
 #include "page_store_ops.h"
 #include "page_write_pending.h"
+#include "placement_domains.h"
 #include "server_health.h"
 #include "server_set.h"
 #include "server_transport.h"
@@ -538,6 +539,7 @@ static enum open_result open_new_group(struct rampart_engine *e)
     g->server[GROUP_Q_RESERVED] = e->placement.open_q_server;
   }
   e->placement.open_group = id;
+  e->placement.open_spread = placement_domains_spread(e, group_get(&e->groups, id));
   state_record_group_opened(e, id);
   return OPENED;
 }
@@ -551,6 +553,8 @@ static bool member_candidate(const struct rampart_engine *e, const struct group 
   if (g->has_parity && i == e->placement.open_parity_server)
     return false;
   if (g->parities > 1 && i == e->placement.open_q_server)
+    return false;
+  if (e->placement.open_spread && !placement_domain_has_room(e, g, i))
     return false;
   for (unsigned m = 0; m < g->members; m++)
     if (g->server[m] == i)

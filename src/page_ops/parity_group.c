@@ -235,7 +235,7 @@ void group_mark_absent(struct group_table *t, uint32_t id, unsigned entry)
   assert(entry < GROUP_MAX_DATA + GROUP_MAX_PARITY);
   if (!g->absent)
     t->short_groups++;
-  g->absent |= (uint16_t)(1u << entry);
+  g->absent |= UINT32_C(1) << entry;
 }
 
 void group_drop_parity(struct group_table *t, uint32_t id)

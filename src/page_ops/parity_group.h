@@ -24,7 +24,7 @@
 #include "page_map.h"
 #include "server_index.h"
 
-#define GROUP_MAX_DATA 8u                      /* largest group=S */
+#define GROUP_MAX_DATA 16u                     /* largest group=S */
 #define GROUP_MAX_PARITY 2u                    /* parity=2: P and Q (parity_code.h) */
 #define GROUP_Q_RESERVED (GROUP_MAX_DATA + 1u) /* an open group's entry for Q's slot */
 #define GROUP_NO_BUFFER 0xffffu
@@ -48,7 +48,7 @@ struct group {
                                    member writes): it is not reclaimed until they end */
   uint8_t parities;    /* parity pages it carries while has_parity: 1 (P), or 2
                                    (P and Q) under parity=2 */
-  uint16_t absent;     /* bit k: the piece at server[k] does not hold what the
+  uint32_t absent;     /* bit k: the piece at server[k] does not hold what the
                                    parities cover (its write failed); parity=2 only */
   uint16_t buffer;     /* parity buffer index while OPEN/SEALING */
   server_index server[GROUP_MAX_DATA + GROUP_MAX_PARITY]; /* [i] data member i; [capacity]

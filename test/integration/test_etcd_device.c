@@ -40,6 +40,7 @@
 
 #define PAGES 4096u /* 16 MiB */
 #define CLUSTER "dev"
+#define RIG_MAX_EXTRA 9 /* rampartd started apart from the rig's cluster */
 
 struct rig {
   struct rp_test_etcd etcd;
@@ -47,7 +48,7 @@ struct rig {
   const char *member_args[8];
   char etcd_dir[512], etcd_url[300], cache[700], psi[700];
   struct rp_test_shadow dev;
-  struct rp_test_server extra[4];
+  struct rp_test_server extra[RIG_MAX_EXTRA];
   unsigned nextra;
   struct rp_etcd *client;
 };
@@ -88,7 +89,8 @@ static bool log_has(const char *a, const char *b)
 
 static long wait_registered(struct rig *r, const char *address, bool want, unsigned max_ms);
 
-static struct rig *rig_start(unsigned servers, const char *count)
+/* etcd, and `servers` rampartd registered in it; no device yet (rig_attach). */
+static struct rig *rig_begin(unsigned servers)
 {
   struct rig *r = calloc(1, sizeof *r);
   assert_non_null(r);
@@ -117,19 +119,35 @@ static struct rig *rig_start(unsigned servers, const char *count)
   snprintf(r->cache, sizeof r->cache, "%s/cluster.servers", r->cluster.dir);
   snprintf(r->psi, sizeof r->psi, "%s/calm.psi", r->cluster.dir);
   assert_int_equal(rp_test_write_file(r->psi, RP_TEST_PSI_CALM), 0);
+  return r;
+}
+
+/* The device, count= servers from etcd, with `more` settings (key, value pairs,
+ * NULL-terminated; NULL for none) after the rig's, written in full. */
+static void rig_attach(struct rig *r, const char *count, const char *const *more)
+{
   /* The device reads the registry once at attach: every server registered first. */
-  for (unsigned i = 0; i < servers; i++)
+  for (unsigned i = 0; i < r->cluster.n; i++)
     assert_true(wait_registered(r, r->cluster.servers[i].addr, true, 20000) >= 0);
+  for (unsigned i = 0; i < r->nextra; i++)
+    assert_true(wait_registered(r, r->extra[i].addr, true, 20000) >= 0);
   struct rp_test_cluster view = r->cluster;
   view.n = 0;
-  const char *extra[] = {
+  const char *extra[32] = {
     "key", r->cluster.key_path, "tmpdir", r->cluster.dir, "cluster", r->etcd_url, "count",
     count, "cluster-cache",     r->cache, "lease",        "2",       "timeout",   "1000",
-    NULL
   };
+  for (unsigned i = 14, j = 0; more && more[j] && i < 30; i++, j++)
+    extra[i] = more[j];
   struct rampart_engine *e = rp_test_engine_open(&view, PAGES, extra);
   rp_test_shadow_init(&r->dev, e, PAGES);
   rp_test_shadow_fill(&r->dev, 0xe7cd);
+}
+
+static struct rig *rig_start(unsigned servers, const char *count)
+{
+  struct rig *r = rig_begin(servers);
+  rig_attach(r, count, NULL);
   return r;
 }
 
@@ -147,14 +165,26 @@ static void rig_stop(struct rig *r)
   free(r);
 }
 
-/* One more rampartd with the cluster's key, registered in etcd. */
-static struct rp_test_server *start_extra(struct rig *r, const char *key_path)
+/* One more rampartd with the cluster's key, registered in etcd, in failure domain
+ * `domain` (NULL: rampartd's default, the host name). */
+static struct rp_test_server *start_extra(struct rig *r, const char *key_path,
+                                          const char *domain)
 {
-  assert_true(r->nextra < 4);
+  assert_true(r->nextra < RIG_MAX_EXTRA);
   struct rp_test_server *s = &r->extra[r->nextra++];
-  const char *args[] = { "--memory",        "48M",   "--key",  key_path,
-                         "--pressure-file", r->psi,  "--etcd", r->etcd.endpoints,
-                         "--cluster",       CLUSTER, NULL };
+  const char *args[] = { "--memory",
+                         "48M",
+                         "--key",
+                         key_path,
+                         "--pressure-file",
+                         r->psi,
+                         "--etcd",
+                         r->etcd.endpoints,
+                         "--cluster",
+                         CLUSTER,
+                         domain ? "--failure-domain" : NULL,
+                         domain,
+                         NULL };
   assert_int_equal(rp_test_server_start(s, r->cluster.dir, args), 0);
   return s;
 }
@@ -220,7 +250,7 @@ static long wait_pages_on(struct rig *r, const char *address, unsigned max_ms)
 static void expect_new_server_takes_pages(struct rig *r, const char *what, unsigned max_ms)
 {
   uint64_t t0 = rp_test_now_ms();
-  struct rp_test_server *s = start_extra(r, r->cluster.key_path);
+  struct rp_test_server *s = start_extra(r, r->cluster.key_path, NULL);
   long took = wait_pages_on(r, s->addr, max_ms);
   print_message("%s: first page there after %llu ms\n", what,
                 (unsigned long long)(rp_test_now_ms() - t0));
@@ -260,7 +290,7 @@ static void test_attach_new_server_and_replacement(void **state)
   char killed[96];
   snprintf(killed, sizeof killed, "%s", r->cluster.servers[0].addr);
   rp_test_server_kill(&r->cluster.servers[0]);
-  struct rp_test_server *s5 = start_extra(r, r->cluster.key_path);
+  struct rp_test_server *s5 = start_extra(r, r->cluster.key_path, NULL);
   uint64_t t0 = rp_test_now_ms();
   long took = wait_pages_on(r, s5->addr, 30000);
   print_message("replacement after kill -9: first page on the new server after %llu ms\n",
@@ -415,7 +445,7 @@ static void test_forged_registration_refused(void **state)
   assert_int_equal(
     rp_test_write_key(r->cluster.dir, "other.key", other_key, sizeof other_key, NULL), 0);
   rp_test_shadow_start(&r->dev, 1, 1, 8, 0x45);
-  struct rp_test_server *forged = start_extra(r, other_key);
+  struct rp_test_server *forged = start_extra(r, other_key, NULL);
   uint64_t until = rp_test_now_ms() + 15000;
   while (rp_test_now_ms() < until && !log_has(forged->addr, "refused"))
     rp_test_sleep_ms(100);
@@ -608,6 +638,51 @@ static void test_registry_churn_and_a_huge_key(void **state)
   rig_stop(r);
 }
 
+/* Nine servers in three failure domains of three, a 4+2 device (parity=2) over them:
+ * placement keeps at most two pieces of a group in one domain, so a whole domain killed
+ * at once (three servers) costs no group more than its two parities. Spread over the
+ * nine servers alone, about a quarter of the groups would have three pieces in one
+ * domain and lose pages. */
+static void test_a_whole_failure_domain_lost_with_parity_2(void **state)
+{
+  NEED_ETCD();
+  struct rig *r = rig_begin(0);
+  static const char *const domains[] = { "rack-a", "rack-b", "rack-c" };
+  for (unsigned i = 0; i < 9; i++)
+    start_extra(r, r->cluster.key_path, domains[i % 3]);
+  const char *more[] = { "redundancy", "parity-log", "group", "4", "parity", "2", NULL };
+  rig_attach(r, "9", more);
+  assert_int_equal(members(r), 9);
+  /* The domains arrive with the follower's first look at the registry, after the
+   * attach's first writes: write the device again, into groups that know them. */
+  uint64_t t0 = rp_test_now_ms();
+  while (!log_has("placement: groups spread over 3 failure domains", "at most 2") &&
+         rp_test_now_ms() - t0 < 20000) {
+    rp_test_shadow_fill(&r->dev, 0x5eed + (rp_test_now_ms() - t0));
+    rp_test_sleep_ms(100);
+  }
+  assert_true(log_has("placement: groups spread over 3 failure domains", "at most 2"));
+  rp_test_shadow_fill(&r->dev, 0xd0d0);
+  rp_test_shadow_start(&r->dev, 1, 1, 8, 0x44);
+  rp_test_sleep_ms(300);
+  for (unsigned i = 0; i < 9; i += 3)
+    assert_int_equal(kill(r->extra[i].pid, SIGKILL), 0); /* rack-a, all at once */
+  for (unsigned i = 0; i < 9; i += 3)
+    rp_test_server_kill(&r->extra[i]);
+  rp_test_sleep_ms(3000);
+  struct rp_test_shadow_result res = rp_test_shadow_stop(&r->dev);
+  rp_test_shadow_expect_clean("workload while rack-a went down", &res);
+  verify_all(r, "rack-a lost, every page");
+  rampart_get_stats(r->dev.engine, &the_stats);
+  print_message("rack-a (3 of 9) lost: %llu degraded reads, %llu pages lost, groups with "
+                "no loss to spare %u\n",
+                (unsigned long long)the_stats.pages_degraded_reads,
+                (unsigned long long)the_stats.pages_lost, the_stats.groups_no_spare);
+  assert_true(the_stats.pages_degraded_reads > 0);
+  assert_int_equal(the_stats.pages_lost, 0);
+  rig_stop(r);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -617,6 +692,10 @@ int main(void)
     cmocka_unit_test(test_forged_registration_refused),
     cmocka_unit_test(test_hostile_gateway_listed_first),
     cmocka_unit_test(test_registry_churn_and_a_huge_key),
+    cmocka_unit_test(test_a_whole_failure_domain_lost_with_parity_2),
   };
+  /* RAMPART_TEST_FILTER=test_name runs one test (cmocka's own glob syntax). */
+  if (getenv("RAMPART_TEST_FILTER"))
+    cmocka_set_test_filter(getenv("RAMPART_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -90,13 +90,14 @@ swap_on() {
 
 swap_device() { sed -n 's/^device=//p' "$RAMPART_RUN_DIR/$1/state"; }
 
-# swap_on_cluster NAME SERVER-MEMORY PLUGIN-ARGS...: five rampartd on loopback under a
-# fresh key, and a 512 MiB parity-log 4+1 swap device NAME over them; sets dev.
+# swap_on_cluster NAME SERVER-MEMORY PLUGIN-ARGS...: SWAP_SERVERS (5 unless set) rampartd
+# on loopback under a fresh key, and a 512 MiB parity-log 4+1 swap device NAME over them
+# (PLUGIN-ARGS come last, so they can change that); sets dev.
 swap_on_cluster() {
   local name=$1 memory=$2
   shift 2
   "$RAMPARTCTL" keygen "$work/key" >/dev/null
-  cluster_start "$work" 5 "$memory" "$work/key" swaptest || fail "could not start the servers"
+  cluster_start "$work" "${SWAP_SERVERS:-5}" "$memory" "$work/key" swaptest || fail "could not start the servers"
   swap_on "$name" size=512M servers="$(cluster_servers)" key="$work/key" \
     redundancy=parity-log group=4 spill="$work/spill" stats-file="$work/stats" "$@"
   dev=$(swap_device "$name")
