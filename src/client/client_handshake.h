@@ -25,7 +25,8 @@
  * handshake within timeout_ms, in buf (at least CLIENT_HANDSHAKE_BUF bytes). On success
  * *fd is the connected, non-blocking socket, tx and rx are keyed, info holds the
  * Welcome. 0, or -1 with err (RP_ERR_CONNECT, RP_ERR_AUTH, RP_ERR_VERSION,
- * RP_ERR_TIMEOUT) and nothing left open. */
+ * RP_ERR_TIMEOUT: a timeout names the handshake's phase, how long it ran and what of
+ * our request the socket still holds) and nothing left open. */
 int client_connect(const struct rp_conn_options *o, const char *peer, uint32_t timeout_ms,
                    uint8_t *buf, size_t buf_len, struct rp_frame_auth *tx,
                    struct rp_frame_auth *rx, int *fd, struct rp_session_info *info,
