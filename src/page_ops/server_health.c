@@ -48,9 +48,11 @@
 
 #define BACKOFF_FIRST_MS 50u
 #define BACKOFF_MAX_MS 500u
-/* Threads shared by every server for reconnect attempts. Each costs its stack, locked
- * whole under mlockall: one per server was the largest per-server cost of a client. */
-#define RECONNECT_HELPERS 4u
+/* Threads shared by every server for reconnect attempts, one started with each server up
+ * to this many: min(servers, 8). Each costs its stack, locked whole under mlockall, so
+ * not one per server on a large cluster; but an outage of every server of a small one
+ * must not queue attempts behind a helper whose attempt waits out timeout=. */
+#define RECONNECT_HELPERS 8u
 /* A failed attempt is logged when its cause changes, else at most once per this, with
  * how many failed since: a server down for the whole lease must neither fill the log
  * nor vanish from it. */
