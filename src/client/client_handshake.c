@@ -38,7 +38,9 @@ struct handshake {
   uint64_t started_ns; /* connect began: a timeout says how long the whole took */
   uint64_t deadline_ns;
   const char *peer;
-  uint8_t *buf; /* the connection's receive buffer */
+  uint8_t *buf;      /* the connection's receive buffer */
+  bool zerocopy;     /* the socket took SO_ZEROCOPY: requests go out with MSG_ZEROCOPY */
+  uint32_t zc_sends; /* sends made with MSG_ZEROCOPY, for the connection's count */
   size_t arena_used;
   ProtobufCAllocator arena;
 };
@@ -135,10 +137,17 @@ static int hs_transfer(struct handshake *hs, enum rp_op op, uint8_t *buf, size_t
 {
   size_t done = 0;
   while (done < len) {
-    ssize_t n = sending ? send(hs->fd, buf + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT)
+    int flags = MSG_NOSIGNAL | MSG_DONTWAIT | (sending && hs->zerocopy ? MSG_ZEROCOPY : 0);
+    ssize_t n = sending ? send(hs->fd, buf + done, len - done, flags)
                         : recv(hs->fd, buf + done, len - done, MSG_DONTWAIT);
     if (n < 0 && errno == EINTR)
       continue;
+    if (n < 0 && errno == ENOBUFS && (flags & MSG_ZEROCOPY)) {
+      hs->zerocopy = false; /* no option memory for it: copy, as the data path then does */
+      continue;
+    }
+    if (n >= 0 && (flags & MSG_ZEROCOPY))
+      hs->zc_sends++;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       if (hs_wait(hs, op, sending, err) < 0)
         return -1;
@@ -331,6 +340,10 @@ static int do_connect(const struct rp_conn_options *o, struct handshake *hs,
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  /* The handshake's requests go out as the data path's do, from the caller's locked
+   * buffer (client_conn.c, "Zero-copy sends"): a copying send takes a fresh page
+   * fragment, and a reconnect runs when the pager's host may have none to give. */
+  hs->zerocopy = setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one) == 0;
   hs->fd = fd;
   return 0;
 }
@@ -453,8 +466,8 @@ static int handshake(const struct rp_conn_options *o, struct handshake *hs,
 
 int client_connect(const struct rp_conn_options *o, const char *peer, uint32_t timeout_ms,
                    uint8_t *buf, size_t buf_len, struct rp_frame_auth *tx,
-                   struct rp_frame_auth *rx, int *fd, struct rp_session_info *info,
-                   struct rp_error *err)
+                   struct rp_frame_auth *rx, int *fd, uint32_t *zerocopy_sends,
+                   struct rp_session_info *info, struct rp_error *err)
 {
   if (buf_len < CLIENT_HANDSHAKE_BUF) {
     rp_error_set(err, RP_ERR_INTERNAL, "handshake buffer too small");
@@ -475,5 +488,6 @@ int client_connect(const struct rp_conn_options *o, const char *peer, uint32_t t
     return -1;
   }
   *fd = hs.fd;
+  *zerocopy_sends = hs.zc_sends;
   return 0;
 }
