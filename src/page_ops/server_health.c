@@ -55,8 +55,10 @@
 #define RECONNECT_HELPERS 8u
 /* A failed attempt is logged when its cause changes, else at most once per this, with
  * how many failed since: a server down for the whole lease must neither fill the log
- * nor vanish from it. */
-#define FAILURE_LOG_EVERY_NS 1000000000u
+ * nor vanish from it. A lost server keeps trying to join again for as long as it stays
+ * away, hours perhaps: once a minute is enough to show that. */
+#define FAILURE_LOG_EVERY_NS 1000000000ull
+#define FAILURE_LOG_LOST_EVERY_NS 60000000000ull
 
 /* What every server's health shares; the engine holds it, only this file sees into it. */
 struct server_health_shared {
@@ -502,6 +504,8 @@ static void give_up_writes(struct rampart_engine *e, struct server *s)
 static void declare_lost(struct rampart_engine *e, struct server *s, const char *why)
 {
   s->state = RAMPART_SERVER_LOST;
+  s->health.failure_logged_ns = 0; /* the first attempt to join again is logged */
+  s->health.failures_unlogged = 0;
   s->rebuild_needed = true;
   e->events->server_lost(e);
   rp_log(RP_LOG_ERROR, "server %s is lost (%s): rebuilding its %llu live pages elsewhere",
@@ -667,16 +671,19 @@ static bool same_cause(const char *a, const char *b)
   }
 }
 
-/* Logs a failed attempt when its cause changed or FAILURE_LOG_EVERY_NS has passed since
- * the last such line, with how many failed in between; counts it otherwise. The
- * server's own words come through (client_conn.c). */
+/* Logs a failed attempt when its cause changed or FAILURE_LOG_EVERY_NS (lost:
+ * FAILURE_LOG_LOST_EVERY_NS) has passed since the last such line, with how many failed
+ * in between; counts it otherwise. The server's own words come through
+ * (client_conn.c). */
 static void attempt_failed(struct rampart_engine *e, struct server *s, const char *why)
 {
   struct server_health *h = &s->health;
   uint64_t now = engine_now_ns();
   bool changed = !same_cause(h->last_failure, why);
   snprintf(h->last_failure, sizeof h->last_failure, "%s", why);
-  if (!changed && h->failure_logged_ns && now - h->failure_logged_ns < FAILURE_LOG_EVERY_NS) {
+  uint64_t every = s->state == RAMPART_SERVER_RECONNECTING ? FAILURE_LOG_EVERY_NS
+                                                           : FAILURE_LOG_LOST_EVERY_NS;
+  if (!changed && h->failure_logged_ns && now - h->failure_logged_ns < every) {
     h->failures_unlogged++;
     schedule_retry(e, s);
     return;
