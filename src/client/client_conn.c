@@ -77,12 +77,6 @@
 #define DEFAULT_CONNECT_TIMEOUT_MS 5000u
 #define DEFAULT_REQUEST_TIMEOUT_MS 10000u
 
-#ifndef SO_ZEROCOPY
-#define SO_ZEROCOPY 60
-#endif
-#ifndef MSG_ZEROCOPY
-#define MSG_ZEROCOPY 0x4000000
-#endif
 #ifndef SO_EE_ORIGIN_ZEROCOPY
 #define SO_EE_ORIGIN_ZEROCOPY 5
 #endif
@@ -1197,8 +1191,9 @@ struct rp_conn *rp_conn_open(const struct rp_conn_options *opts, struct rp_sessi
       return NULL;
     }
   }
+  uint32_t handshake_zc_sends = 0;
   int rc = client_connect(opts, c->peer, cto, hs_buf, CLIENT_HANDSHAKE_BUF, &c->tx, &c->rx,
-                          &c->fd, info, err);
+                          &c->fd, &handshake_zc_sends, info, err);
   if (k >= 0)
     scratch_give_back(k);
   free(heap);
@@ -1209,6 +1204,7 @@ struct rp_conn *rp_conn_open(const struct rp_conn_options *opts, struct rp_sessi
   c->connected = true;
   int one = 1;
   c->zerocopy = setsockopt(c->fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one) == 0;
+  c->zc_sent = handshake_zc_sends; /* their completions are counted like the rest */
   ev_io_init(&c->rio, on_readable, c->fd, EV_READ);
   ev_io_init(&c->wio, on_writable, c->fd, EV_WRITE);
   ev_timer_init(&c->tick, on_tick, 0.1, 0.1);

@@ -9,6 +9,7 @@
 #include "client_handshake.h"
 
 #include <errno.h>
+#include <linux/sockios.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -33,9 +35,12 @@
 
 struct handshake {
   int fd;
+  uint64_t started_ns; /* connect began: a timeout says how long the whole took */
   uint64_t deadline_ns;
   const char *peer;
-  uint8_t *buf; /* the connection's receive buffer */
+  uint8_t *buf;      /* the connection's receive buffer */
+  bool zerocopy;     /* the socket took SO_ZEROCOPY: requests go out with MSG_ZEROCOPY */
+  uint32_t zc_sends; /* sends made with MSG_ZEROCOPY, for the connection's count */
   size_t arena_used;
   ProtobufCAllocator arena;
 };
@@ -65,23 +70,58 @@ static int remaining_ms(uint64_t deadline_ns)
   return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }
 
-/* Waits for fd to become ready for `events`. 0, or -1 with err (timeout or poll error). */
-static int hs_wait(struct handshake *hs, short events, const char *doing,
-                   struct rp_error *err)
+static unsigned long long ms_since(uint64_t then_ns)
+{
+  uint64_t now = rp_now_ns();
+  return now > then_ns ? (now - then_ns) / 1000000u : 0;
+}
+
+/* What the kernel still holds of what we sent: a request that never left this host
+ * (unsent bytes) is our side's stall, one sent and acknowledged is the server's. */
+static void describe_send_queue(int fd, char *out, size_t len)
+{
+  int unacked = 0, unsent = 0;
+  if (ioctl(fd, SIOCOUTQ, &unacked) < 0 || ioctl(fd, SIOCOUTQNSD, &unsent) < 0)
+    snprintf(out, len, "send queue unknown: %s", strerror(errno));
+  else
+    snprintf(out, len, "%d bytes unsent, %d unacknowledged", unsent, unacked - unsent);
+}
+
+/* The phase of a handshake a timeout names: sending op's request, or waiting for its
+ * reply (the Challenge to HELLO, the Welcome to AUTH). */
+static void describe_phase(enum rp_op op, bool sending, char *out, size_t len)
+{
+  if (sending)
+    snprintf(out, len, "sending %s to", rp_op_name(op));
+  else
+    snprintf(out, len, "waiting for the %s (%s sent) from",
+             op == RP_OP_HELLO ? "Challenge" : "Welcome", rp_op_name(op));
+}
+
+/* Waits for fd to become ready for POLLOUT (sending op's request) or POLLIN (its reply).
+ * 0, or -1 with err naming the phase, how long the handshake ran and what the socket
+ * still holds (timeout or poll error). */
+static int hs_wait(struct handshake *hs, enum rp_op op, bool sending, struct rp_error *err)
 {
   for (;;) {
     int ms = remaining_ms(hs->deadline_ns);
     if (ms == 0) {
-      rp_error_set(err, RP_ERR_TIMEOUT, "timed out %s %s: %s", doing, hs->peer,
+      char phase[64], queue[96];
+      describe_phase(op, sending, phase, sizeof phase);
+      describe_send_queue(hs->fd, queue, sizeof queue);
+      rp_error_set(err, RP_ERR_TIMEOUT, "timed out after %llu ms %s %s (%s): %s",
+                   ms_since(hs->started_ns), phase, hs->peer, queue,
                    rp_status_advice(RP_ERR_TIMEOUT));
       return -1;
     }
-    struct pollfd p = { .fd = hs->fd, .events = events };
+    struct pollfd p = { .fd = hs->fd, .events = sending ? POLLOUT : POLLIN };
     int n = poll(&p, 1, ms);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0) {
-      rp_error_set(err, RP_ERR_CONNECT, "poll failed %s %s: %s", doing, hs->peer,
+      char phase[64];
+      describe_phase(op, sending, phase, sizeof phase);
+      rp_error_set(err, RP_ERR_CONNECT, "poll failed %s %s: %s", phase, hs->peer,
                    strerror(errno));
       return -1;
     }
@@ -90,22 +130,26 @@ static int hs_wait(struct handshake *hs, short events, const char *doing,
   }
 }
 
-/* Sends buf (sending), or receives into it, all len bytes before the handshake's
- * deadline. 0, or -1 with err. */
-static int hs_transfer(struct handshake *hs, uint8_t *buf, size_t len, bool sending,
-                       struct rp_error *err)
+/* Sends buf (sending op's request), or receives into it (its reply), all len bytes
+ * before the handshake's deadline. 0, or -1 with err. */
+static int hs_transfer(struct handshake *hs, enum rp_op op, uint8_t *buf, size_t len,
+                       bool sending, struct rp_error *err)
 {
   size_t done = 0;
   while (done < len) {
-    ssize_t n = sending ? send(hs->fd, buf + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT)
+    int flags = MSG_NOSIGNAL | MSG_DONTWAIT | (sending && hs->zerocopy ? MSG_ZEROCOPY : 0);
+    ssize_t n = sending ? send(hs->fd, buf + done, len - done, flags)
                         : recv(hs->fd, buf + done, len - done, MSG_DONTWAIT);
     if (n < 0 && errno == EINTR)
       continue;
+    if (n < 0 && errno == ENOBUFS && (flags & MSG_ZEROCOPY)) {
+      hs->zerocopy = false; /* no option memory for it: copy, as the data path then does */
+      continue;
+    }
+    if (n >= 0 && (flags & MSG_ZEROCOPY))
+      hs->zc_sends++;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (hs_wait(hs, sending ? POLLOUT : POLLIN,
-                  sending ? "sending the handshake to"
-                          : "waiting for the handshake reply from",
-                  err) < 0)
+      if (hs_wait(hs, op, sending, err) < 0)
         return -1;
       continue;
     }
@@ -151,12 +195,12 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
     rp_error_set(err, RP_ERR_INTERNAL, "cannot build the %s frame", rp_op_name(op));
     return -1;
   }
-  if (hs_transfer(hs, frame, flen, true, err) < 0)
+  if (hs_transfer(hs, op, frame, flen, true, err) < 0)
     return -1;
 
   for (;;) {
     uint8_t hb[RP_HEADER_SIZE];
-    if (hs_transfer(hs, hb, sizeof hb, false, err) < 0)
+    if (hs_transfer(hs, op, hb, sizeof hb, false, err) < 0)
       return -1;
     struct rp_header rh;
     const char *why = NULL;
@@ -169,7 +213,7 @@ static int hs_exchange(struct handshake *hs, enum rp_op op, uint64_t id,
     bool tagged = rx && rh.status == RP_OK;
     size_t plen = rh.length + (tagged ? RP_TAG_LEN : 0);
     uint8_t *p = hs->buf + HS_REPLY_AT; /* length <= 64 KiB: decode checked */
-    if (hs_transfer(hs, p, plen, false, err) < 0)
+    if (hs_transfer(hs, op, p, plen, false, err) < 0)
       return -1;
     if (tagged && !rp_frame_verify(rx, hb, p, rh.length, p + rh.length)) {
       rp_error_set(err, RP_ERR_AUTH,
@@ -290,12 +334,16 @@ static int do_connect(const struct rp_conn_options *o, struct handshake *hs,
   }
   if (fd < 0) {
     uint16_t code = last_errno == ETIMEDOUT ? RP_ERR_TIMEOUT : RP_ERR_CONNECT;
-    rp_error_set(err, code, "cannot connect to %s: %s: %s", hs->peer, strerror(last_errno),
-                 rp_status_advice(code));
+    rp_error_set(err, code, "cannot connect to %s: %s after %llu ms: %s", hs->peer,
+                 strerror(last_errno), ms_since(hs->started_ns), rp_status_advice(code));
     return -1;
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  /* The handshake's requests go out as the data path's do, from the caller's locked
+   * buffer (client_conn.c, "Zero-copy sends"): a copying send takes a fresh page
+   * fragment, and a reconnect runs when the pager's host may have none to give. */
+  hs->zerocopy = setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one) == 0;
   hs->fd = fd;
   return 0;
 }
@@ -418,15 +466,17 @@ static int handshake(const struct rp_conn_options *o, struct handshake *hs,
 
 int client_connect(const struct rp_conn_options *o, const char *peer, uint32_t timeout_ms,
                    uint8_t *buf, size_t buf_len, struct rp_frame_auth *tx,
-                   struct rp_frame_auth *rx, int *fd, struct rp_session_info *info,
-                   struct rp_error *err)
+                   struct rp_frame_auth *rx, int *fd, uint32_t *zerocopy_sends,
+                   struct rp_session_info *info, struct rp_error *err)
 {
   if (buf_len < CLIENT_HANDSHAKE_BUF) {
     rp_error_set(err, RP_ERR_INTERNAL, "handshake buffer too small");
     return -1;
   }
+  uint64_t now = rp_now_ns();
   struct handshake hs = { .fd = -1,
-                          .deadline_ns = rp_now_ns() + (uint64_t)timeout_ms * 1000000u,
+                          .started_ns = now,
+                          .deadline_ns = now + (uint64_t)timeout_ms * 1000000u,
                           .peer = peer,
                           .buf = buf };
   hs.arena =
@@ -438,5 +488,6 @@ int client_connect(const struct rp_conn_options *o, const char *peer, uint32_t t
     return -1;
   }
   *fd = hs.fd;
+  *zerocopy_sends = hs.zc_sends;
   return 0;
 }

@@ -131,7 +131,13 @@ struct server_health {
   struct rp_request *replay_head, *replay_tail;
   uint32_t replay_count;
   uint32_t replay_writes; /* of which writes: FREEs wait too, but nobody waits on them */
-  char last_failure[384]; /* an attempt's failure is logged when it changes */
+  char last_failure[384]; /* the last failed attempt's cause */
+
+  /* For the log (server_health.c): when a failure is logged, and what the line that
+   * declares the server lost says of its attempts. */
+  uint64_t failure_logged_ns; /* the last line about a failed attempt */
+  uint32_t failures_unlogged; /* attempts failed since that line */
+  uint64_t attempt_queued_ns; /* when the attempt now queued or running was queued */
 };
 
 struct server {

@@ -48,9 +48,17 @@
 
 #define BACKOFF_FIRST_MS 50u
 #define BACKOFF_MAX_MS 500u
-/* Threads shared by every server for reconnect attempts. Each costs its stack, locked
- * whole under mlockall: one per server was the largest per-server cost of a client. */
-#define RECONNECT_HELPERS 4u
+/* Threads shared by every server for reconnect attempts, one started with each server up
+ * to this many: min(servers, 8). Each costs its stack, locked whole under mlockall, so
+ * not one per server on a large cluster; but an outage of every server of a small one
+ * must not queue attempts behind a helper whose attempt waits out timeout=. */
+#define RECONNECT_HELPERS 8u
+/* A failed attempt is logged when its cause changes, else at most once per this, with
+ * how many failed since: a server down for the whole lease must neither fill the log
+ * nor vanish from it. A lost server keeps trying to join again for as long as it stays
+ * away, hours perhaps: once a minute is enough to show that. */
+#define FAILURE_LOG_EVERY_NS 1000000000ull
+#define FAILURE_LOG_LOST_EVERY_NS 60000000000ull
 
 /* What every server's health shares; the engine holds it, only this file sees into it. */
 struct server_health_shared {
@@ -118,6 +126,11 @@ struct reconnect_attempt {
   struct rp_conn *stale;  /* a resumed, stale session to end first, or NULL */
   uint64_t reserve_pages; /* to reserve on a fresh session */
   uint32_t timeout_ms;
+  /* What the helper is doing, for the line that declares the server lost while the
+   * attempt runs: set by the helper, read by the loop. 0 and NULL until a helper takes
+   * the attempt. */
+  _Atomic uint64_t running_since_ns;
+  _Atomic(const char *) step;
   struct ev_loop *loop;
   ev_async *wake;
   _Atomic(struct reconnect_attempt *) *done;
@@ -156,12 +169,20 @@ static void end_session(struct rp_conn *conn)
   rp_conn_close(conn);
 }
 
+static void attempt_step(struct reconnect_attempt *a, const char *step)
+{
+  atomic_store(&a->step, step);
+}
+
 static void attempt_run(struct reconnect_attempt *a)
 {
+  atomic_store(&a->running_since_ns, engine_now_ns());
   if (a->stale) {
+    attempt_step(a, "ending a stale session with GOODBYE");
     end_session(a->stale);
     a->stale = NULL;
   }
+  attempt_step(a, "connecting and the handshake");
   if (a->end_only) {
     /* Resume the session to say GOODBYE on it, so the server frees our pages now (a
      * fresh session, if ours is gone already, is ended the same way). */
@@ -173,10 +194,12 @@ static void attempt_run(struct reconnect_attempt *a)
   }
   a->conn = attempt_open(a, a->token);
   if (a->conn && a->info.resumed && a->token_is_stale) {
+    attempt_step(a, "ending the resumed stale session, then a fresh handshake");
     end_session(a->conn);
     a->conn = attempt_open(a, NULL);
   }
   if (a->conn && !a->info.resumed) {
+    attempt_step(a, "RESERVE on a fresh session");
     uint64_t want = a->reserve_pages;
     if (want > a->info.free_pages)
       want = a->info.free_pages;
@@ -281,6 +304,8 @@ static void start_attempt(struct rampart_engine *e, struct server *s, struct rp_
   a->conn = NULL;
   a->reserve_pages = server_reservation_wanted(e);
   a->timeout_ms = e->config.timeout_ms;
+  atomic_store(&a->running_since_ns, 0);
+  atomic_store(&a->step, NULL);
   a->loop = e->loop;
   a->wake = &e->health->attempt_wake;
   a->done = &e->health->attempts_done;
@@ -290,6 +315,7 @@ static void start_attempt(struct rampart_engine *e, struct server *s, struct rp_
   pthread_cond_signal(&sh->helpers_wake);
   pthread_mutex_unlock(&sh->helpers_lock);
   h->attempting = true;
+  h->attempt_queued_ns = engine_now_ns();
   h->attempts++;
 }
 
@@ -478,6 +504,8 @@ static void give_up_writes(struct rampart_engine *e, struct server *s)
 static void declare_lost(struct rampart_engine *e, struct server *s, const char *why)
 {
   s->state = RAMPART_SERVER_LOST;
+  s->health.failure_logged_ns = 0; /* the first attempt to join again is logged */
+  s->health.failures_unlogged = 0;
   s->rebuild_needed = true;
   e->events->server_lost(e);
   rp_log(RP_LOG_ERROR, "server %s is lost (%s): rebuilding its %llu live pages elsewhere",
@@ -508,6 +536,8 @@ void server_health_failed(struct rampart_engine *e, struct server *s, const char
   h->writes_given_up = false;
   h->past_blip = false;
   h->last_failure[0] = '\0';
+  h->failure_logged_ns = 0;
+  h->failures_unlogged = 0;
   const char *meanwhile = e->redundancy->while_server_away;
   rp_log(RP_LOG_WARN,
          "server %s failed (%s): reconnecting for up to %u s (lease=%u); meanwhile "
@@ -574,6 +604,8 @@ static void resume(struct rampart_engine *e, struct server *s, struct reconnect_
   h->replay_count = h->replay_writes = 0;
   h->backoff_ms = 0;
   h->last_failure[0] = '\0';
+  h->failure_logged_ns = 0;
+  h->failures_unlogged = 0;
   /* In the order they were first sent. A submit may fail at once if the new connection
    * is already gone, and then queue the request again on a fresh list. */
   while (q) {
@@ -621,23 +653,85 @@ static void join_as_new(struct rampart_engine *e, struct server *s,
   wake_parked(e); /* writes waiting for room may go there */
 }
 
+/* Two failures have the same cause when their messages differ only in numbers (how long
+ * an attempt waited, how many bytes its socket held). */
+static bool same_cause(const char *a, const char *b)
+{
+  for (;;) {
+    while (*a >= '0' && *a <= '9')
+      a++;
+    while (*b >= '0' && *b <= '9')
+      b++;
+    if (*a != *b)
+      return false;
+    if (!*a)
+      return true;
+    a++;
+    b++;
+  }
+}
+
+/* Logs a failed attempt when its cause changed or FAILURE_LOG_EVERY_NS (lost:
+ * FAILURE_LOG_LOST_EVERY_NS) has passed since the last such line, with how many failed
+ * in between; counts it otherwise. The server's own words come through
+ * (client_conn.c). */
 static void attempt_failed(struct rampart_engine *e, struct server *s, const char *why)
 {
   struct server_health *h = &s->health;
-  /* One line per cause, not per attempt: a server down for the whole lease would
-   * otherwise fill the log. The server's own words come through (client_conn.c). */
-  if (strcmp(h->last_failure, why) != 0) {
-    snprintf(h->last_failure, sizeof h->last_failure, "%s", why);
-    if (s->state == RAMPART_SERVER_RECONNECTING)
-      rp_log(RP_LOG_WARN,
-             "server %s: reconnect attempt %u failed after %llu ms out: %s; "
-             "retrying",
-             s->address, h->attempts, (unsigned long long)ms_since(h->since_ns), why);
-    else
-      rp_log(RP_LOG_INFO, "server %s (lost): cannot join again yet: %s; retrying", s->address,
-             why);
+  uint64_t now = engine_now_ns();
+  bool changed = !same_cause(h->last_failure, why);
+  snprintf(h->last_failure, sizeof h->last_failure, "%s", why);
+  uint64_t every = s->state == RAMPART_SERVER_RECONNECTING ? FAILURE_LOG_EVERY_NS
+                                                           : FAILURE_LOG_LOST_EVERY_NS;
+  if (!changed && h->failure_logged_ns && now - h->failure_logged_ns < every) {
+    h->failures_unlogged++;
+    schedule_retry(e, s);
+    return;
   }
+  char since[80] = "";
+  if (h->failures_unlogged)
+    snprintf(since, sizeof since, " (and %u more since the last such line)",
+             h->failures_unlogged);
+  h->failures_unlogged = 0;
+  h->failure_logged_ns = now;
+  if (s->state == RAMPART_SERVER_RECONNECTING)
+    rp_log(RP_LOG_WARN,
+           "server %s: reconnect attempt %u failed%s, %llu ms after the connection "
+           "did: %s; retrying",
+           s->address, h->attempts, since, (unsigned long long)ms_since(h->since_ns), why);
+  else
+    rp_log(RP_LOG_INFO,
+           "server %s (lost): cannot join again yet (attempt %u%s): %s; retrying", s->address,
+           h->attempts, since, why);
   schedule_retry(e, s);
+}
+
+/* What s's reconnect attempts came to, for the line that declares it lost: how many, and
+ * the one running now (what it does and for how long: one past timeout= is stuck
+ * outside the handshake's own deadline) or the last one's failure. */
+static void describe_attempts(const struct server *s, char *out, size_t len)
+{
+  const struct server_health *h = &s->health;
+  int n = snprintf(out, len, "%u reconnect attempts", h->attempts);
+  if (n < 0 || (size_t)n >= len)
+    return;
+  if (h->attempting) {
+    uint64_t running = atomic_load(&h->attempt->running_since_ns);
+    const char *step = atomic_load(&h->attempt->step);
+    int m = running
+              ? snprintf(out + n, len - n, "; the last still running after %llu ms, %s",
+                         (unsigned long long)ms_since(running), step ? step : "starting")
+              : snprintf(out + n, len - n,
+                         "; the last queued for %llu ms, no reconnect helper free",
+                         (unsigned long long)ms_since(h->attempt_queued_ns));
+    if (m < 0 || (size_t)m >= len - n)
+      return;
+    n += m;
+    if (h->last_failure[0])
+      snprintf(out + n, len - n, "; the one before failed: %s", h->last_failure);
+  } else if (h->last_failure[0]) {
+    snprintf(out + n, len - n, "; the last failed: %s", h->last_failure);
+  }
 }
 
 static void attempt_finished(struct rampart_engine *e, struct reconnect_attempt *a)
@@ -752,8 +846,10 @@ void server_health_tick(struct rampart_engine *e)
       blip_ended = true;
     }
     if (now >= s->health.lost_at_ns) {
-      char why[96];
-      snprintf(why, sizeof why, "no reconnect within lease=%u s", e->config.lease_seconds);
+      char attempts[640], why[720];
+      describe_attempts(s, attempts, sizeof attempts);
+      snprintf(why, sizeof why, "no reconnect within lease=%u s: %s", e->config.lease_seconds,
+               attempts);
       declare_lost(e, s, why);
     } else if (s->health.replay_head && now >= s->health.replay_until_ns) {
       char why[160];

@@ -138,6 +138,20 @@ static void wait_settled(struct rig *r, unsigned timeout_ms)
   fail_msg("servers still reconnecting after %u ms", timeout_ms);
 }
 
+/* Waits until server i is in state `want`, polling every 10 ms for up to timeout_ms; st
+ * holds the last stats read. */
+static void wait_server_state(struct rig *r, unsigned i, enum rampart_server_health want,
+                              unsigned timeout_ms, struct rampart_stats *st)
+{
+  uint64_t until = rp_test_now_ms() + timeout_ms;
+  do {
+    stats(r, st);
+    if (st->servers[i].state == want)
+      return;
+    rp_test_sleep_ms(10);
+  } while (rp_test_now_ms() < until);
+}
+
 /* Every server UP again after an outage within the lease: each resumed its session. */
 static void assert_all_up_after_outage(struct rig *r, unsigned nservers)
 {
@@ -320,6 +334,88 @@ static void test_stall_while_another_server_reconnects(void **state)
   rig_stop(&r);
 }
 
+/* ---- what the log says of a server that never comes back -------------------------------- */
+
+/* Lines of the captured log holding every one of the NULL-terminated words; the last one
+ * copied into last (if not NULL). */
+static unsigned log_lines_with(char *last, size_t last_len, const char *const *words)
+{
+  unsigned n = 0;
+  pthread_mutex_lock(&log_lock);
+  for (const char *line = log_text; *line;) {
+    const char *end = strchr(line, '\n');
+    size_t len = end ? (size_t)(end - line) : strlen(line);
+    char copy[1200];
+    snprintf(copy, sizeof copy, "%.*s", (int)len, line);
+    bool all = true;
+    for (const char *const *w = words; *w && all; w++)
+      all = strstr(copy, *w) != NULL;
+    if (all) {
+      n++;
+      if (last)
+        snprintf(last, last_len, "%s", copy);
+    }
+    line += len + (end ? 1 : 0);
+  }
+  pthread_mutex_unlock(&log_lock);
+  return n;
+}
+
+/* A server stopped (SIGSTOP) past its lease: its kernel still accepts each reconnect and
+ * takes the HELLO, and nothing answers. The line that declares it lost says how many
+ * attempts were made and where the last failed (waiting for the Challenge, nothing of
+ * ours left unsent); the failures before it are logged, but not each one. */
+static void test_lost_line_counts_attempts_and_names_the_phase(void **state)
+{
+  (void)state;
+  struct rig r;
+  const char *extra[] = { "redundancy", "parity-log", "group", "4", "lease",
+                          "3",          "timeout",    "300",   NULL };
+  rig_start(&r, 5, false, 1024, extra);
+  rp_test_shadow_start(&r.dev, 1, 1, 16, 11);
+  rp_test_sleep_ms(200);
+  assert_int_equal(rp_test_server_pause(&r.cluster.servers[2]), 0);
+  struct rampart_stats st;
+  wait_server_state(&r, 2, RAMPART_SERVER_LOST, 10000, &st);
+  struct rp_test_shadow_result res = rp_test_shadow_stop(&r.dev);
+  expect_clean("a server stopped past its lease", &res);
+  assert_int_equal(st.servers[2].state, RAMPART_SERVER_LOST);
+  /* Lost, it keeps trying to join again, every 800 ms or so (timeout=300 and the
+   * backoff's 500 ms): 2.5 s of that is logged once. (Counted before the server
+   * resumes: it then refuses a few attempts, the connections its backlog kept
+   * counting against --max-unauthenticated-per-address, a new cause and a new line.) */
+  rp_test_sleep_ms(2500);
+  char addr[160];
+  snprintf(addr, sizeof addr, "server %s", r.cluster.servers[2].addr);
+  const char *rejoin_words[] = { addr, " (lost): cannot join again yet (attempt ", NULL };
+  unsigned rejoin_lines = log_lines_with(NULL, 0, rejoin_words);
+  assert_int_equal(rp_test_server_resume(&r.cluster.servers[2]), 0);
+  assert_int_equal(rejoin_lines, 1);
+
+  char lost[1200], failed[1200];
+  const char *lost_words[] = { addr, "is lost (no reconnect within lease=3 s: ", NULL };
+  assert_int_equal(log_lines_with(lost, sizeof lost, lost_words), 1);
+  print_message("%s\n", lost);
+  unsigned attempts = 0;
+  const char *count = strstr(lost, "lease=3 s: ");
+  assert_non_null(count);
+  assert_int_equal(sscanf(count, "lease=3 s: %u reconnect attempts", &attempts), 1);
+  assert_non_null(strstr(lost, "waiting for the Challenge (HELLO sent) from"));
+  assert_non_null(strstr(lost, "0 bytes unsent"));
+  /* timeout=300 and a backoff from 50 ms: several attempts fit in the 3 s lease. */
+  assert_true(attempts >= 3);
+
+  const char *failed_words[] = { addr, ": reconnect attempt ", " failed", NULL };
+  unsigned lines = log_lines_with(failed, sizeof failed, failed_words);
+  print_message("%u attempts, %u lines about failed ones, the last: %s\n", attempts, lines,
+                failed);
+  assert_true(lines >= 2);       /* not one line for the whole outage */
+  assert_true(lines < attempts); /* nor one per attempt */
+  const char *more_words[] = { addr, " more since the last such line)", NULL };
+  assert_true(log_lines_with(NULL, 0, more_words) >= 1);
+  rig_stop(&r);
+}
+
 /* ---- a resume that completes after the server was declared lost ------------------------ */
 
 static bool rampartd_stat(const struct rp_test_cluster *c, unsigned i,
@@ -353,12 +449,7 @@ static void test_resume_after_lost_is_refused(void **state)
   rp_test_relay_hold(r.relay, 2, true);
   rp_test_relay_reset(r.relay, 2);
   struct rampart_stats st;
-  for (unsigned i = 0; i < 500; i++) {
-    stats(&r, &st);
-    if (st.servers[2].state == RAMPART_SERVER_LOST)
-      break;
-    rp_test_sleep_ms(10);
-  }
+  wait_server_state(&r, 2, RAMPART_SERVER_LOST, 5000, &st);
   assert_int_equal(st.servers[2].state, RAMPART_SERVER_LOST);
   uint64_t held = rp_test_relay_accepted(r.relay, 2);
   rp_test_relay_hold(r.relay, 2, false);
@@ -809,6 +900,7 @@ int main(void)
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_stall_while_another_server_reconnects),
     cmocka_unit_test(test_resume_after_lost_is_refused),
+    cmocka_unit_test(test_lost_line_counts_attempts_and_names_the_phase),
     cmocka_unit_test(test_parity_log_blips),
     cmocka_unit_test(test_mirror_blips),
     cmocka_unit_test(test_write_through_blips),

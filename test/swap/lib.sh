@@ -193,6 +193,27 @@ guest_initramfs_tools() {
   command -v cpio >/dev/null || skip "cpio is missing (package cpio)"
 }
 
+# guest_oops CONSOLE: the kernel's report of a panic in a guest's console log, whole: from
+# the first oops line (BUG:, Oops:, a general protection fault, a warning's "cut here")
+# of the 250 lines before "Kernel panic - not syncing", through the panic's end marker.
+# Without a panic, the last oops and what follows it. Nothing when the kernel reported
+# neither.
+guest_oops() {
+  LC_ALL=C awk '
+    function show(from,  i) { for (i = from; i <= NR; i++) print ring[i % 250] }
+    { ring[NR % 250] = $0 }
+    /BUG:|Oops:|general protection fault|Unable to handle|\[ cut here \]/ {
+      oops[++n] = NR; last = NR
+    }
+    !panicked && /Kernel panic - not syncing/ {
+      from = NR > 249 ? NR - 249 : 1
+      for (k = 1; k <= n; k++) if (oops[k] >= from) { from = oops[k]; break }
+      show(from); panicked = 1; next
+    }
+    panicked { print; if (/end Kernel panic/ || ++after >= 40) exit }
+    END { if (!panicked && last && NR - last < 250) show(last) }' "$1"
+}
+
 # guest_kernel [--ublk]: sets kdir to the Debian kernel the guests boot, fetched (or
 # completed, when a module was added to scripts/fetch-guest-kernel's list since) if need
 # be; with --ublk, the newer kernel that has the ublk driver.

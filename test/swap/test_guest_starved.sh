@@ -56,7 +56,7 @@
 # RAMPART_GUEST_MEM_MB (192), RAMPART_STARVED_PROGRAM_MB (each workload's size: twice the
 # guest's RAM), RAMPART_GUEST_NET (tap; user: qemu's user network with a
 # socat forward per connection), RAMPART_STARVED_RUNS (the runs, as guest/starved_init.sh
-# reads them: name:nbd|ublk|disk:workload[:kill|outage|outages|pager|kill+pager[:queues]] ...;
+# reads them: name:nbd|nbd-server|ublk|disk:workload[:kill|outage|outages|pager|kill+pager[:queues]] ...;
 # outages: every live server stopped for 3 s every 20 s of the run, to dig for a rare hang;
 # queues: rampart-ublk's, each of depth 64 / queues, at least 16), RAMPART_GUEST_CONSOLE (where the
 # guest's console log goes, to keep it; default: the test's temporary directory).
@@ -295,7 +295,7 @@ said() { LC_ALL=C sed -n 's/^.*\(rampart-guest:\)/\1/p' "$console"; }
 t0=$SECONDS
 # 25 min for each run on rampart, 3 for each on the disk: bounds with room above the
 # emulated runs' usual times (test/README.md).
-nbd_runs=$(tr ' ' '\n' <<<"$runs" | grep -c -e ':nbd:' -e ':ublk:' || true)
+nbd_runs=$(tr ' ' '\n' <<<"$runs" | grep -c -e ':nbd:' -e ':nbd-server:' -e ':ublk:' || true)
 disk_runs=$(tr ' ' '\n' <<<"$runs" | grep -c ':disk:' || true)
 limit=${RAMPART_STARVED_TIMEOUT:-$((120 + 1500 * nbd_runs + 180 * disk_runs))}
 # The guest's watchdog needs the guest's userspace, which a starved guest can lose whole

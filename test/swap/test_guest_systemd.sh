@@ -40,8 +40,9 @@
 # Environment: RAMPART_DEB_PATH (the package; default: built with scripts/build-deb),
 # RAMPART_GUEST_UBLK_KERNEL_DIR, RAMPART_GUEST_ROOT_DIR (default /var/cache/rampart/guest-root),
 # RAMPART_GUEST_MEM_MB (the guest's RAM, default 512), RAMPART_GUEST_HOG_PERCENT (the hog's
-# size as a share of the guest's RAM, default 105), RAMPART_GUEST_KEEP (a directory to
-# copy the guest's console log into).
+# size as a share of the guest's RAM, default 105), RAMPART_GUEST_KEEP (the directory the
+# guest's whole console log, both boots, is copied into as test_guest_systemd.console.log;
+# default ${TMPDIR:-/tmp}). A failed run prints the kernel's oops and panic report from it.
 . "$(dirname "$0")/lib.sh"
 
 [[ $(id -u) == 0 ]] || skip "needs root to unpack the guest root and install the .deb into it"
@@ -227,6 +228,16 @@ chmod +x "$initrd/init"
 # a power cycle would.
 console=$work/console.log
 : >"$console"
+kept=${RAMPART_GUEST_KEEP:-${TMPDIR:-/tmp}}/test_guest_systemd.console.log
+# guest_failed WHAT: keeps the console log, prints the kernel's report if the guest's
+# kernel panicked or oopsed, and fails with WHAT.
+guest_failed() {
+  cp "$console" "$kept" || true
+  local oops
+  oops=$(guest_oops "$console")
+  [[ -z $oops ]] || printf '%s\n%s\n' "---- the guest kernel's report ----" "$oops" >&2
+  fail "$1 (the guest's whole console log: $kept)"
+}
 # /dev/kvm here is a hypervisor a stock kernel cannot run on: software emulation.
 log "booting: ${guest_mb} MiB, 2 vCPUs (qemu -accel tcg); the guest reboots once by itself"
 t0=$SECONDS
@@ -243,9 +254,9 @@ systemd.unified_cgroup_hierarchy=1" \
   qemu_pid=$!
   bg_pids+=("$qemu_pid")
   while kill -0 "$qemu_pid" 2>/dev/null; do
-    ((SECONDS - t0 < 2880)) || fail "the guest did not finish within 2880 s: $(tail -n 20 "$console")"
+    ((SECONDS - t0 < 2880)) || guest_failed "the guest did not finish within 2880 s: $(tail -n 20 "$console")"
     boots=$(grep -ac '^Linux version' "$console" 2>/dev/null || true)
-    ((${boots:-0} <= boot)) || fail "boot $boot started the kernel again (a panic?): $(grep -a -E 'rampart-guest|panic|Oops|BUG' "$console" | tail -n 20)"
+    ((${boots:-0} <= boot)) || guest_failed "boot $boot started the kernel again (a panic?): $(grep -a -E 'rampart-guest|panic|Oops|BUG' "$console" | tail -n 20)"
     while IFS= read -r line; do
       log "guest: ${line#rampart-guest: }"
     done < <(grep -a '^rampart-guest:' "$console" 2>/dev/null | grep -av '^rampart-guest: [a-z]*| ' |
@@ -258,12 +269,12 @@ systemd.unified_cgroup_hierarchy=1" \
   grep -aq "^rampart-guest: PASS boot $boot" "$console" || break
 done
 guest_seconds=$((SECONDS - t0))
-[[ -z ${RAMPART_GUEST_KEEP:-} ]] || cp "$console" "$RAMPART_GUEST_KEEP/"
+cp "$console" "$kept" || log "cannot keep the console log as $kept"
 
 grep -aq '^rampart-guest: PASS boot 1' "$console" ||
-  fail "boot 1 failed: $(grep -a -E 'rampart-guest: (FAIL|journal)|panic|Out of memory' "$console" | tail -n 40)"
+  guest_failed "boot 1 failed: $(grep -a -E 'rampart-guest: (FAIL|journal)|panic|Out of memory' "$console" | tail -n 40)"
 grep -aq '^rampart-guest: PASS boot 2' "$console" ||
-  fail "boot 2 failed: $(grep -a -E 'rampart-guest: (FAIL|journal)|panic|Out of memory' "$console" | tail -n 40)"
+  guest_failed "boot 2 failed: $(grep -a -E 'rampart-guest: (FAIL|journal)|panic|Out of memory' "$console" | tail -n 40)"
 
 # The host's servers held the guest's pages and ended cleanly (cluster_stop, at exit).
 for addr in "${CLUSTER_ADDRS[@]}"; do

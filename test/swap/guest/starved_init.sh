@@ -5,10 +5,11 @@
 # that. Everything the host must see goes to the serial console as "rampart-guest: ..."
 # lines; the host parses "result", "fault", "stall" and "end". /etc/starved.conf (written
 # by the host) sets SERVERS, KILL_ADDR, PROGRAM_MB, DEVICE_SIZE, RUNS, STALL_SECONDS and
-# FRONTEND (nbd: nbdkit rampart + Debian's nbd-client; ublk: rampart-ublk). A run names
-# its frontend; a run on the other one stops the daemon and starts that one. An nbd run
-# that kills the pager runs rampart-nbd-server, the NBD daemon rampartctl swap deploys,
-# beside a standby, attached with rampart-nbd-attach instead (nbd-persist).
+# FRONTEND (nbd: nbdkit rampart + Debian's nbd-client; nbd-server: rampart-nbd-server, the
+# NBD daemon rampartctl swap deploys, + Debian's nbd-client; ublk: rampart-ublk). A run
+# names its frontend; a run on the other one stops the daemon and starts that one. An nbd
+# or nbd-server run that kills the pager runs rampart-nbd-server beside a standby,
+# attached with rampart-nbd-attach instead (nbd-persist).
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
@@ -149,7 +150,7 @@ kill_pager() {
   return 0
 }
 
-# start_daemon nbd|nbd-persist|ublk [QUEUES]: the rampart device through that frontend, made
+# start_daemon nbd|nbd-server|nbd-persist|ublk [QUEUES]: the rampart device through that frontend, made
 # swap (mkswap): sets daemon_pid, daemon_queues and swapdev. A boot may run both, one after the
 # other, to compare them in the same guest (bench/guest).
 start_daemon() {
@@ -162,10 +163,15 @@ start_daemon() {
     launch_nbd_persist
     swapdev=/dev/nbd0
   else
-    nbdkit --foreground --unix /run/nbd.sock /lib/nbdkit/rampart.so size=$DEVICE_SIZE \
-      $settings </dev/null &
-    daemon_pid=$!
-    wait_for "[ -S /run/nbd.sock ]" $daemon_pid 30 "nbdkit did not create /run/nbd.sock"
+    if [ $frontend = nbd-server ]; then
+      launch_nbd_server /run/nbd.sock $settings
+      daemon_pid=$last_pid
+    else
+      nbdkit --foreground --unix /run/nbd.sock /lib/nbdkit/rampart.so size=$DEVICE_SIZE \
+        $settings </dev/null &
+      daemon_pid=$!
+      wait_for "[ -S /run/nbd.sock ]" $daemon_pid 30 "nbdkit did not create /run/nbd.sock"
+    fi
     nbd-client -u /run/nbd.sock /dev/nbd0 -N rampart -nonetlink -swap -block-size 4096 \
       || finish "nbd-client failed"
     # nbd-client (ioctl mode) returns before its daemon child enters NBD_DO_IT, and only
@@ -187,7 +193,7 @@ stop_daemon() {
   [ -n "$frontend" ] || return 0
   say "daemon ($frontend) at the end: $(daemon_memory)"
   say "stats:"; sed 's/^/rampart-guest: stats /' /tmp/stats
-  if [ $frontend = nbd ]; then
+  if [ $frontend = nbd ] || [ $frontend = nbd-server ]; then
     nbd-client -d /dev/nbd0 >/dev/null 2>&1
     kill -TERM $daemon_pid 2>/dev/null
   elif [ $frontend = nbd-persist ]; then
@@ -240,6 +246,29 @@ fault_every() {
   done
 }
 
+# watch_all_lost WORKLOAD-PID: once every server is lost (the lease ran out and none came
+# back), what each of the daemon's threads is blocked in, from its kernel stack, onto the
+# console: whether its reconnects wait on the servers or on this starved kernel.
+watch_all_lost() {
+  local n lost a t
+  n=$(echo $SERVERS | tr ',' '\n' | grep -c .)
+  while kill -0 $1 2>/dev/null; do
+    lost=0
+    for a in $(echo $SERVERS | tr ',' ' '); do
+      grep -q "$a *lost" /tmp/stats 2>/dev/null && lost=$((lost + 1))
+    done
+    if [ $lost -ge $n ]; then
+      say "every server lost: the daemon's threads (pid $daemon_pid), their kernel stacks:"
+      for t in /proc/$daemon_pid/task/*; do
+        echo "---- ${t##*/} $(cat $t/comm 2>/dev/null) $(awk '{print $3}' $t/stat 2>/dev/null) $(cat $t/wchan 2>/dev/null)"
+        cat $t/stack 2>/dev/null
+      done
+      return
+    fi
+    sleep 1
+  done
+}
+
 # Where the guest's one CPU went during a run, to tell a slow path (the CPU busy) from a
 # waiting one (idle while requests travel): the CPU's jiffies as "busy idle iowait", and
 # the daemon's own user+system jiffies.
@@ -269,6 +298,8 @@ run() {
   wpid=$!
   rampart-swap-watchdog $wpid $daemon_pid $STALL_SECONDS --poweroff &
   dog=$!
+  lost_watch=
+  [ $dev != /dev/vda ] && { watch_all_lost $wpid & lost_watch=$!; }
   case "$fault" in
     outages) fault_every 20 outage $wpid & ;;
     pager) fault_when_swapped 65536 pager $wpid; kill -0 $wpid 2>/dev/null && kill_pager ;;
@@ -280,6 +311,7 @@ run() {
   wait $wpid
   rc=$?
   kill $dog 2>/dev/null; wait $dog 2>/dev/null
+  [ -z "$lost_watch" ] || { kill $lost_watch 2>/dev/null; wait $lost_watch 2>/dev/null; }
   after=$(swaps)
   swapoff $dev || finish "swapoff $dev failed after run $name"
   say "result $name rc=$rc swaps=$((after - before)) $(grep '^workload' $out || tail -n 3 $out | tr '\n' ' ')"
@@ -303,7 +335,7 @@ wait_rebuilt() {
 # which needs a daemon too: its watchdog and CPU report watch it).
 # An nbd run that kills the pager needs the recoverable NBD frontend.
 run_frontend() { # device fault
-  case "$1:$2" in nbd:*pager*) echo nbd-persist ;; *) echo $1 ;; esac
+  case "$1:$2" in nbd:*pager* | nbd-server:*pager*) echo nbd-persist ;; *) echo $1 ;; esac
 }
 first=${FRONTEND:-nbd}
 first_queues=
@@ -311,7 +343,7 @@ for r in $RUNS; do
   IFS=: read name dev wl fault queues <<EOF2
 $r
 EOF2
-  case $dev in nbd|ublk) first=$(run_frontend $dev "$fault"); first_queues=$queues; break ;; esac
+  case $dev in nbd|nbd-server|ublk) first=$(run_frontend $dev "$fault"); first_queues=$queues; break ;; esac
 done
 start_daemon $first $first_queues
 for r in $RUNS; do
@@ -320,7 +352,7 @@ for r in $RUNS; do
 $r
 EOF2
   case $dev in
-    nbd|ublk)
+    nbd|nbd-server|ublk)
       want=$(run_frontend $dev "$fault")
       [ "$frontend" = $want ] && [ "$daemon_queues" = "$queues" ] \
         || { stop_daemon; start_daemon $want $queues; }
