@@ -1,9 +1,10 @@
 /* The file system rampart-fuse mounts: a root directory (inode 1) holding one regular
  * file (inode 2) the size of the device, as nbdfuse lays it out, so that `losetup`
  * makes a block device of it. Every request on the file goes to the engine from the
- * libfuse worker that received it, through the engine's blocking calls: the worker
- * starts the request itself when the engine's I/O thread is idle, and sleeps only until
- * the reply.
+ * libfuse worker that received it: a whole-page read or write (every one a loop device
+ * sends for swap) is submitted by the worker, which then reads the servers' replies
+ * itself (fuse_worker.h); anything else goes through the engine's blocking calls, which
+ * patch partial pages.
  *
  * The file is opened with direct I/O (FOPEN_DIRECT_IO): the kernel caches none of it,
  * so a swapped-out page is never held twice, in the page cache and in the servers, under
@@ -11,41 +12,17 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "fuse_device_file.h"
+#include "fuse_worker.h"
+#include "hop_trace.h"
 
 #define ROOT_INODE FUSE_ROOT_ID
 #define FILE_INODE 2
-
-/* Each worker's read buffer, made at its first read and freed when libfuse ends the
- * thread: a read is answered from it in one writev to /dev/fuse. */
-static pthread_key_t read_buffer_key;
-static pthread_once_t read_buffer_once = PTHREAD_ONCE_INIT;
-
-static void make_read_buffer_key(void)
-{
-  if (pthread_key_create(&read_buffer_key, free) != 0)
-    abort(); /* only EAGAIN or ENOMEM, at start-up: nothing could be served */
-}
-
-static void *read_buffer(void)
-{
-  pthread_once(&read_buffer_once, make_read_buffer_key);
-  void *buf = pthread_getspecific(read_buffer_key);
-  if (!buf) {
-    if (posix_memalign(&buf, RAMPART_PAGE_SIZE, FUSE_DEVICE_MAX_IO) != 0)
-      return NULL;
-    if (pthread_setspecific(read_buffer_key, buf) != 0) {
-      free(buf);
-      return NULL;
-    }
-  }
-  return buf;
-}
 
 static struct fuse_device_file *device_of(fuse_req_t req)
 {
@@ -134,9 +111,15 @@ static void device_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
   fuse_reply_open(req, fi);
 }
 
+static bool whole_pages(size_t size, uint64_t offset)
+{
+  return ((size | offset) & (RAMPART_PAGE_SIZE - 1)) == 0;
+}
+
 static void device_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                         struct fuse_file_info *fi)
 {
+  rp_hop(RP_HOP_FRONTEND_IN);
   struct fuse_device_file *f = device_of(req);
   uint64_t offset = (uint64_t)off;
   if (offset >= f->size) {
@@ -147,32 +130,41 @@ static void device_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     size = (size_t)(f->size - offset);
   if (size > FUSE_DEVICE_MAX_IO)
     size = FUSE_DEVICE_MAX_IO; /* a short read: the kernel asks again for the rest */
-  void *buf = read_buffer();
+  void *buf = fuse_worker_read_buffer();
   if (!buf) {
     fuse_reply_err(req, ENOMEM);
     return;
   }
-  int r = rampart_pread(f->engine, buf, (uint32_t)size, offset);
+  int r = whole_pages(size, offset) ? fuse_worker_run(&f->waiters, f->engine, RAMPART_OP_READ,
+                                                      buf, (uint32_t)size, offset)
+                                    : rampart_pread(f->engine, buf, (uint32_t)size, offset);
   if (r < 0)
     fuse_reply_err(req, -r);
   else
     fuse_reply_buf(req, buf, size);
+  rp_hop(RP_HOP_FRONTEND_OUT);
 }
 
 static void device_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
                          off_t off, struct fuse_file_info *fi)
 {
+  rp_hop(RP_HOP_FRONTEND_IN);
   struct fuse_device_file *f = device_of(req);
   uint64_t offset = (uint64_t)off;
   if (offset >= f->size || size > f->size - offset || size > UINT32_MAX) {
     fuse_reply_err(req, ENOSPC); /* a device does not grow */
     return;
   }
-  int r = rampart_pwrite(f->engine, buf, (uint32_t)size, offset, 0);
+  /* The engine never writes through a write's buffer: libfuse's receive buffer serves. */
+  int r = whole_pages(size, offset)
+            ? fuse_worker_run(&f->waiters, f->engine, RAMPART_OP_WRITE, (void *)buf,
+                              (uint32_t)size, offset)
+            : rampart_pwrite(f->engine, buf, (uint32_t)size, offset, 0);
   if (r < 0)
     fuse_reply_err(req, -r);
   else
     fuse_reply_write(req, size);
+  rp_hop(RP_HOP_FRONTEND_OUT);
 }
 
 /* A hole reads back as zeros: its whole pages are discarded (a loop device's discard,

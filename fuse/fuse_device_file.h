@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "fuse_worker.h"
 #include "rampart.h"
 
 /* The largest read or write the kernel sends in one request: libfuse's own buffer
@@ -22,8 +23,9 @@
 struct fuse_device_file {
   struct rampart_engine *engine;
   uint64_t size;
-  const char *name;        /* the file's name in the mount's root */
-  unsigned max_background; /* asynchronous requests the kernel keeps in flight */
+  const char *name;            /* the file's name in the mount's root */
+  unsigned max_background;     /* asynchronous requests the kernel keeps in flight */
+  struct fuse_waiters waiters; /* workers waiting for the engine (fuse_worker.h) */
 };
 
 /* The low-level operations over `file`, the session's userdata. */

@@ -179,7 +179,8 @@ int main(int argc, char **argv)
   struct fuse_device_file file = { .engine = engine,
                                    .size = rampart_size(engine),
                                    .name = o.file,
-                                   .max_background = o.background };
+                                   .max_background = o.background,
+                                   .waiters = FUSE_WAITERS_INIT };
   struct fuse_session *se = mount_device(&o, &file);
   int result = 1;
   if (se) {
