@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # 'rampartctl swap on' then 'off', twice in a row, each leaving nothing behind: no swap
 # entry, loop device, FUSE mount, daemon (pager, standby, keeper, nbdfuse or the FUSE
-# daemon, the notify listener, supervisor), state directory. A second 'on' while the device is on and served takes it back as it
+# daemon, the notify listener, supervisor), state directory. Once 'on' returns, no shell
+# runs among the processes it left (the recorded ones and everything below them). A second 'on' while the device is on and served takes it back as it
 # is. Bad input to 'on' fails with a message that names the problem, and also leaves
 # nothing behind. On a host without the ublk or NBD driver, '--frontend ublk' or
 # '--frontend nbd' is refused, saying why, before anything starts, and the default
@@ -47,6 +48,9 @@ for round in 1 2; do
   dev=$(swap_device rt)
   pids_seen=$(daemon_pids rt)
   [[ -n $(swap_used_kib "$dev") ]] || fail "round $round: $dev is not in /proc/swaps after on"
+  # shellcheck disable=SC2086
+  no_shell_among "round $round, after on" $pids_seen
+  ((looked_at >= 3)) || fail "round $round: only $looked_at of the device's processes run ($pids_seen)"
   # The priority and discard that 'on' promises.
   awk -v d="$dev" '$1 == d && $5 == 100 { found = 1 } END { exit !found }' /proc/swaps \
     || fail "round $round: $dev is not at priority 100: $(grep "$dev" /proc/swaps)"
