@@ -21,13 +21,6 @@
 
 extern char **environ;
 
-static void sleep_ms(int ms)
-{
-  struct timespec t = { ms / 1000, (ms % 1000) * 1000000L };
-  while (nanosleep(&t, &t) < 0 && errno == EINTR)
-    ;
-}
-
 /* In a forked child: a session of its own, spared by the OOM killer, stdin from
  * /dev/null and both outputs appended to log; keep_fd is moved to fd 3 and every other
  * descriptor closed, so no lock or socket of rampart-swap's lives on in a daemon. */
@@ -53,6 +46,8 @@ static void become_detached(const char *log, int keep_fd)
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
+  signal(SIGINT, SIG_DFL); /* 'on' catches them to undo itself; a supervisor does not */
+  signal(SIGTERM, SIG_DFL);
 }
 
 /* The supervisor: starts the daemon, tells its pid on fd 3 (0 when it cannot be run),
@@ -161,7 +156,7 @@ void swap_start_notify_listener(const struct swap_context *c)
   swap_state_set(c, "notify_pid", "%d", (int)pid);
   struct stat st;
   for (int i = 0; i <= 100 && !(stat(sock, &st) == 0 && S_ISSOCK(st.st_mode)); i++)
-    sleep_ms(100);
+    swap_sleep_ms(100);
   if (!(stat(sock, &st) == 0 && S_ISSOCK(st.st_mode)))
     swap_die("the notify listener did not make %s within 10 s: %s", sock,
              file_tail(log, 3, tail, sizeof tail));
@@ -264,13 +259,13 @@ void swap_wait_notified(const struct swap_context *c, pid_t pid, const char *kv,
       return;
     }
     if (!swap_pid_alive(c, pid)) {
-      sleep_ms(200);
+      swap_sleep_ms(200);
       if (swap_notified(c, pid, kv))
         return;
       swap_die("%s: it exited. Its log (%s) ends: %s", what, log,
                file_tail(log, 5, tail, sizeof tail));
     }
-    sleep_ms(100);
+    swap_sleep_ms(100);
   }
   swap_die("%s within %d s. Its log (%s) ends: %s", what, seconds, log,
            file_tail(log, 5, tail, sizeof tail));

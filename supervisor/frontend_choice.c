@@ -26,8 +26,7 @@ static bool appears(const char *path)
   for (int i = 0; i <= 20; i++) {
     if (access(path, F_OK) == 0)
       return true;
-    struct timespec t = { 0, 100 * 1000000L };
-    nanosleep(&t, NULL);
+    swap_sleep_ms(100);
   }
   return false;
 }

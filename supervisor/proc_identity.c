@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -190,11 +191,14 @@ bool pidfd_wait_gone(int pidfd, int ms)
 
 /* A process whose pidfd says it ended may still be a zombie until its parent (often init,
  * for a daemon whose 'on' has returned) reaps it; what 'off' promises is that it is gone,
- * so this waits for that too, up to 5 s more. */
+ * so this waits for that too, up to 5 s more. A failing 'on' is itself the parent of the
+ * supervisors and the listener it forked, and reaps them here. */
 static void wait_reaped(pid_t pid)
 {
   char start[32];
   for (int i = 0; i < 500 && proc_start_time(pid, start, sizeof start); i++) {
+    if (waitpid(pid, NULL, WNOHANG) == pid)
+      break;
     struct timespec t = { 0, 10 * 1000000L };
     nanosleep(&t, NULL);
   }

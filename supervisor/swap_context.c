@@ -3,15 +3,19 @@
 #include "swap_context.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "swap_off.h"
 
 static struct swap_context *rollback;
+static volatile sig_atomic_t stop_signal;
+static int die_status = 1;
 
 static void vreport(FILE *f, const char *fmt, va_list ap)
 {
@@ -96,17 +100,41 @@ _Noreturn void swap_die(const char *fmt, ...)
   rollback = NULL; /* a failure while undoing ends there */
   if (c)
     undo_on(c);
-  exit(1);
+  exit(die_status);
+}
+
+static void on_stop(int sig)
+{
+  stop_signal = sig;
+}
+
+static void set_stop_handler(void (*handler)(int))
+{
+  struct sigaction sa = { .sa_handler = handler }; /* no SA_RESTART: sleeps end early */
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
 }
 
 void swap_rollback_arm(struct swap_context *c)
 {
   rollback = c;
+  set_stop_handler(on_stop);
 }
 
 void swap_rollback_disarm(void)
 {
   rollback = NULL;
+  set_stop_handler(SIG_DFL);
+}
+
+void swap_sleep_ms(int ms)
+{
+  struct timespec t = { ms / 1000, (ms % 1000) * 1000000L };
+  nanosleep(&t, NULL);
+  if (stop_signal && rollback) {
+    die_status = 130;
+    swap_die("stopped by signal %d", (int)stop_signal);
+  }
 }
 
 static const char *env_or(const char *name, const char *fallback)

@@ -47,9 +47,14 @@ void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 _Noreturn void swap_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* From here until swap_rollback_disarm, swap_die undoes what 'on' did (every log's end to
- * stderr, then 'off --force') before it ends the process. */
+ * stderr, then 'off --force') before it ends the process, and so does SIGINT or SIGTERM
+ * (systemd's start timeout), at the next swap_sleep_ms, with status 130. */
 void swap_rollback_arm(struct swap_context *c);
 void swap_rollback_disarm(void);
+
+/* Sleeps ms; ends the process through swap_die when a SIGINT or SIGTERM came while the
+ * rollback is armed. */
+void swap_sleep_ms(int ms);
 
 /* Reads the environment's program names and the run directory into c. */
 void swap_context_init(struct swap_context *c);

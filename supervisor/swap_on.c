@@ -25,13 +25,6 @@
 /* The floor for vm.min_free_kbytes while a rampart device is swap. */
 #define MIN_FREE_FLOOR 16384
 
-static void sleep_ms(int ms)
-{
-  struct timespec t = { ms / 1000, (ms % 1000) * 1000000L };
-  while (nanosleep(&t, &t) < 0 && errno == EINTR)
-    ;
-}
-
 static bool is(const char *a, const char *b)
 {
   return strcmp(a, b) == 0;
@@ -158,7 +151,7 @@ static long long nbd_ready(const struct swap_context *c, const char *daemon, pid
                        .out = out,
                        .outlen = sizeof out,
                        .timeout_ms = 10000 };
-  for (time_t deadline = time(NULL) + 60; time(NULL) < deadline; sleep_ms(100)) {
+  for (time_t deadline = time(NULL) + 60; time(NULL) < deadline; swap_sleep_ms(100)) {
     if (!swap_pid_alive(c, pid))
       swap_die("%s exited while starting (its log follows)", daemon);
     if (run_program(argv, &io) == 0)
@@ -320,7 +313,7 @@ static long long start_nbd_client(const struct swap_context *c, const char *daem
    * NBD_DO_IT, and the kernel gives the device its size only there: run now, mkswap would
    * see an empty device. */
   for (int i = 0; i < 300 && !nbd_live(dev); i++)
-    sleep_ms(100);
+    swap_sleep_ms(100);
   if (!nbd_live(dev))
     swap_die("nbd-client did not bring %s up within 30 s: %s", dev,
              file_tail(log, 3, tail, sizeof tail));
@@ -352,7 +345,7 @@ static pid_t start_fuse_over_nbd(const struct swap_context *c, const char *daemo
       fclose(f);
     if (got && atoi(pid) > 0)
       break;
-    sleep_ms(100);
+    swap_sleep_ms(100);
   }
   if (atoi(pid) <= 0)
     swap_die(

@@ -153,8 +153,7 @@ void swap_upgrade(const struct swap_context *c)
   long t0 = now_ms();
   hand_over(c, pager);
   for (int i = 0; i < 3000 && !keeper_took(c, standby); i++) {
-    struct timespec t = { 0, 100 * 1000000L };
-    nanosleep(&t, NULL);
+    swap_sleep_ms(100);
   }
   if (!keeper_took(c, standby))
     swap_die("the standby (pid %d) did not take %s over within 300 s: its log (%s) ends: %s",

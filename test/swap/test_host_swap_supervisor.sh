@@ -28,6 +28,12 @@ sleepers=()
 new_sleeper() { # sets sleeper
   sleep 600 &
   sleeper=$!
+  # Until it has exec'd sleep it is a bash, which a state with no identities takes for an
+  # older rampart-swap's supervisor: wait for the exec.
+  for _ in $(seq 100); do
+    [[ $(readlink "/proc/$sleeper/exe") == */sleep ]] && break
+    sleep 0.01
+  done
   sleepers+=("$sleeper")
   bg_pids+=("$sleeper")
 }
