@@ -1,6 +1,6 @@
 /* rampartctl notify-listen SOCKET: the receiving end of the daemons' sd_notify messages
- * (rampart_notify, src/engine/supervisor_notify.c), for a supervisor that cannot bind a
- * datagram socket itself (rampart-swap is bash).
+ * (rampart_notify, src/engine/supervisor_notify.c): rampartctl's command, and what
+ * rampart-swap (supervisor/) runs in a fork for each device.
  *
  * Errors: rampartctl's exit status (0, 1 or 2), its sentence already written to stderr.
  */

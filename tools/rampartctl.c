@@ -69,7 +69,8 @@ static const char USAGE[] =
   "                              (runs rampart-swap; 'rampartctl swap --help' for more)\n"
   "  notify-listen SOCKET        receive daemons' sd_notify messages (READY=1, ...) on\n"
   "                              SOCKET and print each line as 'PID KEY=VALUE', the\n"
-  "                              sender's pid from the kernel (rampart-swap uses it)\n"
+  "                              sender's pid from the kernel (rampart-swap runs the\n"
+  "                              same listener in a fork)\n"
   "\n"
   "options:\n"
   "  --key FILE   the cluster key the server was started with (none: keyless server)\n"
@@ -565,9 +566,9 @@ out:
   return status;
 }
 
-/* The swap path is a sequence of other programs (nbdkit, nbdfuse or nbd-client, losetup,
- * mkswap, swapon) with rollback; that is a shell script's job, so 'swap' hands over to
- * rampart-swap, installed beside us, in sbin/, or found on PATH ($RAMPART_SWAP wins). */
+/* 'swap' hands over to rampart-swap (supervisor/), the device's supervisor, which must
+ * outlive this command as the keeper: installed beside us, in sbin/, in a build tree's
+ * supervisor/, or found on PATH ($RAMPART_SWAP wins). */
 static int cmd_swap(char **argv)
 {
   const char *env = getenv("RAMPART_SWAP");
@@ -585,7 +586,7 @@ static int cmd_swap(char **argv)
     if (slash) {
       *slash = 0;
       static const char *const rel[] = { "/rampart-swap", "/../sbin/rampart-swap",
-                                         "/../../scripts/rampart-swap" };
+                                         "/../supervisor/rampart-swap" };
       for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
         snprintf(path, sizeof path, "%s%s", self, rel[i]);
         if (access(path, X_OK) == 0) {

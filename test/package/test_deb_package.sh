@@ -75,6 +75,9 @@ dpkg-deb -x "$deb" "$work/root"
 unit=$work/root/lib/systemd/system/rampartd.service
 grep -q '^ExecStart=/usr/bin/rampartd ' "$unit" || fail "rampartd.service does not run /usr/bin/rampartd"
 grep -qx 'User=rampart' "$unit" || fail "rampartd.service does not name User=rampart"
+# rampart-swap is the C supervisor (supervisor/), an ELF program, not a script.
+[[ $(head -c 4 "$work/root/usr/sbin/rampart-swap" | od -An -c | tr -d ' ') == 177ELF ]] ||
+  fail "/usr/sbin/rampart-swap is not an ELF program: $(head -n 1 "$work/root/usr/sbin/rampart-swap")"
 grep -q '^ExecStart=/usr/sbin/rampart-swap on' "$work/root/lib/systemd/system/rampart-swap.service" ||
   fail "rampart-swap.service does not run /usr/sbin/rampart-swap"
 ! grep -rq '@[A-Z]*DIR@' "$work/root/lib/systemd/system" || fail "a unit still holds an @...DIR@"

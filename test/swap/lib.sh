@@ -88,6 +88,28 @@ swap_on() {
     || fail "rampart-swap on --name $name failed"
 }
 
+# no_shell_among WHEN PID...: fails when any of the PIDs, or any process below them, runs a
+# shell: the supervisor is one C program, and after 'on' nothing of it is bash or sh.
+# Returns the number of processes looked at in `looked_at`.
+no_shell_among() {
+  local when=$1 p exe kids
+  shift
+  looked_at=0
+  local -a todo=("$@")
+  while ((${#todo[@]})); do
+    p=${todo[0]}
+    todo=("${todo[@]:1}")
+    exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
+    looked_at=$((looked_at + 1))
+    case "${exe##*/}" in
+      bash | sh | dash | busybox | zsh) fail "$when: pid $p runs a shell ($exe): $(tr '\0' ' ' <"/proc/$p/cmdline")" ;;
+    esac
+    kids=$(cat /proc/"$p"/task/*/children 2>/dev/null || true)
+    # shellcheck disable=SC2206
+    todo+=($kids)
+  done
+}
+
 swap_device() { sed -n 's/^device=//p' "$RAMPART_RUN_DIR/$1/state"; }
 
 # swap_on_cluster NAME SERVER-MEMORY PLUGIN-ARGS...: SWAP_SERVERS (5 unless set) rampartd

@@ -47,7 +47,7 @@ hog_over_mb=32
 # ---- the initramfs: busybox, the clients, rampart as deployed, with their libraries -------
 root=$work/initramfs
 mkdir -p "$root"/{bin,dev,proc,sys,tmp,run,usr,etc/rampart,lib/modules,lib/nbdkit}
-# rampart-swap is '#!/usr/bin/env bash'; everything lives in /bin.
+# Everything lives in /bin.
 ln -s ../bin "$root/usr/bin"
 ln -s ../bin "$root/usr/sbin"
 ln -s bin "$root/sbin"
@@ -81,6 +81,7 @@ for lib in "$root"/lib/x86_64-linux-gnu/libicudata.so.*; do
     "${CC:-cc}" -shared -x c - -o "$lib" -Wl,-soname,"$(basename "$lib")" || fail "cannot build the ICU data stub"
 done
 install -m 0755 "$RAMPART_SWAP" "$root/bin/rampart-swap"
+copy_libs "$RAMPART_SWAP"
 cp "$RAMPART_PLUGIN" "$root/lib/nbdkit/rampart.so"
 copy_libs "$RAMPART_PLUGIN"
 install -m 0755 "$src_root/test/swap/guest/nbd_client_init.sh" "$root/init"

@@ -28,6 +28,12 @@ sleepers=()
 new_sleeper() { # sets sleeper
   sleep 600 &
   sleeper=$!
+  # Until it has exec'd sleep it is a bash, which a state with no identities takes for an
+  # older rampart-swap's supervisor: wait for the exec.
+  for _ in $(seq 100); do
+    [[ $(readlink "/proc/$sleeper/exe") == */sleep ]] && break
+    sleep 0.01
+  done
   sleepers+=("$sleeper")
   bg_pids+=("$sleeper")
 }
@@ -147,6 +153,7 @@ echo "keeper_pid=$keeper" >>"$st/state"
 echo "proc_$keeper=$(start_time "$keeper")" >>"$st/state"
 
 state_of() { sed -n "s/^$1=//p" "$st/state" | tail -n1; }
+state_all() { sed -n "s/^$1=//p" "$st/state"; }
 # wait_standby NOT-PID WHAT: waits (60 s) for a standby other than NOT-PID that said it
 # stands by; sets standby.
 wait_standby() {
@@ -164,6 +171,12 @@ wait_standby "" "first standby"
 [[ ! -s $st/nbdkit-1.log ]] || grep -q "exited with status" "$st/nbdkit-1.log" \
   || fail "the standby's log is not silent: $(head -n 3 "$st/nbdkit-1.log")"
 log "the keeper started standby pid $standby with its log at /dev/null; it stands by"
+# The keeper is rampart-swap itself, and nothing it started is a shell.
+[[ $(readlink "/proc/$keeper/exe") == "$(readlink -f "$RAMPART_SWAP")" ]] ||
+  fail "the keeper (pid $keeper) runs $(readlink "/proc/$keeper/exe"), not $RAMPART_SWAP"
+# shellcheck disable=SC2046
+no_shell_among "the keeper's standby" "$keeper" "$standby" $(state_all supervisor_pid)
+((looked_at >= 3)) || fail "the keeper, its standby and the standby's supervisor do not all run ($looked_at processes)"
 
 t0=$(date +%s%N)
 kill -KILL "$pager"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # 'rampartctl swap on' then 'off', twice in a row, each leaving nothing behind: no swap
 # entry, loop device, FUSE mount, daemon (pager, standby, keeper, nbdfuse or the FUSE
-# daemon, the notify listener, supervisor), state directory. A second 'on' while the device is on and served takes it back as it
+# daemon, the notify listener, supervisor), state directory. Once 'on' returns, no shell
+# runs among the processes it left (the recorded ones and everything below them). A second 'on' while the device is on and served takes it back as it
 # is. Bad input to 'on' fails with a message that names the problem, and also leaves
 # nothing behind. On a host without the ublk or NBD driver, '--frontend ublk' or
 # '--frontend nbd' is refused, saying why, before anything starts, and the default
-# falls back to rampart-fuse + loop saying that a pager crash is then not survived.
+# falls back to rampart-fuse + loop saying that a pager crash is then not survived. An
+# 'on' stopped by SIGTERM undoes itself.
 . "$(dirname "$0")/lib.sh"
 require_swap_host
 
@@ -47,6 +49,9 @@ for round in 1 2; do
   dev=$(swap_device rt)
   pids_seen=$(daemon_pids rt)
   [[ -n $(swap_used_kib "$dev") ]] || fail "round $round: $dev is not in /proc/swaps after on"
+  # shellcheck disable=SC2086
+  no_shell_among "round $round, after on" $pids_seen
+  ((looked_at >= 3)) || fail "round $round: only $looked_at of the device's processes run ($pids_seen)"
   # The priority and discard that 'on' promises.
   awk -v d="$dev" '$1 == d && $5 == 100 { found = 1 } END { exit !found }' /proc/swaps \
     || fail "round $round: $dev is not at priority 100: $(grep "$dev" /proc/swaps)"
@@ -123,5 +128,29 @@ else
 fi
 expect_refusal "an unknown frontend" "--frontend 'disk': use auto, ublk, nbd or fuse" \
   --frontend disk size=64M servers="$(cluster_servers)" key="$key"
+# An 'on' stopped by SIGTERM (systemd's start timeout) undoes itself: status 130 and
+# nothing left. Its FUSE daemon never says it is ready, so 'on' is waiting when stopped.
+printf '#!/bin/sh\nexec sleep 600\n' >"$work/silent-fuse"
+chmod +x "$work/silent-fuse"
+swap_names+=(term)
+RAMPART_FUSE=$work/silent-fuse "$RAMPART_SWAP" on --name term --config /dev/null --frontend fuse \
+  size=64M servers="$(cluster_servers)" key="$key" >"$work/term.out" 2>&1 &
+on_pid=$!
+bg_pids+=("$on_pid")
+for _ in $(seq 100); do
+  grep -q '^pager_pid=' "$RAMPART_RUN_DIR/term/state" 2>/dev/null && break
+  sleep 0.1
+done
+pids_seen=$(daemon_pids term)
+[[ -n $pids_seen ]] || fail "the 'on' to be stopped recorded no process: $(cat "$work/term.out")"
+kill -TERM "$on_pid"
+rc=0
+wait "$on_pid" || rc=$?
+((rc == 130)) || { cat "$work/term.out"; fail "'on' stopped by SIGTERM exited $rc, not 130"; }
+grep -q "stopped by signal 15" "$work/term.out" && grep -q "'on' failed; undoing what was done" "$work/term.out" ||
+  { cat "$work/term.out"; fail "'on' stopped by SIGTERM did not say it undoes itself"; }
+dev=
+nothing_left term "'on' stopped by SIGTERM"
+log "'on' stopped by SIGTERM: exit 130, pids $pids_seen gone, nothing left"
 expect_refusal "a bad priority" "--priority .high. is not a number" size=64M servers="$(cluster_servers)" key="$key" --priority high
 log "PASS"

@@ -18,7 +18,7 @@
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
-# bash's process substitution (rampart-swap's keeper) needs /dev/fd.
+# Programs that open /dev/fd/N (bash's process substitution) find it.
 ln -s /proc/self/fd /dev/fd
 mkdir -p /run /tmp /sys/fs/cgroup
 . /etc/guest.conf
