@@ -61,24 +61,28 @@ def folder_of(src):
 
 def symbols():
     defined = {}  # symbol -> defining source
-    uses = collections.defaultdict(set)  # source -> undefined symbols
     objects = [o for o in BUILD.rglob("*.o")
                if "CMakeFiles" in o.parts and o.relative_to(BUILD).parts[0] not in SKIP]
     if not objects:
         sys.exit(f"check_calls: no object files under {BUILD}: build it first")
+    sources = {}
     for obj in sorted(objects):
         src = source_of(obj)
-        if not (ROOT / src).exists() and not (BUILD / src).exists():
-            continue  # left from a file since moved or removed: not part of the build
-        out = subprocess.run(["nm", "--defined-only", "-g", str(obj)], check=True,
+        if (ROOT / src).exists() or (BUILD / src).exists():
+            sources[str(obj)] = src  # else left from a file since moved or removed
+    uses = {src: set() for src in sources.values()}  # source -> its undefined symbols
+    # One nm for all objects each way; -A puts the object's path before each symbol.
+    for flag, table in (("--defined-only", defined), ("--undefined-only", uses)):
+        out = subprocess.run(["nm", "-A", "-g", flag, *sources], check=True,
                              capture_output=True, text=True).stdout
         for line in out.splitlines():
-            f = line.split()
-            if len(f) == 3:
-                defined.setdefault(f[2], src)
-        out = subprocess.run(["nm", "-u", str(obj)], check=True, capture_output=True,
-                             text=True).stdout
-        uses[src].update(line.split()[-1] for line in out.splitlines() if line.strip())
+            obj, _, rest = line.partition(":")  # object paths hold no colon
+            sym = rest.split()[-1]
+            src = sources[obj]
+            if table is defined:
+                defined.setdefault(sym, src)
+            else:
+                uses[src].add(sym)
     return defined, uses
 
 
