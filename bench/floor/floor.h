@@ -67,7 +67,7 @@ int floor_writev_all(struct floor_link *link, struct iovec *iov, int iovcnt);
 /* One blocking recv of up to len bytes: what has arrived. 0 at EOF, -1 on error. */
 ssize_t floor_recv_some(struct floor_link *link, uint8_t *buf, size_t len);
 
-/* ---- floor_seal.c: rampart's page seal (src/page_ops/page_seal.c), out of place both ways ---- */
+/* ---- floor_seal.c: rampart's page seal (src/codec/page_seal.c), out of place both ways ---- */
 struct floor_sealer {
   void *encrypt_ctx, *decrypt_ctx; /* EVP_CIPHER_CTX, keyed once */
   uint64_t next_version;

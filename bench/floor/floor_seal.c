@@ -1,4 +1,4 @@
-/* rampart's page seal (src/page_ops/page_seal.c): AES-256-GCM under the device key, the nonce the
+/* rampart's page seal (src/codec/page_seal.c): AES-256-GCM under the device key, the nonce the
  * page's version and a fixed label, the logical page number as authenticated data, one
  * EVP context per direction keyed once and given only a new nonce per page. The same
  * EVP calls; only the output goes to another buffer on the way in as on the way out, so

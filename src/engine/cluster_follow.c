@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "cluster_keys.h"
 #include "rampart.h"
+#include "engine_internal.h"
 #include "etcd_gateway.h"
 #include "file_create.h"
 #include "log.h"
@@ -29,9 +30,8 @@
 #define RECORD_KEEPALIVE_MS 10000u
 
 struct cluster_follow {
-  struct rampart_engine *e;            /* through rampart.h's entry points only */
+  struct rampart_engine *e;            /* through rampart.h and server_membership.c */
   const struct rampart_config *config; /* the engine's, which outlives this */
-  cluster_follow_listed_fn set_listed;
   pthread_t thread;
   atomic_bool stopping;
   atomic_bool live; /* the watch is established */
@@ -322,7 +322,7 @@ static void reconcile(struct cluster_follow *f)
     if (at >= 0)
       taken[at] = true;
     bool listed = r && r->registered;
-    if (f->set_listed(e, m->address, listed, r ? r->domain : NULL))
+    if (server_membership_set_listed(e, m->address, listed, r ? r->domain : NULL))
       rp_log(RP_LOG_INFO, "etcd: %s %s", m->address,
              listed ? "is registered again: it takes new pages again"
                     : "left the registry (its lease expired or it stopped): no new pages go "
@@ -520,8 +520,7 @@ static void follow_free(struct cluster_follow *f)
 }
 
 int cluster_follow_start(struct rampart_engine *e, const struct rampart_config *c,
-                         cluster_follow_listed_fn set_listed, struct cluster_follow **followp,
-                         char *err, size_t errlen)
+                         struct cluster_follow **followp, char *err, size_t errlen)
 {
   struct cluster_follow *f = calloc(1, sizeof *f);
   if (!f) {
@@ -542,7 +541,6 @@ int cluster_follow_start(struct rampart_engine *e, const struct rampart_config *
   }
   f->e = e;
   f->config = c;
-  f->set_listed = set_listed;
   if (!(f->etcd = etcd_client(c, err, errlen)))
     goto fail;
   char host[64] = "host";

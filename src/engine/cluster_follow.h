@@ -46,21 +46,13 @@ struct rp_cluster_registry;
 unsigned cluster_follow_choose(const struct rp_cluster_registry *r, unsigned count,
                                unsigned *out);
 
-/* The engine's side the follower calls that rampart.h does not offer: a server whose
- * etcd registration went (listed false) takes no new pages, and is not declared lost
- * for it; listed true undoes that (server_membership_set_listed). domain: the failure
- * domain its registration names (NULL: none), for placement. True when listed changed
- * the server. */
-typedef bool (*cluster_follow_listed_fn)(struct rampart_engine *e, const char *address,
-                                         bool listed, const char *domain);
-
 /* Starts the engine's follower into *followp; it drives e through rampart.h's entry
- * points and set_listed, and reads c (the engine's settings, which outlive it).
+ * points and, for a server whose etcd registration went or came back,
+ * server_membership_set_listed, and reads c (the engine's settings, which outlive it).
  * 0 or -1 with err. */
 struct cluster_follow;
 int cluster_follow_start(struct rampart_engine *e, const struct rampart_config *c,
-                         cluster_follow_listed_fn set_listed, struct cluster_follow **followp,
-                         char *err, size_t errlen);
+                         struct cluster_follow **followp, char *err, size_t errlen);
 /* Stops the follower in *followp, if any, and sets it NULL once its thread ended. */
 void cluster_follow_stop(struct cluster_follow **followp);
 

@@ -585,14 +585,6 @@ int engine_run_sync(struct rampart_engine *e, enum rampart_op op, void *buf, uin
   return w.result;
 }
 
-/* page_rmw's whole-page request: a sub-page read or write runs as the blocking
- * entry points do. */
-static int rmw_run(void *owner, enum rampart_op op, void *buf, uint32_t length,
-                   uint64_t offset, uint32_t flags)
-{
-  return engine_run_sync(owner, op, buf, length, offset, flags);
-}
-
 /* The aligned middle of [offset, offset+length) goes straight through; a partial first
  * or last page is read, patched and written back (page_rmw.c). */
 struct span {
@@ -1086,38 +1078,6 @@ static int engine_open_sealer(struct rampart_engine *e, char *err, size_t errlen
 static struct rampart_engine *open_engine(const struct rampart_config *config, char *err,
                                           size_t errlen);
 
-/* What the page-op core and the stores call back up (engine_core.h). */
-static const struct engine_upcalls upcalls = {
-  .start_ios = engine_start_ios,
-  .call = engine_call,
-  .mover_pass_done = server_membership_pass_done,
-};
-
-/* What page_op.c calls above it (page_op.h). */
-static const struct page_op_steps op_steps = {
-  .read = page_read_start,
-  .write = page_write_start,
-  .recycled = page_write_op_recycled,
-};
-
-/* What the page-op core's lower files tell its higher ones (engine_core.h). */
-static const struct engine_core_events core_events = {
-  .server_failed = page_write_close_open_group,
-  .server_lost = page_mover_rebuild_begin,
-  .pages_at_risk = page_mover_at_risk,
-  .writes_wait_for_cleaning = page_mover_should_throttle,
-};
-
-/* What the servers' table tells their health (engine_core.h). */
-static const struct server_set_events server_events = {
-  .server_made = server_health_init_server,
-  .server_forgotten = server_health_free_server,
-  .closing = server_health_close,
-  .closed = server_health_free,
-  .failed = server_health_failed,
-  .request_waits = server_health_queue,
-};
-
 /* cluster=etcd://: the servers are chosen from etcd first, and followed once open. */
 struct rampart_engine *rampart_open(const struct rampart_config *config, char *err,
                                     size_t errlen)
@@ -1133,8 +1093,7 @@ struct rampart_engine *rampart_open(const struct rampart_config *config, char *e
     return NULL;
   struct rampart_engine *e = open_engine(picked, err, errlen);
   free(picked);
-  if (e && cluster_follow_start(e, &e->config, server_membership_set_listed, &e->follow, err,
-                                errlen) < 0) {
+  if (e && cluster_follow_start(e, &e->config, &e->follow, err, errlen) < 0) {
     rampart_close(e);
     return NULL;
   }
@@ -1152,10 +1111,6 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
     snprintf(err, errlen, "out of memory");
     return NULL;
   }
-  e->up = &upcalls;
-  e->op_steps = &op_steps;
-  e->events = &core_events;
-  e->set.events = &server_events;
   e->config = *config;
   e->reap.event_fd = -1;
   rampart_config_effective(config, &e->policy, &e->group_size);
@@ -1183,7 +1138,7 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
     snprintf(err, errlen, "cannot map a page for the key: %s", strerror(errno));
     goto fail;
   }
-  e->rmw = page_rmw_new(rmw_run, e);
+  e->rmw = page_rmw_new(e);
   if (!e->rmw) {
     snprintf(err, errlen, "out of memory");
     goto fail;

@@ -1,8 +1,7 @@
-/* engine.c's calls that the other files of the engine API share, on top of the engine's
- * state: struct rampart_engine, its ownership rules and what the page-op core may call
- * back up are engine_core.h's (page_ops/), which this header includes. Only files of the
- * engine API (src/engine/) include this one; the files of each layer are listed in its
- * folder's README, the layers in src/README.md, and the design in docs/engine.md.
+/* engine.c's calls that the other files of the engine share, on top of the engine's
+ * state: struct rampart_engine and its ownership rules are engine_core.h's, which this
+ * header includes. Only files of src/engine/ include this one; the folder's files are
+ * listed in its README, the layers in src/README.md, and the design in docs/engine.md.
  *
  * Errors: set-up calls (server_set_open, ...) return -1 with a sentence in err
  * (CONTRIBUTING.md, convention 1); I/O calls (engine_run_sync) 0 or negative errno

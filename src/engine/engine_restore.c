@@ -1,8 +1,8 @@
 /* Taking a device over from the pager's state segment (state=; docs/recovery.md): the
  * segment opened at attach, the device taken over when a dead process left it, the
  * segment closed at detach. The record the engine keeps as it runs is
- * ../page_ops/state_record.c. Here, in the engine API, because taking over drives the
- * whole core: the servers' table, their health, the mover, the writes.
+ * state_record.c. Taking over drives the whole engine: the servers' table, their
+ * health, the mover, the writes.
  *
  * With state= the page map, the seals, the nonce counter, the parity groups, the server
  * table (addresses, session tokens) and a record of every write in flight live in the

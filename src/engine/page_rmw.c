@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine_internal.h"
 #include "page_rmw.h"
 #include "rampart.h"
 
@@ -24,13 +25,12 @@ static pthread_mutex_t *page_lock(struct page_rmw *rmw, uint64_t page)
   return &rmw->locks[page % PAGE_RMW_LOCKS];
 }
 
-struct page_rmw *page_rmw_new(page_rmw_run_fn run, void *owner)
+struct page_rmw *page_rmw_new(struct rampart_engine *engine)
 {
   struct page_rmw *rmw = malloc(sizeof *rmw);
   if (!rmw)
     return NULL;
-  rmw->run = run;
-  rmw->owner = owner;
+  rmw->engine = engine;
   for (unsigned i = 0; i < PAGE_RMW_LOCKS; i++)
     pthread_mutex_init(&rmw->locks[i], NULL);
   return rmw;
@@ -51,7 +51,7 @@ int page_rmw_read(struct page_rmw *rmw, uint8_t *dst, uint32_t len, uint64_t off
 {
   _Alignas(64) uint8_t page[RAMPART_PAGE_SIZE];
   uint64_t base = off & ~(uint64_t)(RAMPART_PAGE_SIZE - 1);
-  int r = rmw->run(rmw->owner, RAMPART_OP_READ, page, RAMPART_PAGE_SIZE, base, 0);
+  int r = engine_run_sync(rmw->engine, RAMPART_OP_READ, page, RAMPART_PAGE_SIZE, base, 0);
   if (r == 0)
     memcpy(dst, page + (off - base), len);
   return r;
@@ -64,13 +64,13 @@ int page_rmw_write(struct page_rmw *rmw, const uint8_t *src, uint32_t len, uint6
   uint64_t base = off & ~(uint64_t)(RAMPART_PAGE_SIZE - 1);
   pthread_mutex_t *lock = page_lock(rmw, base / RAMPART_PAGE_SIZE);
   pthread_mutex_lock(lock);
-  int r = rmw->run(rmw->owner, RAMPART_OP_READ, page, RAMPART_PAGE_SIZE, base, 0);
+  int r = engine_run_sync(rmw->engine, RAMPART_OP_READ, page, RAMPART_PAGE_SIZE, base, 0);
   if (r == 0) {
     if (src)
       memcpy(page + (off - base), src, len);
     else
       memset(page + (off - base), 0, len);
-    r = rmw->run(rmw->owner, RAMPART_OP_WRITE, page, RAMPART_PAGE_SIZE, base, flags);
+    r = engine_run_sync(rmw->engine, RAMPART_OP_WRITE, page, RAMPART_PAGE_SIZE, base, flags);
   }
   pthread_mutex_unlock(lock);
   return r;

@@ -12,23 +12,19 @@
 
 #include "rampart_types.h"
 
-#define PAGE_RMW_LOCKS 256u /* stripes of pages for sub-page writes */
+struct rampart_engine;
 
-/* Runs one whole-page request for the owner and waits for it (the engine's
- * engine_run_sync): 0 or negative errno. */
-typedef int (*page_rmw_run_fn)(void *owner, enum rampart_op op, void *buf, uint32_t length,
-                               uint64_t offset, uint32_t flags);
+#define PAGE_RMW_LOCKS 256u /* stripes of pages for sub-page writes */
 
 /* Taken by frontend threads, never by the I/O thread: a sub-page write holds its page's
  * stripe from its read to the end of its write-back. */
 struct page_rmw {
-  page_rmw_run_fn run;
-  void *owner;
+  struct rampart_engine *engine; /* whole pages run through engine_run_sync */
   pthread_mutex_t locks[PAGE_RMW_LOCKS];
 };
 
 /* NULL when out of memory. */
-struct page_rmw *page_rmw_new(page_rmw_run_fn run, void *owner);
+struct page_rmw *page_rmw_new(struct rampart_engine *engine);
 /* rmw may be NULL. */
 void page_rmw_free(struct page_rmw *rmw);
 int page_rmw_read(struct page_rmw *rmw, uint8_t *dst, uint32_t len, uint64_t off);

@@ -1,4 +1,4 @@
-/* libFuzzer target for a state segment at takeover (src/page_ops/state_segment_check.c):
+/* libFuzzer target for a state segment at takeover (src/state/state_segment_check.c):
  * the bytes a dead pager left in shared memory, which a standby reads before it serves.
  * The harness builds a valid state in memory (a header, two servers, a chunk of groups
  * with a sealed and an open one, the map and seals naming them, a write record, a parity

@@ -1,6 +1,6 @@
 /* Test helper: faults injected in process, on chosen page requests of a live engine.
  *
- * A filter over the engine's transport (src/page_ops/server_transport.h) between the page ops
+ * A filter over the engine's transport (src/engine/server_transport.h) between the page ops
  * and real rampartd processes. Rules say which requests to act on (server, op, how
  * many to let by first, how many to hit) and what to do to them: refuse, never answer,
  * lose the reply of one the server carried out, send late, or corrupt a read's reply.

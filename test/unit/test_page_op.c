@@ -1,4 +1,4 @@
-/* The page-op protocol's transitions (src/page_ops/page_op.c): every (kind, from, to) the
+/* The page-op protocol's transitions (src/engine/page_op.c): every (kind, from, to) the
  * protocol has is taken, and every one it does not have stops the process with an
  * internal error naming the op. A transition wrongly allowed would let two paths both
  * run an op (a request completed twice, or with another one's bytes); one wrongly

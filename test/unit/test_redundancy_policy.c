@@ -1,4 +1,4 @@
-/* The redundancy policy table (src/page_ops/redundancy_policy.c): every policy a device can
+/* The redundancy policy table (src/engine/redundancy_policy.c): every policy a device can
  * run has a row, and the rows agree with what the engine promises of each policy
  * (docs/engine.md's table): a wrong row would change a read's fallback or a write's
  * completion for every page of that policy. */

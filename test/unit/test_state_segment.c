@@ -1,4 +1,4 @@
-/* The pager's state segment (src/page_ops/state_segment.c): it outlives a process killed with
+/* The pager's state segment (src/state/state_segment.c): it outlives a process killed with
  * SIGKILL, locked and byte for byte, and a restart that is not the same device, not the
  * same key or not the only pager is refused with what to do, changing nothing. */
 #include <setjmp.h>

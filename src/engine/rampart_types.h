@@ -1,7 +1,7 @@
 /* The public API's types (rampart.h includes this, so a frontend still includes
  * rampart.h only): the page size, the policies, a request, a server's state, why a page
- * moved, the stats. Here, below the engine API, because the page-op core speaks them
- * too: it carries the requests, keeps the servers' states and fills the stats.
+ * moved, the stats. A header of its own because the page ops speak them too: they carry
+ * the requests, keep the servers' states and fill the stats.
  *
  * Errors: none: types and constants, and rampart_move_reason_name, which cannot fail (a
  * reason out of range is named "?").
@@ -59,7 +59,7 @@ struct rampart_io {
   int result;
 };
 
-/* A server's health, the one state machine's states (src/page_ops/server_health.c, and
+/* A server's health, the one state machine's states (src/engine/server_health.c, and
  * docs/engine.md "Server health"): UP (ADVISED: up, under memory pressure) ->
  * RECONNECTING (its connection dropped; it keeps our session for a lease) -> UP again
  * with every page, or LOST (its pages are rebuilt; a server that returns after that

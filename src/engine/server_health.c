@@ -40,7 +40,9 @@
 #include "engine_core.h"
 #include "fifo.h"
 #include "log.h"
+#include "page_mover.h"
 #include "page_op.h"
+#include "page_write.h"
 #include "server_health.h"
 #include "server_set.h"
 #include "server_transport.h"
@@ -507,9 +509,9 @@ static void declare_lost(struct rampart_engine *e, struct server *s, const char 
   s->health.failure_logged_ns = 0; /* the first attempt to join again is logged */
   s->health.failures_unlogged = 0;
   s->rebuild_needed = true;
-  e->events->server_lost(e);
+  page_mover_rebuild_begin(e);
   rp_log(RP_LOG_ERROR, "server %s is lost (%s): rebuilding its %llu live pages elsewhere",
-         s->address, why, (unsigned long long)e->events->pages_at_risk(e, s->index));
+         s->address, why, (unsigned long long)page_mover_at_risk(e, s->index));
   char msg[160];
   snprintf(msg, sizeof msg, "server %s is lost", s->address);
   give_up_queue(e, s, RP_ERR_DISCONNECTED, msg);
@@ -552,7 +554,7 @@ void server_health_failed(struct rampart_engine *e, struct server *s, const char
     rp_conn_set_callbacks(conn, NULL, NULL, NULL);
     rp_conn_close(conn);
   }
-  e->events->server_failed(e);
+  page_write_close_open_group(e);
   start_attempt(e, s, NULL);
 }
 

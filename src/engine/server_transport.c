@@ -3,6 +3,8 @@
 #include <stdio.h>
 
 #include "engine_core.h"
+#include "engine_internal.h"
+#include "server_health.h"
 #include "server_transport.h"
 
 bool server_usable_for_reads(const struct server *s)
@@ -13,13 +15,12 @@ bool server_usable_for_reads(const struct server *s)
 
 /* A request for a server that cannot take it now. Writes and frees must reach this
  * server's own session: they wait for it while it reconnects (the servers' health
- * queues them, through e->set.events). Reads restart from the page map instead
+ * queues them, server_health_queue). Reads restart from the page map instead
  * (page_read.c); anything else completes at once with RP_ERR_DISCONNECTED. */
 static void server_unreachable(struct rampart_engine *e, struct server *s,
                                struct rp_request *req)
 {
-  if ((req->op == RP_OP_WRITE || req->op == RP_OP_FREE) &&
-      e->set.events->request_waits(e, s, req))
+  if ((req->op == RP_OP_WRITE || req->op == RP_OP_FREE) && server_health_queue(e, s, req))
     return;
   req->status = RP_ERR_DISCONNECTED;
   snprintf(req->error_message, sizeof req->error_message, "server %s is %s", s->address,
@@ -77,5 +78,5 @@ void server_transport_set_filter(struct rampart_engine *e,
                                  const struct server_transport_filter *f, void *ctx)
 {
   struct filter_change c = { .filter = f, .ctx = ctx };
-  e->up->call(e, change_filter, &c);
+  engine_call(e, change_filter, &c);
 }

@@ -5,9 +5,12 @@
 #include <string.h>
 
 #include "engine_core.h"
+#include "engine_internal.h"
 #include "fifo.h"
 #include "log.h"
 #include "page_op.h"
+#include "page_read.h"
+#include "page_write.h"
 
 #define TO(s) (1u << (s))
 
@@ -98,7 +101,7 @@ static void page_op_put(struct rampart_engine *e, struct page_op *op)
 {
   page_op_enter(op, PAGE_OP_FREE);
   if (e->state)
-    e->op_steps->recycled(op);
+    page_write_op_recycled(op);
   op->next = e->free_ops;
   e->free_ops = op;
 }
@@ -142,9 +145,9 @@ void page_op_resume(struct page_op *op)
   op->waits = PAGE_OP_NOT_WAITING;
   if (op->stage == PAGE_OP_WRITING) {
     op->pending--;
-    op->engine->op_steps->write(op);
+    page_write_start(op);
   } else {
-    op->engine->op_steps->read(op);
+    page_read_start(op);
   }
 }
 
@@ -177,5 +180,5 @@ void page_op_finished(struct page_op *op, int result)
     protocol_broken(op, "completed twice");
   op->owner->ended(op, result);
   page_op_put(e, op);
-  e->up->start_ios(e);
+  engine_start_ios(e);
 }

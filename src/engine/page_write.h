@@ -28,7 +28,7 @@ void page_write_release_version(struct rampart_engine *e, page_entry old, bool p
 void page_write_supersede(struct rampart_engine *e, uint64_t page, page_entry entry);
 void page_write_trim(struct rampart_engine *e, uint64_t page);
 /* With state=, op is going back to the pool: the version it kept, so that a restart
- * could fall back to it, is retired now (page_op_steps.recycled). */
+ * could fall back to it, is retired now (page_op.c, as the op goes back to its pool). */
 void page_write_op_recycled(struct page_op *op);
 void page_write_reclaim(struct rampart_engine *e, uint32_t group);
 /* A member of `group` never reached its server (and the server is not lost): the

@@ -1,8 +1,7 @@
-/* The engine's state as the page-op core and the stores see it: struct rampart_engine
- * and the structs it holds by value (the servers, the pools, the queues, what it
- * counts). engine_internal.h adds engine.c's own calls on top; no file below the engine
- * API includes that, so the few calls back up go through `up` (struct engine_upcalls)
- * and the clock is engine_now_ns here.
+/* The engine's state: struct rampart_engine and the structs it holds by value (the
+ * servers, the pools, the queues, what it counts), shared by the files of this folder
+ * that run page ops; engine_internal.h adds engine.c's own calls, and the clock is
+ * engine_now_ns here.
  *
  * Everything here is owned by whoever holds the engine's lock (the I/O thread, or a
  * frontend thread starting its request: see `lock`) unless a comment says otherwise.
@@ -41,48 +40,10 @@
 _Static_assert(RAMPART_PAGE_SIZE == RP_PAGE_SIZE, "the device's page is the wire's");
 
 struct page_op;
-struct page_op_steps;
 struct server;
 struct page_rmw;
 struct stats_file;
 struct rampart_engine;
-
-/* What the page-op core and the stores call back up into the engine, as one const
- * table engine.c fills (its functions of the same names): the files below the engine
- * API see this instead of engine_internal.h. */
-struct engine_upcalls {
-  /* A page op went back to its pool: start the frontend requests waiting for one
-   * (engine_start_ios; page_op.c, at every op's end). */
-  void (*start_ios)(struct rampart_engine *e);
-  /* Runs fn(e, arg) on the engine (holding it, on the I/O thread or inline) and waits
-   * for it; from a thread that is not the engine's own (engine_call). */
-  void (*call)(struct rampart_engine *e, void (*fn)(struct rampart_engine *e, void *arg),
-               void *arg);
-  /* A pass of the mover ended: drains that finished end, and removes happen
-   * (server_membership_pass_done). */
-  void (*mover_pass_done)(struct rampart_engine *e);
-};
-
-/* Inside the page-op core, what a file tells or asks the files above it, which it does
- * not include: the servers' health tells writes and the mover that a server failed or
- * was lost, and a write asks the mover whether cleaning is behind. One const table
- * engine.c fills (page_write_close_open_group, page_mover_rebuild_begin,
- * page_mover_at_risk, page_mover_should_throttle). None runs per page: the first three
- * run when a server fails or is lost, writes_wait_for_cleaning for each frontend write
- * that opens a group (one write in a group's worth of pages).
- * What the servers' table tells their health is struct server_set_events. */
-struct engine_core_events {
-  /* A server failed: the open group closes (server_health.c). */
-  void (*server_failed)(struct rampart_engine *e);
-  /* A server was declared lost: the rebuild clock starts, unless one runs
-   * (server_health.c). */
-  void (*server_lost)(struct rampart_engine *e);
-  /* Live pages that depend on server i: what losing it puts at risk (server_health.c). */
-  uint64_t (*pages_at_risk)(const struct rampart_engine *e, unsigned i);
-  /* Cleaning is far behind: a frontend write opening a group waits for moves to
-   * finish (page_write.c). */
-  bool (*writes_wait_for_cleaning)(struct rampart_engine *e);
-};
 
 /* The engine's clock: monotonic nanoseconds. */
 static inline uint64_t engine_now_ns(void)
@@ -255,30 +216,9 @@ struct page_mover;
 struct prefetch;
 struct server_health_shared;
 
-/* What the servers' table (server_set.c) and the transport below it tell the servers'
- * health, which sits above them (it makes a new incarnation and adopts a resumed
- * session through the table, and replays through the transport). One const table
- * engine.c fills with server_health.c's functions of the same part: each server's
- * health made and freed with its entry, all of it closed with the table, a server
- * whose connection failed, and a write or free that waits for a server that is away.
- * None is on a page's common path: a server is made, fails or is away. */
-struct server_set_events {
-  int (*server_made)(struct rampart_engine *e, struct server *s); /* 0 or -1 (memory) */
-  void (*server_forgotten)(struct server *s); /* the entry server_new just made */
-  void (*closing)(struct rampart_engine *e);  /* first in server_set_close */
-  void (*closed)(struct rampart_engine *e);   /* before the entries are freed */
-  /* A request to s failed or its connection dropped: s goes RECONNECTING. silent: it
-   * stopped answering (a timeout), rather than refusing. */
-  void (*failed)(struct rampart_engine *e, struct server *s, const char *why, bool silent);
-  /* A write or free for s, which is not connected, waits for its session to resume and
-   * is sent again then: true when it was queued. */
-  bool (*request_waits)(struct rampart_engine *e, struct server *s, struct rp_request *req);
-};
-
 /* The servers (server_set.c; their health: server_health.c; membership:
  * server_membership.c). Every part reads it; those files change it. */
 struct server_set {
-  const struct server_set_events *events; /* engine.c's, set at open */
   /* incarnations: a server that returns empty gets a new entry. Each entry is
    * allocated when it is made and never moves (libev holds its timer, a reconnect
    * attempt its address); servers[0..nservers-1] are all allocated. */
@@ -339,9 +279,6 @@ struct engine_counters {
 struct engine_call;
 
 struct rampart_engine {
-  const struct engine_upcalls *up;         /* engine.c's, set first at open */
-  const struct page_op_steps *op_steps;    /* engine.c's too (page_op.h) */
-  const struct engine_core_events *events; /* engine.c's too */
   struct rampart_config config;
   enum rampart_redundancy policy;
   const struct redundancy_policy *redundancy; /* the policy's behaviour (its table row) */

@@ -136,19 +136,6 @@ struct page_op {
 };
 
 
-/* What page_op.c calls of the files that carry an op and record it, which sit above it:
- * one const table the engine fills (engine.c: page_read_start, page_write_start,
- * page_write_op_recycled), so this file names none of them. An op starts over only
- * after a wait; recycled runs for every op that goes back to the pool, but only with
- * state=. */
-struct page_op_steps {
-  void (*read)(struct page_op *op);  /* start (over) its read, from the page map */
-  void (*write)(struct page_op *op); /* start (over) its write, from the page map */
-  /* It is going back to the pool, with a state segment (e->state): the version it
-   * kept for a fallback goes. */
-  void (*recycled)(struct page_op *op);
-};
-
 /* An op from the engine's pool, in FREE (its owner, kind and page are the caller's to
  * set before it starts), or NULL when all are in use: the caller waits its turn. */
 struct page_op *page_op_get(struct rampart_engine *e);

@@ -3,12 +3,11 @@
  *
  * What happens when a server's connection fails (it goes RECONNECTING, requests that
  * must reach it wait to be resent, it comes back with its session or is declared LOST)
- * is server_health.c's, which sits above this file (it makes new incarnations and
- * adopts resumed sessions through it). This file only tells it, through
- * e->set.events (engine_core.h): each server's health is made and freed with its
- * entry and closed with the table, a failed request or a dropped connection is
- * `failed`, and a failed write or free the server never answered is handed to
- * `request_waits`, to be sent again on the resumed session.
+ * is server_health.c's, which makes new incarnations and adopts resumed sessions through
+ * this file. This file calls it: each server's health is made and freed with its entry
+ * and closed with the table, a failed request or a dropped connection is
+ * server_health_failed, and a failed write or free the server never answered goes to
+ * server_health_queue, to be sent again on the resumed session.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -19,6 +18,7 @@
 #include "engine_core.h"
 #include "log.h"
 #include "parse.h"
+#include "server_health.h"
 #include "server_set.h"
 #include "server_transport.h"
 #include "state_record.h"
@@ -98,7 +98,7 @@ static void on_disconnect(struct rp_conn *conn, const struct rp_error *why, void
 {
   struct server *s = user;
   struct rampart_engine *e = engine_of(s);
-  e->set.events->failed(e, s, why->message, false);
+  server_health_failed(e, s, why->message, false);
 }
 
 bool server_request_failed(struct rampart_engine *e, unsigned index, struct rp_request *req,
@@ -115,12 +115,12 @@ bool server_request_failed(struct rampart_engine *e, unsigned index, struct rp_r
   char why[200];
   snprintf(why, sizeof why, "%s%s%s", rp_status_name(req->status),
            req->error_message[0] ? ": " : "", req->error_message);
-  e->set.events->failed(e, s, why, req->status == RP_ERR_TIMEOUT);
+  server_health_failed(e, s, why, req->status == RP_ERR_TIMEOUT);
   /* Only a request the server may never have seen is resent: one it answered with an
    * error would get the same answer again. */
   bool unanswered = req->status == RP_ERR_DISCONNECTED || req->status == RP_ERR_TIMEOUT;
   return may_wait && unanswered && (req->op == RP_OP_WRITE || req->op == RP_OP_FREE) &&
-         e->set.events->request_waits(e, s, req);
+         server_health_queue(e, s, req);
 }
 
 static void on_free_done(struct rp_request *req)
@@ -247,7 +247,7 @@ struct server *server_new(struct rampart_engine *e, const char *address,
     s->addr_len = like->addr_len;
     s->pool = like->pool;
   }
-  if (e->set.events->server_made(e, s) < 0) {
+  if (server_health_init_server(e, s) < 0) {
     free(s);
     return NULL;
   }
@@ -259,7 +259,7 @@ struct server *server_new(struct rampart_engine *e, const char *address,
 void server_forget_newest(struct rampart_engine *e)
 {
   struct server *s = e->set.servers[--e->set.nservers];
-  e->set.events->server_forgotten(s);
+  server_health_free_server(s);
   free(s);
   e->set.servers[e->set.nservers] = NULL;
 }
@@ -325,7 +325,7 @@ int server_set_open(struct rampart_engine *e, char *err, size_t errlen)
 void server_set_close(struct rampart_engine *e)
 {
   e->set.closing = true;
-  e->set.events->closing(e);
+  server_health_close(e);
   /* Closing: a connection failing now must not call back into the engine. */
   for (unsigned i = 0; i < e->set.nservers; i++)
     if (e->set.servers[i]->conn)
@@ -343,7 +343,7 @@ void server_set_close(struct rampart_engine *e)
   /* Only now: completions run inside later goodbyes may still release slots. */
   for (unsigned i = 0; i < e->set.nservers; i++)
     slot_allocator_destroy(&e->set.servers[i]->slots);
-  e->set.events->closed(e);
+  server_health_free(e);
   /* Pools of servers added while running, each once (its incarnations share it). */
   for (unsigned i = 0; i < e->set.nservers; i++) {
     struct rp_conn_pool *pool = e->set.servers[i]->pool;

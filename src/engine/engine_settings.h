@@ -1,7 +1,7 @@
 /* struct rampart_config: the engine's settings as config.c parses them from key=value
- * strings (rampart.h lists the keys; frontends see the struct as an opaque type). Here,
- * below the engine API, because the engine's state (engine_core.h) holds its settings
- * and the page-op core reads them.
+ * strings (rampart.h lists the keys; frontends see the struct as an opaque type). A
+ * header of its own because the engine's state (engine_core.h) holds the settings by
+ * value, and every page op reads them.
  *
  * Errors: none: a struct and a constant.
  */

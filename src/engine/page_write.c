@@ -14,6 +14,7 @@
 #include "crash_point.h"
 #include "engine_core.h"
 #include "log.h"
+#include "page_mover.h"
 #include "page_write.h"
 #include "page_op.h"
 #include "page_store_ops.h"
@@ -624,7 +625,7 @@ static bool write_to_remote(struct page_op *op)
   struct rampart_engine *e = op->engine;
   for (int attempt = 0; attempt < 2; attempt++) {
     if (e->placement.open_group == GROUP_NONE && op->kind == PAGE_OP_WRITE &&
-        e->events->writes_wait_for_cleaning(e)) {
+        page_mover_should_throttle(e)) {
       /* Cleaning is far behind the overwrite rate: hold new writes until moves free
        * slots, as a log-structured store blocks writers when clean segments run out. */
       e->counters.writes_waited_for_cleaning += !op->waited_for_cleaning;

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "engine_core.h"
+#include "engine_internal.h"
 #include "log.h"
 #include "page_mover.h"
 #include "page_op.h"
@@ -504,7 +505,7 @@ static void finish_pass(struct rampart_engine *e)
     e->mover->clean_resting = true;
   }
   e->mover->pass_cleaned = 0;
-  e->up->mover_pass_done(e);
+  server_membership_pass_done(e);
 }
 
 static void scan_groups(struct rampart_engine *e)

@@ -6,8 +6,8 @@
  * is the server's TCP connection (rp_conn); what a request's failure means for its
  * server is server_request_failed's (server_set.c), whatever the transport said. A
  * request for a server that is not connected does not reach the connection: a write or
- * free waits for the server's session (the servers' health queues it, through
- * e->set.events: health sits above the transport, which it replays through).
+ * free waits for the server's session (server_health_queue, which replays it through
+ * the transport when the session resumes).
  *
  * A filter can be layered on top, as nbdkit's filters are on its plugins: it sees each
  * request first and either passes it on (server_transport_pass) or completes it itself,
