@@ -342,11 +342,14 @@ struct rampart_engine {
   unsigned loop_changes;
   /* rampart_reap (engine_reap.c): a frontend thread reading the replies itself.
    * inside: one is in rampart_reap; sleeping: it sleeps in its poll, and the I/O thread
-   * writes event_fd once frontend_completions has passed seen; holds: sockets are lent
-   * to it; absent_ticks: ticks since one was last inside, while it holds them. */
+   * writes event_fd once frontend_completions has passed seen; waiting: threads in
+   * rampart_reap while another was inside, told through event_fd when it leaves;
+   * holds: sockets are lent to it; absent_ticks: ticks since one was last inside, while
+   * it holds them. */
   struct {
     int event_fd;
     bool inside, sleeping, holds;
+    unsigned waiting;
     uint64_t seen;
     unsigned absent_ticks;
   } reap;

@@ -59,14 +59,19 @@ void engine_reap_destroy(struct rampart_engine *e)
   e->reap.event_fd = -1;
 }
 
+static void reap_event_post(struct rampart_engine *e)
+{
+  uint64_t one = 1;
+  while (write(e->reap.event_fd, &one, sizeof one) < 0 && errno == EINTR)
+    ;
+}
+
 void engine_reap_wake(struct rampart_engine *e)
 {
   if (!e->reap.sleeping || e->frontend_completions == e->reap.seen)
     return;
   e->reap.sleeping = false;
-  uint64_t one = 1;
-  while (write(e->reap.event_fd, &one, sizeof one) < 0 && errno == EINTR)
-    ;
+  reap_event_post(e);
 }
 
 void engine_reap_give_back(struct rampart_engine *e)
@@ -168,9 +173,16 @@ bool rampart_reap_or_fd(struct rampart_engine *e, int own_fd)
   pthread_mutex_lock(&e->lock);
   if (!e->loop_sleeping || atomic_load(&e->stopping) || e->reap.inside) {
     /* No loop to share the engine with (not started, or closing), or another thread
-     * reaps: wait for the I/O thread to complete something instead. */
+     * reaps: wait for the I/O thread to complete something, or for the reaper to leave
+     * (it posts event_fd then, and this thread comes back to read in its place: else a
+     * reply of ours that comes after it left waits on a lent socket nobody polls). The
+     * reaper's own sleeping flag is its own: a waiter leaves it alone. */
+    bool reaper_inside = e->reap.inside;
     e->reap.seen = e->frontend_completions;
-    e->reap.sleeping = !e->reap.inside;
+    if (reaper_inside)
+      e->reap.waiting++;
+    else
+      e->reap.sleeping = true;
     pthread_mutex_unlock(&e->lock);
     struct pollfd wake[2] = { { .fd = e->reap.event_fd, .events = POLLIN },
                               { .fd = own_fd, .events = POLLIN } };
@@ -178,6 +190,11 @@ bool rampart_reap_or_fd(struct rampart_engine *e, int own_fd)
       uint64_t count;
       ssize_t ignored = read(e->reap.event_fd, &count, sizeof count);
       (void)ignored;
+    }
+    if (reaper_inside) {
+      pthread_mutex_lock(&e->lock);
+      e->reap.waiting--;
+      pthread_mutex_unlock(&e->lock);
     }
     return own_fd >= 0 && wake[1].revents;
   }
@@ -218,6 +235,8 @@ bool rampart_reap_or_fd(struct rampart_engine *e, int own_fd)
     n = lend_sockets(e, pfd, lent, own_fd, &awaited);
   }
   e->reap.inside = false;
+  if (e->reap.waiting)
+    reap_event_post(e); /* a waiter comes back to read in this thread's place */
   pthread_mutex_unlock(&e->lock);
   return own_ready;
 }

@@ -12,11 +12,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "clock.h"
 #include "engine_cluster.h"
 #include "hop_trace.h"
 #include "rampart.h"
@@ -134,6 +138,118 @@ static void test_spinning_reaper_and_servers_read_back_and_idle(void **state)
   rp_test_cluster_stop(&c);
 }
 
+/* Two frontend threads reap at once, each waking on an eventfd of its own that its
+ * requests' done callbacks write, as rampart-nbd-server's connection threads and
+ * rampart-ublk's queues do. One reads the sockets; the other waits on its own fd. When
+ * the reader leaves (its own reply came) and goes idle while the waiter's reply is still
+ * out, the waiter must be told to read in its place: else that reply sits on a lent
+ * socket nobody polls until the waiter's 100 ms safety net. Two servers, stopped while
+ * the requests go out, resumed one after the other, make that order certain. */
+struct waiter_read {
+  struct rampart_engine *e;
+  uint64_t page;
+  int own_fd;
+  atomic_bool done;
+  int result;
+  uint64_t done_ns;
+  uint8_t buf[PAGE];
+};
+
+static void on_done_wake(struct rampart_io *io, int result)
+{
+  struct waiter_read *w = io->user;
+  w->result = result;
+  w->done_ns = rp_now_ns();
+  atomic_store(&w->done, true);
+  uint64_t one = 1;
+  ssize_t ignored = write(w->own_fd, &one, sizeof one);
+  (void)ignored;
+}
+
+/* One read, waited for in rampart_reap_or_fd; then the thread ends: it goes idle. */
+static void *read_once(void *arg)
+{
+  struct waiter_read *w = arg;
+  struct rampart_io io = { .op = RAMPART_OP_READ,
+                           .offset = w->page * PAGE,
+                           .length = PAGE,
+                           .buf = w->buf,
+                           .done = on_done_wake,
+                           .user = w };
+  rampart_submit(w->e, &io);
+  while (!atomic_load(&w->done))
+    if (rampart_reap_or_fd(w->e, w->own_fd)) {
+      uint64_t count;
+      ssize_t ignored = read(w->own_fd, &count, sizeof count);
+      (void)ignored;
+    }
+  return NULL;
+}
+
+/* The server (0 or 1) each page was written to, redundancy=none: found from the stats. */
+static unsigned written_to(struct rampart_engine *e, uint64_t before[2])
+{
+  struct rampart_stats st;
+  rampart_get_stats(e, &st);
+  unsigned at = st.servers[0].pages_live > before[0] ? 0 : 1;
+  before[0] = st.servers[0].pages_live;
+  before[1] = st.servers[1].pages_live;
+  return at;
+}
+
+static void test_a_waiting_reaper_reads_once_the_reader_leaves(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  assert_int_equal(rp_test_cluster_start(&c, 2, "64M", NULL), 0);
+  const char *extra[] = { "redundancy", "none", NULL };
+  struct rampart_engine *e = rp_test_engine_open(&c, PAGES * 4, extra);
+  uint8_t want[PAGE];
+  uint64_t live[2] = { 0, 0 }, on[2] = { UINT64_MAX, UINT64_MAX };
+  for (uint64_t p = 0; p < 8; p++) {
+    fill(want, p);
+    assert_int_equal(qd1(e, RAMPART_OP_WRITE, p, want), 0);
+    unsigned s = written_to(e, live);
+    if (on[s] == UINT64_MAX)
+      on[s] = p;
+  }
+  assert_true(on[0] != UINT64_MAX && on[1] != UINT64_MAX);
+  static struct waiter_read reader, waiter;
+  reader = (struct waiter_read){ .e = e, .page = on[0] };
+  waiter = (struct waiter_read){ .e = e, .page = on[1] };
+  reader.own_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  waiter.own_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  assert_true(reader.own_fd >= 0 && waiter.own_fd >= 0);
+  kill(c.servers[0].pid, SIGSTOP);
+  kill(c.servers[1].pid, SIGSTOP);
+  pthread_t tr, tw;
+  assert_int_equal(pthread_create(&tr, NULL, read_once, &reader), 0);
+  rp_test_sleep_ms(20); /* the reader is in rampart_reap: it holds the sockets */
+  assert_int_equal(pthread_create(&tw, NULL, read_once, &waiter), 0);
+  rp_test_sleep_ms(10); /* the waiter waits on its own fd */
+  kill(c.servers[0].pid, SIGCONT);
+  pthread_join(tr, NULL); /* the reader's reply came; it is gone */
+  rp_test_sleep_ms(5);
+  uint64_t resumed = rp_now_ns();
+  kill(c.servers[1].pid, SIGCONT);
+  pthread_join(tw, NULL);
+  double after_ms = (double)(waiter.done_ns - resumed) / 1e6;
+  print_message("the waiter's read ended %.1f ms after its server resumed\n", after_ms);
+  assert_int_equal(reader.result, 0);
+  assert_int_equal(waiter.result, 0);
+  fill(want, on[0]);
+  assert_memory_equal(reader.buf, want, PAGE);
+  fill(want, on[1]);
+  assert_memory_equal(waiter.buf, want, PAGE);
+  /* Told at once, the waiter reads its reply as it comes: a few ms on a loaded machine.
+   * Not told, it sleeps out its 100 ms safety net: 60 ms or more after the resume. */
+  assert_true(after_ms < 40);
+  close(reader.own_fd);
+  close(waiter.own_fd);
+  rampart_close(e);
+  rp_test_cluster_stop(&c);
+}
+
 static int by_ns(const void *a, const void *b)
 {
   const struct rp_hop_stamp *x = a, *y = b;
@@ -204,6 +320,7 @@ int main(void)
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_spinning_reaper_and_servers_read_back_and_idle),
     cmocka_unit_test(test_hop_stamps_follow_each_page_in),
+    cmocka_unit_test(test_a_waiting_reaper_reads_once_the_reader_leaves),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
