@@ -135,9 +135,9 @@ static void device_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     fuse_reply_err(req, ENOMEM);
     return;
   }
-  int r = whole_pages(size, offset) ? fuse_worker_run(&f->waiters, f->engine, RAMPART_OP_READ,
-                                                      buf, (uint32_t)size, offset)
-                                    : rampart_pread(f->engine, buf, (uint32_t)size, offset);
+  int r = whole_pages(size, offset)
+            ? fuse_worker_run(f->engine, RAMPART_OP_READ, buf, (uint32_t)size, offset)
+            : rampart_pread(f->engine, buf, (uint32_t)size, offset);
   if (r < 0)
     fuse_reply_err(req, -r);
   else
@@ -157,8 +157,8 @@ static void device_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t
   }
   /* The engine never writes through a write's buffer: libfuse's receive buffer serves. */
   int r = whole_pages(size, offset)
-            ? fuse_worker_run(&f->waiters, f->engine, RAMPART_OP_WRITE, (void *)buf,
-                              (uint32_t)size, offset)
+            ? fuse_worker_run(f->engine, RAMPART_OP_WRITE, (void *)buf, (uint32_t)size,
+                              offset)
             : rampart_pwrite(f->engine, buf, (uint32_t)size, offset, 0);
   if (r < 0)
     fuse_reply_err(req, -r);

@@ -23,9 +23,8 @@
 struct fuse_device_file {
   struct rampart_engine *engine;
   uint64_t size;
-  const char *name;            /* the file's name in the mount's root */
-  unsigned max_background;     /* asynchronous requests the kernel keeps in flight */
-  struct fuse_waiters waiters; /* workers waiting for the engine (fuse_worker.h) */
+  const char *name;        /* the file's name in the mount's root */
+  unsigned max_background; /* asynchronous requests the kernel keeps in flight */
 };
 
 /* The low-level operations over `file`, the session's userdata. */

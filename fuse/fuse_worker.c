@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -20,8 +21,6 @@ struct worker_request {
 struct fuse_worker {
   int wake_fd; /* an eventfd: written when another thread completes this one's request */
   void *read_buf;
-  struct worker_request *waiting_on; /* while in its mount's list of waiters */
-  struct fuse_worker *prev, *next;
 };
 
 static _Thread_local struct fuse_worker *this_worker;
@@ -98,39 +97,8 @@ static void request_done(struct rampart_io *io, int result)
     wake(w);
 }
 
-static void join(struct fuse_waiters *ws, struct fuse_worker *w)
-{
-  pthread_mutex_lock(&ws->lock);
-  w->prev = NULL;
-  w->next = ws->head;
-  if (ws->head)
-    ws->head->prev = w;
-  ws->head = w;
-  pthread_mutex_unlock(&ws->lock);
-}
-
-/* Leaves the list and wakes a worker whose request is still out: the sockets this one
- * may hold stay lent to it until the I/O thread takes them back, 100-200 ms later,
- * unless another thread comes to read them. */
-static void leave(struct fuse_waiters *ws, struct fuse_worker *w)
-{
-  pthread_mutex_lock(&ws->lock);
-  if (w->prev)
-    w->prev->next = w->next;
-  else
-    ws->head = w->next;
-  if (w->next)
-    w->next->prev = w->prev;
-  for (struct fuse_worker *o = ws->head; o; o = o->next)
-    if (!atomic_load_explicit(&o->waiting_on->done, memory_order_acquire)) {
-      wake(o);
-      break;
-    }
-  pthread_mutex_unlock(&ws->lock);
-}
-
-int fuse_worker_run(struct fuse_waiters *ws, struct rampart_engine *engine,
-                    enum rampart_op op, void *buf, uint32_t length, uint64_t offset)
+int fuse_worker_run(struct rampart_engine *engine, enum rampart_op op, void *buf,
+                    uint32_t length, uint64_t offset)
 {
   struct fuse_worker *w = worker();
   if (!w)
@@ -142,13 +110,9 @@ int fuse_worker_run(struct fuse_waiters *ws, struct rampart_engine *engine,
                                       .done = request_done,
                                       .user = &r },
                               .worker = w };
-  w->waiting_on = &r;
-  join(ws, w);
   rampart_submit(engine, &r.io);
   while (!atomic_load_explicit(&r.done, memory_order_acquire))
     if (rampart_reap_or_fd(engine, w->wake_fd))
       drain_wakes(w);
-  leave(ws, w);
-  w->waiting_on = NULL;
   return r.result;
 }

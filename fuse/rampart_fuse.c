@@ -179,8 +179,7 @@ int main(int argc, char **argv)
   struct fuse_device_file file = { .engine = engine,
                                    .size = rampart_size(engine),
                                    .name = o.file,
-                                   .max_background = o.background,
-                                   .waiters = FUSE_WAITERS_INIT };
+                                   .max_background = o.background };
   struct fuse_session *se = mount_device(&o, &file);
   int result = 1;
   if (se) {
