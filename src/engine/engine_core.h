@@ -51,11 +51,12 @@ static inline uint64_t engine_now_ns(void)
   return rp_now_ns();
 }
 
-#define ENGINE_PAGE_OPS 512u       /* per-page operations in flight at once */
-#define ENGINE_DEGRADED_READS 16u  /* degraded reads in flight at once */
-#define ENGINE_PARITY_BUFFERS 64u  /* open + sealing groups at once */
-#define ENGINE_FREE_REQUESTS 1024u /* best-effort FREEs in flight */
-#define ENGINE_MOVES 32u           /* rebuild/clean/migrate pages in flight */
+#define ENGINE_PAGE_OPS 512u         /* per-page operations in flight at once */
+#define ENGINE_DEGRADED_READS 16u    /* degraded reads in flight at once */
+#define ENGINE_PARITY_BUFFERS 64u    /* open + sealing groups at once */
+#define ENGINE_FREE_REQUESTS 1024u   /* best-effort FREEs in flight */
+#define ENGINE_FREES_PER_SERVER 256u /* ... of them to one server */
+#define ENGINE_MOVES 32u             /* rebuild/clean/migrate pages in flight */
 /* Server table entries: the listed servers and every incarnation after them (a lost
  * server back empty, a replacement). Each is allocated when it is made (server_set.c),
  * so the bound costs a pointer per entry until it is used. */
@@ -119,6 +120,13 @@ struct server {
   uint8_t token[RP_TOKEN_LEN];
   struct slot_allocator slots;
   uint64_t reserved_pages;
+  /* FREEs (server_frees.c): sent and not answered, and waiting for a FREE request, their
+   * slots still held (a ring). */
+  unsigned frees_in_flight;
+  struct free_queue {
+    uint32_t *slots;
+    uint32_t head, count, cap;
+  } frees_waiting;
   bool advised;                /* under memory pressure: place nothing new */
   bool suspect;                /* returned a page that failed verification: place nothing
                                    new, move everything off (page_read.c) */
@@ -315,6 +323,8 @@ struct rampart_engine {
   struct parity_buffer *free_parity;
   struct free_request *frees;
   struct free_request *free_frees;
+  uint64_t frees_waiting; /* FREEs in the servers' frees_waiting queues */
+  unsigned frees_cursor;  /* the server a free FREE request looks at first */
 
   /* queues of work waiting for a pool */
   struct rampart_io *io_head, *io_tail;  /* frontend requests with pages to start */

@@ -330,6 +330,24 @@ static bool group_on_full_server(struct rampart_engine *e, const struct group *g
   return false;
 }
 
+/* Rewriting group g's live pages into full groups frees its slots, data and parity,
+ * less what those pages take again. That frees slots for a group with dead versions,
+ * and also for one sealed short of full width with all its pages live (a flush seals
+ * the groups open then): a one-page group holds two slots for a page that needs 1.25
+ * in a full 4 + 1 group. Under pressure any gain is worth it; idle, a rewrite must free
+ * more than a slot. In integers: W (S + P) apart, for new groups W wide with P parities. */
+static bool group_worth_cleaning(const struct rampart_engine *e, const struct group *g)
+{
+  const struct page_mover *m = e->mover;
+  if (!cleaning_now(e) || g->live > m->clean_live_max)
+    return false;
+  int64_t width = e->group_size, parities = e->parities;
+  int64_t freed = (int64_t)(g->members + group_parity_count(g)) * width -
+                  (int64_t)g->live * (width + parities);
+  int64_t cost = m->clean_pressure ? 0 : (int64_t)g->live * width;
+  return freed > cost;
+}
+
 /* Why group g must be moved, or RAMPART_MOVE_REASONS when it need not be. Records lost
  * servers met in this pass. */
 static enum rampart_move_reason group_move_reason(struct rampart_engine *e,
@@ -357,7 +375,7 @@ static enum rampart_move_reason group_move_reason(struct rampart_engine *e,
     return why;
   if ((g->unprotected || g->absent) && server_set_placeable(e) >= 2)
     return RAMPART_MOVE_PROTECT;
-  if (cleaning_now(e) && g->live <= e->mover->clean_live_max && g->live < g->members)
+  if (group_worth_cleaning(e, g))
     return RAMPART_MOVE_CLEAN;
   if (e->mover->rebalancing && g->live > 0 && g->live <= e->mover->rebalance_budget &&
       group_on_full_server(e, g))

@@ -1,5 +1,5 @@
 /* The engine's servers: connecting at open, reserving capacity, sending requests,
- * returning slots.
+ * failed requests. Returning slots (FREE) is server_frees.c's.
  *
  * What happens when a server's connection fails (it goes RECONNECTING, requests that
  * must reach it wait to be resent, it comes back with its session or is declared LOST)
@@ -123,46 +123,6 @@ bool server_request_failed(struct rampart_engine *e, unsigned index, struct rp_r
          server_health_queue(e, s, req);
 }
 
-static void on_free_done(struct rp_request *req)
-{
-  struct free_request *fr = req->user;
-  struct rampart_engine *e = fr->engine;
-  bool unanswered = req->status == RP_ERR_DISCONNECTED || req->status == RP_ERR_TIMEOUT;
-  if (unanswered && server_request_failed(e, fr->server, req, true))
-    return; /* resent on the resumed session */
-  struct server *s = e->set.servers[fr->server];
-  if (s->state != RAMPART_SERVER_LOST)
-    slot_allocator_release(&s->slots, (uint32_t)req->slot);
-  fr->next = e->free_frees;
-  e->free_frees = fr;
-}
-
-void server_release_slot(struct rampart_engine *e, unsigned index, uint32_t slot)
-{
-  struct server *s = e->set.servers[index];
-  if (s->state == RAMPART_SERVER_LOST)
-    return; /* that incarnation's slots are gone with it */
-  /* Best effort: returning the page to the server keeps its memory at what is live.
-   * Skipping it is safe, because the slot is reused and overwritten by a later WRITE.
-   * When a FREE is sent, the slot is reused only once it is answered: a FREE still
-   * waiting to be resent after a reconnect must never overtake that later WRITE. */
-  struct free_request *fr = e->free_frees;
-  bool reachable = server_usable_for_reads(s) || s->state == RAMPART_SERVER_RECONNECTING;
-  if (!fr || !reachable || e->set.closing) {
-    slot_allocator_release(&s->slots, slot);
-    return;
-  }
-  e->free_frees = fr->next;
-  memset(&fr->req, 0, sizeof fr->req);
-  fr->server = (server_index)index;
-  fr->req.op = RP_OP_FREE;
-  fr->req.slot = slot;
-  fr->req.count = 1;
-  fr->req.done = on_free_done;
-  fr->req.user = fr;
-  server_transport_send(e, index, &fr->req);
-}
-
 static int server_connect(struct rampart_engine *e, struct server *s, const uint8_t *token,
                           uint32_t timeout_ms, struct rp_conn **out,
                           struct rp_session_info *info, struct rp_error *err)
@@ -260,6 +220,8 @@ void server_forget_newest(struct rampart_engine *e)
 {
   struct server *s = e->set.servers[--e->set.nservers];
   server_health_free_server(s);
+  e->frees_waiting -= s->frees_waiting.count;
+  free(s->frees_waiting.slots);
   free(s);
   e->set.servers[e->set.nservers] = NULL;
 }
@@ -341,8 +303,10 @@ void server_set_close(struct rampart_engine *e)
     }
   }
   /* Only now: completions run inside later goodbyes may still release slots. */
-  for (unsigned i = 0; i < e->set.nservers; i++)
+  for (unsigned i = 0; i < e->set.nservers; i++) {
     slot_allocator_destroy(&e->set.servers[i]->slots);
+    free(e->set.servers[i]->frees_waiting.slots);
+  }
   server_health_free(e);
   /* Pools of servers added while running, each once (its incarnations share it). */
   for (unsigned i = 0; i < e->set.nservers; i++) {

@@ -186,7 +186,6 @@ static void test_two_lost_and_full_servers_spill_and_come_back(void **state)
   rp_test_device_stats(&d, &st);
   print_message("eight up: %llu pages spilled, %llu remote\n",
                 (unsigned long long)st.pages_spilled, (unsigned long long)st.pages_remote);
-  uint64_t spilled_before = st.pages_spilled; /* the eight may be short already */
   rp_test_server_kill(&c.servers[2]);
   rp_test_server_kill(&c.servers[6]);
   rp_test_device_workload(&d, 60, 70, 5);
@@ -198,7 +197,10 @@ static void test_two_lost_and_full_servers_spill_and_come_back(void **state)
   rp_test_device_stats(&d, &st);
   print_message("two lost, six full: %llu pages spilled, %llu remote\n",
                 (unsigned long long)st.pages_spilled, (unsigned long long)st.pages_remote);
-  assert_true(st.pages_spilled > spilled_before);
+  /* The six cannot hold every live page 1.5 times over: some are on disk. (More than
+   * before the loss, most of the time; but cleaning may have compacted enough groups
+   * meanwhile for the six to take some of the eight's spill back.) */
+  assert_true(st.pages_spilled > 0);
   assert_int_equal(st.pages_lost, 0);
   uint64_t spilled = st.pages_spilled;
   char msg[256];
