@@ -48,12 +48,30 @@
 #include "stats_file.h"
 #include "thread_start.h"
 
+/* Bucket k counts requests of at most 2^k microseconds (rampart.h). */
+static unsigned latency_bucket(uint64_t ns)
+{
+  uint64_t us = (ns + 999) / 1000;
+  unsigned k = us <= 1 ? 0 : 64u - (unsigned)__builtin_clzll(us - 1);
+  return k < RAMPART_LATENCY_BUCKETS - 1 ? k : RAMPART_LATENCY_BUCKETS - 1;
+}
+
+/* Two relaxed atomic adds, no lock: a request may end on any thread that runs the engine. */
+static void count_latency(struct rampart_engine *e, enum rampart_op op, uint64_t ns)
+{
+  atomic_fetch_add_explicit(&e->latency_count[op][latency_bucket(ns)], 1,
+                            memory_order_relaxed);
+  atomic_fetch_add_explicit(&e->latency_sum_ns[op], ns, memory_order_relaxed);
+}
 
 /* Every frontend request ends here: counted, so that a thread in rampart_reap learns
- * that the I/O thread completed something (engine_reap_wake). */
+ * that the I/O thread completed something (engine_reap_wake), and timed from its
+ * submission, whichever frontend sent it. */
 static void frontend_done(struct rampart_engine *e, struct rampart_io *io, int result)
 {
   e->frontend_completions++;
+  if ((unsigned)io->op < RAMPART_LATENCY_OPS)
+    count_latency(e, io->op, engine_now_ns() - io->submitted_ns);
   rp_hop(RP_HOP_ENGINE_DONE);
   io->done(io, result);
 }
@@ -491,6 +509,9 @@ void rampart_submit(struct rampart_engine *e, struct rampart_io *io)
 void rampart_submit_list(struct rampart_engine *e, struct rampart_io *first)
 {
   rp_hop(RP_HOP_ENGINE_SUBMIT);
+  uint64_t now = engine_now_ns();
+  for (struct rampart_io *io = first; io; io = io->next)
+    io->submitted_ns = now;
   if (!first || submit_inline(e, first))
     return;
   /* incoming is a stack, taken in reverse: pushed newest first, the list keeps its order */
@@ -549,22 +570,6 @@ static void sync_wait_for(struct sync_wait *w)
   }
 }
 
-/* Bucket k counts requests of at most 2^k microseconds (rampart.h). */
-static unsigned latency_bucket(uint64_t ns)
-{
-  uint64_t us = (ns + 999) / 1000;
-  unsigned k = us <= 1 ? 0 : 64u - (unsigned)__builtin_clzll(us - 1);
-  return k < RAMPART_LATENCY_BUCKETS - 1 ? k : RAMPART_LATENCY_BUCKETS - 1;
-}
-
-/* Counted in place by the waiting frontend thread: two relaxed atomic adds, no lock. */
-static void count_latency(struct rampart_engine *e, enum rampart_op op, uint64_t ns)
-{
-  atomic_fetch_add_explicit(&e->latency_count[op][latency_bucket(ns)], 1,
-                            memory_order_relaxed);
-  atomic_fetch_add_explicit(&e->latency_sum_ns[op], ns, memory_order_relaxed);
-}
-
 int engine_run_sync(struct rampart_engine *e, enum rampart_op op, void *buf, uint32_t length,
                     uint64_t offset, uint32_t flags)
 {
@@ -576,12 +581,10 @@ int engine_run_sync(struct rampart_engine *e, enum rampart_op op, void *buf, uin
                            .buf = buf,
                            .done = sync_done,
                            .user = &w };
-  uint64_t start = engine_now_ns();
   atomic_fetch_add_explicit(&e->frontend_waiting, 1, memory_order_relaxed);
   rampart_submit(e, &io);
   sync_wait_for(&w);
   atomic_fetch_sub_explicit(&e->frontend_waiting, 1, memory_order_relaxed);
-  count_latency(e, op, engine_now_ns() - start);
   return w.result;
 }
 

@@ -57,6 +57,7 @@ struct rampart_io {
   uint32_t pages_started;
   uint32_t pages_pending;
   int result;
+  uint64_t submitted_ns; /* for the request-time histogram */
 };
 
 /* A server's health, the one state machine's states (src/engine/server_health.c, and
