@@ -22,8 +22,8 @@
  * come from the engine's pool).
  *
  * While a server reconnects, requests that must reach its session (member and parity
- * writes, frees) wait in its replay queue: those in flight when the connection dropped
- * and those sent since. They are resent on the resumed session; if the server is
+ * writes, and FREEs in flight when it dropped: server_frees.c sends none meanwhile) wait
+ * in its replay queue: those in flight when the connection dropped and those sent since. They are resent on the resumed session; if the server is
  * declared LOST, or io-timeout= passes first, they fail back to their owners, which
  * then do what their policy does without the server.
  *
