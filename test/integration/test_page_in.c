@@ -3,7 +3,8 @@
  * only while a request is out, and stop on SIGTERM; and the hop stamps
  * (RAMPART_HOP_TRACE, common/hop_trace.h) follow each QD1 page-in through the engine,
  * the wire and the server, in order, with the server's stamps from the server's process;
- * and requests sent with rampart_submit are in the request-time histogram.
+ * a reply that comes after the reaper left is read at once; and requests sent with
+ * rampart_submit are in the request-time histogram.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -283,6 +284,65 @@ static void test_submitted_requests_are_timed(void **state)
   rp_test_cluster_stop(&c);
 }
 
+/* A request whose thread does not reap (it waits on its own fd), its server stalled,
+ * while another thread reads a page as the reaper and goes: once the stalled server
+ * answers, the reply is read at once, by the I/O thread the reaper gave the sockets back
+ * to. (Left lent, it waited for the next reaper or for the I/O thread to take them back
+ * two ticks later: 100 to 200 ms.) */
+static void test_a_reply_after_the_reaper_left_is_read(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  assert_int_equal(rp_test_cluster_start(&c, 2, "64M", NULL), 0);
+  const char *extra[] = { "redundancy", "none", NULL };
+  struct rampart_engine *e = rp_test_engine_open(&c, PAGES * 4, extra);
+  uint8_t want[PAGE], got[PAGE];
+  uint64_t live[2] = { 0, 0 }, on[2] = { UINT64_MAX, UINT64_MAX };
+  for (uint64_t p = 0; p < 8; p++) {
+    fill(want, p);
+    assert_int_equal(qd1(e, RAMPART_OP_WRITE, p, want), 0);
+    unsigned s = written_to(e, live);
+    if (on[s] == UINT64_MAX)
+      on[s] = p;
+  }
+  assert_true(on[0] != UINT64_MAX && on[1] != UINT64_MAX);
+  double worst_ms = 0;
+  for (unsigned round = 0; round < 3; round++) {
+    static struct waiter_read stalled;
+    stalled = (struct waiter_read){ .e = e, .page = on[0] };
+    stalled.own_fd = eventfd(0, EFD_CLOEXEC);
+    assert_true(stalled.own_fd >= 0);
+    struct rampart_io io = { .op = RAMPART_OP_READ,
+                             .offset = on[0] * PAGE,
+                             .length = PAGE,
+                             .buf = stalled.buf,
+                             .done = on_done_wake,
+                             .user = &stalled };
+    kill(c.servers[0].pid, SIGSTOP);
+    rampart_submit(e, &io);
+    fill(want, on[1]);
+    assert_int_equal(qd1(e, RAMPART_OP_READ, on[1], got), 0); /* reaps, and goes */
+    assert_memory_equal(got, want, PAGE);
+    rp_test_sleep_ms(5);
+    uint64_t resumed = rp_now_ns();
+    kill(c.servers[0].pid, SIGCONT);
+    uint64_t count;
+    assert_int_equal(read(stalled.own_fd, &count, sizeof count), (ssize_t)sizeof count);
+    double after_ms = (double)(stalled.done_ns - resumed) / 1e6;
+    worst_ms = after_ms > worst_ms ? after_ms : worst_ms;
+    assert_int_equal(stalled.result, 0);
+    fill(want, on[0]);
+    assert_memory_equal(stalled.buf, want, PAGE);
+    close(stalled.own_fd);
+  }
+  print_message("a reply that came after the reaper left was read %.1f ms after its server "
+                "resumed, at worst\n",
+                worst_ms);
+  assert_true(worst_ms < 40);
+  rampart_close(e);
+  rp_test_cluster_stop(&c);
+}
+
 static int by_ns(const void *a, const void *b)
 {
   const struct rp_hop_stamp *x = a, *y = b;
@@ -355,6 +415,7 @@ int main(void)
     cmocka_unit_test(test_hop_stamps_follow_each_page_in),
     cmocka_unit_test(test_a_waiting_reaper_reads_once_the_reader_leaves),
     cmocka_unit_test(test_submitted_requests_are_timed),
+    cmocka_unit_test(test_a_reply_after_the_reaper_left_is_read),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
