@@ -199,15 +199,16 @@ static unsigned written_to(struct rampart_engine *e, uint64_t before[2])
   return at;
 }
 
-static void test_a_waiting_reaper_reads_once_the_reader_leaves(void **state)
+/* A device on two servers, redundancy=none, with eight pages written: on[s] is a page
+ * stored on server s, so that stopping a server stalls that page's reads alone. */
+static struct rampart_engine *open_on_two_servers(struct rp_test_cluster *c, uint64_t on[2])
 {
-  (void)state;
-  struct rp_test_cluster c;
-  assert_int_equal(rp_test_cluster_start(&c, 2, "64M", NULL), 0);
+  assert_int_equal(rp_test_cluster_start(c, 2, "64M", NULL), 0);
   const char *extra[] = { "redundancy", "none", NULL };
-  struct rampart_engine *e = rp_test_engine_open(&c, PAGES * 4, extra);
+  struct rampart_engine *e = rp_test_engine_open(c, PAGES * 4, extra);
   uint8_t want[PAGE];
-  uint64_t live[2] = { 0, 0 }, on[2] = { UINT64_MAX, UINT64_MAX };
+  uint64_t live[2] = { 0, 0 };
+  on[0] = on[1] = UINT64_MAX;
   for (uint64_t p = 0; p < 8; p++) {
     fill(want, p);
     assert_int_equal(qd1(e, RAMPART_OP_WRITE, p, want), 0);
@@ -216,6 +217,16 @@ static void test_a_waiting_reaper_reads_once_the_reader_leaves(void **state)
       on[s] = p;
   }
   assert_true(on[0] != UINT64_MAX && on[1] != UINT64_MAX);
+  return e;
+}
+
+static void test_a_waiting_reaper_reads_once_the_reader_leaves(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  uint64_t on[2];
+  struct rampart_engine *e = open_on_two_servers(&c, on);
+  uint8_t want[PAGE];
   static struct waiter_read reader, waiter;
   reader = (struct waiter_read){ .e = e, .page = on[0] };
   waiter = (struct waiter_read){ .e = e, .page = on[1] };
@@ -293,19 +304,9 @@ static void test_a_reply_after_the_reaper_left_is_read(void **state)
 {
   (void)state;
   struct rp_test_cluster c;
-  assert_int_equal(rp_test_cluster_start(&c, 2, "64M", NULL), 0);
-  const char *extra[] = { "redundancy", "none", NULL };
-  struct rampart_engine *e = rp_test_engine_open(&c, PAGES * 4, extra);
+  uint64_t on[2];
+  struct rampart_engine *e = open_on_two_servers(&c, on);
   uint8_t want[PAGE], got[PAGE];
-  uint64_t live[2] = { 0, 0 }, on[2] = { UINT64_MAX, UINT64_MAX };
-  for (uint64_t p = 0; p < 8; p++) {
-    fill(want, p);
-    assert_int_equal(qd1(e, RAMPART_OP_WRITE, p, want), 0);
-    unsigned s = written_to(e, live);
-    if (on[s] == UINT64_MAX)
-      on[s] = p;
-  }
-  assert_true(on[0] != UINT64_MAX && on[1] != UINT64_MAX);
   double worst_ms = 0;
   for (unsigned round = 0; round < 3; round++) {
     static struct waiter_read stalled;
