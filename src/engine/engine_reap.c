@@ -11,10 +11,10 @@
  *
  * The I/O thread keeps timers, reconnects, write watchers and every socket not lent. A
  * reaper that leaves while replies are still awaited (another thread's request, a FREE,
- * a move) gives the sockets back to it at once (reap_leave): a reply that came after
- * it left sat unread on a lent socket until the next reaper came, or until the I/O
- * thread took the sockets back for want of one, two of its ticks later; swapping
- * through rampart-fuse, hundreds of requests a second waited 40 to 140 ms so. With
+ * a move) gives the sockets back to it at once (reap_leave). Left lent, a reply that
+ * comes after the reaper left lies unread until the next reaper comes, or until the I/O
+ * thread takes the sockets back for want of one, two of its ticks later: under swap
+ * through rampart-fuse, 40 to 140 ms for over a hundred requests a second. With
  * nothing awaited the sockets stay lent, and the next QD1 reaper finds them so. The I/O
  * thread also takes them back once no reaper has come for two ticks
  * (engine_reap_tick), and wakes a reaper asleep here when it completed frontend
