@@ -242,7 +242,13 @@ guest_failed() {
 log "booting: ${guest_mb} MiB, 2 vCPUs (qemu -accel tcg); the guest reboots once by itself"
 t0=$SECONDS
 last=
-for boot in 1 2; do
+# A kernel that dies before it runs init, under TCG, died of the emulation (an int3 oops
+# in the scheduler's clock during SMP bring-up has been seen): rampart's code has not
+# run, and the disk is as the last boot left it, so that boot is cold-started once more.
+# A kernel that dies after init started fails the test.
+retried=0
+boot=1
+while ((boot <= 2)); do
   "$qemu" -accel tcg,thread=multi -cpu max -m "$guest_mb" -smp 2 -nographic -monitor none \
     -no-reboot -kernel "$kdir/vmlinuz" -initrd "$work/initrd.gz" \
     -append "console=ttyS0 panic=-1 systemd.show_status=1 systemd.log_color=0 \
@@ -255,8 +261,8 @@ systemd.unified_cgroup_hierarchy=1" \
   bg_pids+=("$qemu_pid")
   while kill -0 "$qemu_pid" 2>/dev/null; do
     ((SECONDS - t0 < 2880)) || guest_failed "the guest did not finish within 2880 s: $(tail -n 20 "$console")"
-    boots=$(grep -ac '^Linux version' "$console" 2>/dev/null || true)
-    ((${boots:-0} <= boot)) || guest_failed "boot $boot started the kernel again (a panic?): $(grep -a -E 'rampart-guest|panic|Oops|BUG' "$console" | tail -n 20)"
+    boots=$(grep -ac 'Linux version [0-9]' "$console" 2>/dev/null || true)
+    ((${boots:-0} <= boot + retried)) || guest_failed "boot $boot started the kernel again (a panic?): $(grep -a -E 'rampart-guest|panic|Oops|BUG' "$console" | tail -n 20)"
     while IFS= read -r line; do
       log "guest: ${line#rampart-guest: }"
     done < <(grep -a '^rampart-guest:' "$console" 2>/dev/null | grep -av '^rampart-guest: [a-z]*| ' |
@@ -265,8 +271,18 @@ systemd.unified_cgroup_hierarchy=1" \
     sleep 2
   done
   wait "$qemu_pid" || true
-  # Boot 1 ends in a reboot only when it passed; otherwise it powered off: stop here.
-  grep -aq "^rampart-guest: PASS boot $boot" "$console" || break
+  if ! grep -aq "^rampart-guest: PASS boot $boot" "$console"; then
+    this_boot=$(awk '/Linux version [0-9]/ { text = "" } { text = text $0 "\n" } END { printf "%s", text }' "$console")
+    if ((retried == 0)) && grep -aq -E 'Kernel panic|Oops' <<<"$this_boot" &&
+       ! grep -aq 'Run /init as init process' <<<"$this_boot"; then
+      log "boot $boot: the guest's kernel died before it ran init ($(grep -a -m1 -E 'Oops|Kernel panic' <<<"$this_boot" | tr -d '\r')); starting that boot once more"
+      retried=1
+      continue
+    fi
+    # Boot 1 ends in a reboot only when it passed; otherwise it powered off: stop here.
+    break
+  fi
+  boot=$((boot + 1))
 done
 guest_seconds=$((SECONDS - t0))
 cp "$console" "$kept" || log "cannot keep the console log as $kept"
