@@ -54,7 +54,7 @@ static inline uint64_t engine_now_ns(void)
 #define ENGINE_PAGE_OPS 512u         /* per-page operations in flight at once */
 #define ENGINE_DEGRADED_READS 16u    /* degraded reads in flight at once */
 #define ENGINE_PARITY_BUFFERS 64u    /* open + sealing groups at once */
-#define ENGINE_FREE_REQUESTS 1024u   /* best-effort FREEs in flight */
+#define ENGINE_FREE_REQUESTS 1024u   /* FREEs in flight (server_frees.c) */
 #define ENGINE_FREES_PER_SERVER 256u /* ... of them to one server */
 #define ENGINE_MOVES 32u             /* rebuild/clean/migrate pages in flight */
 /* Server table entries: the listed servers and every incarnation after them (a lost
@@ -121,11 +121,11 @@ struct server {
   struct slot_allocator slots;
   uint64_t reserved_pages;
   /* FREEs (server_frees.c): sent and not answered, and waiting for a FREE request, their
-   * slots still held (a ring). */
+   * slots still held (in no order: each frees its own slot). */
   unsigned frees_in_flight;
-  struct free_queue {
+  struct waiting_slots {
     uint32_t *slots;
-    uint32_t head, count, cap;
+    uint32_t count, cap;
   } frees_waiting;
   bool advised;                /* under memory pressure: place nothing new */
   bool suspect;                /* returned a page that failed verification: place nothing
@@ -323,8 +323,7 @@ struct rampart_engine {
   struct parity_buffer *free_parity;
   struct free_request *frees;
   struct free_request *free_frees;
-  uint64_t frees_waiting; /* FREEs in the servers' frees_waiting queues */
-  unsigned frees_cursor;  /* the server a free FREE request looks at first */
+  uint64_t frees_waiting; /* FREEs in the servers' frees_waiting, together */
 
   /* queues of work waiting for a pool */
   struct rampart_io *io_head, *io_tail;  /* frontend requests with pages to start */

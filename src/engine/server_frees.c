@@ -5,8 +5,8 @@
  * need, as the engine counts it. A slot released without its FREE keeps its old page on
  * the server until a later WRITE reuses the slot; doing that whenever the engine's
  * ENGINE_FREE_REQUESTS ran out put the servers well past the overflow bound under a
- * burst of overwrites on a slow machine. So a FREE for a server that answers waits for a
- * request in that server's queue, its slot still held (where the throttle and cleaning
+ * burst of overwrites on a slow machine. So a FREE for a server that answers waits with
+ * that server for a request, its slot still held (where the throttle and cleaning
  * count it), and each request that comes back takes the next one waiting.
  *
  * Two limits keep one server from holding the others' FREEs back: a server has at most
@@ -31,33 +31,24 @@ static bool server_takes_free_now(const struct server *s)
 
 static int frees_waiting_push(struct rampart_engine *e, struct server *s, uint32_t slot)
 {
-  struct free_queue *q = &s->frees_waiting;
-  if (q->count == q->cap) {
-    uint32_t cap = q->cap ? q->cap * 2 : 256;
-    uint32_t *ring = malloc((size_t)cap * sizeof *ring);
-    if (!ring)
+  struct waiting_slots *w = &s->frees_waiting;
+  if (w->count == w->cap) {
+    uint32_t cap = w->cap ? w->cap * 2 : 256;
+    uint32_t *grown = realloc(w->slots, (size_t)cap * sizeof *grown);
+    if (!grown)
       return -1;
-    for (uint32_t i = 0; i < q->count; i++)
-      ring[i] = q->slots[(q->head + i) % q->cap];
-    free(q->slots);
-    q->slots = ring;
-    q->head = 0;
-    q->cap = cap;
+    w->slots = grown;
+    w->cap = cap;
   }
-  q->slots[(q->head + q->count) % q->cap] = slot;
-  q->count++;
+  w->slots[w->count++] = slot;
   e->frees_waiting++;
   return 0;
 }
 
 static uint32_t frees_waiting_pop(struct rampart_engine *e, struct server *s)
 {
-  struct free_queue *q = &s->frees_waiting;
-  uint32_t slot = q->slots[q->head];
-  q->head = (q->head + 1) % q->cap;
-  q->count--;
   e->frees_waiting--;
-  return slot;
+  return s->frees_waiting.slots[--s->frees_waiting.count];
 }
 
 static void on_free_done(struct rp_request *req);
@@ -87,19 +78,15 @@ static void frees_waiting_let_go(struct rampart_engine *e, struct server *s)
   }
 }
 
-/* A FREE request just answered by server `from` takes that server's next waiting FREE,
- * else any server's (round robin), else goes back to the pool. */
+/* A FREE request just answered by server `from` takes a waiting FREE: that server's
+ * first (its share in flight just dropped), else the next servers' in turn; else it
+ * goes back to the pool. A server that no longer answers lets its waiting FREEs go. */
 static void free_request_recycle(struct rampart_engine *e, struct free_request *fr,
                                  unsigned from)
 {
-  struct server *s = e->set.servers[from];
-  if (s->frees_waiting.count > 0 && server_takes_free_now(s) && !e->set.closing) {
-    free_request_send(e, fr, from, frees_waiting_pop(e, s));
-    return;
-  }
   for (unsigned n = 0; n < e->set.nservers && e->frees_waiting > 0 && !e->set.closing; n++) {
-    unsigned i = e->frees_cursor++ % e->set.nservers;
-    s = e->set.servers[i];
+    unsigned i = (from + n) % e->set.nservers;
+    struct server *s = e->set.servers[i];
     if (s->frees_waiting.count == 0)
       continue;
     if (!server_usable_for_reads(s)) {
@@ -126,8 +113,6 @@ static void on_free_done(struct rp_request *req)
   s->frees_in_flight--;
   if (s->state != RAMPART_SERVER_LOST)
     slot_allocator_release(&s->slots, (uint32_t)req->slot);
-  if (!server_usable_for_reads(s))
-    frees_waiting_let_go(e, s);
   free_request_recycle(e, fr, fr->server);
 }
 

@@ -1,5 +1,5 @@
-/* The engine's servers: connecting at open, reserving capacity, sending requests,
- * failed requests. Returning slots (FREE) is server_frees.c's.
+/* The engine's servers: connecting at open, reserving capacity, sending requests and
+ * handling those that fail. Returning slots (FREE) is server_frees.c's.
  *
  * What happens when a server's connection fails (it goes RECONNECTING, requests that
  * must reach it wait to be resent, it comes back with its session or is declared LOST)

@@ -457,15 +457,6 @@ static uint64_t servers_pages_stored(struct rp_test_cluster *c)
   return stored;
 }
 
-/* ... and as the engine counts them. */
-static uint64_t engine_pages_stored(const struct rampart_stats *st)
-{
-  uint64_t stored = 0;
-  for (unsigned i = 0; i < st->nservers; i++)
-    stored += st->servers[i].pages_stored;
-  return stored;
-}
-
 /* Long overwrite run: server memory stays within (1 + 1/S) x live x (1 + overflow) at the
  * default overflow (10%), and no page spills to disk on the way: writers wait for
  * cleaning instead. */
@@ -495,10 +486,10 @@ static void test_server_memory_stays_bounded(void **state)
   struct rampart_stats st;
   for (unsigned attempt = 0; attempt < 100; attempt++) {
     rp_test_device_stats(&d, &st);
-    uint64_t before = engine_pages_stored(&st);
+    uint64_t before = rp_test_stats_pages_stored(&st);
     stored = servers_pages_stored(&c);
     rp_test_device_stats(&d, &st);
-    counted = engine_pages_stored(&st);
+    counted = rp_test_stats_pages_stored(&st);
     ratio = (double)stored / (double)live;
     /* Settled: within the bound, and the servers hold what the engine counts (a FREE
      * skipped once left old pages on them past it). */

@@ -23,15 +23,6 @@
 #define GROUP 4u
 #define OVERFLOW_PERCENT 50u
 
-/* Slots the engine holds on its servers. */
-static uint64_t slots_held(const struct rampart_stats *st)
-{
-  uint64_t held = 0;
-  for (unsigned i = 0; i < st->nservers; i++)
-    held += st->servers[i].pages_stored;
-  return held;
-}
-
 /* How far into the overflow the slots held are: 0 when they are what the live pages need
  * (with parity, plus the engine's slack of a few groups), 1 at the bound where writes
  * would wait. */
@@ -39,7 +30,7 @@ static double overflow_used(const struct rampart_stats *st)
 {
   double need = (double)st->pages_remote * (1.0 + 1.0 / GROUP) + (GROUP + 1) * 8;
   double room = (double)st->pages_remote * (1.0 + 1.0 / GROUP) * OVERFLOW_PERCENT / 100.0;
-  return ((double)slots_held(st) - need) / room;
+  return ((double)rp_test_stats_pages_stored(st) - need) / room;
 }
 
 static void print_stats(struct rp_test_device *d, const char *when)

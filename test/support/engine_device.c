@@ -41,6 +41,14 @@ void rp_test_device_stats(struct rp_test_device *d, struct rampart_stats *st)
   rampart_get_stats(d->engine, st);
 }
 
+uint64_t rp_test_stats_pages_stored(const struct rampart_stats *st)
+{
+  uint64_t stored = 0;
+  for (unsigned i = 0; i < st->nservers; i++)
+    stored += st->servers[i].pages_stored;
+  return stored;
+}
+
 void rp_test_device_print_stats(struct rp_test_device *d)
 {
   static char report[16384];

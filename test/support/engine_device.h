@@ -46,6 +46,8 @@ void rp_test_device_fill(struct rp_test_device *d, uint64_t first, uint64_t n);
 uint64_t rp_test_device_verify(struct rp_test_device *d, bool allow_eio);
 
 void rp_test_device_stats(struct rp_test_device *d, struct rampart_stats *st);
+/* Pages the engine counts stored on its servers (live, inactive and parity), all of them. */
+uint64_t rp_test_stats_pages_stored(const struct rampart_stats *st);
 /* The engine's stats as rampartctl device prints them, into the test's output. */
 void rp_test_device_print_stats(struct rp_test_device *d);
 
