@@ -444,15 +444,9 @@ static uint64_t servers_pages_stored(struct rp_test_cluster *c)
 {
   uint64_t stored = 0;
   for (unsigned i = 0; i < c->n; i++) {
-    struct rp_session_info info;
-    struct rp_error err;
-    struct rp_conn *conn = rp_test_connect(&c->servers[i], &c->key, NULL, &info, &err);
-    assert_non_null(conn);
     struct rp_server_stat ss;
-    assert_int_equal(rp_stat_sync(conn, &ss, &err), 0);
+    assert_true(rp_test_server_stat(&c->servers[i], &c->key, &ss));
     stored += ss.stored_pages;
-    rp_goodbye_sync(conn, &err);
-    rp_conn_close(conn);
   }
   return stored;
 }

@@ -418,20 +418,6 @@ static void test_lost_line_counts_attempts_and_names_the_phase(void **state)
 
 /* ---- a resume that completes after the server was declared lost ------------------------ */
 
-static bool rampartd_stat(const struct rp_test_cluster *c, unsigned i,
-                          struct rp_server_stat *ss)
-{
-  struct rp_session_info info;
-  struct rp_error err;
-  struct rp_conn *conn = rp_test_connect(&c->servers[i], &c->key, NULL, &info, &err);
-  if (!conn)
-    return false;
-  bool ok = rp_stat_sync(conn, ss, &err) == 0;
-  rp_goodbye_sync(conn, &err);
-  rp_conn_close(conn);
-  return ok;
-}
-
 /* With lease=0 the engine declares a server lost at once; its reconnect attempt (with the
  * session token) is held in the relay until then and completes after: the server resumes
  * the old session. The engine has already given those pages up and is rebuilding them,
@@ -481,7 +467,7 @@ static void test_resume_after_lost_is_refused(void **state)
   bool match = false;
   for (unsigned i = 0; i < 50 && !match; i++) {
     stats(&r, &st);
-    assert_true(rampartd_stat(&r.cluster, 2, &ss));
+    assert_true(rp_test_server_stat(&r.cluster.servers[2], &r.cluster.key, &ss));
     match = ss.stored_pages == st.servers[5].pages_stored;
     if (!match)
       rp_test_sleep_ms(100);

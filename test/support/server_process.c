@@ -486,6 +486,20 @@ struct rp_conn *rp_test_connect(const struct rp_test_server *s, const struct rp_
   return rp_conn_open(&o, info, err);
 }
 
+bool rp_test_server_stat(const struct rp_test_server *s, const struct rp_key *key,
+                         struct rp_server_stat *ss)
+{
+  struct rp_session_info info;
+  struct rp_error err;
+  struct rp_conn *conn = rp_test_connect(s, key, NULL, &info, &err);
+  if (!conn)
+    return false;
+  bool ok = rp_stat_sync(conn, ss, &err) == 0;
+  rp_goodbye_sync(conn, &err);
+  rp_conn_close(conn);
+  return ok;
+}
+
 int rp_test_raw_connect(const struct rp_test_server *s)
 {
   struct addrinfo hints, *res = NULL;

@@ -133,6 +133,11 @@ struct rp_conn *rp_test_connect(const struct rp_test_server *s, const struct rp_
                                 const uint8_t *resume_token, struct rp_session_info *info,
                                 struct rp_error *err);
 
+/* A server's own counters (STAT on a connection of its own, ended with GOODBYE): true
+ * when it answered. */
+bool rp_test_server_stat(const struct rp_test_server *s, const struct rp_key *key,
+                         struct rp_server_stat *ss);
+
 /* A TCP socket connected to s (blocking), or -1. */
 int rp_test_raw_connect(const struct rp_test_server *s);
 
