@@ -41,10 +41,14 @@ static int bind_notify_socket(const char *path)
   struct stat st;
   if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
     unlink(path); /* a socket a stopped listener left */
+  /* SO_PASSCRED before bind: a datagram that arrives the moment the path exists must
+   * already carry its sender's pid, or it is printed under pid 0. */
+  int r = fd < 0 ? -1 : setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
   mode_t old = umask(077);
-  int r = fd < 0 ? -1 : bind(fd, (struct sockaddr *)&a, sizeof a);
+  if (r == 0)
+    r = bind(fd, (struct sockaddr *)&a, sizeof a);
   umask(old);
-  if (r < 0 || setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) < 0) {
+  if (r < 0) {
     fprintf(stderr, "rampartctl: notify-listen: cannot listen on %s: %s\n", path,
             strerror(errno));
     if (fd >= 0)
