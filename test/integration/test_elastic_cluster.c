@@ -231,13 +231,7 @@ static void test_remove_drains_then_ends_the_session(void **state)
   struct rp_server_stat stat = { 0 };
   uint64_t until = rp_test_now_ms() + 10000;
   do {
-    struct rp_session_info info;
-    struct rp_error err;
-    struct rp_conn *conn = rp_test_connect(leaving, &r->cluster.key, NULL, &info, &err);
-    assert_non_null(conn);
-    assert_int_equal(rp_stat_sync(conn, &stat, &err), 0);
-    rp_goodbye_sync(conn, &err);
-    rp_conn_close(conn);
+    assert_true(rp_test_server_stat(leaving, &r->cluster.key, &stat));
     if (stat.reserved_pages == 0)
       break;
     rp_test_sleep_ms(100);

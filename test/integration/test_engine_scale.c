@@ -79,17 +79,10 @@ static void reads_served(const struct rp_test_cluster *c, uint64_t *reads)
     reads[i] = 0;
     if (c->servers[i].pid <= 0)
       continue;
-    struct rp_session_info info;
-    struct rp_error err;
-    struct rp_conn *conn = rp_test_connect(&c->servers[i], &c->key, NULL, &info, &err);
-    if (!conn)
-      fail_msg("STAT of %s: %s", c->servers[i].addr, err.message);
     struct rp_server_stat st;
-    if (rp_stat_sync(conn, &st, &err) < 0)
-      fail_msg("STAT of %s: %s", c->servers[i].addr, err.message);
+    if (!rp_test_server_stat(&c->servers[i], &c->key, &st))
+      fail_msg("STAT of %s failed (the reason is above)", c->servers[i].addr);
     reads[i] = st.ops_read;
-    rp_goodbye_sync(conn, &err); /* no session left waiting out its lease */
-    rp_conn_close(conn);
   }
 }
 

@@ -492,9 +492,13 @@ bool rp_test_server_stat(const struct rp_test_server *s, const struct rp_key *ke
   struct rp_session_info info;
   struct rp_error err;
   struct rp_conn *conn = rp_test_connect(s, key, NULL, &info, &err);
-  if (!conn)
+  if (!conn) {
+    fprintf(stderr, "STAT of %s: %s\n", s->addr, err.message);
     return false;
+  }
   bool ok = rp_stat_sync(conn, ss, &err) == 0;
+  if (!ok)
+    fprintf(stderr, "STAT of %s: %s\n", s->addr, err.message);
   rp_goodbye_sync(conn, &err);
   rp_conn_close(conn);
   return ok;

@@ -134,7 +134,7 @@ struct rp_conn *rp_test_connect(const struct rp_test_server *s, const struct rp_
                                 struct rp_error *err);
 
 /* A server's own counters (STAT on a connection of its own, ended with GOODBYE): true
- * when it answered. */
+ * when it answered; otherwise false, the reason printed on stderr. */
 bool rp_test_server_stat(const struct rp_test_server *s, const struct rp_key *key,
                          struct rp_server_stat *ss);
 
