@@ -236,6 +236,31 @@ guest_oops() {
     END { if (!panicked && last && NR - last < 250) show(last) }' "$1"
 }
 
+# guest_kernel_died_before MARKER < CONSOLE: true when the console shows the guest's kernel
+# dead (a panic or an Oops) and never MARKER, the first thing its init prints. Under TCG
+# the kernel sometimes dies in SMP bring-up (an int3 in sched_clock_cpu, a fatal exception
+# in interrupt), before any rampart code has run; a guest test boots such a guest once
+# more. A kernel that dies after its init spoke is the test's failure, as before.
+guest_kernel_died_before() {
+  local text
+  text=$(LC_ALL=C tr -d '\0')
+  grep -aq -E 'Kernel panic|Oops' <<<"$text" && ! grep -aqF "$1" <<<"$text"
+}
+
+# guest_boot_died CONSOLE PID: waits (up to 300 s) until the guest's init says its first
+# "rampart-guest:" line or qemu ends; true when qemu ended with its kernel dead before
+# that (guest_kernel_died_before), the caller then boots once more.
+guest_boot_died() {
+  local t=$SECONDS
+  while kill -0 "$2" 2>/dev/null && ((SECONDS - t < 300)); do
+    grep -aq 'rampart-guest:' "$1" 2>/dev/null && return 1
+    sleep 0.5
+  done
+  kill -0 "$2" 2>/dev/null && return 1
+  wait "$2" 2>/dev/null || true
+  guest_kernel_died_before 'rampart-guest:' <"$1"
+}
+
 # guest_kernel [--ublk]: sets kdir to the Debian kernel the guests boot, fetched (or
 # completed, when a module was added to scripts/fetch-guest-kernel's list since) if need
 # be; with --ublk, the newer kernel that has the ublk driver.

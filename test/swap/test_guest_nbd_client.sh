@@ -144,19 +144,26 @@ nbdinfo --size "nbd+unix:///?socket=$sock" >/dev/null 2>&1 || fail "nbdkit did n
 # vCPUs (qemu runs each on a host thread), so the pager in the guest runs beside the hog
 # as on a real host; -cpu max for AES-NI, which the pager's page sealing uses.
 console=$work/console.log
-: >"$console"
 log "booting the guest: ${guest_mb} MiB of RAM, a ${program_mb} MiB program, a hog ${hog_over_mb} MiB over its cgroup (qemu -accel tcg)"
-"$qemu" -accel tcg,thread=multi -cpu max -m "$guest_mb" -smp 2 -nographic -no-reboot -monitor none \
-  -kernel "$kdir/vmlinuz" -initrd "$work/initrd.gz" \
-  -append "console=ttyS0 panic=-1 quiet" \
-  -drive file="$work/swap.img",format=raw,if=virtio,cache=writeback \
-  -drive file="$work/spill.img",format=raw,if=virtio,cache=writeback \
-  -chardev socket,id=nbd,path="$sock" \
-  -netdev "user,id=n0,restrict=on,guestfwd=tcp:10.0.2.100:10809-chardev:nbd$guestfwd" \
-  -device e1000,netdev=n0 \
-  -serial file:"$console" </dev/null >"$work/qemu.out" 2>&1 &
-qemu_pid=$!
-bg_pids+=("$qemu_pid")
+boot_guest() {
+  : >"$console"
+  "$qemu" -accel tcg,thread=multi -cpu max -m "$guest_mb" -smp 2 -nographic -no-reboot -monitor none \
+    -kernel "$kdir/vmlinuz" -initrd "$work/initrd.gz" \
+    -append "console=ttyS0 panic=-1 quiet" \
+    -drive file="$work/swap.img",format=raw,if=virtio,cache=writeback \
+    -drive file="$work/spill.img",format=raw,if=virtio,cache=writeback \
+    -chardev socket,id=nbd,path="$sock" \
+    -netdev "user,id=n0,restrict=on,guestfwd=tcp:10.0.2.100:10809-chardev:nbd$guestfwd" \
+    -device e1000,netdev=n0 \
+    -serial file:"$console" </dev/null >"$work/qemu.out" 2>&1 &
+  qemu_pid=$!
+  bg_pids+=("$qemu_pid")
+}
+boot_guest
+if guest_boot_died "$console" "$qemu_pid"; then
+  log "the guest's kernel died before its init ran ($(grep -a -m1 -E 'Oops|Kernel panic' "$console" | tr -d '\r')); booting it once more"
+  boot_guest
+fi
 said() { LC_ALL=C sed -n 's/^.*\(rampart-guest:\)/\1/p' "$console" | tr -d '\r'; }
 t0=$SECONDS
 seen=0

@@ -240,18 +240,25 @@ truncate -s "${device_mb}M" "$work/spill.img"
 # AES-256-GCM, and qemu's default CPU model has no AES-NI, so OpenSSL would run its
 # table-driven AES in emulation.
 console=${RAMPART_GUEST_CONSOLE:-$work/console.log}
-: >"$console"
 log "booting the guest: ${guest_mb} MiB of RAM, ${program_mb} MiB programs, runs: $runs"
-"${in_netns[@]}" "$qemu" -accel tcg -cpu max -m "$guest_mb" -smp "${RAMPART_STARVED_CPUS:-2}" -nographic -no-reboot \
-  -monitor unix:"$work/monitor.sock",server=on,wait=off \
-  -kernel "$kdir/vmlinuz" -initrd "$work/initrd.gz" \
-  -append "console=ttyS0 panic=-1 quiet" \
-  -drive file="$work/swap.img",format=raw,if=virtio,cache=writeback \
-  -drive file="$work/spill.img",format=raw,if=virtio,cache=writeback \
-  "${netdev[@]}" -device virtio-net-pci,netdev=n0 \
-  -serial file:"$console" </dev/null >"$work/qemu.out" 2>&1 &
-qemu_pid=$!
-bg_pids+=("$qemu_pid")
+boot_guest() {
+  : >"$console"
+  "${in_netns[@]}" "$qemu" -accel tcg -cpu max -m "$guest_mb" -smp "${RAMPART_STARVED_CPUS:-2}" -nographic -no-reboot \
+    -monitor unix:"$work/monitor.sock",server=on,wait=off \
+    -kernel "$kdir/vmlinuz" -initrd "$work/initrd.gz" \
+    -append "console=ttyS0 panic=-1 quiet" \
+    -drive file="$work/swap.img",format=raw,if=virtio,cache=writeback \
+    -drive file="$work/spill.img",format=raw,if=virtio,cache=writeback \
+    "${netdev[@]}" -device virtio-net-pci,netdev=n0 \
+    -serial file:"$console" </dev/null >"$work/qemu.out" 2>&1 &
+  qemu_pid=$!
+  bg_pids+=("$qemu_pid")
+}
+boot_guest
+if guest_boot_died "$console" "$qemu_pid"; then
+  log "the guest's kernel died before its init ran ($(grep -a -m1 -E 'Oops|Kernel panic' "$console" | tr -d '\r')); booting it once more"
+  boot_guest
+fi
 
 # outage SECONDS: every live server stopped, then continued.
 outage() {

@@ -273,8 +273,7 @@ systemd.unified_cgroup_hierarchy=1" \
   wait "$qemu_pid" || true
   if ! grep -aq "^rampart-guest: PASS boot $boot" "$console"; then
     this_boot=$(awk '/Linux version [0-9]/ { text = "" } { text = text $0 "\n" } END { printf "%s", text }' "$console")
-    if ((retried == 0)) && grep -aq -E 'Kernel panic|Oops' <<<"$this_boot" &&
-       ! grep -aq 'Run /init as init process' <<<"$this_boot"; then
+    if ((retried == 0)) && guest_kernel_died_before 'Run /init as init process' <<<"$this_boot"; then
       log "boot $boot: the guest's kernel died before it ran init ($(grep -a -m1 -E 'Oops|Kernel panic' <<<"$this_boot" | tr -d '\r')); starting that boot once more"
       retried=1
       continue
