@@ -155,9 +155,16 @@ static void write_seed(const char *dir, const char *name, const char *text, size
   fclose(f);
 }
 
+/* libFuzzer ends a timed run with exit(): the file goes with it, not left in /tmp. */
+static void remove_temp(void)
+{
+  unlink(temp_path);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
   snprintf(temp_path, sizeof temp_path, "/tmp/rampart-fuzz-config-%d", (int)getpid());
+  atexit(remove_temp);
   const char *dir = getenv("RAMPART_FUZZ_SEED_DIR");
   if (!dir || !*dir)
     return 0;

@@ -401,6 +401,12 @@ static void write_seeds(const char *dir)
   write_seed(dir, "keyed-wrong-auth", seed, n);
 }
 
+/* libFuzzer ends a timed run with exit(): the file goes with it, not left in /tmp. */
+static void remove_psi(void)
+{
+  unlink(psi_path);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
   rp_log_set_sink(quiet_sink);
@@ -409,6 +415,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   FILE *f = fopen(psi_path, "w");
   if (!loop || !f)
     abort();
+  atexit(remove_psi);
   fputs("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", f);
   fclose(f);
   char *args[] = { "rampartd", "--listen", "127.0.0.1:0",     "--memory", "16M",
