@@ -303,6 +303,7 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents)
   server_transport_flush(e);
   if (e->spill)
     spill_store_flush_submissions(e->spill);
+  engine_reap_start_grace(e);
 }
 
 /* The stats report for rampartctl and the Prometheus metrics, once a second: formatted
@@ -510,8 +511,10 @@ void rampart_submit_list(struct rampart_engine *e, struct rampart_io *first)
 {
   rp_hop(RP_HOP_ENGINE_SUBMIT);
   uint64_t now = engine_now_ns();
-  for (struct rampart_io *io = first; io; io = io->next)
+  uint64_t n = 0;
+  for (struct rampart_io *io = first; io; io = io->next, n++)
     io->submitted_ns = now;
+  atomic_fetch_add_explicit(&e->frontend_submitted, n, memory_order_relaxed);
   if (!first || submit_inline(e, first))
     return;
   /* incoming is a stack, taken in reverse: pushed newest first, the list keeps its order */
@@ -851,6 +854,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   for (unsigned i = 0; i < e->set.nservers; i++)
     st->client_memory_bytes += slot_allocator_bytes(&e->set.servers[i]->slots);
   cluster_follow_stats(e->follow, st);
+  st->reap_hand_backs = e->reap.hand_backs;
 }
 
 /* ---- calls: a function run on the engine for another thread ---------------------- */
@@ -1243,6 +1247,7 @@ void rampart_close(struct rampart_engine *e)
   if (e->loop) {
     ev_prepare_stop(e->loop, &e->mover_watcher);
     ev_timer_stop(e->loop, &e->tick);
+    ev_timer_stop(e->loop, &e->reap.grace);
     ev_async_stop(e->loop, &e->wake);
     if (e->spill)
       ev_io_stop(e->loop, &e->spill_watcher);

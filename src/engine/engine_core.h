@@ -347,20 +347,25 @@ struct rampart_engine {
    * defer_completions: the I/O thread is inside a pass (read and written under `lock`). */
   bool defer_completions;
   struct rampart_io *done_head, *done_tail;
-  uint64_t frontend_completions; /* frontend requests completed, ever (under `lock`) */
+  uint64_t frontend_completions;       /* frontend requests completed, ever (under `lock`) */
+  _Atomic uint64_t frontend_submitted; /* ... and submitted, ever (rampart_submit_list) */
   unsigned loop_changes;
   /* rampart_reap (engine_reap.c): a frontend thread reading the replies itself.
    * inside: one is in rampart_reap; sleeping: it sleeps in its poll, and the I/O thread
    * writes event_fd once frontend_completions has passed seen; waiting: threads in
    * rampart_reap while another was inside, told through event_fd when it leaves;
    * holds: sockets are lent to it; absent_ticks: ticks since one was last inside, while
-   * it holds them. */
+   * it holds them. grace: the I/O thread's timer, running while a reaper that left
+   * with replies due may come back (grace_armed); entries counts reapers that came in,
+   * so that the timer sees whether one came since it last looked (grace_entries). */
   struct {
     int event_fd;
-    bool inside, sleeping, holds;
+    bool inside, sleeping, holds, grace_armed;
     unsigned waiting;
     uint64_t seen;
     unsigned absent_ticks;
+    uint64_t entries, grace_entries, hand_backs;
+    ev_timer grace;
   } reap;
   /* thread hand-over: frontend threads that find the engine busy push onto `incoming`
    * (lock-free stack) and wake the I/O thread */

@@ -58,6 +58,9 @@ void engine_reap_destroy(struct rampart_engine *e);
 void engine_reap_wake(struct rampart_engine *e);
 /* Each tick: the sockets go back to the loop once no reaper came for two ticks. */
 void engine_reap_tick(struct rampart_engine *e);
+/* On the I/O thread's wake: starts the grace timer a reaper that left with replies due
+ * asked for (engine_reap.c). */
+void engine_reap_start_grace(struct rampart_engine *e);
 /* Every lent socket back to the loop now (closing). */
 void engine_reap_give_back(struct rampart_engine *e);
 

@@ -10,14 +10,19 @@
  * its requests complete on its own thread: one wake per batch, no hand-over.
  *
  * The I/O thread keeps timers, reconnects, write watchers and every socket not lent. A
- * reaper that leaves while replies are still awaited (another thread's request, a FREE,
- * a move) gives the sockets back to it at once (reap_leave). Left lent, a reply that
- * comes after the reaper left lies unread until the next reaper comes, or until the I/O
- * thread takes the sockets back for want of one, two of its ticks later: under swap
- * through rampart-fuse, 40 to 140 ms for over a hundred requests a second. With
- * nothing awaited the sockets stay lent, and the next QD1 reaper finds them so. The I/O
- * thread also takes them back once no reaper has come for two ticks
- * (engine_reap_tick), and wakes a reaper asleep here when it completed frontend
+ * reaper that leaves while replies are still awaited gives the I/O thread the sockets at
+ * once when no frontend request is out for a reaper to come back for (only FREEs,
+ * moves, blocking calls' requests: reap_leave); with frontend requests out, it starts
+ * the I/O thread's grace timer, and if no reaper has come back when it fires, 2 to 4 ms
+ * later, the I/O thread takes the sockets back and reads what comes. Left lent with nobody to read them, replies would lie unread until the next
+ * reaper, or until the I/O thread took the sockets back two of its ticks later (under
+ * swap through rampart-fuse, 40 to 140 ms for over a hundred requests a second). Given
+ * back at every leave, they would go back and forth on every pass of a thread that
+ * reaps at depth (rampart-nbd-server's connections, ublk's queues), an epoll_ctl per
+ * socket and a wake of the I/O thread each time, which more than halves the reads a
+ * second at QD32. With nothing awaited the sockets stay lent, and the next QD1 reaper
+ * finds them so. The I/O thread also takes them back once no reaper has come for two
+ * ticks (engine_reap_tick), and wakes a reaper asleep here when it completed frontend
  * requests itself (timeouts, failures, hand-overs: engine_reap_wake).
  *
  * A reply from a server on the same rack comes back in tens of microseconds, about what
@@ -40,6 +45,13 @@
  * socket closed and replaced while it slept in poll. */
 #define REAP_POLL_MS 100
 
+/* How long sockets lent to a reaper that left with replies due wait for one to come
+ * back, at least: a thread that reaps at depth comes back within microseconds, one that
+ * lost its CPU for a moment within a few milliseconds. At 1 ms a QD32 reaper on a
+ * 2-core machine loses its sockets about once in 40 passes (test_page_in); at 2 ms,
+ * about once in a thousand. */
+#define REAP_GRACE_S 0.002
+
 /* Sockets one reaper polls at most. Only current servers are connected (a replaced
  * incarnation has no connection), and a device lists RAMPART_MAX_SERVERS; the bound is
  * on the stack of the frontend's thread, not ENGINE_MAX_INCARNATIONS. A socket past it
@@ -51,10 +63,39 @@ struct lent_socket {
   struct rp_conn *conn;
 };
 
+static bool replies_awaited(const struct rampart_engine *e);
+
+/* The grace timer, on the I/O thread under the engine's lock: a reaper came back since
+ * it last looked (or is inside), so it looks again one grace later; none came, so the
+ * I/O thread reads the replies due. With none due it stops, and the sockets stay lent. */
+static void on_reap_grace(struct ev_loop *loop, ev_timer *w, int revents)
+{
+  struct rampart_engine *e = w->data;
+  if (!e->reap.holds || !replies_awaited(e)) {
+    ev_timer_stop(loop, w);
+    e->reap.grace_armed = false;
+  } else if (e->reap.inside || e->reap.entries != e->reap.grace_entries) {
+    e->reap.grace_entries = e->reap.entries; /* it repeats */
+  } else {
+    ev_timer_stop(loop, w);
+    e->reap.grace_armed = false;
+    engine_reap_give_back(e);
+    e->reap.hand_backs++;
+  }
+}
+
 int engine_reap_init(struct rampart_engine *e)
 {
+  ev_timer_init(&e->reap.grace, on_reap_grace, 0., REAP_GRACE_S);
+  e->reap.grace.data = e;
   e->reap.event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   return e->reap.event_fd < 0 ? -1 : 0;
+}
+
+void engine_reap_start_grace(struct rampart_engine *e)
+{
+  if (e->reap.grace_armed && !ev_is_active(&e->reap.grace))
+    ev_timer_again(e->loop, &e->reap.grace);
 }
 
 void engine_reap_destroy(struct rampart_engine *e)
@@ -178,15 +219,37 @@ static bool replies_awaited(const struct rampart_engine *e)
   return false;
 }
 
-/* The reaper goes: a waiter comes back to read in its place, and the I/O thread reads
- * whatever comes meanwhile (its loop woken to watch the sockets again). */
+/* Frontend requests in flight whose threads wait in rampart_reap: all submitted and not
+ * completed, less those of blocking calls, which sleep on a futex instead. A blocking
+ * call is counted from before its submission to after its return, so the figure errs
+ * low, towards handing the sockets back. */
+static bool reapers_will_return(const struct rampart_engine *e)
+{
+  uint64_t submitted = atomic_load_explicit(&e->frontend_submitted, memory_order_relaxed);
+  uint64_t sleeping = atomic_load_explicit(&e->frontend_waiting, memory_order_relaxed);
+  return submitted - e->frontend_completions > sleeping;
+}
+
+/* The reaper goes: a waiter comes back to read in its place. With replies due and no
+ * frontend request left for a reaper to come back for (a FREE, a move, a blocking
+ * call's request), the I/O thread gets the sockets now. With frontend requests out,
+ * their threads come back to read: the I/O thread starts its grace timer
+ * (engine_reap_start_grace, from its wake) unless it runs already, one wake per grace
+ * at most however often reapers come and go, and takes the sockets only if none did. */
 static void reap_leave(struct rampart_engine *e)
 {
   e->reap.inside = false;
   if (e->reap.waiting)
     reap_event_post(e);
-  if (e->reap.holds && replies_awaited(e)) {
-    engine_reap_give_back(e);
+  if (!e->reap.holds || !replies_awaited(e))
+    return;
+  if (!reapers_will_return(e)) {
+    engine_reap_give_back(e); /* a grace timer running stops at its next look */
+    e->reap.hand_backs++;
+    ev_async_send(e->loop, &e->wake);
+  } else if (!e->reap.grace_armed) {
+    e->reap.grace_armed = true;
+    e->reap.grace_entries = e->reap.entries;
     ev_async_send(e->loop, &e->wake);
   }
 }
@@ -229,6 +292,7 @@ bool rampart_reap_or_fd(struct rampart_engine *e, int own_fd)
     return own_fd >= 0 && wake[1].revents;
   }
   e->reap.inside = true;
+  e->reap.entries++;
   uint64_t entered = e->frontend_completions;
   bool awaited;
   unsigned n = lend_sockets(e, pfd, lent, own_fd, &awaited);

@@ -183,6 +183,11 @@ struct rampart_stats {
    * registry events seen and watches started again since open */
   bool etcd_following, etcd_watch_live;
   uint64_t etcd_events, etcd_watch_restarts;
+  /* Times the sockets lent to a frontend thread reading replies (rampart_reap) went back
+   * to the I/O thread while replies were still due, since open: no reaper came back for
+   * them. Under a steady load a reaper keeps them; a count that rises with the requests
+   * is sockets going back and forth (an epoll_ctl each, and a wake). */
+  uint64_t reap_hand_backs;
 };
 
 #endif

@@ -3,7 +3,9 @@
  * only while a request is out, and stop on SIGTERM; and the hop stamps
  * (RAMPART_HOP_TRACE, common/hop_trace.h) follow each QD1 page-in through the engine,
  * the wire and the server, in order, with the server's stamps from the server's process;
- * a reply that comes after the reaper left is read at once; and requests sent with
+ * a reply that comes after the reaper left is read at once (a blocking call's: the
+ * sockets go back to the I/O thread as the reaper leaves), while a reaper at QD32 keeps
+ * the sockets lent between its passes; and requests sent with
  * rampart_submit are in the request-time histogram.
  */
 #include <setjmp.h>
@@ -344,6 +346,120 @@ static void test_a_reply_after_the_reaper_left_is_read(void **state)
   rp_test_cluster_stop(&c);
 }
 
+/* A blocking call (rampart_pread) sleeps on a futex, not in rampart_reap: when the
+ * reaper leaves with its reply due and no other frontend request out, nobody would come
+ * back for it, so the sockets go back to the I/O thread as the reaper leaves, not a
+ * grace later. */
+struct blocking_read {
+  struct rampart_engine *e;
+  uint64_t page;
+  int result;
+  uint8_t buf[PAGE];
+};
+
+static void *pread_once(void *arg)
+{
+  struct blocking_read *b = arg;
+  b->result = rampart_pread(b->e, b->buf, PAGE, b->page * PAGE);
+  return NULL;
+}
+
+static void test_a_blocking_calls_reply_goes_to_the_io_thread_at_once(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  uint64_t on[2];
+  struct rampart_engine *e = open_on_two_servers(&c, on);
+  static struct blocking_read blocked;
+  blocked = (struct blocking_read){ .e = e, .page = on[0] };
+  uint8_t want[PAGE], got[PAGE];
+  struct rampart_stats st;
+  rampart_get_stats(e, &st);
+  uint64_t hand_backs = st.reap_hand_backs;
+  kill(c.servers[0].pid, SIGSTOP);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, pread_once, &blocked), 0);
+  rp_test_sleep_ms(20); /* its read is out, to the stopped server */
+  fill(want, on[1]);
+  assert_int_equal(qd1(e, RAMPART_OP_READ, on[1], got), 0); /* reaps, and goes */
+  assert_memory_equal(got, want, PAGE);
+  rampart_get_stats(e, &st);
+  print_message("sockets handed back as the reaper left: %llu\n",
+                (unsigned long long)(st.reap_hand_backs - hand_backs));
+  assert_int_equal(st.reap_hand_backs - hand_backs, 1);
+  kill(c.servers[0].pid, SIGCONT);
+  pthread_join(t, NULL);
+  assert_int_equal(blocked.result, 0);
+  fill(want, on[0]);
+  assert_memory_equal(blocked.buf, want, PAGE);
+  rampart_close(e);
+  rp_test_cluster_stop(&c);
+}
+
+/* 32 reads in flight from one thread that reaps between batches, as a connection thread
+ * of rampart-nbd-server or a ublk queue does: it leaves rampart_reap with replies due on
+ * every pass, and comes back microseconds later. The sockets stay lent to it: handing
+ * them back to the I/O thread at each leave (an epoll_ctl per socket and a wake) more
+ * than halves the reads a second at QD32. A few hand-backs are fair (the thread may lose
+ * its CPU for milliseconds), not one per pass. */
+#define QD32_DEPTH 32u
+#define QD32_READS 20000u
+
+static void test_a_reaper_at_qd32_keeps_the_sockets(void **state)
+{
+  (void)state;
+  struct rp_test_cluster c;
+  uint64_t on[2];
+  struct rampart_engine *e = open_on_two_servers(&c, on);
+  static struct one_io ios[QD32_DEPTH];
+  static uint8_t bufs[QD32_DEPTH][PAGE];
+  struct rampart_stats st;
+  rampart_get_stats(e, &st);
+  uint64_t hand_backs = st.reap_hand_backs;
+  unsigned started = 0, finished = 0, passes = 0;
+  for (unsigned i = 0; i < QD32_DEPTH; i++) {
+    ios[i] = (struct one_io){ .io = { .op = RAMPART_OP_READ,
+                                      .length = PAGE,
+                                      .buf = bufs[i],
+                                      .done = on_done,
+                                      .user = &ios[i] } };
+    ios[i].io.offset = (i % 8) * PAGE;
+    rampart_submit(e, &ios[i].io);
+    started++;
+  }
+  uint8_t want[PAGE];
+  while (finished < started) {
+    rampart_reap(e);
+    passes++;
+    for (unsigned i = 0; i < QD32_DEPTH; i++) {
+      if (!atomic_load(&ios[i].done))
+        continue;
+      assert_int_equal(ios[i].result, 0);
+      uint64_t page = ios[i].io.offset / PAGE;
+      fill(want, page);
+      assert_memory_equal(bufs[i], want, PAGE);
+      finished++;
+      if (started < QD32_READS) {
+        atomic_store(&ios[i].done, false);
+        ios[i].io.offset = ((page + 1) % 8) * PAGE;
+        rampart_submit(e, &ios[i].io);
+        started++;
+      } else {
+        ios[i].io.offset = UINT64_MAX; /* finished for good: not counted again */
+        atomic_store(&ios[i].done, false);
+      }
+    }
+  }
+  rampart_get_stats(e, &st);
+  hand_backs = st.reap_hand_backs - hand_backs;
+  print_message("%u reads at QD32 in %u passes of rampart_reap: sockets handed back %llu "
+                "times\n",
+                finished, passes, (unsigned long long)hand_backs);
+  assert_true(hand_backs * 10 < passes);
+  rampart_close(e);
+  rp_test_cluster_stop(&c);
+}
+
 static int by_ns(const void *a, const void *b)
 {
   const struct rp_hop_stamp *x = a, *y = b;
@@ -417,6 +533,8 @@ int main(void)
     cmocka_unit_test(test_a_waiting_reaper_reads_once_the_reader_leaves),
     cmocka_unit_test(test_submitted_requests_are_timed),
     cmocka_unit_test(test_a_reply_after_the_reaper_left_is_read),
+    cmocka_unit_test(test_a_reaper_at_qd32_keeps_the_sockets),
+    cmocka_unit_test(test_a_blocking_calls_reply_goes_to_the_io_thread_at_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
