@@ -261,6 +261,17 @@ guest_boot_died() {
   guest_kernel_died_before 'rampart-guest:' <"$1"
 }
 
+# guest_boot BOOT CONSOLE: runs the function BOOT, which starts qemu in the background
+# (setting qemu_pid, emptying CONSOLE), and runs it once more when the guest's kernel
+# died before its init spoke (guest_boot_died).
+guest_boot() {
+  "$1"
+  if guest_boot_died "$2" "$qemu_pid"; then
+    log "the guest's kernel died before its init ran ($(grep -a -m1 -E 'Oops|Kernel panic' "$2" | tr -d '\r')); booting it once more"
+    "$1"
+  fi
+}
+
 # guest_kernel [--ublk]: sets kdir to the Debian kernel the guests boot, fetched (or
 # completed, when a module was added to scripts/fetch-guest-kernel's list since) if need
 # be; with --ublk, the newer kernel that has the ublk driver.

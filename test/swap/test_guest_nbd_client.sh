@@ -159,11 +159,7 @@ boot_guest() {
   qemu_pid=$!
   bg_pids+=("$qemu_pid")
 }
-boot_guest
-if guest_boot_died "$console" "$qemu_pid"; then
-  log "the guest's kernel died before its init ran ($(grep -a -m1 -E 'Oops|Kernel panic' "$console" | tr -d '\r')); booting it once more"
-  boot_guest
-fi
+guest_boot boot_guest "$console"
 said() { LC_ALL=C sed -n 's/^.*\(rampart-guest:\)/\1/p' "$console" | tr -d '\r'; }
 t0=$SECONDS
 seen=0

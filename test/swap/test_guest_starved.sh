@@ -254,11 +254,7 @@ boot_guest() {
   qemu_pid=$!
   bg_pids+=("$qemu_pid")
 }
-boot_guest
-if guest_boot_died "$console" "$qemu_pid"; then
-  log "the guest's kernel died before its init ran ($(grep -a -m1 -E 'Oops|Kernel panic' "$console" | tr -d '\r')); booting it once more"
-  boot_guest
-fi
+guest_boot boot_guest "$console"
 
 # outage SECONDS: every live server stopped, then continued.
 outage() {
