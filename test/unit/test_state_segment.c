@@ -64,6 +64,9 @@ static int rig_teardown(void **state)
     fclose(f);
   }
   unlink(r->path);
+  char lock[160];
+  snprintf(lock, sizeof lock, "%s.lock", r->path); /* the state's lock file stays */
+  unlink(lock);
   rmdir(r->dir);
   free(r);
   return 0;
