@@ -11,19 +11,20 @@
  *
  * The I/O thread keeps timers, reconnects, write watchers and every socket not lent. A
  * reaper that leaves while replies are still awaited gives the I/O thread the sockets at
- * once when no frontend request is out for a reaper to come back for (only FREEs,
- * moves, blocking calls' requests: reap_leave); with frontend requests out, it starts
- * the I/O thread's grace timer, and if no reaper has come back when it fires, 2 to 4 ms
- * later, the I/O thread takes the sockets back and reads what comes. Left lent with nobody to read them, replies would lie unread until the next
- * reaper, or until the I/O thread took the sockets back two of its ticks later (under
- * swap through rampart-fuse, 40 to 140 ms for over a hundred requests a second). Given
- * back at every leave, they would go back and forth on every pass of a thread that
- * reaps at depth (rampart-nbd-server's connections, ublk's queues), an epoll_ctl per
- * socket and a wake of the I/O thread each time, which more than halves the reads a
- * second at QD32. With nothing awaited the sockets stay lent, and the next QD1 reaper
- * finds them so. The I/O thread also takes them back once no reaper has come for two
- * ticks (engine_reap_tick), and wakes a reaper asleep here when it completed frontend
- * requests itself (timeouts, failures, hand-overs: engine_reap_wake).
+ * once when no frontend request is out for a reaper to come back for (only FREEs, moves,
+ * blocking calls' requests: reap_leave); with frontend requests out, it starts the I/O
+ * thread's grace timer, and if no reaper has come back when it fires, 2 to 4 ms later,
+ * the I/O thread takes the sockets back and reads what comes. Left lent with nobody to
+ * read them, replies would lie unread until the next reaper, or until the I/O thread
+ * took the sockets back two of its ticks later (under swap through rampart-fuse, 40 to
+ * 140 ms for over a hundred requests a second). Given back at every leave, they would go
+ * back and forth on every pass of a thread that reaps at depth (rampart-nbd-server's
+ * connections, ublk's queues), an epoll_ctl per socket and a wake of the I/O thread each
+ * time, which more than halves the reads a second at QD32. With nothing awaited the
+ * sockets stay lent, and the next QD1 reaper finds them so. The I/O thread also takes
+ * them back once no reaper has come for two ticks (engine_reap_tick), and wakes a reaper
+ * asleep here when it completed frontend requests itself (timeouts, failures,
+ * hand-overs: engine_reap_wake).
  *
  * A reply from a server on the same rack comes back in tens of microseconds, about what
  * a sleeping thread costs to wake on a virtual machine. So while a frame is out on a lent
