@@ -162,8 +162,14 @@ static void report_stall(int daemon_pid, unsigned long long swaps, unsigned stil
 {
   printf("rampart-guest: stall: pswpin+pswpout stuck at %llu for %u s\n", swaps, still);
   dump_threads("the swap daemon", daemon_pid);
+  /* Every daemon by name too: after a kill -9 the one serving, or failing to take over,
+   * is the standby, whose pid the watchdog was not given. */
+  dump_named("rampart-ublk");
+  dump_named("rampart-nbd-se");
+  dump_named("nbdkit");
   dump_named("nbd-client");
   dump_named("rampart-workloa");
+  dump("/sys/block/ublkb0/inflight", "/sys/block/ublkb0/inflight");
   dump("/sys/block/nbd0/inflight", "/sys/block/nbd0/inflight");
   dump("/sys/block/nbd0/stat", "/sys/block/nbd0/stat");
   dump("/sys/kernel/debug/nbd/nbd0/tasks", "/sys/kernel/debug/nbd/nbd0/tasks");
