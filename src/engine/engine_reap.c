@@ -64,7 +64,17 @@ struct lent_socket {
   struct rp_conn *conn;
 };
 
-static bool replies_awaited(const struct rampart_engine *e);
+/* Whether a reply is still to come on some connection: a request of another thread, a
+ * FREE, a move. */
+static bool replies_awaited(const struct rampart_engine *e)
+{
+  for (unsigned i = 0; i < e->set.nservers; i++) {
+    const struct rp_conn *c = e->set.servers[i]->conn;
+    if (c && rp_conn_in_flight(c) > 0)
+      return true;
+  }
+  return false;
+}
 
 /* The grace timer, on the I/O thread under the engine's lock: a reaper came back since
  * it last looked (or is inside), so it looks again one grace later; none came, so the
@@ -206,18 +216,6 @@ static int poll_spinning(struct pollfd *pfd, unsigned nfds, uint64_t spin_ns)
   while ((ready = poll(pfd, nfds, REAP_POLL_MS)) < 0 && errno == EINTR)
     ;
   return ready;
-}
-
-/* Whether a reply is still to come on some connection: a request of another thread, a
- * FREE, a move. */
-static bool replies_awaited(const struct rampart_engine *e)
-{
-  for (unsigned i = 0; i < e->set.nservers; i++) {
-    const struct rp_conn *c = e->set.servers[i]->conn;
-    if (c && rp_conn_in_flight(c) > 0)
-      return true;
-  }
-  return false;
 }
 
 /* Frontend requests in flight whose threads wait in rampart_reap: all submitted and not
