@@ -835,6 +835,9 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
                                                   memory_order_relaxed);
   }
   st->frontend_requests = atomic_load_explicit(&e->frontend_waiting, memory_order_relaxed);
+  for (unsigned i = 0; i < e->set.nservers; i++)
+    if (e->set.servers[i]->conn)
+      st->server_requests_in_flight += rp_conn_in_flight(e->set.servers[i]->conn);
   st->client_memory_fixed_bytes =
     (uint64_t)ENGINE_PAGE_OPS * (sizeof(struct page_op) + RAMPART_PAGE_SIZE) +
     (uint64_t)ENGINE_PARITY_BUFFERS *
@@ -855,6 +858,7 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
     st->client_memory_bytes += slot_allocator_bytes(&e->set.servers[i]->slots);
   cluster_follow_stats(e->follow, st);
   st->reap_hand_backs = e->reap.hand_backs;
+  st->reap_sockets_lent = e->reap.holds;
 }
 
 /* ---- calls: a function run on the engine for another thread ---------------------- */

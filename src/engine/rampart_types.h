@@ -172,6 +172,9 @@ struct rampart_stats {
   /* The frontend's blocking requests (rampart_pread and the like) in the engine now:
    * with the device idle, anything but 0 is a request the engine has not completed. */
   uint32_t frontend_requests;
+  /* Requests sent to servers whose replies have not come yet, now: reads, writes, FREEs,
+   * moves. */
+  uint32_t server_requests_in_flight;
   uint64_t pages_written, wire_bytes_written; /* wire bytes / page written */
   uint64_t spill_capacity_pages, spill_used_pages;
   uint64_t client_memory_bytes;                   /* everything below */
@@ -188,6 +191,7 @@ struct rampart_stats {
    * them. Under a steady load a reaper keeps them; a count that rises with the requests
    * is sockets going back and forth (an epoll_ctl each, and a wake). */
   uint64_t reap_hand_backs;
+  bool reap_sockets_lent; /* lent to a frontend thread now, the I/O thread not reading them */
 };
 
 #endif

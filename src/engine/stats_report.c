@@ -69,7 +69,8 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
       "requests sent again %llu\n",
       st->servers_reconnecting, st->requests_waiting, (unsigned long long)st->oldest_wait_ms,
       (unsigned long long)st->resumes, (unsigned long long)st->requests_replayed);
-  OUT("frontend        %u requests in the engine now\n", st->frontend_requests);
+  OUT("frontend        %u requests in the engine now; %u sent to servers, replies due\n",
+      st->frontend_requests, st->server_requests_in_flight);
   if (st->rebuild_running || st->rebuilds_finished > 0) {
     double mib = (double)st->rebuild_pages_moved * RAMPART_PAGE_SIZE / 1048576.0;
     OUT("rebuild         %s: %llu pages (%.1f MiB) in %.3f s, %.1f MiB/s\n",
