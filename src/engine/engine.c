@@ -70,6 +70,8 @@ static void count_latency(struct rampart_engine *e, enum rampart_op op, uint64_t
 static void frontend_done(struct rampart_engine *e, struct rampart_io *io, int result)
 {
   e->frontend_completions++;
+  if (io->flags & RAMPART_IO_NO_REAPER)
+    e->unreaped_completions++;
   if ((unsigned)io->op < RAMPART_LATENCY_OPS)
     count_latency(e, io->op, engine_now_ns() - io->submitted_ns);
   rp_hop(RP_HOP_ENGINE_DONE);
@@ -511,10 +513,16 @@ void rampart_submit_list(struct rampart_engine *e, struct rampart_io *first)
 {
   rp_hop(RP_HOP_ENGINE_SUBMIT);
   uint64_t now = engine_now_ns();
-  uint64_t n = 0;
-  for (struct rampart_io *io = first; io; io = io->next, n++)
+  uint64_t n = 0, unreaped = 0;
+  for (struct rampart_io *io = first; io; io = io->next, n++) {
     io->submitted_ns = now;
-  atomic_fetch_add_explicit(&e->frontend_submitted, n, memory_order_relaxed);
+    unreaped += (io->flags & RAMPART_IO_NO_REAPER) != 0;
+  }
+  /* Counted before the total: a reaper that reads the total first (reapers_will_return)
+   * never sees more requests with no reaper than requests. */
+  if (unreaped)
+    atomic_fetch_add(&e->unreaped_submitted, unreaped);
+  atomic_fetch_add(&e->frontend_submitted, n);
   if (!first || submit_inline(e, first))
     return;
   /* incoming is a stack, taken in reverse: pushed newest first, the list keeps its order */
@@ -578,7 +586,7 @@ int engine_run_sync(struct rampart_engine *e, enum rampart_op op, void *buf, uin
 {
   struct sync_wait w = { .state = SYNC_PENDING };
   struct rampart_io io = { .op = op,
-                           .flags = flags,
+                           .flags = flags | RAMPART_IO_NO_REAPER, /* it sleeps on w */
                            .offset = offset,
                            .length = length,
                            .buf = buf,

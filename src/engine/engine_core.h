@@ -349,6 +349,9 @@ struct rampart_engine {
   struct rampart_io *done_head, *done_tail;
   uint64_t frontend_completions;       /* frontend requests completed, ever (under `lock`) */
   _Atomic uint64_t frontend_submitted; /* ... and submitted, ever (rampart_submit_list) */
+  /* The same for those of them no reaper comes back for (RAMPART_IO_NO_REAPER). */
+  uint64_t unreaped_completions;
+  _Atomic uint64_t unreaped_submitted;
   unsigned loop_changes;
   /* rampart_reap (engine_reap.c): a frontend thread reading the replies itself.
    * inside: one is in rampart_reap; sleeping: it sleeps in its poll, and the I/O thread

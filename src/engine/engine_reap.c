@@ -12,7 +12,7 @@
  * The I/O thread keeps timers, reconnects, write watchers and every socket not lent. A
  * reaper that leaves while replies are still awaited gives the I/O thread the sockets at
  * once when no frontend request is out for a reaper to come back for (only FREEs, moves,
- * blocking calls' requests: reap_leave); with frontend requests out, it starts the I/O
+ * requests whose submitters do not reap, RAMPART_IO_NO_REAPER: reap_leave); with frontend requests out, it starts the I/O
  * thread's grace timer, and if no reaper has come back when it fires, 2 to 4 ms later,
  * the I/O thread takes the sockets back and reads what comes. Left lent with nobody to
  * read them, replies would lie unread until the next reaper, or until the I/O thread
@@ -219,14 +219,15 @@ static int poll_spinning(struct pollfd *pfd, unsigned nfds, uint64_t spin_ns)
 }
 
 /* Frontend requests in flight whose threads wait in rampart_reap: all submitted and not
- * completed, less those of blocking calls, which sleep on a futex instead. A blocking
- * call is counted from before its submission to after its return, so the figure errs
- * low, towards handing the sockets back. */
+ * completed, less those no reaper comes back for (RAMPART_IO_NO_REAPER: the blocking
+ * calls' own, sleeping on a futex, and those answered from their completion). The total
+ * is read first and counted last, so the figure errs low, towards handing the sockets
+ * back. */
 static bool reapers_will_return(const struct rampart_engine *e)
 {
-  uint64_t submitted = atomic_load_explicit(&e->frontend_submitted, memory_order_relaxed);
-  uint64_t sleeping = atomic_load_explicit(&e->frontend_waiting, memory_order_relaxed);
-  return submitted - e->frontend_completions > sleeping;
+  uint64_t out = atomic_load(&e->frontend_submitted) - e->frontend_completions;
+  uint64_t unreaped = atomic_load(&e->unreaped_submitted) - e->unreaped_completions;
+  return out > unreaped;
 }
 
 /* The reaper goes: a waiter comes back to read in its place. With replies due and no

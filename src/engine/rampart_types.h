@@ -37,6 +37,10 @@ enum rampart_op {
 };
 
 #define RAMPART_IO_FUA 0x1u /* write: complete only once durable as the policy defines */
+/* Its submitter does not wait in rampart_reap for it (it answers from the completion, or
+ * sleeps elsewhere): a reaper that leaves with its reply due gives the servers' sockets
+ * back to the I/O thread at once, not a grace later for a thread that will not come. */
+#define RAMPART_IO_NO_REAPER 0x2u
 
 struct rampart_io;
 typedef void (*rampart_io_done_fn)(struct rampart_io *io, int result);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -381,14 +382,15 @@ static void *pread_once(void *arg)
   return NULL;
 }
 
-static void test_a_blocking_calls_reply_goes_to_the_io_thread_at_once(void **state)
+/* A request out to a stopped server, from another thread that does not reap for it;
+ * this thread reads a page as the reaper and goes. Its reply due, the sockets go back to
+ * the I/O thread as the reaper leaves, not a grace later. */
+static void reaper_leaves_with_an_unreaped_reply_due(struct blocking_read *(*start_stalled)(
+  struct rampart_engine *e, uint64_t page, pthread_t *t))
 {
-  (void)state;
   struct rp_test_cluster c;
   uint64_t on[2];
   struct rampart_engine *e = open_on_two_servers(&c, on);
-  static struct blocking_read blocked;
-  blocked = (struct blocking_read){ .e = e, .page = on[0] };
   uint8_t want[PAGE], got[PAGE];
   fill(want, on[1]);
   struct rampart_stats st;
@@ -397,7 +399,7 @@ static void test_a_blocking_calls_reply_goes_to_the_io_thread_at_once(void **sta
   assert_int_equal(qd1(e, RAMPART_OP_READ, on[1], got), 0); /* nothing due: stays lent */
   kill(c.servers[0].pid, SIGSTOP);
   pthread_t t;
-  assert_int_equal(pthread_create(&t, NULL, pread_once, &blocked), 0);
+  struct blocking_read *stalled = start_stalled(e, on[0], &t);
   wait_for_requests_out(e, 1); /* its read, to the stopped server */
   rp_test_sleep_ms(5);         /* the I/O thread, woken for the stats, sleeps again */
   assert_int_equal(qd1(e, RAMPART_OP_READ, on[1], got), 0); /* reaps, and goes */
@@ -412,11 +414,74 @@ static void test_a_blocking_calls_reply_goes_to_the_io_thread_at_once(void **sta
   assert_false(st.reap_sockets_lent);
   kill(c.servers[0].pid, SIGCONT);
   pthread_join(t, NULL);
-  assert_int_equal(blocked.result, 0);
+  assert_int_equal(stalled->result, 0);
   fill(want, on[0]);
-  assert_memory_equal(blocked.buf, want, PAGE);
+  assert_memory_equal(stalled->buf, want, PAGE);
   rampart_close(e);
   rp_test_cluster_stop(&c);
+}
+
+static struct blocking_read *start_blocking_read(struct rampart_engine *e, uint64_t page,
+                                                 pthread_t *t)
+{
+  static struct blocking_read b;
+  b = (struct blocking_read){ .e = e, .page = page };
+  assert_int_equal(pthread_create(t, NULL, pread_once, &b), 0);
+  return &b;
+}
+
+static void test_a_blocking_calls_reply_goes_to_the_io_thread_at_once(void **state)
+{
+  (void)state;
+  reaper_leaves_with_an_unreaped_reply_due(start_blocking_read);
+}
+
+/* A request answered from its completion (rampart-fuse's): submitted with
+ * RAMPART_IO_NO_REAPER by a thread that goes on to other work. */
+struct answered_read {
+  struct blocking_read r; /* the harness reads its result and buffer */
+  struct rampart_io io;
+  sem_t done;
+};
+
+static void answer_on_completion(struct rampart_io *io, int result)
+{
+  struct answered_read *a = io->user;
+  a->r.result = result;
+  sem_post(&a->done);
+}
+
+static void *wait_for_answer(void *arg)
+{
+  struct answered_read *a = arg;
+  while (sem_wait(&a->done) < 0)
+    ;
+  sem_destroy(&a->done);
+  return NULL;
+}
+
+static struct blocking_read *start_answered_read(struct rampart_engine *e, uint64_t page,
+                                                 pthread_t *t)
+{
+  static struct answered_read a;
+  a = (struct answered_read){ .r = { .e = e, .page = page } };
+  assert_int_equal(sem_init(&a.done, 0, 0), 0);
+  a.io = (struct rampart_io){ .op = RAMPART_OP_READ,
+                              .flags = RAMPART_IO_NO_REAPER,
+                              .offset = page * PAGE,
+                              .length = PAGE,
+                              .buf = a.r.buf,
+                              .done = answer_on_completion,
+                              .user = &a };
+  rampart_submit(e, &a.io);
+  assert_int_equal(pthread_create(t, NULL, wait_for_answer, &a), 0);
+  return &a.r;
+}
+
+static void test_an_answered_requests_reply_goes_to_the_io_thread_at_once(void **state)
+{
+  (void)state;
+  reaper_leaves_with_an_unreaped_reply_due(start_answered_read);
 }
 
 /* 32 reads in flight from one thread that reaps between batches, as a connection thread
@@ -558,6 +623,7 @@ int main(void)
     cmocka_unit_test(test_a_reply_after_the_reaper_left_is_read),
     cmocka_unit_test(test_a_reaper_at_qd32_keeps_the_sockets),
     cmocka_unit_test(test_a_blocking_calls_reply_goes_to_the_io_thread_at_once),
+    cmocka_unit_test(test_an_answered_requests_reply_goes_to_the_io_thread_at_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
