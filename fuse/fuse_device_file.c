@@ -3,8 +3,9 @@
  * makes a block device of it. Every request on the file goes to the engine from the
  * libfuse worker that received it: a whole-page read or write (every one a loop device
  * sends for swap) is submitted by the worker, which then reads the servers' replies
- * itself (fuse_worker.h); anything else goes through the engine's blocking calls, which
- * patch partial pages.
+ * itself (fuse_worker.h), unless the pool of requests answered as they complete takes
+ * it (--async, fuse_async_io.h); anything else goes through the engine's blocking
+ * calls, which patch partial pages.
  *
  * The file is opened with direct I/O (FOPEN_DIRECT_IO): the kernel caches none of it,
  * so a swapped-out page is never held twice, in the page cache and in the servers, under
@@ -130,6 +131,8 @@ static void device_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     size = (size_t)(f->size - offset);
   if (size > FUSE_DEVICE_MAX_IO)
     size = FUSE_DEVICE_MAX_IO; /* a short read: the kernel asks again for the rest */
+  if (fuse_async_io_take(f->async, f->engine, req, RAMPART_OP_READ, NULL, size, offset))
+    return; /* answered as it completes */
   void *buf = fuse_worker_read_buffer();
   if (!buf) {
     fuse_reply_err(req, ENOMEM);
@@ -155,6 +158,8 @@ static void device_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t
     fuse_reply_err(req, ENOSPC); /* a device does not grow */
     return;
   }
+  if (fuse_async_io_take(f->async, f->engine, req, RAMPART_OP_WRITE, buf, size, offset))
+    return; /* answered as it completes */
   /* The engine never writes through a write's buffer: libfuse's receive buffer serves. */
   int r = whole_pages(size, offset)
             ? fuse_worker_run(f->engine, RAMPART_OP_WRITE, (void *)buf, (uint32_t)size,

@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "fuse_async_io.h"
 #include "fuse_worker.h"
 #include "rampart.h"
 
@@ -23,8 +24,9 @@
 struct fuse_device_file {
   struct rampart_engine *engine;
   uint64_t size;
-  const char *name;        /* the file's name in the mount's root */
-  unsigned max_background; /* asynchronous requests the kernel keeps in flight */
+  const char *name;                 /* the file's name in the mount's root */
+  unsigned max_background;          /* asynchronous requests the kernel keeps in flight */
+  struct fuse_async_io_pool *async; /* NULL: every request holds its worker */
 };
 
 /* The low-level operations over `file`, the session's userdata. */

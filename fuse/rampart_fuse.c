@@ -27,13 +27,18 @@
 
 static const char usage[] =
   "usage: rampart-fuse --mount DIR [--file NAME] [--threads N] [--background N] "
-  "KEY=VALUE...\n"
+  "[--async N] KEY=VALUE...\n"
   "       rampart-fuse --state-layout\n"
   "  --mount DIR      mount the file system on DIR, an empty directory\n"
   "  --file NAME      the device file's name in it (default: device)\n"
-  "  --threads N      libfuse workers, each serving one request at a time (default 8;\n"
-  "                   at most 64). Each holds about 2 MiB of locked buffers\n"
+  "  --threads N      libfuse workers (default 8; at most 64), each with about 2 MiB\n"
+  "                   of locked buffers; a request not answered as it completes\n"
+  "                   (--async) holds its worker until it is\n"
   "  --background N   asynchronous requests the kernel keeps in flight (default 64)\n"
+  "  --async N        up to N requests of up to 128 KiB answered as they complete, the\n"
+  "                   worker free for the next: a fifth less CPU under some swap loads,\n"
+  "                   4-8% more time under others (fuse/README.md). 128 KiB of locked\n"
+  "                   buffer each (default 0: every request holds its worker)\n"
   "  --state-layout   print the layout of the state this build takes over, and exit\n"
   "  KEY=VALUE        nbdkit rampart's keys, so one command line serves either:\n"
   "  mlock=BOOL       lock the daemon's memory (default true; a swap device must)\n"
@@ -44,6 +49,7 @@ struct options {
   const char *file;
   unsigned threads;
   unsigned background;
+  unsigned async; /* slots of requests answered as they complete; 0: none */
   struct rampart_frontend_switches switches;
 };
 
@@ -65,6 +71,17 @@ static int take_option(void *ctx, const char *a, const char *value)
   if (strcmp(a, "--background") == 0)
     return rampart_frontend_count("rampart-fuse", a, value, 65535, "a number",
                                   &o->background);
+  if (strcmp(a, "--async") == 0) {
+    uint64_t v;
+    char err[256];
+    if (!value || rp_parse_uint(a, value, 65535, &v, err, sizeof err) < 0) {
+      fprintf(stderr, "rampart-fuse: --async '%s': give a number from 0 (off) to 65535\n",
+              value ? value : "");
+      return -1;
+    }
+    o->async = (unsigned)v;
+    return 2;
+  }
   if (strncmp(a, "standby=", 8) == 0) {
     fprintf(stderr,
             "rampart-fuse: %s: a FUSE mount cannot be handed to a standby (its "
@@ -157,6 +174,7 @@ int main(int argc, char **argv)
   struct options o = { .file = "device",
                        .threads = 8,
                        .background = 64,
+                       .async = 0,
                        .switches = RAMPART_FRONTEND_SWITCHES_DEFAULT };
   const struct rampart_frontend_args args = { "rampart-fuse", usage, take_option,
                                               check_options,  &o,    &o.switches };
@@ -176,25 +194,42 @@ int main(int argc, char **argv)
     rampart_config_free(config);
     return 1;
   }
+  unsigned async = o.async;
   struct fuse_device_file file = { .engine = engine,
                                    .size = rampart_size(engine),
                                    .name = o.file,
-                                   .max_background = o.background };
+                                   .max_background = o.background,
+                                   .async = async ? fuse_async_io_pool_new(async) : NULL };
+  if (async && !file.async) {
+    fprintf(stderr,
+            "rampart-fuse: --async %u: no memory for %u buffers of 128 KiB; give a "
+            "smaller --async\n",
+            async, async);
+    rampart_close(engine);
+    rampart_config_free(config);
+    return 1;
+  }
   struct fuse_session *se = mount_device(&o, &file);
   int result = 1;
   if (se) {
     pthread_sigmask(SIG_UNBLOCK, &stop_signals, NULL);
     printf("%s/%s\n", o.mount, o.file);
     fflush(stdout);
-    fprintf(stderr, "rampart-fuse: serving %llu bytes as %s/%s, %u workers\n",
-            (unsigned long long)file.size, o.mount, o.file, o.threads);
+    fprintf(stderr,
+            "rampart-fuse: serving %llu bytes as %s/%s, %u workers, %u requests "
+            "answered as they complete\n",
+            (unsigned long long)file.size, o.mount, o.file, o.threads, async);
     rampart_notify(RAMPART_NOTICE_SERVING, o.mount);
     result = serve(se, &o) < 0 ? 1 : 0;
     rampart_notify(RAMPART_NOTICE_STOPPING, o.mount);
     fuse_session_unmount(se);
+    /* Requests still out answer through the session as the engine completes them. */
+    fuse_async_io_pool_free(file.async);
+    file.async = NULL;
     fuse_remove_signal_handlers(se);
     fuse_session_destroy(se);
   }
+  fuse_async_io_pool_free(file.async);
   rampart_close(engine);
   rampart_config_free(config);
   return result;

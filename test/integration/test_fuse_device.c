@@ -350,6 +350,19 @@ static void test_every_byte_through_a_server_killed_mid_stream(void **state)
   stop_all(s);
 }
 
+/* Two requests answered as they complete and the rest held by their workers, at once:
+ * with four threads sending, the slots run out all the time, and requests longer than a
+ * slot (up to 2 MiB here) hold their worker anyway. */
+static void test_every_byte_with_the_async_slots_full(void **state)
+{
+  struct setup *s = *state;
+  const char *extra[] = { "--async", "2", "redundancy=parity-log", "group=4", NULL };
+  setup_all(s, extra);
+  run_workers(s, 300, 3);
+  verify_range(s, 0, DEVICE_SIZE);
+  stop_all(s);
+}
+
 static void test_holes_and_zeroed_ranges_read_back_zeros(void **state)
 {
   struct setup *s = *state;
@@ -389,10 +402,9 @@ static void test_holes_and_zeroed_ranges_read_back_zeros(void **state)
 
 /* losetup --direct-io=on over the file, as rampart-swap attaches it: what the block
  * device writes with O_DIRECT, the file reads back, and the other way round. */
-static void test_a_loop_device_with_direct_io(void **state)
+static void loop_device_with_direct_io(struct setup *s, const char *const *extra)
 {
-  struct setup *s = *state;
-  setup_all(s, NULL);
+  setup_all(s, extra);
   char cmd[1024], loop[64] = "";
   snprintf(cmd, sizeof cmd, "losetup --find --show --direct-io=on %s 2>&1", s->file);
   FILE *p = popen(cmd, "r");
@@ -433,6 +445,20 @@ static void test_a_loop_device_with_direct_io(void **state)
   stop_all(s);
 }
 
+static void test_a_loop_device_with_direct_io(void **state)
+{
+  loop_device_with_direct_io(*state, NULL);
+}
+
+/* The same with requests answered from their completion: the loop device's direct I/O,
+ * as the block layer splits it, and the reads back through the file, each taken when it
+ * fits a slot and held by its worker when not. */
+static void test_a_loop_device_answered_from_completions(void **state)
+{
+  const char *extra[] = { "--async", "64", NULL };
+  loop_device_with_direct_io(*state, extra);
+}
+
 static void test_arguments_refused_with_a_reason(void **state)
 {
   (void)state;
@@ -441,6 +467,8 @@ static void test_arguments_refused_with_a_reason(void **state)
     { { "--mount", "/nonexistent-dir", "size=1M", NULL }, "--mount /nonexistent-dir:" },
     { { "--mount", "/tmp", "--threads", "lots", "size=1M", NULL },
       "--threads 'lots': give a number from 1 to 64" },
+    { { "--mount", "/tmp", "--async", "-1", "size=1M", NULL },
+      "--async '-1': give a number from 0 (off) to 65535" },
     { { "--mount", "/tmp", "--file", "a/b", "size=1M", NULL },
       "--file 'a/b': give a plain file name" },
     { { "--mount", "/tmp", "colour=red", "size=1M", NULL }, "colour" },
@@ -457,9 +485,13 @@ int main(void)
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_every_byte_through_a_server_killed_mid_stream,
                                     setup_state, teardown_state),
+    cmocka_unit_test_setup_teardown(test_every_byte_with_the_async_slots_full, setup_state,
+                                    teardown_state),
     cmocka_unit_test_setup_teardown(test_holes_and_zeroed_ranges_read_back_zeros, setup_state,
                                     teardown_state),
     cmocka_unit_test_setup_teardown(test_a_loop_device_with_direct_io, setup_state,
+                                    teardown_state),
+    cmocka_unit_test_setup_teardown(test_a_loop_device_answered_from_completions, setup_state,
                                     teardown_state),
     cmocka_unit_test(test_arguments_refused_with_a_reason),
   };

@@ -1,0 +1,50 @@
+/* Requests answered from their completion: a libfuse worker hands a whole-page read or
+ * write to the engine with a buffer of this pool and goes back for the next request at
+ * once; whichever thread completes it (the engine's I/O thread reading a batch of
+ * replies, a worker submitting inline, a reaper) answers the kernel with it. A worker
+ * that waits for its own request holds one request per thread: under swap the loop
+ * device has 19-36 requests in flight and 8 workers take 8 of them. Here every request
+ * the kernel sends can be out at once, up to the pool's slots. (It saves the daemon CPU
+ * but no application got faster with it: rampart-fuse --async, off by default,
+ * fuse/README.md.)
+ *
+ * A request the pool cannot take (longer than a slot's buffer, not whole pages, or every
+ * slot out) is the caller's to serve as before, on its own thread.
+ *
+ * Errors: fuse_async_io_pool_new returns NULL with errno (ENOMEM); the kernel gets the
+ * engine's errno as FUSE's positive one (docs/CONTRIBUTING.md, convention 2).
+ */
+#ifndef RAMPART_FUSE_ASYNC_IO_H
+#define RAMPART_FUSE_ASYNC_IO_H
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "rampart.h"
+
+/* A slot's buffer: 32 pages, more than a swap-in's readahead (at most 8) and most
+ * swap-out clusters; a longer request holds its worker. */
+#define FUSE_ASYNC_IO_MAX (128u << 10)
+
+struct fuse_async_io_pool;
+
+/* slots requests at once, each with a FUSE_ASYNC_IO_MAX buffer (locked with the rest of
+ * the process). */
+struct fuse_async_io_pool *fuse_async_io_pool_new(unsigned slots);
+
+/* Waits until every request taken is answered, then frees the pool. The engine must
+ * still be running (it completes them) and the session not yet destroyed (they answer
+ * through it). */
+void fuse_async_io_pool_free(struct fuse_async_io_pool *pool);
+
+/* Takes the read or write (op) of size bytes at offset, whole pages, and answers req
+ * when the engine completes it: true. False: not taken; req is still the caller's. A
+ * write's bytes are copied into the slot, since libfuse reuses its buffer once the
+ * handler returns. */
+bool fuse_async_io_take(struct fuse_async_io_pool *pool, struct rampart_engine *engine,
+                        fuse_req_t req, enum rampart_op op, const void *write_buf,
+                        size_t size, uint64_t offset);
+
+#endif
