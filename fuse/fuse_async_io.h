@@ -4,12 +4,11 @@
  * replies, a worker submitting inline, a reaper) answers the kernel with it. A worker
  * that waits for its own request holds one request per thread: under swap the loop
  * device has 19-36 requests in flight and 8 workers take 8 of them. Here every request
- * the kernel sends can be out at once, up to the pool's slots. (It saves the daemon CPU
- * but no application got faster with it: rampart-fuse --async, off by default,
- * fuse/README.md.)
+ * the kernel sends can be out at once, up to the pool's slots, and the engine's I/O
+ * thread answers a batch of them per wake (fuse/README.md has what it buys).
  *
  * A request the pool cannot take (longer than a slot's buffer, not whole pages, or every
- * slot out) is the caller's to serve as before, on its own thread.
+ * slot out) is the caller's to serve on its own thread.
  *
  * Errors: fuse_async_io_pool_new returns NULL with errno (ENOMEM); the kernel gets the
  * engine's errno as FUSE's positive one (docs/CONTRIBUTING.md, convention 2).
@@ -35,12 +34,14 @@ struct fuse_async_io_pool;
 struct fuse_async_io_pool *fuse_async_io_pool_new(unsigned slots);
 
 /* Waits until every request taken is answered, then frees the pool. The engine must
- * still be running (it completes them) and the session not yet destroyed (they answer
- * through it). */
+ * still be running (it completes them) and the session not yet unmounted (they answer
+ * through its /dev/fuse descriptor, which the unmount closes). */
 void fuse_async_io_pool_free(struct fuse_async_io_pool *pool);
 
 /* Takes the read or write (op) of size bytes at offset, whole pages, and answers req
- * when the engine completes it: true. False: not taken; req is still the caller's. A
+ * when the engine completes it: true. The answer runs in the engine's completion, under
+ * its lock, on whichever thread completes it (inside this call, when the engine ends
+ * the request at once): it only writes to /dev/fuse, never calls the engine. False: not taken; req is still the caller's. A
  * write's bytes are copied into the slot, since libfuse reuses its buffer once the
  * handler returns. */
 bool fuse_async_io_take(struct fuse_async_io_pool *pool, struct rampart_engine *engine,

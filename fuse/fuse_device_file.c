@@ -1,11 +1,15 @@
 /* The file system rampart-fuse mounts: a root directory (inode 1) holding one regular
  * file (inode 2) the size of the device, as nbdfuse lays it out, so that `losetup`
  * makes a block device of it. Every request on the file goes to the engine from the
- * libfuse worker that received it: a whole-page read or write (every one a loop device
- * sends for swap) is submitted by the worker, which then reads the servers' replies
- * itself (fuse_worker.h), unless the pool of requests answered as they complete takes
- * it (--async, fuse_async_io.h); anything else goes through the engine's blocking
- * calls, which patch partial pages.
+ * libfuse worker that received it. With a pool of requests answered as they complete
+ * (--async, the default; fuse_async_io.h), a whole-page request of up to 32 pages (every
+ * read a loop device sends for swap, most writes) is started and left to the thread
+ * that completes it, and anything else goes through the engine's blocking calls: the
+ * engine's I/O thread reads every reply, so the servers' sockets are never lent to a
+ * worker and given back again (an epoll_ctl per socket and a wake, each way). Without
+ * the pool (--async 0), a whole-page request is submitted by the worker, which then
+ * reads the servers' replies itself (fuse_worker.h). The blocking calls patch partial
+ * pages.
  *
  * The file is opened with direct I/O (FOPEN_DIRECT_IO): the kernel caches none of it,
  * so a swapped-out page is never held twice, in the page cache and in the servers, under
@@ -138,7 +142,8 @@ static void device_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     fuse_reply_err(req, ENOMEM);
     return;
   }
-  int r = whole_pages(size, offset)
+  /* With the pool, no worker reads replies (the file's header says why). */
+  int r = whole_pages(size, offset) && !f->async
             ? fuse_worker_run(f->engine, RAMPART_OP_READ, buf, (uint32_t)size, offset)
             : rampart_pread(f->engine, buf, (uint32_t)size, offset);
   if (r < 0)
@@ -160,8 +165,9 @@ static void device_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t
   }
   if (fuse_async_io_take(f->async, f->engine, req, RAMPART_OP_WRITE, buf, size, offset))
     return; /* answered as it completes */
-  /* The engine never writes through a write's buffer: libfuse's receive buffer serves. */
-  int r = whole_pages(size, offset)
+  /* The engine never writes through a write's buffer: libfuse's receive buffer serves.
+   * With the pool, no worker reads replies (the file's header says why). */
+  int r = whole_pages(size, offset) && !f->async
             ? fuse_worker_run(f->engine, RAMPART_OP_WRITE, (void *)buf, (uint32_t)size,
                               offset)
             : rampart_pwrite(f->engine, buf, (uint32_t)size, offset, 0);

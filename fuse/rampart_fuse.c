@@ -24,6 +24,9 @@
 #include "rampart.h"
 
 #define MAX_THREADS 64
+/* Slots of requests answered as they complete: 128 MiB of locked buffers at most. A loop
+ * device has no more out than --background (64 by default). */
+#define MAX_ASYNC 1024u
 
 static const char usage[] =
   "usage: rampart-fuse --mount DIR [--file NAME] [--threads N] [--background N] "
@@ -36,9 +39,9 @@ static const char usage[] =
   "                   (--async) holds its worker until it is\n"
   "  --background N   asynchronous requests the kernel keeps in flight (default 64)\n"
   "  --async N        up to N requests of up to 128 KiB answered as they complete, the\n"
-  "                   worker free for the next: a fifth less CPU under some swap loads,\n"
-  "                   4-8% more time under others (fuse/README.md). 128 KiB of locked\n"
-  "                   buffer each (default 0: every request holds its worker)\n"
+  "                   worker free for the next (default 64, 128 KiB of locked buffer\n"
+  "                   each; at most 1024). 0: each worker reads its own request's\n"
+  "                   replies, faster at queue depth 1, slower under swap (fuse/README.md)\n"
   "  --state-layout   print the layout of the state this build takes over, and exit\n"
   "  KEY=VALUE        nbdkit rampart's keys, so one command line serves either:\n"
   "  mlock=BOOL       lock the daemon's memory (default true; a swap device must)\n"
@@ -74,9 +77,9 @@ static int take_option(void *ctx, const char *a, const char *value)
   if (strcmp(a, "--async") == 0) {
     uint64_t v;
     char err[256];
-    if (!value || rp_parse_uint(a, value, 65535, &v, err, sizeof err) < 0) {
-      fprintf(stderr, "rampart-fuse: --async '%s': give a number from 0 (off) to 65535\n",
-              value ? value : "");
+    if (!value || rp_parse_uint(a, value, MAX_ASYNC, &v, err, sizeof err) < 0) {
+      fprintf(stderr, "rampart-fuse: --async '%s': give a number from 0 (off) to %u\n",
+              value ? value : "", MAX_ASYNC);
       return -1;
     }
     o->async = (unsigned)v;
@@ -174,7 +177,7 @@ int main(int argc, char **argv)
   struct options o = { .file = "device",
                        .threads = 8,
                        .background = 64,
-                       .async = 0,
+                       .async = 64,
                        .switches = RAMPART_FRONTEND_SWITCHES_DEFAULT };
   const struct rampart_frontend_args args = { "rampart-fuse", usage, take_option,
                                               check_options,  &o,    &o.switches };
@@ -215,17 +218,20 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_UNBLOCK, &stop_signals, NULL);
     printf("%s/%s\n", o.mount, o.file);
     fflush(stdout);
-    fprintf(stderr,
-            "rampart-fuse: serving %llu bytes as %s/%s, %u workers, %u requests "
-            "answered as they complete\n",
-            (unsigned long long)file.size, o.mount, o.file, o.threads, async);
+    fprintf(stderr, "rampart-fuse: serving %llu bytes as %s/%s, %u workers",
+            (unsigned long long)file.size, o.mount, o.file, o.threads);
+    if (async)
+      fprintf(stderr, ", %u requests answered as they complete", async);
+    fputc('\n', stderr);
     rampart_notify(RAMPART_NOTICE_SERVING, o.mount);
     result = serve(se, &o) < 0 ? 1 : 0;
     rampart_notify(RAMPART_NOTICE_STOPPING, o.mount);
-    fuse_session_unmount(se);
-    /* Requests still out answer through the session as the engine completes them. */
+    /* Requests still out are answered as the engine completes them, on /dev/fuse, which
+     * the unmount closes: the kernel would fail them (writes the engine completed among
+     * them) and an answer could land on whatever took the descriptor's number. */
     fuse_async_io_pool_free(file.async);
     file.async = NULL;
+    fuse_session_unmount(se);
     fuse_remove_signal_handlers(se);
     fuse_session_destroy(se);
   }

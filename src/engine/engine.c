@@ -234,6 +234,7 @@ static void io_begin(struct rampart_engine *e, struct rampart_io *io)
 {
   io->result = 0;
   io->pages_started = 0;
+  engine_reap_request_starts(e, io);
   if (!io_is_valid(e, io)) {
     frontend_done(e, io, -EINVAL);
     return;

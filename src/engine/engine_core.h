@@ -349,7 +349,8 @@ struct rampart_engine {
   struct rampart_io *done_head, *done_tail;
   uint64_t frontend_completions;       /* frontend requests completed, ever (under `lock`) */
   _Atomic uint64_t frontend_submitted; /* ... and submitted, ever (rampart_submit_list) */
-  /* The same for those of them no reaper comes back for (RAMPART_IO_NO_REAPER). */
+  /* The same for those of them no reaper comes back for (RAMPART_IO_NO_REAPER);
+   * completions under `lock`. */
   uint64_t unreaped_completions;
   _Atomic uint64_t unreaped_submitted;
   unsigned loop_changes;

@@ -12,7 +12,9 @@
  * The I/O thread keeps timers, reconnects, write watchers and every socket not lent. A
  * reaper that leaves while replies are still awaited gives the I/O thread the sockets at
  * once when no frontend request is out for a reaper to come back for (only FREEs, moves,
- * requests whose submitters do not reap, RAMPART_IO_NO_REAPER: reap_leave); with frontend requests out, it starts the I/O
+ * requests whose submitters do not reap, RAMPART_IO_NO_REAPER: reap_leave), and such a
+ * request that starts while the sockets are lent and no reaper is inside takes them back
+ * itself (engine_reap_request_starts); with frontend requests out, it starts the I/O
  * thread's grace timer, and if no reaper has come back when it fires, 2 to 4 ms later,
  * the I/O thread takes the sockets back and reads what comes. Left lent with nobody to
  * read them, replies would lie unread until the next reaper, or until the I/O thread
@@ -141,6 +143,18 @@ void engine_reap_give_back(struct rampart_engine *e)
   e->reap.holds = false;
 }
 
+/* Lent sockets stay lent when their reaper leaves with nothing due, for the next QD1
+ * reaper; a request whose submitter will not reap would find nobody reading them, and
+ * its reply would wait for engine_reap_tick, 100 to 200 ms. Starting it inline, the
+ * watchers the give-back starts wake the loop (release_inline). */
+void engine_reap_request_starts(struct rampart_engine *e, const struct rampart_io *io)
+{
+  if ((io->flags & RAMPART_IO_NO_REAPER) && e->reap.holds && !e->reap.inside) {
+    engine_reap_give_back(e);
+    e->reap.hand_backs++;
+  }
+}
+
 void engine_reap_tick(struct rampart_engine *e)
 {
   if (e->reap.inside || !e->reap.holds) {
@@ -231,8 +245,9 @@ static bool reapers_will_return(const struct rampart_engine *e)
 }
 
 /* The reaper goes: a waiter comes back to read in its place. With replies due and no
- * frontend request left for a reaper to come back for (a FREE, a move, a blocking
- * call's request), the I/O thread gets the sockets now. With frontend requests out,
+ * frontend request left for a reaper to come back for (a FREE, a move, a request marked
+ * RAMPART_IO_NO_REAPER: a blocking call's, one answered from its completion), the I/O
+ * thread gets the sockets now. With frontend requests out,
  * their threads come back to read: the I/O thread starts its grace timer
  * (engine_reap_start_grace, from its wake) unless it runs already, one wake per grace
  * at most however often reapers come and go, and takes the sockets only if none did. */

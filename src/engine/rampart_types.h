@@ -38,8 +38,10 @@ enum rampart_op {
 
 #define RAMPART_IO_FUA 0x1u /* write: complete only once durable as the policy defines */
 /* Its submitter does not wait in rampart_reap for it (it answers from the completion, or
- * sleeps elsewhere): a reaper that leaves with its reply due gives the servers' sockets
- * back to the I/O thread at once, not a grace later for a thread that will not come. */
+ * sleeps elsewhere), so the I/O thread must read its reply: started while the servers'
+ * sockets are lent and no reaper is inside, it gives them back to the I/O thread; a
+ * reaper that leaves with only such replies due gives them back at once, not a grace
+ * later for a thread that will not come (docs/engine.md, "Who reads the replies"). */
 #define RAMPART_IO_NO_REAPER 0x2u
 
 struct rampart_io;
@@ -192,7 +194,7 @@ struct rampart_stats {
   uint64_t etcd_events, etcd_watch_restarts;
   /* Times the sockets lent to a frontend thread reading replies (rampart_reap) went back
    * to the I/O thread while replies were still due, since open: no reaper came back for
-   * them. Under a steady load a reaper keeps them; a count that rises with the requests
+   * them, or a request no reaper comes back for started (RAMPART_IO_NO_REAPER). Under a steady load a reaper keeps them; a count that rises with the requests
    * is sockets going back and forth (an epoll_ctl each, and a wake). */
   uint64_t reap_hand_backs;
   bool reap_sockets_lent; /* lent to a frontend thread now, the I/O thread not reading them */

@@ -350,15 +350,27 @@ static void test_every_byte_through_a_server_killed_mid_stream(void **state)
   stop_all(s);
 }
 
-/* Two requests answered as they complete and the rest held by their workers, at once:
- * with four threads sending, the slots run out all the time, and requests longer than a
- * slot (up to 2 MiB here) hold their worker anyway. */
+/* Two requests answered as they complete and the rest through the engine's blocking
+ * calls, at once: with four threads sending, the slots run out all the time, and
+ * requests longer than a slot (up to 2 MiB here) never fit. */
 static void test_every_byte_with_the_async_slots_full(void **state)
 {
   struct setup *s = *state;
   const char *extra[] = { "--async", "2", "redundancy=parity-log", "group=4", NULL };
   setup_all(s, extra);
   run_workers(s, 300, 3);
+  verify_range(s, 0, DEVICE_SIZE);
+  stop_all(s);
+}
+
+/* Without the pool: each worker submits its request and reads the servers' replies
+ * itself, several workers sharing the sockets. */
+static void test_every_byte_with_workers_reading_their_replies(void **state)
+{
+  struct setup *s = *state;
+  const char *extra[] = { "--async", "0", "redundancy=parity-log", "group=4", NULL };
+  setup_all(s, extra);
+  run_workers(s, 300, 4);
   verify_range(s, 0, DEVICE_SIZE);
   stop_all(s);
 }
@@ -450,12 +462,10 @@ static void test_a_loop_device_with_direct_io(void **state)
   loop_device_with_direct_io(*state, NULL);
 }
 
-/* The same with requests answered from their completion: the loop device's direct I/O,
- * as the block layer splits it, and the reads back through the file, each taken when it
- * fits a slot and held by its worker when not. */
-static void test_a_loop_device_answered_from_completions(void **state)
+/* The same with workers that read their own requests' replies (--async 0). */
+static void test_a_loop_device_served_by_reading_workers(void **state)
 {
-  const char *extra[] = { "--async", "64", NULL };
+  const char *extra[] = { "--async", "0", NULL };
   loop_device_with_direct_io(*state, extra);
 }
 
@@ -468,7 +478,7 @@ static void test_arguments_refused_with_a_reason(void **state)
     { { "--mount", "/tmp", "--threads", "lots", "size=1M", NULL },
       "--threads 'lots': give a number from 1 to 64" },
     { { "--mount", "/tmp", "--async", "-1", "size=1M", NULL },
-      "--async '-1': give a number from 0 (off) to 65535" },
+      "--async '-1': give a number from 0 (off) to 1024" },
     { { "--mount", "/tmp", "--file", "a/b", "size=1M", NULL },
       "--file 'a/b': give a plain file name" },
     { { "--mount", "/tmp", "colour=red", "size=1M", NULL }, "colour" },
@@ -487,11 +497,13 @@ int main(void)
                                     setup_state, teardown_state),
     cmocka_unit_test_setup_teardown(test_every_byte_with_the_async_slots_full, setup_state,
                                     teardown_state),
+    cmocka_unit_test_setup_teardown(test_every_byte_with_workers_reading_their_replies,
+                                    setup_state, teardown_state),
     cmocka_unit_test_setup_teardown(test_holes_and_zeroed_ranges_read_back_zeros, setup_state,
                                     teardown_state),
     cmocka_unit_test_setup_teardown(test_a_loop_device_with_direct_io, setup_state,
                                     teardown_state),
-    cmocka_unit_test_setup_teardown(test_a_loop_device_answered_from_completions, setup_state,
+    cmocka_unit_test_setup_teardown(test_a_loop_device_served_by_reading_workers, setup_state,
                                     teardown_state),
     cmocka_unit_test(test_arguments_refused_with_a_reason),
   };
