@@ -350,29 +350,29 @@ static void test_every_byte_through_a_server_killed_mid_stream(void **state)
   stop_all(s);
 }
 
+/* Every byte read back, with rampart-fuse --async slots (parity-log 4+1). */
+static void every_byte_with_async(struct setup *s, const char *slots, uint64_t seed)
+{
+  const char *extra[] = { "--async", slots, "redundancy=parity-log", "group=4", NULL };
+  setup_all(s, extra);
+  run_workers(s, 300, seed);
+  verify_range(s, 0, DEVICE_SIZE);
+  stop_all(s);
+}
+
 /* Two requests answered as they complete and the rest through the engine's blocking
  * calls, at once: with four threads sending, the slots run out all the time, and
  * requests longer than a slot (up to 2 MiB here) never fit. */
 static void test_every_byte_with_the_async_slots_full(void **state)
 {
-  struct setup *s = *state;
-  const char *extra[] = { "--async", "2", "redundancy=parity-log", "group=4", NULL };
-  setup_all(s, extra);
-  run_workers(s, 300, 3);
-  verify_range(s, 0, DEVICE_SIZE);
-  stop_all(s);
+  every_byte_with_async(*state, "2", 3);
 }
 
 /* Without the pool: each worker submits its request and reads the servers' replies
  * itself, several workers sharing the sockets. */
 static void test_every_byte_with_workers_reading_their_replies(void **state)
 {
-  struct setup *s = *state;
-  const char *extra[] = { "--async", "0", "redundancy=parity-log", "group=4", NULL };
-  setup_all(s, extra);
-  run_workers(s, 300, 4);
-  verify_range(s, 0, DEVICE_SIZE);
-  stop_all(s);
+  every_byte_with_async(*state, "0", 4);
 }
 
 static void test_holes_and_zeroed_ranges_read_back_zeros(void **state)
