@@ -41,9 +41,9 @@ void fuse_async_io_pool_free(struct fuse_async_io_pool *pool);
 /* Takes the read or write (op) of size bytes at offset, whole pages, and answers req
  * when the engine completes it: true. The answer runs in the engine's completion, under
  * its lock, on whichever thread completes it (inside this call, when the engine ends
- * the request at once): it only writes to /dev/fuse, never calls the engine. False: not taken; req is still the caller's. A
- * write's bytes are copied into the slot, since libfuse reuses its buffer once the
- * handler returns. */
+ * the request at once): it only writes to /dev/fuse, never calls the engine. False: not
+ * taken; req is still the caller's. A write's bytes are copied into the slot, since
+ * libfuse reuses its buffer once the handler returns. */
 bool fuse_async_io_take(struct fuse_async_io_pool *pool, struct rampart_engine *engine,
                         fuse_req_t req, enum rampart_op op, const void *write_buf,
                         size_t size, uint64_t offset);

@@ -234,7 +234,6 @@ static void io_begin(struct rampart_engine *e, struct rampart_io *io)
 {
   io->result = 0;
   io->pages_started = 0;
-  engine_reap_request_starts(e, io);
   if (!io_is_valid(e, io)) {
     frontend_done(e, io, -EINVAL);
     return;
@@ -263,6 +262,7 @@ static void io_begin(struct rampart_engine *e, struct rampart_io *io)
       return;
     }
     io->pages_pending = npages;
+    engine_reap_request_starts(e, io); /* before it is sent, while io is still ours */
     /* (io may complete, and be reused, once it starts) */
     bool read = io->op == RAMPART_OP_READ;
     uint64_t first = io->offset / RAMPART_PAGE_SIZE;
@@ -390,6 +390,7 @@ static void on_mover_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
     return;
   }
   engine_before_poll(e);
+  engine_reap_before_loop_sleeps(e);
 }
 
 void engine_before_poll(struct rampart_engine *e)

@@ -244,6 +244,14 @@ static bool reapers_will_return(const struct rampart_engine *e)
   return out > unreaped;
 }
 
+void engine_reap_before_loop_sleeps(struct rampart_engine *e)
+{
+  if (e->reap.holds && !e->reap.inside && replies_awaited(e) && !reapers_will_return(e)) {
+    engine_reap_give_back(e); /* in the prepare watcher: the poll about to run sees them */
+    e->reap.hand_backs++;
+  }
+}
+
 /* The reaper goes: a waiter comes back to read in its place. With replies due and no
  * frontend request left for a reaper to come back for (a FREE, a move, a request marked
  * RAMPART_IO_NO_REAPER: a blocking call's, one answered from its completion), the I/O

@@ -194,8 +194,9 @@ struct rampart_stats {
   uint64_t etcd_events, etcd_watch_restarts;
   /* Times the sockets lent to a frontend thread reading replies (rampart_reap) went back
    * to the I/O thread while replies were still due, since open: no reaper came back for
-   * them, or a request no reaper comes back for started (RAMPART_IO_NO_REAPER). Under a steady load a reaper keeps them; a count that rises with the requests
-   * is sockets going back and forth (an epoll_ctl each, and a wake). */
+   * them, or a request no reaper comes back for started (RAMPART_IO_NO_REAPER). Under a
+   * steady load a reaper keeps them; a count that rises with the requests is sockets
+   * going back and forth (an epoll_ctl each, and a wake). */
   uint64_t reap_hand_backs;
   bool reap_sockets_lent; /* lent to a frontend thread now, the I/O thread not reading them */
 };
