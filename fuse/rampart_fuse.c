@@ -197,17 +197,17 @@ int main(int argc, char **argv)
     rampart_config_free(config);
     return 1;
   }
+  unsigned async = o.async;
   struct fuse_device_file file = { .engine = engine,
                                    .size = rampart_size(engine),
                                    .name = o.file,
                                    .max_background = o.background,
-                                   .async = o.async ? fuse_async_io_pool_new(o.async)
-                                                    : NULL };
-  if (o.async && !file.async) {
+                                   .async = async ? fuse_async_io_pool_new(async) : NULL };
+  if (async && !file.async) {
     fprintf(stderr,
             "rampart-fuse: --async %u: no memory for %u buffers of 128 KiB; give a "
             "smaller --async\n",
-            o.async, o.async);
+            async, async);
     rampart_close(engine);
     rampart_config_free(config);
     return 1;
@@ -220,8 +220,8 @@ int main(int argc, char **argv)
     fflush(stdout);
     fprintf(stderr, "rampart-fuse: serving %llu bytes as %s/%s, %u workers",
             (unsigned long long)file.size, o.mount, o.file, o.threads);
-    if (o.async)
-      fprintf(stderr, ", %u requests answered as they complete", o.async);
+    if (async)
+      fprintf(stderr, ", %u requests answered as they complete", async);
     fputc('\n', stderr);
     rampart_notify(RAMPART_NOTICE_SERVING, o.mount);
     result = serve(se, &o) < 0 ? 1 : 0;

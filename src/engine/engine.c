@@ -262,6 +262,7 @@ static void io_begin(struct rampart_engine *e, struct rampart_io *io)
       return;
     }
     io->pages_pending = npages;
+    engine_reap_request_starts(e, io); /* before it is sent, while io is still ours */
     /* (io may complete, and be reused, once it starts) */
     bool read = io->op == RAMPART_OP_READ;
     uint64_t first = io->offset / RAMPART_PAGE_SIZE;
@@ -389,7 +390,7 @@ static void on_mover_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
     return;
   }
   engine_before_poll(e);
-  engine_reap_return_unread(e);
+  engine_reap_before_loop_sleeps(e);
 }
 
 void engine_before_poll(struct rampart_engine *e)
@@ -477,7 +478,6 @@ static void release_inline(struct rampart_engine *e, unsigned changes)
   server_transport_flush(e);
   if (e->spill)
     spill_store_flush_submissions(e->spill);
-  engine_reap_return_unread(e);
   /* While a thread reaps (engine_reap.c) its passes do the loop's work before a poll
    * (the mover, ops parked on cleaning), and requests waiting for page ops start as its
    * replies end ops: only a watcher or a server to reconnect needs the loop then. */

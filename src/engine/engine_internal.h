@@ -63,11 +63,13 @@ void engine_reap_tick(struct rampart_engine *e);
 void engine_reap_start_grace(struct rampart_engine *e);
 /* Every lent socket back to the loop now (closing). */
 void engine_reap_give_back(struct rampart_engine *e);
-/* Replies due on sockets lent to nobody (no reaper inside) that no reaper will come back
- * for bring the sockets back to the loop: true if they went. Run where frames go out with
- * no reaper to read them: as a reaper leaves, after an inline start, and on the I/O
- * thread before its poll. */
-bool engine_reap_return_unread(struct rampart_engine *e);
+/* A read or write starts: one no reaper comes back for (RAMPART_IO_NO_REAPER), with the
+ * sockets lent and no reaper inside to read them, takes them back to the loop. */
+void engine_reap_request_starts(struct rampart_engine *e, const struct rampart_io *io);
+/* The I/O thread, before its poll: replies due on lent sockets that no reaper will come
+ * back for (the loop sent them: a request that waited for a page op, a FREE, a move)
+ * bring the sockets back to the loop. */
+void engine_reap_before_loop_sleeps(struct rampart_engine *e);
 
 /* prefetch.c: the prefetcher (prefetch=), on the engine like everything here. */
 /* The cache for config.prefetch_pages, or none when it is 0: 0, or -1 out of memory. */

@@ -12,10 +12,9 @@
  * The I/O thread keeps timers, reconnects, write watchers and every socket not lent. A
  * reaper that leaves while replies are still awaited gives the I/O thread the sockets at
  * once when no frontend request is out for a reaper to come back for (only FREEs, moves,
- * requests whose submitters do not reap, RAMPART_IO_NO_REAPER: reap_leave), and so do a
- * thread that sent frames inline and the I/O thread before its poll when replies they
- * sent are due on sockets lent to nobody (engine_reap_return_unread); with frontend
- * requests out, it starts the I/O
+ * requests whose submitters do not reap, RAMPART_IO_NO_REAPER: reap_leave), and such a
+ * request that starts while the sockets are lent and no reaper is inside takes them back
+ * itself (engine_reap_request_starts); with frontend requests out, it starts the I/O
  * thread's grace timer, and if no reaper has come back when it fires, 2 to 4 ms later,
  * the I/O thread takes the sockets back and reads what comes. Left lent with nobody to
  * read them, replies would lie unread until the next reaper, or until the I/O thread
@@ -144,6 +143,18 @@ void engine_reap_give_back(struct rampart_engine *e)
   e->reap.holds = false;
 }
 
+/* Lent sockets stay lent when their reaper leaves with nothing due, for the next QD1
+ * reaper; a request whose submitter will not reap would find nobody reading them, and
+ * its reply would wait for engine_reap_tick, 100 to 200 ms. Starting it inline, the
+ * watchers the give-back starts wake the loop (release_inline). */
+void engine_reap_request_starts(struct rampart_engine *e, const struct rampart_io *io)
+{
+  if ((io->flags & RAMPART_IO_NO_REAPER) && e->reap.holds && !e->reap.inside) {
+    engine_reap_give_back(e);
+    e->reap.hand_backs++;
+  }
+}
+
 void engine_reap_tick(struct rampart_engine *e)
 {
   if (e->reap.inside || !e->reap.holds) {
@@ -233,20 +244,12 @@ static bool reapers_will_return(const struct rampart_engine *e)
   return out > unreaped;
 }
 
-/* Lent sockets stay lent when their reaper leaves with nothing due, for the next QD1
- * reaper. Frames sent on them afterwards by a thread that will not reap (a blocking call,
- * a request answered from its completion, the loop's FREEs and moves) would find nobody
- * reading them, their replies waiting for engine_reap_tick, 100 to 200 ms. The watchers
- * the give-back starts wake a sleeping loop (release_inline's loop_changes); in the I/O
- * thread's prepare watcher, the poll about to run sees them. */
-bool engine_reap_return_unread(struct rampart_engine *e)
+void engine_reap_before_loop_sleeps(struct rampart_engine *e)
 {
-  /* cheapest first: a reaper at depth stops at reapers_will_return, before the scan */
-  if (!e->reap.holds || e->reap.inside || reapers_will_return(e) || !replies_awaited(e))
-    return false;
-  engine_reap_give_back(e);
-  e->reap.hand_backs++;
-  return true;
+  if (e->reap.holds && !e->reap.inside && replies_awaited(e) && !reapers_will_return(e)) {
+    engine_reap_give_back(e); /* in the prepare watcher: the poll about to run sees them */
+    e->reap.hand_backs++;
+  }
 }
 
 /* The reaper goes: a waiter comes back to read in its place. With replies due and no
@@ -261,9 +264,13 @@ static void reap_leave(struct rampart_engine *e)
   e->reap.inside = false;
   if (e->reap.waiting)
     reap_event_post(e);
-  if (engine_reap_return_unread(e)) {
-    ev_async_send(e->loop, &e->wake); /* a grace timer running stops at its next look */
-  } else if (e->reap.holds && !e->reap.grace_armed && replies_awaited(e)) {
+  if (!e->reap.holds || !replies_awaited(e))
+    return;
+  if (!reapers_will_return(e)) {
+    engine_reap_give_back(e); /* a grace timer running stops at its next look */
+    e->reap.hand_backs++;
+    ev_async_send(e->loop, &e->wake);
+  } else if (!e->reap.grace_armed) {
     e->reap.grace_armed = true;
     e->reap.grace_entries = e->reap.entries;
     ev_async_send(e->loop, &e->wake);

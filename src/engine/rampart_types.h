@@ -38,9 +38,10 @@ enum rampart_op {
 
 #define RAMPART_IO_FUA 0x1u /* write: complete only once durable as the policy defines */
 /* Its submitter does not wait in rampart_reap for it (it answers from the completion, or
- * sleeps elsewhere), so the I/O thread must read its reply: with only such replies due,
- * the servers' sockets go back to the I/O thread at once, not a grace later for a
- * thread that will not come (docs/engine.md, "Who reads the replies"). */
+ * sleeps elsewhere), so the I/O thread must read its reply: started while the servers'
+ * sockets are lent and no reaper is inside, it gives them back to the I/O thread; a
+ * reaper that leaves with only such replies due gives them back at once, not a grace
+ * later for a thread that will not come (docs/engine.md, "Who reads the replies"). */
 #define RAMPART_IO_NO_REAPER 0x2u
 
 struct rampart_io;
