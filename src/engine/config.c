@@ -334,6 +334,13 @@ static int set_poll_us(struct rampart_config *c, const char *key, const char *v,
   return set_unsigned(&c->poll_us, key, v, 10000, err, errlen);
 }
 
+/* 100 spins whatever the pressure (PSI never reports more). */
+static int set_poll_pressure(struct rampart_config *c, const char *key, const char *v,
+                             char *err, size_t errlen)
+{
+  return set_unsigned(&c->poll_pressure, key, v, 100, err, errlen);
+}
+
 /* The cache is locked memory the pager holds for good: 64 MiB at most. */
 static int set_prefetch(struct rampart_config *c, const char *key, const char *v, char *err,
                         size_t errlen)

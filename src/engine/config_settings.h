@@ -75,6 +75,11 @@
     "                          it sleeps, while a request is out: for a host with a core " \
     "to\n" \
     "                          spare (default 0: never)\n") \
+  X("poll-pressure", set_poll_pressure, "40", \
+    "poll-pressure=PCT         ... but not while runnable tasks waited for a CPU PCT % " \
+    "or\n" \
+    "                          more of the last 100 ms (/proc/pressure/cpu) (default 40;\n" \
+    "                          100: spin whatever the pressure)\n") \
   X("prefetch", set_prefetch, "0", \
     "prefetch=PAGES            a locked cache of pages read ahead along the trend of the\n" \
     "                          reads (default 0: off; docs/page-in.md)\n") \

@@ -869,6 +869,10 @@ static void engine_snapshot_stats(struct rampart_engine *e, struct rampart_stats
   cluster_follow_stats(e->follow, st);
   st->reap_hand_backs = e->reap.hand_backs;
   st->reap_sockets_lent = e->reap.holds;
+  st->reap_spins = e->reap.spins;
+  st->reap_spins_answered = e->reap.spins_answered;
+  st->reap_spin_paused_ticks = e->reap.spin_paused_ticks;
+  st->reap_spin_paused = e->reap.spin_paused;
 }
 
 /* ---- calls: a function run on the engine for another thread ---------------------- */
@@ -1134,6 +1138,7 @@ static struct rampart_engine *open_engine(const struct rampart_config *config, c
   }
   e->config = *config;
   e->reap.event_fd = -1;
+  e->reap.pressure.fd = -1;
   rampart_config_effective(config, &e->policy, &e->group_size);
   e->redundancy = redundancy_policy_of(e->policy);
   e->parities = !e->redundancy->parity                       ? 0u

@@ -24,6 +24,7 @@
 
 #include "client.h"
 #include "clock.h"
+#include "cpu_pressure.h"
 #include "engine_settings.h"
 #include "local_store.h"
 #include "page_map.h"
@@ -361,14 +362,19 @@ struct rampart_engine {
    * holds: sockets are lent to it; absent_ticks: ticks since one was last inside, while
    * it holds them. grace: the I/O thread's timer, running while a reaper that left
    * with replies due may come back (grace_armed); entries counts reapers that came in,
-   * so that the timer sees whether one came since it last looked (grace_entries). */
+   * so that the timer sees whether one came since it last looked (grace_entries).
+   * pressure: the machine's CPU pressure, sampled each tick while poll-us= is set;
+   * spin_paused: it was at poll-pressure= or over at the last tick, and a reaper sleeps
+   * at once; spins: waits that spun, spins_answered: of them, those a reply ended. */
   struct {
     int event_fd;
-    bool inside, sleeping, holds, grace_armed;
+    bool inside, sleeping, holds, grace_armed, spin_paused;
     unsigned waiting;
     uint64_t seen;
     unsigned absent_ticks;
     uint64_t entries, grace_entries, hand_backs;
+    uint64_t spins, spins_answered, spin_paused_ticks;
+    struct cpu_pressure pressure;
     ev_timer grace;
   } reap;
   /* thread hand-over: frontend threads that find the engine busy push onto `incoming`

@@ -32,7 +32,11 @@
  * a sleeping thread costs to wake on a virtual machine. So while a frame is out on a lent
  * socket the reaper first spins, polling without a timeout, for at most poll-us, and
  * sleeps only after that (io_uring's hybrid polling, Fastswap's polling for the faulting
- * page). With nothing out it sleeps at once: a spin can only end in a reply.
+ * page). With nothing out it sleeps at once: a spin can only end in a reply. Nor does
+ * it spin while the machine's runnable tasks wait for CPUs (poll-pressure=, sampled
+ * each tick from /proc/pressure/cpu): the spin would hold a CPU the server, the loop
+ * device's worker or the application is waiting for, and the page-in would get slower
+ * (docs/page-in.md has both sides measured).
  */
 #include <errno.h>
 #include <poll.h>
@@ -102,6 +106,8 @@ int engine_reap_init(struct rampart_engine *e)
   ev_timer_init(&e->reap.grace, on_reap_grace, 0., REAP_GRACE_S);
   e->reap.grace.data = e;
   e->reap.event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (e->config.poll_us > 0 && e->config.poll_pressure < 100)
+    cpu_pressure_open(&e->reap.pressure);
   return e->reap.event_fd < 0 ? -1 : 0;
 }
 
@@ -116,6 +122,7 @@ void engine_reap_destroy(struct rampart_engine *e)
   if (e->reap.event_fd >= 0)
     close(e->reap.event_fd);
   e->reap.event_fd = -1;
+  cpu_pressure_close(&e->reap.pressure);
 }
 
 static void reap_event_post(struct rampart_engine *e)
@@ -155,8 +162,18 @@ void engine_reap_request_starts(struct rampart_engine *e, const struct rampart_i
   }
 }
 
+/* Unknown pressure (no PSI in the kernel) leaves the spin as poll-us= asks. */
+static void weigh_spinning(struct rampart_engine *e)
+{
+  int pct = cpu_pressure_sample(&e->reap.pressure, rp_now_ns());
+  e->reap.spin_paused = pct >= 0 && (unsigned)pct >= e->config.poll_pressure;
+  e->reap.spin_paused_ticks += e->reap.spin_paused;
+}
+
 void engine_reap_tick(struct rampart_engine *e)
 {
+  if (e->reap.pressure.fd >= 0)
+    weigh_spinning(e);
   if (e->reap.inside || !e->reap.holds) {
     e->reap.absent_ticks = 0;
     return;
@@ -213,18 +230,21 @@ static bool read_ready(struct rampart_engine *e, const struct pollfd *pfd,
   return failed;
 }
 
-/* poll, spinning first for at most spin_ns without a timeout; then sleeping up to
- * REAP_POLL_MS. */
-static int poll_spinning(struct pollfd *pfd, unsigned nfds, uint64_t spin_ns)
+/* poll, spinning first for at most spin_ns without a timeout (*answered: whether
+ * something came while it spun); then sleeping up to REAP_POLL_MS. */
+static int poll_spinning(struct pollfd *pfd, unsigned nfds, uint64_t spin_ns, bool *answered)
 {
   int ready;
+  *answered = false;
   if (spin_ns > 0) {
     uint64_t until = rp_now_ns() + spin_ns;
     do {
       while ((ready = poll(pfd, nfds, 0)) < 0 && errno == EINTR)
         ;
-      if (ready != 0)
+      if (ready != 0) {
+        *answered = ready > 0;
         return ready;
+      }
     } while (rp_now_ns() < until);
   }
   while ((ready = poll(pfd, nfds, REAP_POLL_MS)) < 0 && errno == EINTR)
@@ -319,13 +339,15 @@ bool rampart_reap_or_fd(struct rampart_engine *e, int own_fd)
   uint64_t entered = e->frontend_completions;
   bool awaited;
   unsigned n = lend_sockets(e, pfd, lent, own_fd, &awaited);
-  uint64_t spin_ns = (uint64_t)e->config.poll_us * 1000u;
   bool own_ready = false;
   for (;;) {
+    uint64_t spin_ns = awaited && !e->reap.spin_paused ? (uint64_t)e->config.poll_us * 1000u
+                                                       : 0;
+    bool answered;
     e->reap.seen = e->frontend_completions;
     e->reap.sleeping = true;
     pthread_mutex_unlock(&e->lock);
-    int ready = poll_spinning(pfd, n + 2, awaited ? spin_ns : 0);
+    int ready = poll_spinning(pfd, n + 2, spin_ns, &answered);
     if (ready > 0 && pfd[n].revents) {
       uint64_t count;
       ssize_t ignored = read(e->reap.event_fd, &count, sizeof count);
@@ -333,6 +355,8 @@ bool rampart_reap_or_fd(struct rampart_engine *e, int own_fd)
     }
     pthread_mutex_lock(&e->lock);
     e->reap.sleeping = false;
+    e->reap.spins += spin_ns > 0;
+    e->reap.spins_answered += answered;
     if (!e->loop_sleeping || atomic_load(&e->stopping))
       break; /* closing: the I/O thread finishes what is left */
     unsigned changes = engine_loop_changes(e);

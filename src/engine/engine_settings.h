@@ -43,6 +43,7 @@ struct rampart_config {
   unsigned io_timeout_ms; /* io-timeout=; only if io_timeout_given, else the lease */
   bool io_timeout_given;
   unsigned poll_us;        /* poll-us=: a reaper spins this long before it sleeps */
+  unsigned poll_pressure;  /* poll-pressure=: ... while CPU pressure is under this % */
   unsigned prefetch_pages; /* prefetch=: the prefetcher's cache, pages; 0: off */
   unsigned prefetch_depth; /* prefetch-depth=: pages read ahead along a trend */
   bool size_given;

@@ -65,6 +65,20 @@ static void prefetch_metrics(struct prom_out *o, const struct rampart_stats *st)
               (double)st->prefetch_bytes_locked);
 }
 
+static void spin_metrics(struct prom_out *o, const struct rampart_stats *st)
+{
+  prom_metric(o, "rampart_pager_reply_spins_total", "counter",
+              "Waits for a server's reply that spun before sleeping (poll-us=).",
+              (double)st->reap_spins);
+  prom_metric(o, "rampart_pager_reply_spins_answered_total", "counter",
+              "Of those, the waits a reply ended while the thread still spun.",
+              (double)st->reap_spins_answered);
+  prom_metric(o, "rampart_pager_reply_spin_paused", "gauge",
+              "1 while the machine's CPU pressure is at poll-pressure= or over, and a "
+              "waiting thread sleeps at once.",
+              st->reap_spin_paused ? 1.0 : 0.0);
+}
+
 static void failure_metrics(struct prom_out *o, const struct rampart_stats *st)
 {
   prom_metric(o, "rampart_pager_degraded_reads_total", "counter",
@@ -81,6 +95,8 @@ static void failure_metrics(struct prom_out *o, const struct rampart_stats *st)
               "Stored pages that failed verification.", (double)st->integrity_failures);
   if (st->prefetch_bytes_locked)
     prefetch_metrics(o, st);
+  if (st->reap_spins || st->reap_spin_paused_ticks)
+    spin_metrics(o, st);
   if (st->etcd_following) {
     prom_metric(o, "rampart_pager_etcd_watch_live", "gauge",
                 "1 while the device's watch of its cluster in etcd (cluster=etcd://) is "

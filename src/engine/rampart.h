@@ -71,6 +71,10 @@ struct rampart_engine;
  *   poll-us=US            a thread waiting for a server's reply (rampart_reap) spins this
  *                         long before it sleeps, only while a request is out: for a host
  *                         with a core to spare (default 0: never spin)
+ *   poll-pressure=PCT     ... but not while runnable tasks waited for a CPU PCT % or more
+ *                         of the last tick's 100 ms (/proc/pressure/cpu): the spin would
+ *                         take a CPU one of them needs (default 40; 100: spin whatever the
+ *                         pressure)
  *   prefetch=PAGES        a locked cache of that many pages, read ahead along the
  *                         majority trend of the reads; a read it holds needs no round
  *                         trip (default 0: off; docs/page-in.md)

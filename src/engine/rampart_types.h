@@ -199,6 +199,10 @@ struct rampart_stats {
    * going back and forth (an epoll_ctl each, and a wake). */
   uint64_t reap_hand_backs;
   bool reap_sockets_lent; /* lent to a frontend thread now, the I/O thread not reading them */
+  /* poll-us=: waits that spun, those of them a reply ended, ticks whose CPU pressure
+   * paused the spin (poll-pressure=), and whether it is paused now */
+  uint64_t reap_spins, reap_spins_answered, reap_spin_paused_ticks;
+  bool reap_spin_paused;
 };
 
 #endif

@@ -71,6 +71,12 @@ void rampart_format_stats(const struct rampart_stats *st, char *buf, size_t bufl
       (unsigned long long)st->resumes, (unsigned long long)st->requests_replayed);
   OUT("frontend        %u requests in the engine now; %u sent to servers, replies due\n",
       st->frontend_requests, st->server_requests_in_flight);
+  if (st->reap_spins || st->reap_spin_paused_ticks)
+    OUT("spinning        %llu waits spun, %llu answered while spinning; paused by CPU "
+        "pressure %llu ticks%s\n",
+        (unsigned long long)st->reap_spins, (unsigned long long)st->reap_spins_answered,
+        (unsigned long long)st->reap_spin_paused_ticks,
+        st->reap_spin_paused ? " (paused now)" : "");
   if (st->rebuild_running || st->rebuilds_finished > 0) {
     double mib = (double)st->rebuild_pages_moved * RAMPART_PAGE_SIZE / 1048576.0;
     OUT("rebuild         %s: %llu pages (%.1f MiB) in %.3f s, %.1f MiB/s\n",

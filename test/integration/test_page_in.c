@@ -1,6 +1,7 @@
 /* The page-in path's latency tools against real rampartd processes: a reaper that spins
  * (poll-us=) and servers that spin (--poll-us) still read back every byte written, spin
- * only while a request is out, and stop on SIGTERM; and the hop stamps
+ * only while a request is out and, the reaper, not under CPU pressure (poll-pressure=),
+ * and stop on SIGTERM; and the hop stamps
  * (RAMPART_HOP_TRACE, common/hop_trace.h) follow each QD1 page-in through the engine,
  * the wire and the server, in order, with the server's stamps from the server's process;
  * a reply that comes after the reaper left is read at once (a blocking call's: the
@@ -141,6 +142,57 @@ static void test_spinning_reaper_and_servers_read_back_and_idle(void **state)
   }
   rampart_close(e);
   rp_test_cluster_stop(&c);
+}
+
+/* A reaper that spins takes a CPU, which pays only while one is idle for the server:
+ * with poll-pressure=0 any CPU pressure the kernel reports pauses the spin from the
+ * tick that first has a figure, and the reaper sleeps at once; with poll-pressure=100
+ * it spins whatever the pressure. Every byte comes back either way. */
+static void qd1_reads_with_spin(struct rp_test_cluster *c, const char *pressure,
+                                struct rampart_stats *st)
+{
+  const char *extra[] = { "redundancy",    "mirror", "poll-us", SPIN_US,
+                          "poll-pressure", pressure, NULL };
+  struct rampart_engine *e = rp_test_engine_open(c, PAGES * 4, extra);
+  /* Two ticks' samples make the first figure: a loaded machine may take longer. */
+  for (unsigned tries = 0; strcmp(pressure, "0") == 0; tries++) {
+    rampart_get_stats(e, st);
+    if (st->reap_spin_paused)
+      break;
+    assert_true(tries < 500);
+    rp_test_sleep_ms(10);
+  }
+  write_then_read_back(e);
+  rampart_get_stats(e, st);
+  rampart_close(e);
+}
+
+static void test_a_reaper_does_not_spin_under_cpu_pressure(void **state)
+{
+  (void)state;
+  if (access("/proc/pressure/cpu", R_OK) != 0) {
+    printf("skipped: this kernel has no /proc/pressure/cpu (PSI)\n");
+    skip();
+  }
+  struct rp_test_cluster c;
+  assert_int_equal(rp_test_cluster_start(&c, 3, "64M", NULL), 0);
+  struct rampart_stats paused, spinning;
+  qd1_reads_with_spin(&c, "0", &paused);
+  qd1_reads_with_spin(&c, "100", &spinning);
+  rp_test_cluster_stop(&c);
+  print_message(
+    "poll-pressure=0: %llu waits spun, paused %llu ticks; poll-pressure=100: "
+    "%llu spun (%llu answered while spinning), paused %llu ticks\n",
+    (unsigned long long)paused.reap_spins, (unsigned long long)paused.reap_spin_paused_ticks,
+    (unsigned long long)spinning.reap_spins, (unsigned long long)spinning.reap_spins_answered,
+    (unsigned long long)spinning.reap_spin_paused_ticks);
+  assert_int_equal(paused.reap_spins, 0);
+  assert_true(paused.reap_spin_paused);
+  assert_true(paused.reap_spin_paused_ticks >= 1);
+  assert_true(spinning.reap_spins > PAGES);
+  assert_true(spinning.reap_spins_answered > 0);
+  assert_int_equal(spinning.reap_spin_paused_ticks, 0);
+  assert_false(spinning.reap_spin_paused);
 }
 
 /* Two frontend threads reap at once, each waking on an eventfd of its own that its
@@ -660,6 +712,7 @@ int main(void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_spinning_reaper_and_servers_read_back_and_idle),
+    cmocka_unit_test(test_a_reaper_does_not_spin_under_cpu_pressure),
     cmocka_unit_test(test_hop_stamps_follow_each_page_in),
     cmocka_unit_test(test_a_waiting_reaper_reads_once_the_reader_leaves),
     cmocka_unit_test(test_submitted_requests_are_timed),
