@@ -6,7 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "hop_trace.h"
+
+/* How long after the pool last took a request one may be its worker's alone: a lone
+ * request lends the servers' sockets to its worker, and the next one the pool takes
+ * gives them back to the I/O thread (an epoll_ctl per socket and a wake each way). While
+ * requests keep coming, the pool serves them all; at queue depth 1 none comes to it. */
+#define SOLE_AFTER_NS 1000000u
 
 struct async_slot {
   struct rampart_io io;
@@ -21,6 +28,8 @@ struct fuse_async_io_pool {
   pthread_cond_t all_back; /* signalled as the last request out is answered */
   struct async_slot *free;
   unsigned out;
+  bool sole_out;         /* a worker holds the one request out and reads its reply */
+  uint64_t last_take_ns; /* when the pool last took a request */
   uint8_t *buffers;
   unsigned nslots;
   struct async_slot slots[];
@@ -74,6 +83,7 @@ static struct async_slot *slot_take(struct fuse_async_io_pool *pool)
   if (s) {
     pool->free = s->next_free;
     pool->out++;
+    pool->last_take_ns = rp_now_ns();
   }
   pthread_mutex_unlock(&pool->lock);
   return s;
@@ -87,6 +97,25 @@ static void slot_give_back(struct async_slot *s)
   pool->free = s;
   if (--pool->out == 0)
     pthread_cond_broadcast(&pool->all_back);
+  pthread_mutex_unlock(&pool->lock);
+}
+
+bool fuse_async_io_claim_sole(struct fuse_async_io_pool *pool)
+{
+  if (!pool)
+    return false;
+  pthread_mutex_lock(&pool->lock);
+  bool sole = pool->out == 0 && !pool->sole_out &&
+              rp_now_ns() - pool->last_take_ns >= SOLE_AFTER_NS;
+  pool->sole_out = pool->sole_out || sole;
+  pthread_mutex_unlock(&pool->lock);
+  return sole;
+}
+
+void fuse_async_io_release_sole(struct fuse_async_io_pool *pool)
+{
+  pthread_mutex_lock(&pool->lock);
+  pool->sole_out = false;
   pthread_mutex_unlock(&pool->lock);
 }
 

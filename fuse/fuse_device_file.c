@@ -5,11 +5,13 @@
  * (--async, the default; fuse_async_io.h), a whole-page request of up to 32 pages (every
  * read a loop device sends for swap, most writes) is started and left to the thread
  * that completes it, and anything else goes through the engine's blocking calls: the
- * engine's I/O thread reads every reply, so the servers' sockets are never lent to a
- * worker and given back again (an epoll_ctl per socket and a wake, each way). Without
- * the pool (--async 0), a whole-page request is submitted by the worker, which then
- * reads the servers' replies itself (fuse_worker.h). The blocking calls patch partial
- * pages.
+ * engine's I/O thread reads the replies, so under load the servers' sockets are not
+ * lent to a worker and given back again (an epoll_ctl per socket and a wake, each way).
+ * The one exception is a whole-page read that finds nothing out: its worker reads the
+ * reply itself (fuse_worker.h), which at queue depth 1 is faster than the I/O thread's
+ * answer and lets poll-us= spin for it (fuse_async_io_claim_sole). Without the pool
+ * (--async 0), every whole-page request is its worker's that way. The blocking calls
+ * patch partial pages.
  *
  * The file is opened with direct I/O (FOPEN_DIRECT_IO): the kernel caches none of it,
  * so a swapped-out page is never held twice, in the page cache and in the servers, under
@@ -121,6 +123,13 @@ static bool whole_pages(size_t size, uint64_t offset)
   return ((size | offset) & (RAMPART_PAGE_SIZE - 1)) == 0;
 }
 
+/* Without the pool a worker reads the replies to its whole-page requests; with it, one
+ * the pool cannot take goes through the blocking calls (the file's header says why). */
+static bool worker_reads_reply(const struct fuse_device_file *f, size_t size, uint64_t offset)
+{
+  return !f->async && whole_pages(size, offset);
+}
+
 static void device_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                         struct fuse_file_info *fi)
 {
@@ -135,21 +144,24 @@ static void device_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     size = (size_t)(f->size - offset);
   if (size > FUSE_DEVICE_MAX_IO)
     size = FUSE_DEVICE_MAX_IO; /* a short read: the kernel asks again for the rest */
-  if (fuse_async_io_take(f->async, f->engine, req, RAMPART_OP_READ, NULL, size, offset))
+  bool sole = whole_pages(size, offset) && fuse_async_io_claim_sole(f->async);
+  if (!sole &&
+      fuse_async_io_take(f->async, f->engine, req, RAMPART_OP_READ, NULL, size, offset))
     return; /* answered as it completes */
   void *buf = fuse_worker_read_buffer();
-  if (!buf) {
-    fuse_reply_err(req, ENOMEM);
-    return;
-  }
-  /* With the pool, no worker reads replies (the file's header says why). */
-  int r = whole_pages(size, offset) && !f->async
-            ? fuse_worker_run(f->engine, RAMPART_OP_READ, buf, (uint32_t)size, offset)
-            : rampart_pread(f->engine, buf, (uint32_t)size, offset);
+  int r;
+  if (!buf)
+    r = -ENOMEM;
+  else if (sole || worker_reads_reply(f, size, offset))
+    r = fuse_worker_run(f->engine, RAMPART_OP_READ, buf, (uint32_t)size, offset);
+  else
+    r = rampart_pread(f->engine, buf, (uint32_t)size, offset);
   if (r < 0)
     fuse_reply_err(req, -r);
   else
     fuse_reply_buf(req, buf, size);
+  if (sole)
+    fuse_async_io_release_sole(f->async);
   rp_hop(RP_HOP_FRONTEND_OUT);
 }
 
@@ -165,9 +177,8 @@ static void device_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t
   }
   if (fuse_async_io_take(f->async, f->engine, req, RAMPART_OP_WRITE, buf, size, offset))
     return; /* answered as it completes */
-  /* The engine never writes through a write's buffer: libfuse's receive buffer serves.
-   * With the pool, no worker reads replies (the file's header says why). */
-  int r = whole_pages(size, offset) && !f->async
+  /* The engine never writes through a write's buffer: libfuse's receive buffer serves. */
+  int r = worker_reads_reply(f, size, offset)
             ? fuse_worker_run(f->engine, RAMPART_OP_WRITE, (void *)buf, (uint32_t)size,
                               offset)
             : rampart_pwrite(f->engine, buf, (uint32_t)size, offset, 0);

@@ -375,6 +375,55 @@ static void test_every_byte_with_workers_reading_their_replies(void **state)
   every_byte_with_async(*state, "0", 4);
 }
 
+/* Waits the engine's stats file says spun (its "spinning" line; 0 without one). */
+static unsigned long long waits_spun(const char *stats)
+{
+  FILE *f = fopen(stats, "re");
+  char line[512];
+  unsigned long long spun = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "spinning %llu waits spun", &spun) == 1)
+      break;
+  if (f)
+    fclose(f);
+  return spun;
+}
+
+/* With the pool on, a request that finds nothing out is its own worker's: the worker
+ * waits for the reply itself rather than leaving it to the engine's I/O thread, and so
+ * (poll-us=, with the pressure gate off) spins for it, which only a thread reading its
+ * own reply does. One read at a time from one thread, as a page-in is. */
+static void test_a_lone_request_is_waited_for_by_its_worker(void **state)
+{
+  struct setup *s = *state;
+  char stats[128], stats_arg[160];
+  snprintf(stats, sizeof stats, "/tmp/rampart-test-fuse-stats.%d", (int)getpid());
+  snprintf(stats_arg, sizeof stats_arg, "stats-file=%s", stats);
+  const char *extra[] = { "poll-us=2000", "poll-pressure=100", stats_arg, NULL };
+  setup_all(s, extra);
+  enum { READS = 64 };
+  uint64_t rng = 11;
+  for (unsigned i = 0; i < READS * PAGE; i++)
+    s->shadow[i] = (uint8_t)rp_xorshift64s(&rng);
+  full_pwrite(s->fd, s->shadow, READS * PAGE, 0);
+  uint8_t page[PAGE];
+  for (unsigned i = 0; i < READS; i++) {
+    full_pread(s->fd, page, PAGE, (uint64_t)(READS - 1 - i) * PAGE);
+    assert_memory_equal(page, s->shadow + (uint64_t)(READS - 1 - i) * PAGE, PAGE);
+  }
+  /* The engine rewrites its stats file every second. A reaper that finds the I/O thread
+   * awake waits without spinning: most waits, not all, spin. */
+  unsigned long long spun = 0;
+  for (unsigned waited = 0; waited < 5000 && spun < READS / 2; waited += 100) {
+    usleep(100000);
+    spun = waits_spun(stats);
+  }
+  unlink(stats);
+  print_message("%d lone reads: %llu waits spun\n", READS, spun);
+  assert_true(spun >= READS / 2);
+  stop_all(s);
+}
+
 static void test_holes_and_zeroed_ranges_read_back_zeros(void **state)
 {
   struct setup *s = *state;
@@ -505,6 +554,8 @@ int main(void)
                                     teardown_state),
     cmocka_unit_test_setup_teardown(test_a_loop_device_served_by_reading_workers, setup_state,
                                     teardown_state),
+    cmocka_unit_test_setup_teardown(test_a_lone_request_is_waited_for_by_its_worker,
+                                    setup_state, teardown_state),
     cmocka_unit_test(test_arguments_refused_with_a_reason),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
