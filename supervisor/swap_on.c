@@ -74,6 +74,10 @@ static void make_state_dir(const struct swap_context *c)
   fclose(f);
 }
 
+/* What a waiting rampart-fuse worker spins, µs: about a loopback round trip to a
+ * server that must be woken (docs/page-in.md). */
+#define SWAP_FUSE_POLL_US 30u
+
 /* The pager's settings: the command line's and the file's, and what the device needs;
  * written to $state/pager.args for the standbys. */
 static void write_pager_args(const struct swap_context *c, const struct frontend_choice *f)
@@ -97,6 +101,12 @@ static void write_pager_args(const struct swap_context *c, const struct frontend
      * reload|servers' changes its servers while it swaps (docs/elastic.md). */
     if (!swap_kv_get(kv, "control"))
       fprintf(out, "control=%s/control\n", c->state);
+    /* rampart-fuse's worker that holds the one request out waits for its reply: a spin
+     * while CPUs idle saves it the wake-up, tens of microseconds on a virtual machine,
+     * and the pressure gate (poll-pressure=) stops it under swap storms, where it would
+     * cost the application its CPU (docs/page-in.md has both measured). */
+    if (is(f->frontend, "fuse") && !swap_kv_get(kv, "poll-us"))
+      fprintf(out, "poll-us=%u\n", SWAP_FUSE_POLL_US);
     /* ublk and nbd: the state a standby takes over (docs/recovery.md). Not for fuse: with
      * no standby and no device that waits, the state would only be left behind. */
     if (is(f->frontend, "ublk") || is(f->frontend, "nbd")) {

@@ -28,6 +28,13 @@ written=$(sed -n 's/^wire .*(\([0-9]*\) written).*/\1/p' "$work/stats")
 log "engine: $(grep '^wire' "$work/stats")"
 ((${written:-0} >= 49152)) || fail "the engine saw ${written:-0} page writes; the swap did not go through rampart"
 grep -q 'lost pages 0' "$work/stats" || fail "pages were lost: $(grep '^failures' "$work/stats")"
+# rampart-fuse as swap on deploys it waits for its replies spinning (poll-us=30), or says
+# the CPU pressure paused the spin: with poll-us=0 the report has no such line.
+if grep -qx frontend=fuse "$RAMPART_RUN_DIR/wl/state"; then
+  spin=$(grep '^spinning' "$work/stats") \
+    || fail "the fuse pager did not spin for its replies (swap on sets poll-us=30 for it): no spinning line in $(cat "$work/stats")"
+  log "engine: $spin"
+fi
 
 # What backs the device (a loop device: our FUSE file), so that the check after 'off'
 # is about this device, not a /dev/loop0 another job on the machine set up since.
