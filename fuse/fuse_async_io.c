@@ -9,10 +9,12 @@
 #include "clock.h"
 #include "hop_trace.h"
 
-/* How long after the pool last took a request one may be its worker's alone: a lone
- * request lends the servers' sockets to its worker, and the next one the pool takes
- * gives them back to the I/O thread (an epoll_ctl per socket and a wake each way). While
- * requests keep coming, the pool serves them all; at queue depth 1 none comes to it. */
+/* How long after the last burst a read may be its worker's alone: a lone read lends the
+ * servers' sockets to its worker, and the next request the pool takes gives them back to
+ * the I/O thread (an epoll_ctl per socket and a wake each way). A burst is a write, or a
+ * request taken while others are out; a read the pool takes with nothing else out (one
+ * that came within the time) does not extend it, so a thread faulting alone gets its
+ * reads back 1 ms after the last burst, however fast they come. */
 #define SOLE_AFTER_NS 1000000u
 
 struct async_slot {
@@ -28,8 +30,8 @@ struct fuse_async_io_pool {
   pthread_cond_t all_back; /* signalled as the last request out is answered */
   struct async_slot *free;
   unsigned out;
-  bool sole_out;         /* a worker holds the one request out and reads its reply */
-  uint64_t last_take_ns; /* when the pool last took a request */
+  bool sole_out;          /* a worker holds the one request out and reads its reply */
+  uint64_t last_burst_ns; /* when the pool last took a write, or a request beside others */
   uint8_t *buffers;
   unsigned nslots;
   struct async_slot slots[];
@@ -76,14 +78,15 @@ void fuse_async_io_pool_free(struct fuse_async_io_pool *pool)
   free(pool);
 }
 
-static struct async_slot *slot_take(struct fuse_async_io_pool *pool)
+static struct async_slot *slot_take(struct fuse_async_io_pool *pool, enum rampart_op op)
 {
   pthread_mutex_lock(&pool->lock);
   struct async_slot *s = pool->free;
   if (s) {
     pool->free = s->next_free;
+    if (op == RAMPART_OP_WRITE || pool->out > 0 || pool->sole_out)
+      pool->last_burst_ns = rp_now_ns();
     pool->out++;
-    pool->last_take_ns = rp_now_ns();
   }
   pthread_mutex_unlock(&pool->lock);
   return s;
@@ -106,7 +109,7 @@ bool fuse_async_io_claim_sole(struct fuse_async_io_pool *pool)
     return false;
   pthread_mutex_lock(&pool->lock);
   bool sole = pool->out == 0 && !pool->sole_out &&
-              rp_now_ns() - pool->last_take_ns >= SOLE_AFTER_NS;
+              rp_now_ns() - pool->last_burst_ns >= SOLE_AFTER_NS;
   pool->sole_out = pool->sole_out || sole;
   pthread_mutex_unlock(&pool->lock);
   return sole;
@@ -141,7 +144,7 @@ bool fuse_async_io_take(struct fuse_async_io_pool *pool, struct rampart_engine *
 {
   if (!pool || size > FUSE_ASYNC_IO_MAX || ((size | offset) & (RAMPART_PAGE_SIZE - 1)))
     return false;
-  struct async_slot *s = slot_take(pool);
+  struct async_slot *s = slot_take(pool, op);
   if (!s)
     return false;
   if (op == RAMPART_OP_WRITE)

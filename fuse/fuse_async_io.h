@@ -38,12 +38,13 @@ struct fuse_async_io_pool *fuse_async_io_pool_new(unsigned slots);
  * through its /dev/fuse descriptor, which the unmount closes). */
 void fuse_async_io_pool_free(struct fuse_async_io_pool *pool);
 
-/* A read that finds nothing out (none taken by the pool, none for SOLE_AFTER_NS, no
+/* A read that finds nothing out (none taken by the pool, no burst for SOLE_AFTER_NS, no
  * other worker holding one this way) is faster on its own worker, which reads its
  * reply itself (fuse_worker_run) and may spin for it (poll-us=): a thread faulting
  * alone, queue depth 1, where the I/O thread's answer costs a wake-up more
  * (docs/page-in.md). True: the caller holds the one request out, and gives it back
- * with fuse_async_io_release_sole once answered; requests that come meanwhile go to
+ * with fuse_async_io_release_sole once it completed, before it answers (the faulting
+ * thread's next read may come the moment it does); requests that come meanwhile go to
  * the pool, and the worker reads their replies while it waits for its own. False (and
  * always without a pool): take it to the pool. */
 bool fuse_async_io_claim_sole(struct fuse_async_io_pool *pool);

@@ -156,12 +156,12 @@ static void device_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     r = fuse_worker_run(f->engine, RAMPART_OP_READ, buf, (uint32_t)size, offset);
   else
     r = rampart_pread(f->engine, buf, (uint32_t)size, offset);
+  if (sole)
+    fuse_async_io_release_sole(f->async);
   if (r < 0)
     fuse_reply_err(req, -r);
   else
     fuse_reply_buf(req, buf, size);
-  if (sole)
-    fuse_async_io_release_sole(f->async);
   rp_hop(RP_HOP_FRONTEND_OUT);
 }
 

@@ -389,10 +389,13 @@ static unsigned long long waits_spun(const char *stats)
   return spun;
 }
 
-/* With the pool on, a request that finds nothing out is its own worker's: the worker
- * waits for the reply itself rather than leaving it to the engine's I/O thread, and so
+/* With the pool on, a read that finds nothing out is its own worker's: the worker waits
+ * for the reply itself rather than leaving it to the engine's I/O thread, and so
  * (poll-us=, with the pressure gate off) spins for it, which only a thread reading its
- * own reply does. One read at a time from one thread, as a page-in is. */
+ * own reply does. Swap writes in bursts the pool takes, and a read within 1 ms of one
+ * goes to the pool too; reads that follow one at a time, however fast, are their
+ * workers' again once the 1 ms has passed. Here the reads start right after a burst of
+ * 16 KiB writes, one read at a time from one thread, as page-ins are. */
 static void test_a_lone_request_is_waited_for_by_its_worker(void **state)
 {
   struct setup *s = *state;
@@ -401,15 +404,17 @@ static void test_a_lone_request_is_waited_for_by_its_worker(void **state)
   snprintf(stats_arg, sizeof stats_arg, "stats-file=%s", stats);
   const char *extra[] = { "poll-us=2000", "poll-pressure=100", stats_arg, NULL };
   setup_all(s, extra);
-  enum { READS = 64 };
+  enum { READS = 64, BURST = 4 * PAGE };
   uint64_t rng = 11;
   for (unsigned i = 0; i < READS * PAGE; i++)
     s->shadow[i] = (uint8_t)rp_xorshift64s(&rng);
-  full_pwrite(s->fd, s->shadow, READS * PAGE, 0);
+  for (unsigned off = 0; off < READS * PAGE; off += BURST)
+    full_pwrite(s->fd, s->shadow + off, BURST, off);
   uint8_t page[PAGE];
   for (unsigned i = 0; i < READS; i++) {
-    full_pread(s->fd, page, PAGE, (uint64_t)(READS - 1 - i) * PAGE);
-    assert_memory_equal(page, s->shadow + (uint64_t)(READS - 1 - i) * PAGE, PAGE);
+    uint64_t at = (uint64_t)(READS - 1 - i) * PAGE;
+    full_pread(s->fd, page, PAGE, at);
+    assert_memory_equal(page, s->shadow + at, PAGE);
   }
   /* The engine rewrites its stats file every second. A reaper that finds the I/O thread
    * awake waits without spinning: most waits, not all, spin. */
@@ -419,7 +424,8 @@ static void test_a_lone_request_is_waited_for_by_its_worker(void **state)
     spun = waits_spun(stats);
   }
   unlink(stats);
-  print_message("%d lone reads: %llu waits spun\n", READS, spun);
+  print_message("%d reads one at a time after a burst of writes: %llu waits spun\n", READS,
+                spun);
   assert_true(spun >= READS / 2);
   stop_all(s);
 }
