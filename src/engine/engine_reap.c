@@ -230,6 +230,15 @@ static bool read_ready(struct rampart_engine *e, const struct pollfd *pfd,
   return failed;
 }
 
+/* Whether a lent socket was readable (not only the wake or the caller's own fd). */
+static bool any_readable(const struct pollfd *pfd, unsigned n)
+{
+  for (unsigned k = 0; k < n; k++)
+    if (pfd[k].revents)
+      return true;
+  return false;
+}
+
 /* poll, spinning first for at most spin_ns without a timeout (*answered: whether
  * something came while it spun); then sleeping up to REAP_POLL_MS. */
 static int poll_spinning(struct pollfd *pfd, unsigned nfds, uint64_t spin_ns, bool *answered)
@@ -356,7 +365,7 @@ bool rampart_reap_or_fd(struct rampart_engine *e, int own_fd)
     pthread_mutex_lock(&e->lock);
     e->reap.sleeping = false;
     e->reap.spins += spin_ns > 0;
-    e->reap.spins_answered += answered;
+    e->reap.spins_answered += answered && any_readable(pfd, n);
     if (!e->loop_sleeping || atomic_load(&e->stopping))
       break; /* closing: the I/O thread finishes what is left */
     unsigned changes = engine_loop_changes(e);
