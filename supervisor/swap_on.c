@@ -105,7 +105,7 @@ static void write_pager_args(const struct swap_context *c, const struct frontend
      * while CPUs idle saves it the wake-up, tens of microseconds on a virtual machine,
      * and the pressure gate (poll-pressure=) stops it under swap storms, where it would
      * cost the application its CPU (docs/page-in.md has both measured). */
-    if (is(f->frontend, "fuse") && !swap_kv_get(kv, "poll-us"))
+    if (is(f->daemon, "rampart-fuse") && !swap_kv_get(kv, "poll-us"))
       fprintf(out, "poll-us=%u\n", SWAP_FUSE_POLL_US);
     /* ublk and nbd: the state a standby takes over (docs/recovery.md). Not for fuse: with
      * no standby and no device that waits, the state would only be left behind. */
