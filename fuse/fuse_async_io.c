@@ -29,8 +29,7 @@ struct fuse_async_io_pool {
   pthread_mutex_t lock;
   pthread_cond_t all_back; /* signalled as the last request out is answered */
   struct async_slot *free;
-  unsigned out;
-  bool sole_out;          /* a worker holds the one request out and reads its reply */
+  unsigned out;           /* taken with a slot, or the lone read a worker holds */
   uint64_t last_burst_ns; /* when the pool last took a write, or a request beside others */
   uint8_t *buffers;
   unsigned nslots;
@@ -84,12 +83,19 @@ static struct async_slot *slot_take(struct fuse_async_io_pool *pool, enum rampar
   struct async_slot *s = pool->free;
   if (s) {
     pool->free = s->next_free;
-    if (op == RAMPART_OP_WRITE || pool->out > 0 || pool->sole_out)
+    if (op == RAMPART_OP_WRITE || pool->out > 0)
       pool->last_burst_ns = rp_now_ns();
     pool->out++;
   }
   pthread_mutex_unlock(&pool->lock);
   return s;
+}
+
+/* Under the pool's lock. */
+static void request_ended(struct fuse_async_io_pool *pool)
+{
+  if (--pool->out == 0)
+    pthread_cond_broadcast(&pool->all_back);
 }
 
 static void slot_give_back(struct async_slot *s)
@@ -98,8 +104,7 @@ static void slot_give_back(struct async_slot *s)
   pthread_mutex_lock(&pool->lock);
   s->next_free = pool->free;
   pool->free = s;
-  if (--pool->out == 0)
-    pthread_cond_broadcast(&pool->all_back);
+  request_ended(pool);
   pthread_mutex_unlock(&pool->lock);
 }
 
@@ -108,9 +113,8 @@ bool fuse_async_io_claim_sole(struct fuse_async_io_pool *pool)
   if (!pool)
     return false;
   pthread_mutex_lock(&pool->lock);
-  bool sole = pool->out == 0 && !pool->sole_out &&
-              rp_now_ns() - pool->last_burst_ns >= SOLE_AFTER_NS;
-  pool->sole_out = pool->sole_out || sole;
+  bool sole = pool->out == 0 && rp_now_ns() - pool->last_burst_ns >= SOLE_AFTER_NS;
+  pool->out += sole;
   pthread_mutex_unlock(&pool->lock);
   return sole;
 }
@@ -118,7 +122,7 @@ bool fuse_async_io_claim_sole(struct fuse_async_io_pool *pool)
 void fuse_async_io_release_sole(struct fuse_async_io_pool *pool)
 {
   pthread_mutex_lock(&pool->lock);
-  pool->sole_out = false;
+  request_ended(pool);
   pthread_mutex_unlock(&pool->lock);
 }
 
