@@ -6,12 +6,17 @@
 set -euo pipefail
 
 SKIP=77
+# A guest test's exit status that runs the whole test once more (guest_fail).
+GUEST_RERUN=75
+script_path=$(readlink -f "$0")
 test_name=${RAMPART_TEST_NAME:-$(basename "$0" .sh)}
 src_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source=../../scripts/lib/local-cluster.sh
 . "$src_root/scripts/lib/local-cluster.sh"
 # shellcheck source=../../scripts/lib/memcg.sh
 . "$src_root/scripts/lib/memcg.sh"
+# shellcheck source=guest_console.sh
+. "$src_root/test/swap/guest_console.sh"
 
 log() { printf '[%s %3ds] %s\n' "$test_name" "$SECONDS" "$*"; }
 fail() { echo "[$test_name] FAIL: $*" >&2; exit 1; }
@@ -65,7 +70,7 @@ swap_test_cleanup() {
     printf '[%s] FAIL: %s\n' "$test_name" "${CLUSTER_BAD[@]}" >&2
     rc=1
   fi
-  if ((rc != 0 && rc != SKIP)); then
+  if ((rc != 0 && rc != SKIP && rc != GUEST_RERUN)); then
     for f in "$work"/rampartd-*.log "$work"/*-nbdkit*.log "$work"/*-ublk-*.log "$work"/*-nbd-attach.log "$work"/*-keeper.log "$work"/*-nbdfuse.log "$work"/*-fuse.log "$work"/*.out; do
       [[ -s $f ]] || continue
       echo "---- $f (last lines) ----" >&2
@@ -73,6 +78,9 @@ swap_test_cleanup() {
     done
   fi
   rm -rf --one-file-system "$work"
+  if ((rc == GUEST_RERUN)); then
+    RAMPART_GUEST_RERUN=1 exec bash "$script_path"
+  fi
   exit "$rc"
 }
 trap swap_test_cleanup EXIT
@@ -215,36 +223,23 @@ guest_initramfs_tools() {
   command -v cpio >/dev/null || skip "cpio is missing (package cpio)"
 }
 
-# guest_oops CONSOLE: the kernel's report of a panic in a guest's console log, whole: from
-# the first oops line (BUG:, Oops:, a general protection fault, a warning's "cut here")
-# of the 250 lines before "Kernel panic - not syncing", through the panic's end marker.
-# Without a panic, the last oops and what follows it. Nothing when the kernel reported
-# neither.
-guest_oops() {
-  LC_ALL=C awk '
-    function show(from,  i) { for (i = from; i <= NR; i++) print ring[i % 250] }
-    { ring[NR % 250] = $0 }
-    /BUG:|Oops:|general protection fault|Unable to handle|\[ cut here \]/ {
-      oops[++n] = NR; last = NR
-    }
-    !panicked && /Kernel panic - not syncing/ {
-      from = NR > 249 ? NR - 249 : 1
-      for (k = 1; k <= n; k++) if (oops[k] >= from) { from = oops[k]; break }
-      show(from); panicked = 1; next
-    }
-    panicked { print; if (/end Kernel panic/ || ++after >= 40) exit }
-    END { if (!panicked && last && NR - last < 250) show(last) }' "$1"
-}
-
-# guest_kernel_died_before MARKER < CONSOLE: true when the console shows the guest's kernel
-# dead (a panic or an Oops) and never MARKER, the first thing its init prints. Under TCG
-# the kernel sometimes dies in SMP bring-up (an int3 in sched_clock_cpu, a fatal exception
-# in interrupt), before any rampart code has run; a guest test boots such a guest once
-# more. A kernel that dies after its init spoke is the test's failure, as before.
-guest_kernel_died_before() {
-  local text
-  text=$(LC_ALL=C tr -d '\0')
-  grep -aq -E 'Kernel panic|Oops' <<<"$text" && ! grep -aqF "$1" <<<"$text"
+# guest_fail CONSOLE WHAT: a guest test's failure. Prints the guest kernel's report when
+# it oopsed or panicked; when that report is of a fault outside rampart's reach
+# (guest_kernel_fault_outside_rampart) and this is the test's first run, keeps the console
+# as TEST.first-run.console.log in RAMPART_GUEST_KEEP (default ${TMPDIR:-/tmp}) and runs
+# the whole test once more, from a cleaned-up host (exit status GUEST_RERUN,
+# swap_test_cleanup). Otherwise fails with WHAT.
+guest_fail() {
+  local oops
+  oops=$(guest_oops "$1")
+  [[ -z $oops ]] || printf '%s\n%s\n' "---- the guest kernel's report ----" "$oops" >&2
+  if [[ -z ${RAMPART_GUEST_RERUN:-} ]] && guest_kernel_fault_outside_rampart "$1"; then
+    local kept=${RAMPART_GUEST_KEEP:-${TMPDIR:-/tmp}}/$test_name.first-run.console.log
+    cp "$1" "$kept" || true
+    log "the guest's kernel died of a fault outside rampart's drivers ($(grep -a -m1 -E 'Oops|BUG:|general protection' "$1" | tr -d '\r'); report above, console kept as $kept): running the whole test once more"
+    exit "$GUEST_RERUN"
+  fi
+  fail "$2"
 }
 
 # guest_boot_died CONSOLE PID: waits (up to 300 s) until the guest's init says its first

@@ -178,7 +178,7 @@ guest_seconds=$((SECONDS - t0))
 
 said >"$work/said"
 grep -q '^rampart-guest: end 0' "$work/said" \
-  || fail "the guest did not finish cleanly: $(grep -a -E 'rampart-guest|workload|Kernel panic|Out of memory|nbd|I/O error|^----|nbdkit' "$console" | tail -n 40)"
+  || guest_fail "$console" "the guest did not finish cleanly: $(grep -a -E 'rampart-guest|workload|Kernel panic|Out of memory|nbd|I/O error|^----|nbdkit' "$console" | tail -n 40)"
 
 # ---- 1. nbd-client ---------------------------------------------------------------------------
 if [[ -z ${RAMPART_GUEST_ONLY_DEPLOYED:-} ]]; then

@@ -345,7 +345,7 @@ if grep -q '^rampart-guest: stall' "$work/said"; then
   fail "the watchdog saw swap stand still for 120 s (stacks above)"
 fi
 grep -q '^rampart-guest: end 0' "$work/said" \
-  || fail "the guest did not finish cleanly: $(grep -a -E 'rampart-guest|workload|Kernel panic|Out of memory|oom|nbd|I/O error' "$console" | tail -n 20)"
+  || guest_fail "$console" "the guest did not finish cleanly: $(grep -a -E 'rampart-guest|workload|Kernel panic|Out of memory|oom|nbd|I/O error' "$console" | tail -n 20)"
 
 # ---- the verdict and the report ------------------------------------------------------------
 declare -A secs=()

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The guest tests' verdicts on how a guest's kernel ended (test/swap/guest_console.sh),
+# against consoles in fixtures/: two kept from CI runs where the emulation killed the
+# kernel (a double fault a minute into a boot, an int3 in SMP bring-up), and three made
+# for the cases the verdict must not excuse (a fault in ublk_drv, a hung-task panic) or
+# must not see (a clean end).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../swap/guest_console.sh
+. "$here/../swap/guest_console.sh"
+fixtures=$here/fixtures
+failed=0
+expect() { # WHAT EXPECTED(yes|no) COMMAND...
+  local what=$1 want=$2 got=no
+  shift 2
+  if "$@"; then got=yes; fi
+  if [[ $got == "$want" ]]; then
+    echo "ok: $what"
+  else
+    echo "FAIL: $what: expected $want, got $got" >&2
+    failed=1
+  fi
+}
+
+expect "a double fault after init is the emulation's" yes \
+  guest_kernel_fault_outside_rampart "$fixtures/guest-double-fault.console"
+expect "a double fault after init is not a death before init" no \
+  guest_kernel_died_before 'Run /init as init process' <"$fixtures/guest-double-fault.console"
+expect "an int3 in bring-up is a death before init" yes \
+  guest_kernel_died_before 'Run /init as init process' <"$fixtures/guest-int3-in-bring-up.console"
+expect "an int3 in bring-up is the emulation's" yes \
+  guest_kernel_fault_outside_rampart "$fixtures/guest-int3-in-bring-up.console"
+expect "a fault in ublk_drv is not excused" no \
+  guest_kernel_fault_outside_rampart "$fixtures/guest-ublk-fault.console"
+expect "a hung-task panic is not excused" no \
+  guest_kernel_fault_outside_rampart "$fixtures/guest-hung-task.console"
+expect "a clean end is no fault" no \
+  guest_kernel_fault_outside_rampart "$fixtures/guest-clean-end.console"
+expect "a clean end is no death" no \
+  guest_kernel_died_before 'Run /init as init process' <"$fixtures/guest-clean-end.console"
+
+# The report printed for the double fault runs from its Oops line through the panic.
+report=$(guest_oops "$fixtures/guest-double-fault.console")
+expect "the report starts at the Oops" yes grep -q '^\[ *115.852168\] Oops: double fault' <<<"${report%%$'\n'*}"
+expect "the report holds the panic" yes grep -q 'Kernel panic - not syncing: Fatal exception' <<<"$report"
+expect "the report leaves out what came before" no grep -q 'rampart-guest:' <<<"$report"
+exit "$failed"
