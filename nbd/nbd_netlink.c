@@ -59,13 +59,15 @@ static void nest_end(struct message *m, struct nlattr *nest)
   nest->nla_len = (uint16_t)(m->bytes + m->len - (uint8_t *)nest);
 }
 
-/* The socket as one NBD_ATTR_SOCKETS list of one item. */
-static void put_socket(struct message *m, int sock)
+/* The sockets as one NBD_ATTR_SOCKETS list, an item each. */
+static void put_sockets(struct message *m, const int *socks, unsigned nsocks)
 {
   struct nlattr *list = put(m, NBD_ATTR_SOCKETS, NULL, 0);
-  struct nlattr *item = put(m, NBD_SOCK_ITEM, NULL, 0);
-  put_u32(m, NBD_SOCK_FD, (uint32_t)sock);
-  nest_end(m, item);
+  for (unsigned i = 0; i < nsocks; i++) {
+    struct nlattr *item = put(m, NBD_SOCK_ITEM, NULL, 0);
+    put_u32(m, NBD_SOCK_FD, (uint32_t)socks[i]);
+    nest_end(m, item);
+  }
   nest_end(m, list);
 }
 
@@ -245,8 +247,8 @@ static void on_index(const struct nlattr *a, void *ctx)
     memcpy(ctx, attr_data(a), 4);
 }
 
-int nbd_netlink_connect(struct nbd_netlink *nl, struct nbd_device_settings *s, int sock,
-                        char *err, size_t errlen)
+int nbd_netlink_connect(struct nbd_netlink *nl, struct nbd_device_settings *s,
+                        const int *socks, unsigned nsocks, char *err, size_t errlen)
 {
   struct message m;
   message_start(&m, nl, nl->family, NBD_CMD_CONNECT, NBD_GENL_VERSION);
@@ -259,7 +261,7 @@ int nbd_netlink_connect(struct nbd_netlink *nl, struct nbd_device_settings *s, i
   put_u64(&m, NBD_ATTR_DEAD_CONN_TIMEOUT, s->dead_conn_timeout_s);
   if (s->backend)
     put(&m, NBD_ATTR_BACKEND_IDENTIFIER, s->backend, strlen(s->backend) + 1);
-  put_socket(&m, sock);
+  put_sockets(&m, socks, nsocks);
   uint32_t index = UINT32_MAX;
   int r = transact(nl, &m, on_index, &index);
   if (r < 0) {
@@ -284,14 +286,14 @@ int nbd_netlink_connect(struct nbd_netlink *nl, struct nbd_device_settings *s, i
 }
 
 int nbd_netlink_reconfigure(struct nbd_netlink *nl, const struct nbd_device_settings *s,
-                            int sock)
+                            const int *socks, unsigned nsocks)
 {
   struct message m;
   message_start(&m, nl, nl->family, NBD_CMD_RECONFIGURE, NBD_GENL_VERSION);
   put_u32(&m, NBD_ATTR_INDEX, (uint32_t)s->index);
   if (s->backend)
     put(&m, NBD_ATTR_BACKEND_IDENTIFIER, s->backend, strlen(s->backend) + 1);
-  put_socket(&m, sock);
+  put_sockets(&m, socks, nsocks);
   return transact(nl, &m, NULL, NULL);
 }
 

@@ -39,13 +39,16 @@ struct nbd_device_settings {
 int nbd_netlink_open(struct nbd_netlink *nl, char *err, size_t errlen);
 void nbd_netlink_close(struct nbd_netlink *nl);
 
-/* Attaches a device to the connected socket sock; sets s->index. -1 with err. */
-int nbd_netlink_connect(struct nbd_netlink *nl, struct nbd_device_settings *s, int sock,
-                        char *err, size_t errlen);
-/* Gives device index the socket sock in place of its dead connection. 0, or the
- * negative errno the driver answered (-ENOSPC: no connection of the device is dead). */
+/* Attaches a device to the nsocks connected sockets socks, one connection each (the
+ * driver spreads requests over them, a hardware queue each); sets s->index. More than
+ * one needs an export that says NBD_FLAG_CAN_MULTI_CONN. -1 with err. */
+int nbd_netlink_connect(struct nbd_netlink *nl, struct nbd_device_settings *s,
+                        const int *socks, unsigned nsocks, char *err, size_t errlen);
+/* Gives device index the sockets socks in place of its dead connections, one for one, in
+ * order: the driver stops at the first socket that finds no dead connection left and
+ * does not keep it or those after it. 0, or the negative errno the driver answered. */
 int nbd_netlink_reconfigure(struct nbd_netlink *nl, const struct nbd_device_settings *s,
-                            int sock);
+                            const int *socks, unsigned nsocks);
 /* Detaches device index (its requests fail from here on). 0 or a negative errno. */
 int nbd_netlink_disconnect(struct nbd_netlink *nl, int index);
 

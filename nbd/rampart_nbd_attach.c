@@ -2,7 +2,7 @@
  * it attached across the death of the nbdkit serving it.
  *
  *   rampart-nbd-attach [--device /dev/nbdN] [--export NAME] [--timeout S]
- *                      [--dead-timeout S] SOCKET [STANDBY-SOCKET...]
+ *                      [--dead-timeout S] [--connections N] SOCKET [STANDBY-SOCKET...]
  *
  * It does what nbd-client does to attach (the handshake, then the kernel's netlink
  * NBD_CMD_CONNECT), with the dead-connection timeout set, so that when the serving
@@ -13,6 +13,11 @@
  * driver the new connection with NBD_CMD_RECONFIGURE. Debian 12's nbd-client cannot:
  * its -persist re-runs the ioctl path, where the device fails every request while it
  * is disconnected (docs/recovery.md).
+ *
+ * --connections N gives the driver N connections to the same daemon: it makes a
+ * hardware queue of each and spreads the requests over them, so N threads of
+ * rampart-nbd-server (one per connection) serve the device. A move takes all N to the
+ * new daemon in one reconfigure.
  */
 #include <errno.h>
 #include <poll.h>
@@ -35,13 +40,15 @@
 #include "rampart.h"
 
 #define MAX_SOCKETS 8
+#define MAX_CONNECTIONS 16
 /* How long, after the daemon's death, to wait for the driver's notice that its
  * connection died before reconnecting anyway. */
 #define DEAD_NOTICE_WAIT_MS 2000
 
 static const char usage[] =
   "usage: rampart-nbd-attach [--device /dev/nbdN] [--export NAME] [--timeout S]\n"
-  "                          [--dead-timeout S] SOCKET [STANDBY-SOCKET...]\n"
+  "                          [--dead-timeout S] [--connections N] SOCKET "
+  "[STANDBY-SOCKET...]\n"
   "  Attaches an NBD device to the nbdkit listening on SOCKET (a unix socket), prints\n"
   "  it, and stays in the foreground (a line 'DEVICE reconnected SOCKET' on each move). When "
   "that nbdkit dies, the device's requests wait (up to\n"
@@ -53,13 +60,16 @@ static const char usage[] =
   "  --timeout      seconds a request may go unanswered before the driver drops the\n"
   "                 connection and sends it again (default 30). A request in flight\n"
   "                 when its daemon dies is sent again only then.\n"
+  "  --connections  connections to the daemon, 1 to 16 (default 1): the driver spreads\n"
+  "                 requests over them, and each has a thread of its own there\n"
   "  Run nbdkit with --foreground (as systemd does): the socket then names the\n"
   "  daemon's own pid, whose end this watches besides the driver's notices.\n";
 
 struct attach {
   const char *sockets[MAX_SOCKETS];
   unsigned nsockets;
-  unsigned serving; /* index into sockets of the one the device uses */
+  unsigned connections; /* to the serving daemon, all to the same socket */
+  unsigned serving;     /* index into sockets of the one the device uses */
   const char *export_name;
   struct nbd_device_settings device;
   struct nbd_netlink nl;
@@ -88,6 +98,7 @@ static int parse_args(struct attach *a, int argc, char **argv)
   a->device.timeout_s = 30;
   a->device.dead_conn_timeout_s = 120;
   a->export_name = "";
+  a->connections = 1;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     const char *value = i + 1 < argc ? argv[i + 1] : NULL;
@@ -110,6 +121,18 @@ static int parse_args(struct attach *a, int argc, char **argv)
           return 2;
         }
         a->device.index = (int)n;
+      } else if (strcmp(arg, "--connections") == 0) {
+        char *end;
+        errno = 0;
+        unsigned long n = strtoul(value, &end, 10);
+        if (errno || end == value || *end || value[0] == '-' || n < 1 ||
+            n > MAX_CONNECTIONS) {
+          fprintf(stderr,
+                  "rampart-nbd-attach: --connections %s is not a number from 1 to %u\n",
+                  value, MAX_CONNECTIONS);
+          return 2;
+        }
+        a->connections = (unsigned)n;
       } else if (strcmp(arg, "--export") == 0) {
         a->export_name = value;
       } else if (strcmp(arg, "--timeout") == 0 || strcmp(arg, "--dead-timeout") == 0) {
@@ -181,6 +204,36 @@ static int open_export(const struct attach *a, const char *path, unsigned wait_s
   return fd;
 }
 
+static void close_all(int *fds, unsigned n)
+{
+  for (unsigned i = 0; i < n; i++)
+    close(fds[i]);
+}
+
+/* a->connections negotiated sockets to path in fds, all of one export: 0, or -1 with
+ * err and none left open. */
+static int open_connections(const struct attach *a, const char *path, unsigned wait_s,
+                            int *fds, struct nbd_export *export, pid_t *peer, char *err,
+                            size_t errlen)
+{
+  for (unsigned i = 0; i < a->connections; i++) {
+    struct nbd_export this;
+    fds[i] = open_export(a, path, wait_s, &this, peer, err, errlen);
+    if (fds[i] >= 0 && i > 0 && this.size != export->size) {
+      snprintf(err, errlen, "%s changed its size between two connections", path);
+      close(fds[i]);
+      fds[i] = -1;
+    }
+    if (fds[i] < 0) {
+      close_all(fds, i);
+      return -1;
+    }
+    if (i == 0)
+      *export = this;
+  }
+  return 0;
+}
+
 /* Watches the serving daemon's life: its death is the first sign, before the driver's. A
  * daemon that forked after listening (nbdkit without --foreground) has another pid than
  * the one the socket names; then only the driver's notice tells. */
@@ -217,8 +270,9 @@ static bool reconnect(struct attach *a, const char *why)
       unsigned i = (a->serving + k) % a->nsockets;
       struct nbd_export export;
       pid_t peer;
-      int fd = open_export(a, a->sockets[i], wait_s, &export, &peer, err, sizeof err);
-      if (fd < 0)
+      int fds[MAX_CONNECTIONS];
+      if (open_connections(a, a->sockets[i], wait_s, fds, &export, &peer, err, sizeof err) <
+          0)
         continue;
       if (export.size != a->device.size) {
         snprintf(err, sizeof err,
@@ -226,11 +280,11 @@ static bool reconnect(struct attach *a, const char *why)
                  "one",
                  a->sockets[i], (unsigned long long)export.size,
                  (unsigned long long)a->device.size);
-        close(fd);
+        close_all(fds, a->connections);
         continue;
       }
-      int r = nbd_netlink_reconfigure(&a->nl, &a->device, fd);
-      close(fd); /* the driver holds its own reference */
+      int r = nbd_netlink_reconfigure(&a->nl, &a->device, fds, a->connections);
+      close_all(fds, a->connections); /* the driver holds its own references */
       if (r < 0) {
         snprintf(err, sizeof err, "the driver refused the new connection to %s: %s",
                  a->sockets[i], strerror(-r));
@@ -257,15 +311,35 @@ static bool reconnect(struct attach *a, const char *why)
   }
 }
 
-/* What the driver's multicast said: 1 a connection of this device died (or a notice may
- * have been lost: the socket overran), 0 nothing about it. */
-static int drain_notices(struct attach *a)
+/* What the driver's multicast said: how many connections of this device died (all of
+ * them when a notice may have been lost: the socket overran), 0 for nothing about it. */
+static unsigned drain_notices(struct attach *a)
 {
-  int index, dead = 0;
-  while ((index = nbd_netlink_read_event(&a->nl)) != NBD_NETLINK_NO_EVENT)
-    if (index == a->device.index || index == NBD_NETLINK_EVENTS_LOST)
-      dead = 1;
+  int index;
+  unsigned dead = 0;
+  while ((index = nbd_netlink_read_event(&a->nl)) != NBD_NETLINK_NO_EVENT) {
+    if (index == a->device.index)
+      dead++;
+    else if (index == NBD_NETLINK_EVENTS_LOST)
+      dead = a->connections;
+  }
   return dead;
+}
+
+/* Waits up to ms for the driver's notices to count `want` dead connections, adding to
+ * *dead: one reconfigure then replaces them all, where one per notice would open a
+ * connection for each and leave the driver to drop the spares. true: a stop signal. */
+static bool await_notices(struct attach *a, unsigned *dead, unsigned want, int ms)
+{
+  struct pollfd q[2] = { { .fd = a->signal_fd, .events = POLLIN },
+                         { .fd = a->nl.events_fd, .events = POLLIN } };
+  for (uint64_t t0 = rp_now_ms(); *dead < want && rp_now_ms() - t0 < (uint64_t)ms;) {
+    if (poll(q, 2, 50) > 0 && q[0].revents)
+      return true;
+    if (q[1].revents)
+      *dead += drain_notices(a);
+  }
+  return false;
 }
 
 static bool device_still_attached(const struct attach *a)
@@ -288,7 +362,12 @@ static int serve(struct attach *a)
       return 1;
     if (p[0].revents)
       return 0;
-    if (p[1].revents && drain_notices(a)) {
+    unsigned dead = p[1].revents ? drain_notices(a) : 0;
+    if (dead) {
+      /* A daemon that died ends every connection within moments; one that timed out a
+       * request, only that one. */
+      if (await_notices(a, &dead, a->connections, 200))
+        return 0;
       if (!reconnect(a, "the driver saw its connection die"))
         return 0;
       continue;
@@ -300,14 +379,8 @@ static int serve(struct attach *a)
       char why[96];
       snprintf(why, sizeof why, "its daemon (pid %d) died", (int)a->daemon_pid);
       watch_daemon(a, 0);
-      struct pollfd q[2] = { { .fd = a->signal_fd, .events = POLLIN },
-                             { .fd = a->nl.events_fd, .events = POLLIN } };
-      for (uint64_t t0 = rp_now_ms(); rp_now_ms() - t0 < DEAD_NOTICE_WAIT_MS;) {
-        if (poll(q, 2, 50) > 0 && q[0].revents)
-          return 0;
-        if (q[1].revents && drain_notices(a))
-          break;
-      }
+      if (await_notices(a, &dead, a->connections, DEAD_NOTICE_WAIT_MS))
+        return 0;
       if (!reconnect(a, why))
         return 0;
       continue;
@@ -355,12 +428,13 @@ int main(int argc, char **argv)
   }
   struct nbd_export export;
   pid_t peer = 0;
-  int fd = -1;
-  for (unsigned i = 0; i < a.nsockets && fd < 0; i++) {
-    fd = open_export(&a, a.sockets[i], 30, &export, &peer, err, sizeof err);
+  int fds[MAX_CONNECTIONS];
+  int opened = -1;
+  for (unsigned i = 0; i < a.nsockets && opened < 0; i++) {
+    opened = open_connections(&a, a.sockets[i], 30, fds, &export, &peer, err, sizeof err);
     a.serving = i;
   }
-  if (fd < 0) {
+  if (opened < 0) {
     fprintf(stderr, "rampart-nbd-attach: %s: start nbdkit rampart on that socket first\n",
             err);
     return 1;
@@ -369,11 +443,11 @@ int main(int argc, char **argv)
   a.device.server_flags = export.transmission_flags;
   snprintf(a.backend, sizeof a.backend, "rampart:%s", a.export_name);
   a.device.backend = a.backend;
-  if (nbd_netlink_connect(&a.nl, &a.device, fd, err, sizeof err) < 0) {
+  if (nbd_netlink_connect(&a.nl, &a.device, fds, a.connections, err, sizeof err) < 0) {
     fprintf(stderr, "rampart-nbd-attach: %s\n", err);
     return 1;
   }
-  close(fd);
+  close_all(fds, a.connections);
   watch_daemon(&a, peer);
   printf("/dev/nbd%d\n", a.device.index);
   fflush(stdout);
@@ -381,10 +455,10 @@ int main(int argc, char **argv)
   snprintf(device, sizeof device, "/dev/nbd%d", a.device.index);
   rampart_notify(RAMPART_NOTICE_SERVING, device);
   deferred_log_start("rampart-nbd-attach");
-  deferred_log("/dev/nbd%d attached to %s (pid %d): %llu bytes; "
+  deferred_log("/dev/nbd%d attached to %s (pid %d), %u connection%s: %llu bytes; "
                "requests wait up to %llu s for a new daemon if it dies",
-               a.device.index, a.sockets[a.serving], (int)peer,
-               (unsigned long long)a.device.size,
+               a.device.index, a.sockets[a.serving], (int)peer, a.connections,
+               a.connections == 1 ? "" : "s", (unsigned long long)a.device.size,
                (unsigned long long)a.device.dead_conn_timeout_s);
   int status = serve(&a);
   if (status == 0) {

@@ -77,6 +77,10 @@ static void make_state_dir(const struct swap_context *c)
 /* What a waiting rampart-fuse worker spins, µs: about a loopback round trip to a
  * server that must be woken (docs/page-in.md). */
 #define SWAP_FUSE_POLL_US 30u
+/* NBD connections per device when --connections is not given: rampart's own daemon
+ * serves one best (see start_nbd); nbd-client's plugins keep two. */
+#define SWAP_NBD_ATTACH_CONNECTIONS 1
+#define SWAP_NBD_CLIENT_CONNECTIONS 2
 
 /* The pager's settings: the command line's and the file's, and what the device needs;
  * written to $state/pager.args for the standbys. */
@@ -256,8 +260,14 @@ static long long start_nbd(const struct swap_context *c, const char *daemon, cha
   /* One log per pager the device has had: nbdkit-0 is the first, each standby the next. */
   long long size = start_nbd_daemon(c, daemon, a_sock, "nbdkit-0");
   /* rampart-nbd-attach picks a free /dev/nbdN and says which once the device is up. */
-  say("attaching through rampart-nbd-attach");
-  const char *argv[] = { c->prog.nbd_attach, a_sock, b_sock, NULL };
+  /* Each connection is a hardware queue of the driver and a thread of the pager. One by
+   * default: on two CPUs a second doubled the pager's CPU per request and halved its
+   * QD32 reads (docs/page-in.md, "Parallelism"); --connections N gives more. */
+  int n = c->set.connections ? c->set.connections : SWAP_NBD_ATTACH_CONNECTIONS;
+  char conns[16];
+  snprintf(conns, sizeof conns, "%d", n);
+  say("attaching through rampart-nbd-attach (%d connection%s)", n, n == 1 ? "" : "s");
+  const char *argv[] = { c->prog.nbd_attach, "--connections", conns, a_sock, b_sock, NULL };
   pid_t pid = swap_spawn(c, "nbd-attach", argv, NULL);
   swap_state_set(c, "attach_pid", "%d", (int)pid);
   swap_wait_notified(c, pid, "READY=1", 30, "rampart-nbd-attach did not attach");
@@ -310,8 +320,9 @@ static long long start_nbd_client(const struct swap_context *c, const char *daem
     swap_die("every /dev/nbd* is in use; 'modprobe -r nbd; modprobe nbd nbds_max=32' when "
              "none is needed, or detach one");
   swap_state_set(c, "device", "%s", dev);
-  say("attaching %s with nbd-client (%d connections)", dev, c->set.connections);
-  snprintf(conns, sizeof conns, "%d", c->set.connections);
+  int n = c->set.connections ? c->set.connections : SWAP_NBD_CLIENT_CONNECTIONS;
+  say("attaching %s with nbd-client (%d connections)", dev, n);
+  snprintf(conns, sizeof conns, "%d", n);
   swap_state_path(c, "nbd-client.log", log, sizeof log);
   const char *argv[] = { "nbd-client", "-unix",        sock,    dev,        "-name",
                          "rampart",    "-nonetlink",   "-swap", "-persist", "-block-size",

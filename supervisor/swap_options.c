@@ -287,7 +287,11 @@ static int merge(const struct swap_args *a, const struct swap_kv *file,
 static int check_counts(const char *own[OWN_COUNT], int cpus, struct swap_settings *s,
                         char *err, size_t errlen)
 {
-  if (!int_in(own[OWN_CONNECTIONS], false, 1, 16, &s->connections)) {
+  /* Unset, each way of attaching has its own default (swap_on.c): more connections than
+   * one cost rampart-nbd-server CPU on every request (docs/page-in.md). */
+  s->connections = 0;
+  if (own[OWN_CONNECTIONS] && *own[OWN_CONNECTIONS] &&
+      !int_in(own[OWN_CONNECTIONS], false, 1, 16, &s->connections)) {
     snprintf(err, errlen, "--connections '%s' is not a number from 1 to 16",
              own[OWN_CONNECTIONS]);
     return -1;
@@ -357,7 +361,7 @@ int swap_settings_resolve(const struct swap_args *a, const struct swap_kv *file,
   *s = (struct swap_settings){ 0 };
   const char *own[OWN_COUNT] = { [OWN_NAME] = "rampart",
                                  [OWN_PRIORITY] = "100",
-                                 [OWN_CONNECTIONS] = "2",
+                                 [OWN_CONNECTIONS] = "",
                                  [OWN_THREADS] = "16",
                                  [OWN_DAEMON] = "auto" };
   if (merge(a, file, own, &s->pager) != 0) {

@@ -50,7 +50,7 @@ struct swap_settings {
   char frontend[16]; /* auto, ublk, nbd or fuse */
   int queues;
   int depth;
-  int connections;
+  int connections; /* 0: unset, the attaching tool's default (swap_on.c) */
   int threads;
   char daemon[32];      /* auto, rampart-nbd-server or nbdkit */
   struct swap_kv pager; /* every other key: the pager's */

@@ -115,6 +115,8 @@ timeout=10000
 lease=120
 # The spill store on a disk of the guest: its root is RAM.
 spill=/dev/vdb
+# Two NBD connections (the default is one): each kill and the upgrade must move both.
+connections=2
 CONF
 cat >"$root/etc/guest.conf" <<CONF
 PROGRAM_MB=$program_mb

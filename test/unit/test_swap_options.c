@@ -56,12 +56,16 @@ static void test_defaults(void **state)
   assert_int_equal(s.priority, 100);
   assert_string_equal(s.frontend, "auto");
   assert_string_equal(s.daemon, "auto");
-  assert_int_equal(s.connections, 2);
+  assert_int_equal(s.connections, 0); /* unset: 1 for rampart-nbd-attach, 2 for nbd-client */
   assert_int_equal(s.threads, 16);
   assert_int_equal(s.queues, 2); /* the CPUs, at most 4 */
   assert_int_equal(s.depth, 32); /* 64 / queues */
   assert_int_equal(s.pager.n, 1);
   assert_string_equal(swap_kv_get(&s.pager, "size"), "1G");
+  swap_kv_free(&s.pager);
+  resolve_ok(NARGS("on", "size=1G", "connections=3"), ARGS("on", "size=1G", "connections=3"),
+             &s);
+  assert_int_equal(s.connections, 3);
   swap_kv_free(&s.pager);
 }
 

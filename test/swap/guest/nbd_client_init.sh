@@ -110,6 +110,14 @@ dev=$(sed -n 's/^device=//p' $rs/state | tail -n1)
 rampartctl swap status | sed 's/^/rampart-guest: status| /'
 status_pid() { rampartctl swap status 2>/dev/null | sed -n "s/^  $1: pid \([0-9]*\).*/\1/p"; }
 [ -n "$(status_pid standby)" ] || finish "swap on --frontend nbd left no standby"
+# swap.conf asks for two connections (connections=2): two hardware queues on the device,
+# two connection threads in the pager; a takeover moves both.
+queues() { ls -d /sys/block/${dev#/dev/}/mq/*/ 2>/dev/null | wc -l; }
+conn_threads() { cat /proc/$1/task/*/comm 2>/dev/null | grep -c '^rampart-nbd[0-9]'; }
+[ "$(queues)" = 2 ] || finish "$dev has $(queues) hardware queues; swap.conf asks for 2 connections"
+[ "$(conn_threads $(status_pid serving))" -ge 2 ] \
+  || finish "the pager serves $(conn_threads $(status_pid serving)) connections; swap.conf asks for 2"
+say "connections: $dev has $(queues) hardware queues, the pager $(conn_threads $(status_pid serving)) connection threads"
 stage swap-on
 
 # A standby that dies while its pager lives: the keeper starts another.
@@ -176,6 +184,13 @@ takeover() {
   took=$(sed -n "s/^$standby STATUS=took over .*, \([0-9]*\) ms after.*/\1/p" $rs/notify.log | tail -n1)
   attach=$(grep 'reconnected to' $rs/nbd-attach.log | tail -n1 | sed 's/.* \([0-9]*\) ms after.*/\1/')
   [ $(io_errors) = $errors0 ] || finish "$what $n: I/O errors on $dev: $(dmesg | grep -E 'I/O error|error on swap' | tail -n 3 | tr '\n' '|')"
+  # Both connections moved: the new pager serves each (a reconnect of one would leave the
+  # other dead, its queue's requests waiting).
+  i=0
+  until [ "$(conn_threads $standby)" -ge 2 ]; do
+    i=$((i + 1)); [ $i -le 60 ] || finish "$what $n: the new pager serves $(conn_threads $standby) connections of 2: $(grep reconnect $rs/nbd-attach.log | tail -n 2 | tr '\n' '|')"
+    sleep 0.5
+  done
   say "takeover $what $n: pid $serving gone, pid $standby serves (took the state over ${took:-?} ms after, device on it ${attach:-?} ms after the connection died), new standby pid $new, swap moving $(since $t0) s after, 0 I/O errors"
 }
 
