@@ -171,6 +171,14 @@ static void test_bad_options_say_what_to_give(void **state)
   assert_non_null(strstr(out, "--timeout soon is not a number of seconds"));
   assert_int_equal(attach("--device", "/dev/sda", "/run/nbd.sock"), 2);
   assert_non_null(strstr(out, "--device /dev/sda is not /dev/nbdN"));
+  const char *connections[] = { "0", "17", "two", "-1", "2x" };
+  for (size_t i = 0; i < sizeof connections / sizeof connections[0]; i++) {
+    char want[64];
+    snprintf(want, sizeof want, "--connections %s is not a number from 1 to 16",
+             connections[i]);
+    assert_int_equal(attach("--connections", connections[i], "/run/nbd.sock"), 2);
+    assert_non_null(strstr(out, want));
+  }
   assert_int_equal(attach("--help", NULL, NULL), 0);
   assert_non_null(strstr(out, "STANDBY-SOCKET"));
 }
