@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The guest tests' verdicts on how a guest's kernel ended (test/swap/guest_console.sh),
 # against consoles in fixtures/: two kept from CI runs where the emulation killed the
-# kernel (a double fault a minute into a boot, an int3 in SMP bring-up), and three made
-# for the cases the verdict must not excuse (a fault in ublk_drv, a hung-task panic) or
-# must not see (a clean end).
+# kernel (a double fault a minute into a boot, an int3 in SMP bring-up), and others made
+# from them for the cases the verdict must not excuse (a fault in ublk_drv, a hung-task
+# panic, a general protection fault, a double fault on a tainted kernel, a console whose
+# first boot died of an int3 and whose second of a ublk fault) or must not see (a clean
+# end).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=../swap/guest_console.sh
@@ -32,6 +34,12 @@ expect "an int3 in bring-up is the emulation's" yes \
   guest_kernel_fault_outside_rampart "$fixtures/guest-int3-in-bring-up.console"
 expect "a fault in ublk_drv is not excused" no \
   guest_kernel_fault_outside_rampart "$fixtures/guest-ublk-fault.console"
+expect "a general protection fault is not excused" no \
+  guest_kernel_fault_outside_rampart "$fixtures/guest-general-protection.console"
+expect "a double fault on a tainted kernel is not excused" no \
+  guest_kernel_fault_outside_rampart "$fixtures/guest-double-fault-tainted.console"
+expect "a boot booted again after an int3 is judged by its own ublk fault" no \
+  guest_kernel_fault_outside_rampart "$fixtures/guest-retried-boot-then-ublk-fault.console"
 expect "a hung-task panic is not excused" no \
   guest_kernel_fault_outside_rampart "$fixtures/guest-hung-task.console"
 expect "a clean end is no fault" no \
