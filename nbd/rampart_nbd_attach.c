@@ -252,12 +252,16 @@ static bool wait_or_stop(const struct attach *a, int ms)
   return poll(&p, 1, ms) > 0;
 }
 
-/* The device's connection died: a new one, from the first socket that answers, starting
+/* The device's connections died: new ones, from the first socket that answers, starting
  * with the one the device used (a daemon that is alive and timed out a request), then
  * the standbys. Keeps trying: the kernel holds requests for dead_conn_timeout, fails
  * them after, and takes a connection back even then. The driver answers a reconfigure
- * that finds no dead connection with success and drops the socket, so this runs only
- * once the driver has said the connection died (serve). false: stopped by a signal. */
+ * that finds no dead connection with success and drops the sockets, so this runs only
+ * once the driver has said a connection died (serve). A notice that comes after the
+ * wait for them, of a connection this reconfigure already replaced, costs one more round
+ * of handshakes the driver drops: a notice is never thrown away, for one that meant a
+ * new death would leave that connection's requests waiting until they fail. false:
+ * stopped by a signal. */
 static bool reconnect(struct attach *a, const char *why)
 {
   uint64_t start = rp_now_ms();
@@ -297,7 +301,7 @@ static bool reconnect(struct attach *a, const char *why)
                    a->device.index, a->sockets[i], (int)peer,
                    (unsigned long long)(rp_now_ms() - start), why);
       /* stdout, for scripts: the device once attached, then a line per reconnect. */
-      printf("/dev/nbd%d reconnected %s", a->device.index, a->sockets[i]);
+      printf("/dev/nbd%d reconnected %s\n", a->device.index, a->sockets[i]);
       fflush(stdout);
       return true;
     }
