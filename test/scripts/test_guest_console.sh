@@ -12,6 +12,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../swap/guest_console.sh"
 fixtures=$here/fixtures
 failed=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 expect() { # WHAT EXPECTED(yes|no) COMMAND...
   local what=$1 want=$2 got=no
   shift 2
@@ -46,6 +48,18 @@ expect "a clean end is no fault" no \
   guest_kernel_fault_outside_rampart "$fixtures/guest-clean-end.console"
 expect "a clean end is no death" no \
   guest_kernel_died_before 'Run /init as init process' <"$fixtures/guest-clean-end.console"
+
+# The guest's lines are taken whole: one still being written is left for the next read.
+printf 'boot\n\e[0mrampart-guest: run kill-ublk\nkernel line\nrampart-guest: f' >"$tmp/partial"
+said=$(guest_said "$tmp/partial"; echo .)
+expect "a line still being written is not taken" yes \
+  test "${said%.}" = $'rampart-guest: run kill-ublk\n'
+printf '%s\n' "ault kill at 98 MiB swapped out" >>"$tmp/partial"
+said=$(guest_said "$tmp/partial"; echo .)
+expect "once written whole, it is" yes \
+  test "${said%.}" = $'rampart-guest: run kill-ublk\nrampart-guest: fault kill at 98 MiB swapped out\n'
+printf 'rampart-guest: f' >"$tmp/only-partial"
+expect "a console whose one line is partial says nothing" yes test -z "$(guest_said "$tmp/only-partial")"
 
 # The report printed for the double fault runs from its Oops line through the panic.
 report=$(guest_oops "$fixtures/guest-double-fault.console")

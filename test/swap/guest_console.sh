@@ -64,3 +64,20 @@ guest_kernel_fault_outside_rampart() {
   grep -aq 'Kernel panic - not syncing: Fatal exception' <<<"$report" || return 1
   ! grep -aq -E 'ublk|nbd|blk_|bio_|swap_|swapin|shrink_|io_uring|stack overflow|stack guard|hung_task|[Oo]ut of memory|oom' <<<"$report"
 }
+
+# guest_said CONSOLE: the guest's own lines, each from "rampart-guest:" on (the daemon's
+# coloured warnings share the console, and the reset that ends one, ESC [0m, can land at
+# the start of the next line), complete lines only. The host reads the console while qemu
+# writes it: a last line still being written ("rampart-guest: f" of "... fault kill at
+# 98 MiB swapped out") is left for the next read, where taking it would have counted it
+# as said and acted on nothing (a CI run's starved guest waited for a rebuild after a
+# server kill that never happened).
+guest_said() {
+  local text
+  text=$(LC_ALL=C sed -n 's/^.*\(rampart-guest:\)/\1/p' "$1"; echo .)
+  text=${text%.}
+  if [[ -n $text && $text != *$'\n' ]]; then
+    if [[ $text == *$'\n'* ]]; then text=${text%$'\n'*}$'\n'; else text=; fi
+  fi
+  printf '%s' "$text"
+}

@@ -162,7 +162,7 @@ boot_guest() {
   bg_pids+=("$qemu_pid")
 }
 guest_boot boot_guest "$console"
-said() { LC_ALL=C sed -n 's/^.*\(rampart-guest:\)/\1/p' "$console" | tr -d '\r'; }
+said() { guest_said "$console" | tr -d '\r'; }
 t0=$SECONDS
 seen=0
 while kill -0 "$qemu_pid" 2>/dev/null; do

@@ -289,11 +289,8 @@ hung_guest() {
     keep && !/^\[ *[0-9.]*\]  \? / && !/ R[0-9A-Z]+: / { print }' | head -n 1500 >&2
 }
 
-# The guest's own lines, each from "rampart-guest:" on: the daemon's coloured warnings share
-# the console, and the reset that ends one (ESC [0m) can land at the start of the next
-# line, where a '^rampart-guest:' match missed the "fault kill" line (so no server was
-# killed) once the daemon had warned.
-said() { LC_ALL=C sed -n 's/^.*\(rampart-guest:\)/\1/p' "$console"; }
+# The guest's own complete lines (guest_said, test/swap/guest_console.sh).
+said() { guest_said "$console"; }
 
 t0=$SECONDS
 # 25 min for each run on rampart, 3 for each on the disk: bounds with room above the
