@@ -366,26 +366,23 @@ static int serve(struct attach *a)
       return 1;
     if (p[0].revents)
       return 0;
+    /* A connection died: the driver's notice, or the daemon's end, which the driver's
+     * receive threads see a moment later (its notices normally come before the pidfd).
+     * Either way every connection of a dead daemon ends within moments, one that timed
+     * out a request only that one; the rest of the notices are waited for a bounded
+     * time, so that one reconfigure replaces them all. */
     unsigned dead = p[1].revents ? drain_notices(a) : 0;
+    char why[96] = "";
+    int wait_ms = 200;
     if (dead) {
-      /* A daemon that died ends every connection within moments; one that timed out a
-       * request, only that one. */
-      if (await_notices(a, &dead, a->connections, 200))
-        return 0;
-      if (!reconnect(a, "the driver saw its connection die"))
-        return 0;
-      continue;
-    }
-    if (a->daemon_pidfd >= 0 && p[2].revents) {
-      /* The daemon is gone; the driver's receive thread sees its socket end a moment
-       * later, and only then takes a new one. Its notice says when (normally before the
-       * pidfd); a notice that never comes is waited for a bounded time. */
-      char why[96];
+      snprintf(why, sizeof why, "the driver saw its connection die");
+    } else if (a->daemon_pidfd >= 0 && p[2].revents) {
       snprintf(why, sizeof why, "its daemon (pid %d) died", (int)a->daemon_pid);
       watch_daemon(a, 0);
-      if (await_notices(a, &dead, a->connections, DEAD_NOTICE_WAIT_MS))
-        return 0;
-      if (!reconnect(a, why))
+      wait_ms = DEAD_NOTICE_WAIT_MS;
+    }
+    if (why[0]) {
+      if (await_notices(a, &dead, a->connections, wait_ms) || !reconnect(a, why))
         return 0;
       continue;
     }
